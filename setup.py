@@ -1,0 +1,44 @@
+"""vit_jax: a JAX/Flax reproduction of the Vision Transformer (Dosovitskiy et al., 2021)."""
+
+import setuptools
+
+# Ranges tested in CI (Python 3.11, CPU): jax 0.10.2, flax 0.12.8, optax 0.2.8,
+# orbax-checkpoint 0.12.8, tensorflow-cpu 2.21.0, tensorflow-datasets 4.9.10,
+# ml-collections 1.1.0, clu 0.0.12, numpy 2.4.
+INSTALL_REQUIRES = [
+    "jax>=0.10.2,<0.11",
+    "flax>=0.12.8,<0.13",
+    "optax>=0.2.8,<0.3",
+    "orbax-checkpoint>=0.12.8,<0.13",
+    "tensorflow-cpu>=2.21,<2.22; platform_machine == 'x86_64'",
+    "tensorflow>=2.21,<2.22; platform_machine != 'x86_64'",
+    "tensorflow-datasets>=4.9.10,<4.10",
+    # tensorflow-datasets needs it for download/prepare but does not declare it.
+    "importlib_resources>=6",
+    "ml-collections>=1.1,<1.2",
+    "clu>=0.0.12,<0.1",
+    "tensorboard>=2.21,<2.22",
+    "numpy>=2.0,<3",
+    "pillow>=10",
+    "scikit-learn>=1.5",  # ships the embedded demo dataset (digits)
+    "matplotlib>=3.8",
+    "tqdm>=4.60",
+    "absl-py>=2.1",
+]
+
+setuptools.setup(
+    name="vit_jax",
+    version="0.1.0",
+    description="Vision Transformer (ViT) and hybrid ResNet+ViT models in JAX/Flax, "
+    "compatible with the released .npz checkpoints.",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11",
+    packages=setuptools.find_packages(include=["vit_jax", "vit_jax.*"]),
+    install_requires=INSTALL_REQUIRES,
+    extras_require={
+        "test": ["pytest>=8", "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6"],
+        "tpu": ["jax[tpu]>=0.10.2,<0.11"],
+        "cuda": ["jax[cuda12]>=0.10.2,<0.11"],
+    },
+)
