@@ -1,0 +1,193 @@
+"""The Vision Transformer (Dosovitskiy et al., ICLR 2021) as Flax linen modules.
+
+Module names are chosen so that the parameter tree IS the released checkpoints'
+layout (pre-Linen numbering inside each encoder block: `LayerNorm_0`,
+`MultiHeadDotProductAttention_1`, `LayerNorm_2`, `MlpBlock_3`), which keeps the
+.npz mapping a plain flatten/unflatten.
+
+Introspection: every block sows its attention weights (`attention_weights`) and
+its output (`block_output`) into the `intermediates` collection. Sowing is a no-op
+unless the caller passes `mutable=['intermediates']`, so the default path is unchanged.
+"""
+
+from typing import Any, Optional, Sequence
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from vit_jax.models import resnet
+
+LAYER_NORM_EPS = 1e-6
+
+
+def layer_norm(name: str, dtype: Any) -> nn.LayerNorm:
+  return nn.LayerNorm(epsilon=LAYER_NORM_EPS, dtype=dtype, name=name)
+
+
+class MlpBlock(nn.Module):
+  """Dense(mlp_dim) -> tanh-GELU -> dropout -> Dense(in) -> dropout."""
+  mlp_dim: int
+  dropout_rate: float = 0.0
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, *, deterministic: bool):
+    dense = lambda features, name: nn.Dense(
+        features, dtype=self.dtype, name=name,
+        kernel_init=nn.initializers.xavier_uniform(),
+        bias_init=nn.initializers.normal(stddev=1e-6))
+    y = dense(self.mlp_dim, "Dense_0")(x)
+    y = nn.gelu(y, approximate=True)
+    y = nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
+    y = dense(x.shape[-1], "Dense_1")(y)
+    return nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
+
+
+class SelfAttention(nn.Module):
+  """Multi-head self-attention with the released parameter layout.
+
+  query/key/value kernels are (D, heads, head_dim), out is (heads, head_dim, D);
+  the query is scaled by 1/sqrt(head_dim) and the softmax runs in float32.
+  """
+  num_heads: int
+  dropout_rate: float = 0.0
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, *, deterministic: bool):
+    hidden = x.shape[-1]
+    if hidden % self.num_heads:
+      raise ValueError(f"hidden size {hidden} is not divisible by num_heads={self.num_heads}")
+    head_dim = hidden // self.num_heads
+    projection = lambda name: nn.DenseGeneral(
+        (self.num_heads, head_dim), dtype=self.dtype, name=name,
+        kernel_init=nn.initializers.xavier_uniform(), bias_init=nn.initializers.zeros)
+    query = projection("query")(x) / jnp.sqrt(head_dim).astype(self.dtype)
+    key = projection("key")(x)
+    value = projection("value")(x)
+
+    logits = jnp.einsum("bqhd,bkhd->bhqk", query, key)
+    weights = nn.softmax(logits.astype(jnp.float32), axis=-1)
+    self.sow("intermediates", "attention_weights", weights)
+    weights = nn.Dropout(self.dropout_rate)(weights, deterministic=deterministic)
+    mixed = jnp.einsum("bhqk,bkhd->bqhd", weights.astype(self.dtype), value)
+    return nn.DenseGeneral(
+        hidden, axis=(-2, -1), dtype=self.dtype, name="out",
+        kernel_init=nn.initializers.xavier_uniform(),
+        bias_init=nn.initializers.zeros)(mixed)
+
+
+class Encoder1DBlock(nn.Module):
+  """Pre-LN transformer block: x + Drop(MHSA(LN(x))), then + MLP(LN(.))."""
+  mlp_dim: int
+  num_heads: int
+  dropout_rate: float = 0.0
+  attention_dropout_rate: float = 0.0
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, inputs, *, deterministic: bool):
+    x = layer_norm("LayerNorm_0", self.dtype)(inputs)
+    x = SelfAttention(self.num_heads, self.attention_dropout_rate, self.dtype,
+                      name="MultiHeadDotProductAttention_1")(x, deterministic=deterministic)
+    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    x = x + inputs
+    y = layer_norm("LayerNorm_2", self.dtype)(x)
+    y = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype,
+                 name="MlpBlock_3")(y, deterministic=deterministic)
+    out = x + y
+    self.sow("intermediates", "block_output", out)
+    return out
+
+
+class AddPositionEmbs(nn.Module):
+  """Adds a learned (1, tokens, D) position embedding (normal(0.02) init)."""
+
+  @nn.compact
+  def __call__(self, x):
+    posemb = self.param("pos_embedding", nn.initializers.normal(stddev=0.02),
+                        (1, *x.shape[1:]), jnp.float32)
+    return x + posemb.astype(x.dtype)
+
+
+class Encoder(nn.Module):
+  """Position embedding + dropout, `num_layers` blocks, final LayerNorm."""
+  num_layers: int
+  mlp_dim: int
+  num_heads: int
+  dropout_rate: float = 0.0
+  attention_dropout_rate: float = 0.0
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, *, train: bool):
+    x = AddPositionEmbs(name="posembed_input")(x)
+    x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
+    for layer in range(self.num_layers):
+      x = Encoder1DBlock(self.mlp_dim, self.num_heads, self.dropout_rate,
+                         self.attention_dropout_rate, self.dtype,
+                         name=f"encoderblock_{layer}")(x, deterministic=not train)
+    return layer_norm("encoder_norm", self.dtype)(x)
+
+
+class VisionTransformer(nn.Module):
+  """ViT classifier, optionally on top of a ResNet stem (the hybrid models).
+
+  Attributes:
+    num_classes: size of the zero-initialised `head`.
+    patch_size: side of the square patches cut by the `embedding` conv (on the
+      image, or on the stem's feature map for hybrids). VALID padding: pixels that
+      do not fill a whole patch are dropped.
+    hidden_size, mlp_dim, num_heads, num_layers: transformer width and depth.
+    resnet_stages: units per ResNet stage, `()` for the root conv only, None for
+      no stem (plain ViT).
+    resnet_width: ResNet width factor (stage widths 64, 128, ... times it).
+    classifier: 'token' (class token, index 0) or 'gap' (mean of the tokens after
+      `encoder_norm`, no class token).
+    representation_size: if set, a `pre_logits` Dense + tanh before the head.
+    dropout_rate, attention_dropout_rate: only active with `train=True`.
+    head_bias_init: constant head bias (-10 was used for i21k pre-training).
+    dtype: compute dtype; parameters are always stored in float32.
+  """
+  num_classes: int
+  patch_size: int
+  hidden_size: int
+  mlp_dim: int
+  num_heads: int
+  num_layers: int
+  resnet_stages: Optional[Sequence[int]] = None
+  resnet_width: float = 1
+  classifier: str = "token"
+  representation_size: Optional[int] = None
+  dropout_rate: float = 0.0
+  attention_dropout_rate: float = 0.0
+  head_bias_init: float = 0.0
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, images, *, train: bool = False):
+    if self.classifier not in ("token", "gap"):
+      raise ValueError(f"classifier must be 'token' or 'gap', got {self.classifier!r}")
+    x = images.astype(self.dtype)
+    if self.resnet_stages is not None:
+      x = resnet.apply_stem(x, self.resnet_stages, self.resnet_width, self.dtype)
+    patches = (self.patch_size, self.patch_size)
+    x = nn.Conv(self.hidden_size, patches, strides=patches, padding="VALID",
+                dtype=self.dtype, name="embedding")(x)
+    batch, height, width, channels = x.shape
+    x = x.reshape(batch, height * width, channels)
+
+    if self.classifier == "token":
+      cls = self.param("cls", nn.initializers.zeros, (1, 1, channels), jnp.float32)
+      x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (batch, 1, 1)), x], axis=1)
+
+    x = Encoder(self.num_layers, self.mlp_dim, self.num_heads, self.dropout_rate,
+                self.attention_dropout_rate, self.dtype, name="Transformer")(x, train=train)
+    x = x[:, 0] if self.classifier == "token" else jnp.mean(x, axis=1)
+
+    if self.representation_size is not None:
+      x = nn.tanh(nn.Dense(self.representation_size, dtype=self.dtype, name="pre_logits")(x))
+    logits = nn.Dense(self.num_classes, dtype=self.dtype, name="head",
+                      kernel_init=nn.initializers.zeros,
+                      bias_init=nn.initializers.constant(self.head_bias_init))(x)
+    return logits.astype(jnp.float32)

@@ -1,0 +1,121 @@
+"""The released model zoo: names -> architecture hyper-parameters.
+
+Every model answers to its released name (`ViT-B_16`, `R50+ViT-B_16`) and to its
+AugReg short name (`B_16`, `R50_B_16`); lookups ignore case.
+"""
+
+import dataclasses
+import difflib
+from typing import Optional, Tuple
+
+from vit_jax.models import resnet, vit
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+  """What distinguishes two released models; everything else is a training choice."""
+  patch_size: int
+  hidden_size: int
+  mlp_dim: int
+  num_heads: int
+  num_layers: int
+  resnet_stages: Optional[Tuple[int, ...]] = None
+  resnet_width: float = 1
+  classifier: str = "token"
+  dropout_rate: float = 0.0  # the reference configs' default for this model
+
+  def as_kwargs(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+_TI = dict(hidden_size=192, mlp_dim=768, num_heads=3, num_layers=12)
+_S = dict(hidden_size=384, mlp_dim=1536, num_heads=6, num_layers=12)
+_B = dict(hidden_size=768, mlp_dim=3072, num_heads=12, num_layers=12)
+_L = dict(hidden_size=1024, mlp_dim=4096, num_heads=16, num_layers=24)
+_H = dict(hidden_size=1280, mlp_dim=5120, num_heads=16, num_layers=32)
+
+RELEASED = {
+    "ViT-Ti_16": Architecture(patch_size=16, **_TI),
+    "ViT-S_16": Architecture(patch_size=16, **_S),
+    "ViT-B_16": Architecture(patch_size=16, **_B),
+    "ViT-L_16": Architecture(patch_size=16, dropout_rate=0.1, **_L),
+    "ViT-H_14": Architecture(patch_size=14, dropout_rate=0.1, **_H),
+    "ViT-B_8": Architecture(patch_size=8, **_B),
+    "ViT-S_32": Architecture(patch_size=32, **_S),
+    "ViT-B_32": Architecture(patch_size=32, **_B),
+    "ViT-L_32": Architecture(patch_size=32, **_L),
+    "ViT-S_16-gap-norep": Architecture(patch_size=16, classifier="gap", **_S),
+    "ViT-B_16-gap-norep": Architecture(patch_size=16, classifier="gap", **_B),
+    "R+ViT-Ti_16": Architecture(patch_size=8, resnet_stages=(), **_TI),
+    "R26+ViT-S_32": Architecture(patch_size=1, resnet_stages=(2, 2, 2, 2), **_S),
+    "R26+ViT-B_32": Architecture(patch_size=1, resnet_stages=(2, 2, 2, 2), **_B),
+    "R50+ViT-B_16": Architecture(patch_size=1, resnet_stages=(3, 4, 9), dropout_rate=0.1, **_B),
+    "R50+ViT-L_32": Architecture(patch_size=1, resnet_stages=(3, 4, 6, 3), dropout_rate=0.1,
+                                 **_L),
+}
+
+
+def augreg_name(released_name: str) -> str:
+  """`ViT-B_16` -> `B_16`, `R+ViT-Ti_16` -> `R_Ti_16`, `R26+ViT-S_32` -> `R26_S_32`."""
+  return released_name.replace("ViT-", "").replace("+", "_")
+
+
+_BY_LOWER_NAME = {}
+for _name in RELEASED:
+  _BY_LOWER_NAME[_name.lower()] = _name
+  _BY_LOWER_NAME[augreg_name(_name).lower()] = _name
+
+
+def all_names() -> list:
+  """Every accepted name: released names first, then AugReg short names."""
+  return list(RELEASED) + [augreg_name(name) for name in RELEASED]
+
+
+def canonical_name(name: str) -> str:
+  """The released name for `name`, or a ValueError listing close matches."""
+  found = _BY_LOWER_NAME.get(name.strip().lower())
+  if found is None:
+    close = difflib.get_close_matches(name, all_names(), n=4, cutoff=0.5)
+    hint = f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(RELEASED)}"
+    raise ValueError(f"unknown model name {name!r}; {hint}")
+  return found
+
+
+def get_architecture(name: str) -> Architecture:
+  return RELEASED[canonical_name(name)]
+
+
+def find_name(architecture: Architecture) -> Optional[str]:
+  """The released name of an architecture (dropout ignored), or None."""
+  for name, candidate in RELEASED.items():
+    if dataclasses.replace(candidate, dropout_rate=0.0) == dataclasses.replace(
+        architecture, dropout_rate=0.0):
+      return name
+  return None
+
+
+_MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(vit.VisionTransformer)
+                      if f.name not in ("parent", "name"))
+
+
+def create_model(name: str, *, num_classes: int, **overrides) -> vit.VisionTransformer:
+  """A VisionTransformer for a released model name.
+
+  `overrides` replace any VisionTransformer attribute (e.g. `representation_size=768`,
+  `dropout_rate=0.1`, `dtype=jnp.bfloat16`, `classifier='gap'`).
+  """
+  kwargs = get_architecture(name).as_kwargs()
+  unknown = sorted(set(overrides) - set(_MODEL_FIELDS))
+  if unknown:
+    raise TypeError(f"unknown model option(s) {', '.join(unknown)}; "
+                    f"valid options: {', '.join(_MODEL_FIELDS)}")
+  kwargs.update(overrides)
+  return vit.VisionTransformer(num_classes=num_classes, **kwargs)
+
+
+def native_image_size(module: vit.VisionTransformer, grid: int) -> int:
+  """Input side in pixels that yields a `grid` x `grid` token grid for `module`."""
+  stride = module.patch_size
+  if module.resnet_stages is not None:
+    stride *= resnet.stem_stride(module.resnet_stages)
+  return grid * stride
