@@ -113,9 +113,18 @@ def create_model(name: str, *, num_classes: int, **overrides) -> vit.VisionTrans
   return vit.VisionTransformer(num_classes=num_classes, **kwargs)
 
 
-def native_image_size(module: vit.VisionTransformer, grid: int) -> int:
-  """Input side in pixels that yields a `grid` x `grid` token grid for `module`."""
+def model_stride(module: vit.VisionTransformer) -> int:
+  """Pixels per token side: the patch size, times the ResNet stem's stride for hybrids."""
   stride = module.patch_size
   if module.resnet_stages is not None:
     stride *= resnet.stem_stride(module.resnet_stages)
-  return grid * stride
+  return stride
+
+
+def token_grid(module: vit.VisionTransformer, image_side: int) -> int:
+  """Tokens per side for an input side: SAME stem convs round up, VALID patches down."""
+  if module.resnet_stages is not None:
+    halvings = resnet.stem_stride(module.resnet_stages).bit_length() - 1
+    for _ in range(halvings):
+      image_side = -(-image_side // 2)
+  return image_side // module.patch_size
