@@ -1,0 +1,37 @@
+"""Shared test fixtures: paths to the released-format fixtures and tiny models."""
+
+import os
+import pathlib
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from vit_jax import create_model
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+RELEASED_FIXTURES = REPO.parent / "shared" / "fixtures" / "released_format"
+
+TINY = dict(patch_size=4, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=2)
+
+
+@pytest.fixture
+def released_fixtures() -> pathlib.Path:
+  assert RELEASED_FIXTURES.is_dir(), f"missing {RELEASED_FIXTURES}: CI clones ../shared beside"
+  return RELEASED_FIXTURES
+
+
+def tiny_model(num_classes=5, **overrides):
+  """A 2-block ViT small enough for fast tests; overrides change any attribute."""
+  return create_model("ViT-Ti_16", num_classes=num_classes, **{**TINY, **overrides})
+
+
+def init_params(module, image_size=16, seed=0):
+  """Random params for `module`, with a non-zero head so that head bugs show."""
+  params = module.init(jax.random.PRNGKey(seed), jnp.zeros((1, image_size, image_size, 3)))
+  params = jax.tree.map(lambda x: x, params["params"])
+  head = params["head"]
+  head["kernel"] = jax.random.normal(jax.random.PRNGKey(seed + 1), head["kernel"].shape)
+  return params

@@ -1,0 +1,190 @@
+"""Released .npz checkpoints: fixtures from independent implementations, round trips,
+head surgery and bad inputs."""
+
+import logging
+import os
+import zipfile
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import init_params, tiny_model
+from vit_jax import load_npz, npz, save_npz
+
+FIXTURE_CASES = [  # checkpoint, images, expected, image_size (fixtures README)
+    ("vit-ti16.npz", "images-224.npy", "expected-vit-ti16-224.npz", None),
+    ("vit-ti16.npz", "images-384.npy", "expected-vit-ti16-384.npz", 384),
+    ("r-vit-ti16.npz", "images-224.npy", "expected-r-vit-ti16-224.npz", None),
+    ("vit-ti16-prelogits.npz", "images-224.npy", "expected-vit-ti16-prelogits-224.npz", None),
+]
+
+
+def relative_error(ours, truth):
+  return float(np.max(np.abs(ours - truth)) / np.max(np.abs(truth)))
+
+
+@pytest.mark.parametrize("checkpoint,images,expected,image_size", FIXTURE_CASES)
+def test_fixture_logits(released_fixtures, checkpoint, images, expected, image_size):
+  module, params = load_npz(released_fixtures / checkpoint, image_size=image_size)
+  truth = np.load(released_fixtures / expected)
+  logits = np.asarray(jax.jit(module.apply)({"params": params},
+                                            np.load(released_fixtures / images)))
+  assert relative_error(logits, truth["logits"]) <= 1e-5
+  if "pos_embedding" in truth:
+    resized = params["Transformer"]["posembed_input"]["pos_embedding"]
+    assert resized.shape == truth["pos_embedding"].shape == (1, 577, 192)
+    assert relative_error(resized, truth["pos_embedding"]) <= 1e-5
+
+
+@pytest.mark.parametrize("checkpoint,resnet_stages,patch,representation", [
+    ("vit-ti16.npz", None, 16, None), ("r-vit-ti16.npz", (), 8, None),
+    ("vit-ti16-prelogits.npz", None, 16, 192)])
+def test_architecture_is_inferred_from_the_file(released_fixtures, checkpoint,
+                                                resnet_stages, patch, representation):
+  module, _ = load_npz(released_fixtures / checkpoint)
+  assert (module.hidden_size, module.num_layers, module.num_heads, module.mlp_dim) == (
+      192, 12, 3, 768)
+  assert module.resnet_stages == resnet_stages and module.patch_size == patch
+  assert module.representation_size == representation
+
+
+def test_round_trip_keeps_arrays_and_the_released_key_set(released_fixtures, tmp_path):
+  for name in ("vit-ti16.npz", "r-vit-ti16.npz", "vit-ti16-prelogits.npz"):
+    original = np.load(released_fixtures / name)
+    module, params = load_npz(released_fixtures / name)
+    save_npz(params, tmp_path / name)
+    saved = np.load(tmp_path / name)
+    assert set(saved.files) == set(original.files)
+    for key in original.files:  # GroupNorm may come back as (C,) instead of (1, 1, 1, C)
+      np.testing.assert_array_equal(saved[key], original[key].reshape(saved[key].shape))
+    module_again, params_again = load_npz(tmp_path / name)
+    assert module_again == module
+    jax.tree.map(np.testing.assert_array_equal, params_again, params)
+
+
+def test_model_name_and_native_image_size(released_fixtures):
+  module, params = load_npz(released_fixtures / "vit-ti16.npz", model_name="Ti_16")
+  assert npz.native_image_size(module, params) == 224
+  module, params = load_npz(released_fixtures / "r-vit-ti16.npz", image_size=384)
+  assert npz.native_image_size(module, params) == 384
+
+
+def test_new_head_is_zero_and_pre_logits_dropped(released_fixtures):
+  module, params = load_npz(released_fixtures / "vit-ti16-prelogits.npz", num_classes=7)
+  assert module.num_classes == 7 and module.representation_size is None
+  assert "pre_logits" not in params
+  assert params["head"]["kernel"].shape == (192, 7) and not np.any(params["head"]["kernel"])
+  assert not np.any(params["head"]["bias"])
+
+
+def test_pre_logits_can_be_kept_with_a_new_head(released_fixtures):
+  module, params = load_npz(released_fixtures / "vit-ti16-prelogits.npz", num_classes=7,
+                            pre_logits=True, head_bias_init=-10.0)
+  assert module.representation_size == 192 and params["head"]["kernel"].shape == (192, 7)
+  np.testing.assert_array_equal(params["head"]["bias"], -10.0)
+
+
+def test_same_class_count_keeps_the_head(released_fixtures):
+  _, params = load_npz(released_fixtures / "vit-ti16.npz", num_classes=10)
+  np.testing.assert_array_equal(params["head"]["kernel"],
+                                np.load(released_fixtures / "vit-ti16.npz")["head/kernel"])
+
+
+def test_model_overrides_pass_through(released_fixtures):
+  module, _ = load_npz(released_fixtures / "vit-ti16.npz", dropout_rate=0.1)
+  assert module.dropout_rate == 0.1
+
+
+# --- bad inputs: one line, names the problem, nothing written over -------------------
+
+
+def one_line(excinfo):
+  message = str(excinfo.value)
+  assert "\n" not in message
+  return message
+
+
+def test_missing_file(tmp_path):
+  with pytest.raises(FileNotFoundError) as e:
+    load_npz(tmp_path / "nope.npz")
+  assert "checkpoint not found" in one_line(e) and "nope.npz" in one_line(e)
+
+
+def test_truncated_file(released_fixtures, tmp_path):
+  data = (released_fixtures / "vit-ti16.npz").read_bytes()
+  (tmp_path / "cut.npz").write_bytes(data[: len(data) // 2])
+  with pytest.raises(npz.CheckpointError) as e:
+    load_npz(tmp_path / "cut.npz")
+  assert "truncated or corrupt" in one_line(e)
+
+
+def test_garbage_file(tmp_path):
+  (tmp_path / "junk.npz").write_bytes(b"PK\x03\x04 definitely not a zip")
+  with pytest.raises(npz.CheckpointError, match="not a valid .npz"):
+    load_npz(tmp_path / "junk.npz")
+
+
+def test_pickled_object_is_never_loaded(tmp_path):
+  np.savez(tmp_path / "evil.npz", cls=np.array([{"a": 1}], dtype=object))
+  with pytest.raises(npz.CheckpointError) as e:
+    load_npz(tmp_path / "evil.npz")
+  assert "pickled" in one_line(e)
+
+
+def test_not_a_vit_checkpoint(tmp_path):
+  np.savez(tmp_path / "other.npz", weights=np.zeros(3))
+  with pytest.raises(npz.CheckpointError, match="not a ViT checkpoint.*embedding/kernel"):
+    load_npz(tmp_path / "other.npz")
+
+
+def test_missing_and_extra_keys_are_listed(released_fixtures, tmp_path):
+  arrays = dict(np.load(released_fixtures / "vit-ti16.npz"))
+  del arrays["Transformer/encoder_norm/scale"]
+  arrays["surprise/kernel"] = np.zeros(2, np.float32)
+  np.savez(tmp_path / "odd.npz", **arrays)
+  with pytest.raises(npz.CheckpointError) as e:
+    load_npz(tmp_path / "odd.npz")
+  assert "missing Transformer/encoder_norm/scale" in one_line(e)
+  assert "unexpected surprise/kernel" in one_line(e)
+
+
+def test_shape_mismatch_names_key_and_shapes(released_fixtures):
+  with pytest.raises(npz.CheckpointError) as e:
+    load_npz(released_fixtures / "vit-ti16.npz", model_name="ViT-S_16")
+  assert "has shape (192" in one_line(e) and "expects (384" in one_line(e)
+
+
+def test_unknown_model_name(released_fixtures):
+  with pytest.raises(ValueError, match="unknown model name 'ViT-Tiny_16'.*ViT-Ti_16"):
+    load_npz(released_fixtures / "vit-ti16.npz", model_name="ViT-Tiny_16")
+
+
+def test_image_size_not_divisible_warns_what_happens(released_fixtures, caplog):
+  with caplog.at_level(logging.WARNING):
+    module, params = load_npz(released_fixtures / "vit-ti16.npz", image_size=232)
+  assert "not a multiple of the model's stride 16" in caplog.text
+  assert params["Transformer"]["posembed_input"]["pos_embedding"].shape == (1, 197, 192)
+
+
+def test_save_never_leaves_a_partial_file(tmp_path):
+  path = tmp_path / "kept.npz"
+  params = init_params(tiny_model())
+  save_npz(params, path)
+  before = path.read_bytes()
+  with pytest.raises(Exception):
+    save_npz({"head": {"kernel": object()}}, path)
+  assert path.read_bytes() == before
+  assert os.listdir(tmp_path) == ["kept.npz"]
+  assert zipfile.is_zipfile(path)
+
+
+def test_tiny_model_round_trip_infers_a_non_zoo_architecture(tmp_path):
+  module = tiny_model(classifier="gap", representation_size=8)
+  params = init_params(module)
+  save_npz({"params": params}, tmp_path / "tiny.npz")
+  loaded_module, loaded = load_npz(tmp_path / "tiny.npz")
+  assert loaded_module == module
+  x = np.random.default_rng(0).uniform(-1, 1, (2, 16, 16, 3)).astype(np.float32)
+  np.testing.assert_allclose(loaded_module.apply({"params": loaded}, x),
+                             module.apply({"params": params}, x), rtol=1e-6)

@@ -1,0 +1,145 @@
+"""Numerics of the ViT modules (vit_facts.md section 2)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import traverse_util
+
+from conftest import init_params, tiny_model
+from vit_jax.models import vit
+
+
+def images(batch=2, side=16, seed=0):
+  return jax.random.uniform(jax.random.PRNGKey(seed), (batch, side, side, 3), minval=-1, maxval=1)
+
+
+def test_released_parameter_names_and_shapes():
+  params = tiny_model().init(jax.random.PRNGKey(0), images())["params"]
+  shapes = {k: v.shape for k, v in traverse_util.flatten_dict(params, sep="/").items()}
+  block = "Transformer/encoderblock_1"
+  assert shapes["cls"] == (1, 1, 32)
+  assert shapes["embedding/kernel"] == (4, 4, 3, 32)
+  assert shapes["Transformer/posembed_input/pos_embedding"] == (1, 17, 32)
+  assert shapes[f"{block}/MultiHeadDotProductAttention_1/query/kernel"] == (32, 2, 16)
+  assert shapes[f"{block}/MultiHeadDotProductAttention_1/out/kernel"] == (2, 16, 32)
+  assert shapes[f"{block}/MlpBlock_3/Dense_0/kernel"] == (32, 64)
+  assert f"{block}/LayerNorm_0/scale" in shapes and f"{block}/LayerNorm_2/bias" in shapes
+  assert shapes["Transformer/encoder_norm/scale"] == (32,)
+
+
+def test_initialisers():
+  params = tiny_model().init(jax.random.PRNGKey(0), images())["params"]
+  assert not np.any(params["head"]["kernel"]) and not np.any(params["head"]["bias"])
+  assert not np.any(params["cls"])
+  posemb = params["Transformer"]["posembed_input"]["pos_embedding"]
+  assert 0.01 < float(jnp.std(posemb)) < 0.03
+  biased = tiny_model(head_bias_init=-10.0).init(jax.random.PRNGKey(0), images())["params"]
+  np.testing.assert_array_equal(biased["head"]["bias"], -10.0)
+
+
+def manual_forward(params, x, num_heads):
+  """An independent plain-jnp forward of the tiny token-classifier ViT."""
+  def ln(v, p):
+    mean = v.mean(-1, keepdims=True)
+    var = ((v - mean) ** 2).mean(-1, keepdims=True)
+    return (v - mean) / jnp.sqrt(var + 1e-6) * p["scale"] + p["bias"]
+  emb = params["embedding"]
+  x = jax.lax.conv_general_dilated(x, emb["kernel"], (4, 4), "VALID",
+                                   dimension_numbers=("NHWC", "HWIO", "NHWC")) + emb["bias"]
+  x = x.reshape(x.shape[0], -1, x.shape[-1])
+  x = jnp.concatenate([jnp.broadcast_to(params["cls"], (x.shape[0], 1, x.shape[-1])), x], 1)
+  x = x + params["Transformer"]["posembed_input"]["pos_embedding"]
+  layer = 0
+  while f"encoderblock_{layer}" in params["Transformer"]:
+    p = params["Transformer"][f"encoderblock_{layer}"]
+    att = p["MultiHeadDotProductAttention_1"]
+    y = ln(x, p["LayerNorm_0"])
+    q, k, v = (jnp.einsum("btd,dhe->bthe", y, att[n]["kernel"]) + att[n]["bias"]
+               for n in ("query", "key", "value"))
+    q = q / np.sqrt(q.shape[-1])
+    w = jax.nn.softmax(jnp.einsum("bqhe,bkhe->bhqk", q, k), axis=-1)
+    y = jnp.einsum("bhqk,bkhe->bqhe", w, v)
+    x = x + jnp.einsum("bqhe,hed->bqd", y, att["out"]["kernel"]) + att["out"]["bias"]
+    mlp = p["MlpBlock_3"]
+    y = ln(x, p["LayerNorm_2"]) @ mlp["Dense_0"]["kernel"] + mlp["Dense_0"]["bias"]
+    y = 0.5 * y * (1 + jnp.tanh(np.sqrt(2 / np.pi) * (y + 0.044715 * y**3)))
+    x = x + y @ mlp["Dense_1"]["kernel"] + mlp["Dense_1"]["bias"]
+    layer += 1
+  x = ln(x, params["Transformer"]["encoder_norm"])[:, 0]
+  return x @ params["head"]["kernel"] + params["head"]["bias"]
+
+
+def test_forward_equals_an_independent_implementation():
+  module = tiny_model()
+  params = init_params(module)
+  x = images()
+  ours = module.apply({"params": params}, x)
+  np.testing.assert_allclose(ours, manual_forward(params, x, 2), rtol=1e-5, atol=1e-5)
+
+
+def test_gap_classifier_has_no_class_token_and_averages_tokens():
+  module = tiny_model(classifier="gap")
+  params = init_params(module)
+  assert "cls" not in params
+  assert params["Transformer"]["posembed_input"]["pos_embedding"].shape == (1, 16, 32)
+  assert module.apply({"params": params}, images()).shape == (2, 5)
+
+
+def test_pre_logits_is_dense_plus_tanh():
+  module = tiny_model(representation_size=8)
+  params = init_params(module)
+  assert params["pre_logits"]["kernel"].shape == (32, 8)
+  assert params["head"]["kernel"].shape == (8, 5)
+
+
+def test_dropout_only_in_training():
+  module = tiny_model(dropout_rate=0.5)
+  params = init_params(module)
+  x = images()
+  eval_a = module.apply({"params": params}, x)
+  eval_b = module.apply({"params": params}, x, train=False)
+  np.testing.assert_array_equal(eval_a, eval_b)
+  train = module.apply({"params": params}, x, train=True, rngs={"dropout": jax.random.PRNGKey(1)})
+  assert not np.allclose(train, eval_a)
+
+
+def test_intermediates_expose_attention_and_block_outputs():
+  module = tiny_model()
+  params = init_params(module)
+  logits, state = module.apply({"params": params}, images(), mutable=["intermediates"])
+  np.testing.assert_array_equal(logits, module.apply({"params": params}, images()))
+  block = state["intermediates"]["Transformer"]["encoderblock_0"]
+  weights = block["MultiHeadDotProductAttention_1"]["attention_weights"][0]
+  assert weights.shape == (2, 2, 17, 17)
+  np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-6)
+  assert block["block_output"][0].shape == (2, 17, 32)
+
+
+def test_bfloat16_compute_keeps_float32_params_and_logits():
+  module = tiny_model(dtype=jnp.bfloat16)
+  params = module.init(jax.random.PRNGKey(0), images())["params"]
+  assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(params))
+  params = init_params(module)
+  logits = module.apply({"params": params}, images())
+  assert logits.dtype == jnp.float32
+  reference = tiny_model().apply({"params": params}, images())
+  np.testing.assert_allclose(logits, reference, rtol=0.05, atol=0.05)
+
+
+def test_heads_must_divide_hidden():
+  with pytest.raises(ValueError, match="not divisible by num_heads"):
+    tiny_model(num_heads=5).init(jax.random.PRNGKey(0), images())
+
+
+def test_attention_module_matches_softmax_definition():
+  attention = vit.SelfAttention(num_heads=2)
+  x = jax.random.normal(jax.random.PRNGKey(0), (1, 3, 8))
+  params = attention.init(jax.random.PRNGKey(1), x, deterministic=True)
+  _, state = attention.apply(params, x, deterministic=True, mutable=["intermediates"])
+  weights = state["intermediates"]["attention_weights"][0]
+  p = params["params"]
+  q = jnp.einsum("btd,dhe->bhte", x, p["query"]["kernel"]) + p["query"]["bias"][:, None]
+  k = jnp.einsum("btd,dhe->bhte", x, p["key"]["kernel"]) + p["key"]["bias"][:, None]
+  expected = jax.nn.softmax(jnp.einsum("bhqe,bhke->bhqk", q, k) / np.sqrt(4), axis=-1)
+  np.testing.assert_allclose(weights, expected, rtol=1e-5, atol=1e-6)
