@@ -34,7 +34,7 @@ setuptools.setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
-    packages=setuptools.find_packages(include=["vit_jax", "vit_jax.*"]),
+    packages=setuptools.find_packages(include=["vit_jax", "vit_jax.*", "configs"]),
     install_requires=INSTALL_REQUIRES,
     extras_require={
         "test": ["pytest>=8", "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6"],

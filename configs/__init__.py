@@ -1,0 +1,1 @@
+"""Experiment configs: `python -m vit_jax.main --config=configs/<file>.py[:arg]`."""

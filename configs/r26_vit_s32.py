@@ -1,0 +1,11 @@
+"""Fine-tune R26+ViT-S_32 from its ImageNet-21k checkpoint.
+
+  python -m vit_jax.main --config=configs/r26_vit_s32.py --workdir=DIR          # ImageNet at 384 px
+  python -m vit_jax.main --config=configs/r26_vit_s32.py:cifar10 --workdir=DIR  # any dataset, 384 px
+"""
+
+from configs import common
+
+
+def get_config(dataset=None):
+  return common.finetune_config("R26+ViT-S_32", dataset)

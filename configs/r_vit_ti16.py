@@ -1,0 +1,11 @@
+"""Fine-tune R+ViT-Ti_16 from its ImageNet-21k checkpoint.
+
+  python -m vit_jax.main --config=configs/r_vit_ti16.py --workdir=DIR          # ImageNet at 384 px
+  python -m vit_jax.main --config=configs/r_vit_ti16.py:cifar10 --workdir=DIR  # any dataset, 384 px
+"""
+
+from configs import common
+
+
+def get_config(dataset=None):
+  return common.finetune_config("R+ViT-Ti_16", dataset)

@@ -1,0 +1,71 @@
+"""Every config file builds, is complete, and says what the paper says."""
+
+import importlib.util
+import pathlib
+
+import pytest
+
+from configs import common, pretrain
+from vit_jax.models import zoo
+
+CONFIG_DIR = pathlib.Path(__file__).resolve().parents[1] / "configs"
+MODEL_CONFIGS = sorted(p.name for p in CONFIG_DIR.glob("*vit*.py"))
+REFERENCE_KEYS = ["dataset", "pretrained", "total_steps", "warmup_steps", "base_lr",
+                  "decay_type", "batch", "batch_eval", "accum_steps", "grad_norm_clip",
+                  "pp.crop", "eval_every", "checkpoint_every", "progress_every", "seed"]
+
+
+def load(spec):
+  """Like --config=configs/FILE[:ARG]: runs FILE's get_config(ARG)."""
+  file, _, arg = spec.partition(":")
+  module_spec = importlib.util.spec_from_file_location("config_under_test", CONFIG_DIR / file)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(arg) if arg else module.get_config()
+
+
+@pytest.mark.parametrize("name", MODEL_CONFIGS)
+def test_model_config_headline_and_dataset_argument(name):
+  headline = load(name)
+  assert zoo.canonical_name(headline.model_name) == headline.model_name
+  assert headline.dataset == "imagenet2012" and headline.total_steps == 20_000
+  cifar = load(f"{name}:cifar10")
+  assert (cifar.dataset, cifar.train_split, cifar.pp.crop) == ("cifar10", "train[:98%]", 384)
+  folder = load(f"{name}:/data/my_images")
+  assert folder.dataset == "/data/my_images" and folder.total_steps == common.HYPERRULE
+
+
+def test_reference_key_names_exist():
+  config = common.get_config()
+  for key in REFERENCE_KEYS:
+    node = config
+    for part in key.split("."):
+      node = node[part]
+
+
+def test_finetuning_recipe_matches_the_paper():
+  config = load("vit_b16.py:cifar10")
+  assert (config.optimizer, config.momentum, config.optim_dtype) == ("sgd", 0.9, "bfloat16")
+  assert (config.batch, config.grad_norm_clip, config.weight_decay) == (512, 1.0, 0.0)
+  assert (config.decay_type, config.warmup_steps, config.total_steps) == ("cosine", 500, 10_000)
+  assert load("vit_l16.py").pp.crop == 512 and load("vit_h14.py").pp.crop == 518
+  assert load("vit_l16.py").model.dropout_rate == 0.1
+
+
+def test_pretraining_recipe_matches_the_paper():
+  config = load("pretrain.py:ViT-B_16,imagenet21k")
+  assert (config.optimizer, config.adam_b1, config.adam_b2) == ("adamw", 0.9, 0.999)
+  assert (config.batch, config.warmup_steps, config.decay_type) == (4096, 10_000, "linear")
+  assert (config.weight_decay, config.base_lr, config.pp.crop) == (0.03, 1e-3, 224)
+  assert config.model.representation_size == 768 and config.model.head_bias_init == -10.0
+  assert config.total_steps == 14_197_122 * 90 // 4096
+  assert load("pretrain.py:ViT-L_16,imagenet2012").weight_decay == 0.3
+  with pytest.raises(ValueError, match="pretrain.py knows"):
+    pretrain.get_config("ViT-B_16,jft")
+
+
+def test_configs_are_locked_against_typos():
+  config = load("demo.py")
+  config.lock()
+  with pytest.raises(AttributeError):
+    config.bacth = 3

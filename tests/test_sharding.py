@@ -1,0 +1,44 @@
+"""Mesh construction and the batch-split checks."""
+
+import jax
+import pytest
+
+from vit_jax import sharding
+
+
+@pytest.mark.parametrize("config,devices,expected", [
+    ({"data": -1}, 8, {"data": 8, "fsdp": 1, "tensor": 1}),
+    ({"data": -1, "fsdp": 2}, 8, {"data": 4, "fsdp": 2, "tensor": 1}),
+    ({"data": 2, "tensor": 4}, 8, {"data": 2, "fsdp": 1, "tensor": 4}),
+    ({"data": 1, "fsdp": -1, "tensor": 1}, 4, {"data": 1, "fsdp": 4, "tensor": 1}),
+])
+def test_mesh_shape_resolves_the_free_axis(config, devices, expected):
+  assert sharding.mesh_shape(config, devices) == expected
+
+
+@pytest.mark.parametrize("config,match", [
+    ({"data": 3, "fsdp": 2}, "multiply to the device count"),
+    ({"data": -1, "fsdp": 3}, "cannot fill 8 devices"),
+    ({"data": -1, "fsdp": -1}, "only one mesh axis may be -1"),
+    ({"dp": 8}, "unknown mesh axis dp"),
+])
+def test_impossible_meshes_are_one_line_errors(config, match):
+  with pytest.raises(sharding.ShardingError, match=match) as e:
+    sharding.mesh_shape(config, 8)
+  assert "\n" not in str(e.value)
+
+
+def test_make_mesh_on_the_local_devices():
+  mesh = sharding.make_mesh({"data": -1})
+  assert mesh.axis_names == sharding.AXES
+  assert mesh.shape["data"] == jax.device_count()
+  assert sharding.batch_parallelism(mesh) == jax.device_count()
+
+
+def test_batch_must_divide_over_data_parallel_devices():
+  mesh = jax.make_mesh((1, 1, 1), sharding.AXES,
+                       axis_types=(jax.sharding.AxisType.Auto,) * 3)
+  sharding.check_batch_size(7, mesh)  # one device takes any batch
+  fake_mesh = type("FakeMesh", (), {"shape": {"data": 4, "fsdp": 2, "tensor": 1}})()
+  with pytest.raises(sharding.ShardingError, match=r"config.batch=12 is not divisible by the 8"):
+    sharding.check_batch_size(12, fake_mesh)
