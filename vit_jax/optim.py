@@ -1,0 +1,92 @@
+"""The optimizer and learning-rate schedule, built from the config as one optax chain.
+
+    clip_by_global_norm -> sgd momentum | adam -> decoupled weight decay -> * -lr(step)
+
+Keys read: optimizer, base_lr, warmup_steps, total_steps, decay_type, linear_end,
+momentum (sgd), adam_b1 / adam_b2 (adam, adamw), optim_dtype, weight_decay,
+grad_norm_clip. Every key must be set (configs/common.py sets the reference fine-tuning
+recipe) except `linear_end`, which defaults to the reference code's 1e-5.
+"""
+
+from typing import Callable, Dict
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+# decay_type -> lr after warm-up as a function of (base_lr, progress in [0, 1], linear_end).
+_DECAYS: Dict[str, Callable] = {
+    "cosine": lambda base, p, end: base * 0.5 * (1.0 + jnp.cos(jnp.pi * p)),
+    "linear": lambda base, p, end: end + (base - end) * (1.0 - p),
+    "constant": lambda base, p, end: base * jnp.ones_like(p),
+}
+
+# Names whose leaves get weight decay. Matching by name, not by ndim >= 2: attention
+# biases are 2-D (heads, head_dim), and old checkpoints' GroupNorm scales are 4-D, yet
+# neither is a kernel; `cls` and `pos_embedding` are 3-D and are not decayed either.
+_DECAYED_NAMES = ("kernel",)
+
+
+def config_choice(table: Dict, key: str, value: str):
+  """table[value] for config.<key> = value, or a one-line ValueError naming the choices."""
+  if value not in table:
+    raise ValueError(f"unknown config.{key}={value!r}; choose one of {', '.join(table)}")
+  return table[value]
+
+
+def make_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
+  """The reference code's schedule: linear warm-up times a decay over the remaining steps.
+
+      warm(step) = min(1, step / warmup_steps)           (1 when warmup_steps == 0)
+      p(step)    = clip((step - warmup_steps) / (total_steps - warmup_steps), 0, 1)
+      cosine:    lr = base_lr * warm * 0.5 * (1 + cos(pi * p))           (-> 0)
+      linear:    lr = warm * (linear_end + (base_lr - linear_end) * (1 - p))  (-> linear_end)
+      constant:  lr = base_lr * warm
+  """
+  decay = config_choice(_DECAYS, "decay_type", config.decay_type)
+  base, warmup, total = config.base_lr, config.warmup_steps, config.total_steps
+  end = config.get("linear_end", 1e-5)
+  decay_steps = max(total - warmup, 1)  # total == warmup: decay is a step at the end
+
+  def schedule(step):
+    step = jnp.asarray(step, jnp.float32)
+    progress = jnp.clip((step - warmup) / decay_steps, 0.0, 1.0)
+    warm = jnp.minimum(1.0, step / warmup) if warmup > 0 else 1.0
+    return jnp.asarray(warm * decay(base, progress, end), jnp.float32)
+
+  return schedule
+
+
+def decay_mask(params) -> dict:
+  """True for the leaves that get weight decay: the kernels (see _DECAYED_NAMES)."""
+  return jax.tree_util.tree_map_with_path(
+      lambda path, _: getattr(path[-1], "key", None) in _DECAYED_NAMES, params)
+
+
+def _sgd(config, dtype) -> optax.GradientTransformation:
+  return optax.trace(decay=config.momentum, accumulator_dtype=dtype)
+
+
+def _adam(config, dtype) -> optax.GradientTransformation:
+  return optax.scale_by_adam(b1=config.adam_b1, b2=config.adam_b2, mu_dtype=dtype)
+
+
+# 'adam' and 'adamw' build the same chain: the paper's "Adam with weight decay" was
+# flax.optim.Adam, whose weight decay is decoupled (AdamW); both names are accepted.
+_OPTIMIZERS = {"sgd": _sgd, "adam": _adam, "adamw": _adam}
+
+
+def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+  """The full update rule; optim_dtype is the momentum / first-moment buffer's dtype.
+
+  Weight decay is decoupled from the gradient statistics but scaled by the schedule
+  (update -= lr * weight_decay * kernel), as flax.optim.Adam did for the paper.
+  """
+  direction = config_choice(_OPTIMIZERS, "optimizer", config.optimizer)
+  chain = [optax.clip_by_global_norm(config.grad_norm_clip)] if config.grad_norm_clip else []
+  chain.append(direction(config, jnp.dtype(config.optim_dtype)))
+  if config.weight_decay:
+    chain.append(optax.add_decayed_weights(config.weight_decay, mask=decay_mask))
+  chain.append(optax.scale_by_learning_rate(make_schedule(config)))
+  return optax.chain(*chain)
