@@ -42,3 +42,41 @@ def test_batch_must_divide_over_data_parallel_devices():
   fake_mesh = type("FakeMesh", (), {"shape": {"data": 4, "fsdp": 2, "tensor": 1}})()
   with pytest.raises(sharding.ShardingError, match=r"config.batch=12 is not divisible by the 8"):
     sharding.check_batch_size(12, fake_mesh)
+
+
+SIZES_TENSOR = {"data": 2, "fsdp": 1, "tensor": 4}
+SIZES_FSDP = {"data": 4, "fsdp": 2, "tensor": 1}
+BLOCK = "params/Transformer/encoderblock_3"
+
+
+@pytest.mark.parametrize("name,shape,sizes,expected", [
+    (f"{BLOCK}/MultiHeadDotProductAttention_1/query/kernel", (768, 12, 64), SIZES_TENSOR,
+     (None, "tensor", None)),
+    (f"{BLOCK}/MultiHeadDotProductAttention_1/value/bias", (12, 64), SIZES_TENSOR,
+     ("tensor", None)),
+    (f"{BLOCK}/MultiHeadDotProductAttention_1/out/kernel", (12, 64, 768), SIZES_TENSOR,
+     ("tensor", None, None)),
+    (f"{BLOCK}/MlpBlock_3/Dense_0/kernel", (768, 3072), SIZES_TENSOR, (None, "tensor")),
+    (f"{BLOCK}/MlpBlock_3/Dense_1/kernel", (3072, 768), SIZES_TENSOR, ("tensor", None)),
+    (f"{BLOCK}/MlpBlock_3/Dense_1/bias", (768,), SIZES_TENSOR, (None,)),
+    (f"{BLOCK}/LayerNorm_0/scale", (768,), SIZES_TENSOR, (None,)),
+    # FSDP: the largest divisible dimension of big tensors; small ones stay replicated.
+    (f"{BLOCK}/MlpBlock_3/Dense_0/kernel", (768, 3072), SIZES_FSDP, (None, "fsdp")),
+    ("opt_state/0/trace/Transformer/encoderblock_0/MlpBlock_3/Dense_1/kernel", (3072, 768),
+     SIZES_FSDP, ("fsdp", None)),
+    ("params/embedding/kernel", (16, 16, 3, 768), SIZES_FSDP, (None, None, None, "fsdp")),
+    (f"{BLOCK}/LayerNorm_0/scale", (768,), SIZES_FSDP, (None,)),
+    ("params/head/kernel", (768, 1001), SIZES_FSDP, ("fsdp", None)),
+    # Both: tensor first, FSDP on what is left.
+    (f"{BLOCK}/MlpBlock_3/Dense_0/kernel", (768, 3072), {"data": 1, "fsdp": 2, "tensor": 4},
+     ("fsdp", "tensor")),
+])
+def test_partition_rules(name, shape, sizes, expected):
+  assert sharding.partition_spec(name, shape, sizes) == jax.sharding.PartitionSpec(*expected)
+
+
+def test_tensor_axis_must_divide_heads():
+  fake_mesh = type("FakeMesh", (), {"shape": {"data": 2, "fsdp": 1, "tensor": 4}})()
+  sharding.check_tensor_parallel(12, 3072, fake_mesh)
+  with pytest.raises(sharding.ShardingError, match=r"tensor=4 does not divide .* 3 heads.*\[1, 3\]"):
+    sharding.check_tensor_parallel(3, 768, fake_mesh)

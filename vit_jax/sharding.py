@@ -2,11 +2,18 @@
 
 The mesh always has the three named axes `data`, `fsdp` and `tensor` (size 1 when
 unused), so partition specs never depend on which parallelism a run picked.
-Batches are split over `data` x `fsdp`.
+Batches are split over `data` x `fsdp`. Parameters (and the optimizer state, whose
+leaves carry the same names) follow rules keyed on their names:
+  * tensor parallel (Megatron): attention heads and the MLP hidden units are split
+    over `tensor`, so each device holds whole heads and a slice of the MLP;
+  * FSDP: the largest still-unsplit dimension divisible by `fsdp` of every tensor with
+    at least FSDP_MIN_SIZE elements is split over `fsdp`;
+  * everything else is replicated.
 """
 
 import math
-from typing import Any, Dict, Mapping, Optional, Sequence
+import re
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -75,6 +82,59 @@ def check_batch_size(batch_size: int, mesh: Mesh, name: str = "batch") -> None:
                         f"{jax.process_count()} processes: use a multiple of it")
 
 
+# Parameter-name pattern -> the mesh axis of each dimension (Megatron-style splits).
+TENSOR_RULES = (
+    (r"MultiHeadDotProductAttention_1/(query|key|value)/kernel$", (None, "tensor", None)),
+    (r"MultiHeadDotProductAttention_1/(query|key|value)/bias$", ("tensor", None)),
+    (r"MultiHeadDotProductAttention_1/out/kernel$", ("tensor", None, None)),
+    (r"MlpBlock_3/Dense_0/kernel$", (None, "tensor")),
+    (r"MlpBlock_3/Dense_0/bias$", ("tensor",)),
+    (r"MlpBlock_3/Dense_1/kernel$", ("tensor", None)),
+)
+FSDP_MIN_SIZE = 2**16  # smaller tensors cost more to gather than they save
+
+
+def path_name(path: Tuple[Any, ...]) -> str:
+  """'/'-joined names of a pytree path (dict keys, attributes, sequence indices)."""
+  parts = []
+  for entry in path:
+    for attribute in ("key", "name", "idx"):
+      if hasattr(entry, attribute):
+        parts.append(str(getattr(entry, attribute)))
+        break
+  return "/".join(parts)
+
+
+def partition_spec(name: str, shape: Sequence[int], axis_sizes: Mapping[str, int]) -> P:
+  """Where each dimension of the leaf `name` of `shape` lives on the mesh."""
+  dims = [None] * len(shape)
+  if axis_sizes.get("tensor", 1) > 1:
+    for pattern, axes in TENSOR_RULES:
+      if re.search(pattern, name) and len(axes) == len(shape):
+        dims = list(axes)
+        break
+  fsdp = axis_sizes.get("fsdp", 1)
+  if fsdp > 1 and math.prod(shape) >= FSDP_MIN_SIZE:
+    free = [i for i, size in enumerate(shape) if dims[i] is None and size % fsdp == 0]
+    if free:
+      dims[max(free, key=lambda i: shape[i])] = "fsdp"
+  return P(*dims)
+
+
 def param_shardings(abstract_tree: Any, mesh: Mesh) -> Any:
-  """Shardings for parameters (or any state tree): replicated on every device."""
-  return jax.tree.map(lambda _: replicated(mesh), abstract_tree)
+  """NamedShardings for a parameter or train-state tree, from the rules above."""
+  sizes = dict(mesh.shape)
+  return jax.tree_util.tree_map_with_path(
+      lambda path, leaf: NamedSharding(
+          mesh, partition_spec(path_name(path), getattr(leaf, "shape", ()), sizes)),
+      abstract_tree)
+
+
+def check_tensor_parallel(num_heads: int, mlp_dim: int, mesh: Mesh) -> None:
+  """The `tensor` axis must split heads and MLP units evenly (checked before compiling)."""
+  tensor = mesh.shape["tensor"]
+  if num_heads % tensor or mlp_dim % tensor:
+    divisors = [d for d in range(1, num_heads + 1) if num_heads % d == 0 and mlp_dim % d == 0]
+    raise ShardingError(
+        f"mesh tensor={tensor} does not divide the model's {num_heads} heads and "
+        f"{mlp_dim} MLP units: use config.mesh.tensor in {divisors}")
