@@ -1,0 +1,77 @@
+"""A train step sharded over 8 (simulated) devices computes what one device computes.
+
+The comparison runs in a subprocess, because the device count is fixed when jax starts.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+LAYOUTS = {"data8": {"data": 8}, "data4_fsdp2": {"data": 4, "fsdp": 2},
+           "data2_tensor4": {"data": 2, "tensor": 4}}
+
+
+def run_layouts():
+  """Runs one step per layout; prints the loss, a digest of the params and their specs."""
+  import jax
+  import jax.numpy as jnp
+  import ml_collections
+  from vit_jax import optim, sharding, train_step
+  from vit_jax.models import zoo
+
+  module = zoo.create_model("ViT-Ti_16", num_classes=8, patch_size=4, hidden_size=64,
+                            mlp_dim=256, num_heads=4, num_layers=2)
+  config = ml_collections.ConfigDict(dict(
+      optimizer="sgd", momentum=0.9, optim_dtype="float32", base_lr=0.1, warmup_steps=0,
+      total_steps=10, decay_type="cosine", grad_norm_clip=1.0, weight_decay=0.0,
+      adam_b1=0.9, adam_b2=0.999, accum_steps=2, loss="softmax_xent", label_smoothing=0.0))
+  optimizer = optim.make_optimizer(config)
+  rng = jax.random.PRNGKey(0)
+  batch = {"image": jax.random.uniform(rng, (16, 32, 32, 3), minval=-1, maxval=1),
+           "label": jnp.arange(16) % 8}
+  params = module.init(rng, batch["image"][:1])["params"]
+  params["head"]["kernel"] = jax.random.normal(rng, params["head"]["kernel"].shape) * 0.1
+  step = train_step.make_train_step(module, optimizer, config)
+  results = {}
+  for name, layout in {"one": {"data": 1}, **LAYOUTS}.items():
+    devices = jax.devices()[:1] if name == "one" else jax.devices()
+    mesh = sharding.make_mesh(layout, devices)
+    state = train_step.create_train_state(params, optimizer)
+    state_sharding = sharding.param_shardings(jax.eval_shape(lambda: state), mesh)
+    state = jax.device_put(state, state_sharding)
+    jitted = jax.jit(step, in_shardings=(state_sharding, sharding.batch_sharding(mesh),
+                                         sharding.replicated(mesh)),
+                     out_shardings=(state_sharding, sharding.replicated(mesh)))
+    new_state, metrics = jitted(state, jax.device_put(batch, sharding.batch_sharding(mesh)),
+                                rng)
+    kernel = new_state.params["Transformer"]["encoderblock_0"]["MlpBlock_3"]["Dense_0"]["kernel"]
+    results[name] = {
+        "loss": float(metrics["loss"]),
+        "params": [np.asarray(x).tolist() for x in jax.tree.leaves(new_state.params)],
+        "mlp_spec": str(kernel.sharding.spec),
+    }
+  print(json.dumps(results))
+
+
+def test_sharded_layouts_match_one_device():
+  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+         "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+  out = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True,
+                       timeout=600)
+  assert out.returncode == 0, out.stderr[-3000:]
+  results = json.loads(out.stdout.splitlines()[-1])
+  one = results.pop("one")
+  for name, result in results.items():
+    np.testing.assert_allclose(result["loss"], one["loss"], rtol=1e-6, err_msg=name)
+    for ours, reference in zip(result["params"], one["params"]):
+      np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-6, err_msg=name)
+  assert results["data8"]["mlp_spec"] == "P(None, None)"
+  assert results["data4_fsdp2"]["mlp_spec"] == "P(None, 'fsdp')"
+  assert results["data2_tensor4"]["mlp_spec"] == "P(None, 'tensor')"
+
+
+if __name__ == "__main__":
+  run_layouts()
