@@ -22,8 +22,8 @@ def run_layouts():
   from vit_jax import optim, sharding, train_step
   from vit_jax.models import zoo
 
-  module = zoo.create_model("ViT-Ti_16", num_classes=8, patch_size=4, hidden_size=64,
-                            mlp_dim=256, num_heads=4, num_layers=2)
+  module = zoo.create_model("ViT-Ti_16", num_classes=8, patch_size=8, hidden_size=128,
+                            mlp_dim=512, num_heads=4, num_layers=2)
   config = ml_collections.ConfigDict(dict(
       optimizer="sgd", momentum=0.9, optim_dtype="float32", base_lr=0.1, warmup_steps=0,
       total_steps=10, decay_type="cosine", grad_norm_clip=1.0, weight_decay=0.0,
