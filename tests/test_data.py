@@ -1,0 +1,231 @@
+"""Input pipeline: sources, process-count independent batches, exact eval, device batches."""
+
+import os
+import time
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+from PIL import Image
+
+from vit_jax import data
+
+
+def make_config(dataset="digits", **pp) -> ml_collections.ConfigDict:
+  """The keys open_dataset reads; small BiT crops keep the tests fast."""
+  return ml_collections.ConfigDict({
+      "dataset": dataset, "train_split": None, "eval_split": None, "tfds_data_dir": None,
+      "tfds_manual_dir": None, "tfds_download": False, "shuffle_buffer": 16,
+      "pp": {"preset": "bit", "crop": 16, "resize": 20, "flip": True, "mixup_alpha": 0.0,
+             **pp}})
+
+
+def write_image(path, mode="RGB", size=(12, 10), fmt=None):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  channels = {"L": (), "RGB": (3,), "RGBA": (4,)}[mode]
+  pixels = np.random.default_rng(len(str(path))).integers(0, 256, (size[1], size[0], *channels),
+                                                          dtype=np.uint8)
+  Image.fromarray(pixels, mode).save(path, fmt)
+
+
+@pytest.fixture(name="folder")
+def fixture_folder(tmp_path):
+  """train/ with mixed extensions, cases, grayscale and RGBA; test/ with both classes."""
+  write_image(tmp_path / "train/dog/a.JPG", fmt="JPEG")
+  write_image(tmp_path / "train/dog/b.png", mode="L")
+  write_image(tmp_path / "train/cat/c.Png", mode="RGBA", size=(30, 20))
+  write_image(tmp_path / "train/cat/d.jpeg", mode="L", fmt="JPEG")
+  (tmp_path / "train/cat/notes.txt").write_text("not an image")
+  write_image(tmp_path / "test/cat/e.png")
+  write_image(tmp_path / "test/dog/f.jpg", fmt="JPEG")
+  return tmp_path
+
+
+def indexed_dataset(num_train, num_eval, **pp):
+  """Constant images whose pixels encode their index (channel 0: index // 256, channel 1:
+  index % 256): every crop, flip and resize keeps it, so batches reveal their examples."""
+  def split(n):
+    index = np.arange(n)
+    pixels = np.zeros((n, 8, 8, 3), np.uint8)
+    pixels[..., 0] = (index // 256)[:, None, None]
+    pixels[..., 1] = (index % 256)[:, None, None]
+    return data.IndexedSplit(pixels, (index % 3).astype(np.int32), "pixels")
+  config = make_config(**pp)
+  return data.Dataset(split(num_train), split(num_eval), ["a", "b", "c"], config.pp, 16)
+
+
+def indices_of(images: np.ndarray) -> np.ndarray:
+  values = np.rint(images[:, 0, 0, :2] * 127.5 + 127.5).astype(int)
+  return values[:, 0] * 256 + values[:, 1]
+
+
+def train(dataset, process_count=1, process_index=0, start_step=0, num_steps=4, batch_size=8):
+  return list(dataset.train_batches(batch_size=batch_size, start_step=start_step,
+                                    num_steps=num_steps, seed=3, process_index=process_index,
+                                    process_count=process_count))
+
+
+def test_digits_source():
+  dataset = data.open_dataset(make_config())
+  assert (dataset.info.num_train, dataset.info.num_eval, dataset.info.num_classes) == (
+      1497, 300, 10)
+  assert dataset.train.data.shape == (1497, 8, 8, 3) and dataset.train.data.dtype == np.uint8
+  assert dataset.train.data.max() == 255
+  batch = train(dataset, num_steps=1)[0]
+  assert batch["image"].shape == (8, 16, 16, 3) and batch["label"].dtype == np.int32
+
+
+@pytest.mark.parametrize("pp", [{}, {"mixup_alpha": 0.1},
+                                {"preset": "inception", "resize": None}])
+def test_global_batches_do_not_depend_on_process_count(pp):
+  dataset = data.open_dataset(make_config(**pp))
+  whole = train(dataset)
+  halves = [train(dataset, process_count=2, process_index=p) for p in range(2)]
+  for step, batch in enumerate(whole):
+    for key in batch:
+      np.testing.assert_array_equal(
+          np.concatenate([halves[0][step][key], halves[1][step][key]]), batch[key])
+  assert not np.array_equal(whole[0]["image"], whole[1]["image"])
+  resumed = train(dataset, start_step=2)
+  assert len(resumed) == 2
+  for key in whole[2]:
+    np.testing.assert_array_equal(resumed[0][key], whole[2][key])
+  if pp.get("mixup_alpha"):
+    assert whole[0]["label"].shape == (8, 10)
+    np.testing.assert_allclose(whole[0]["label"].sum(axis=1), 1.0, rtol=1e-6)
+
+
+def test_each_epoch_visits_every_example_once():
+  dataset = indexed_dataset(10, 3)
+  batches = train(dataset, num_steps=5, batch_size=4)  # 20 positions: two epochs of 10
+  seen = np.concatenate([indices_of(b["image"]) for b in batches])
+  assert sorted(seen[:10]) == list(range(10)) and sorted(seen[10:]) == list(range(10))
+  assert list(seen[:10]) != list(seen[10:])
+
+
+@pytest.mark.parametrize("process_count", [1, 2])
+def test_eval_counts_every_example_once(process_count):
+  dataset = indexed_dataset(4, 21)
+  parts = [list(dataset.eval_batches(batch_size=8, process_index=p,
+                                     process_count=process_count))
+           for p in range(process_count)]
+  assert len({len(part) for part in parts}) == 1  # every process runs the same steps
+  batches = [b for part in parts for b in part]
+  assert all(b["image"].shape == (8 // process_count, 16, 16, 3) for b in batches)
+  assert sum(b["mask"].sum() for b in batches) == 21
+  real = np.concatenate([indices_of(b["image"])[b["mask"] > 0] for b in batches])
+  assert sorted(real) == list(range(21))
+
+
+def test_image_folder(folder):
+  dataset = data.open_dataset(make_config(str(folder)))
+  assert dataset.info.class_names == ["cat", "dog"]
+  assert (dataset.info.num_train, dataset.info.num_eval) == (4, 2)
+  assert list(dataset.train.labels) == [0, 0, 1, 1]
+  batch = train(dataset, num_steps=1, batch_size=4)[0]
+  assert batch["image"].shape == (4, 16, 16, 3)
+  assert np.abs(batch["image"]).max() <= 1.0
+  inception = data.open_dataset(make_config(str(folder), preset="inception", resize=None))
+  assert train(inception, num_steps=1, batch_size=4)[0]["image"].shape == (4, 16, 16, 3)
+  evaluation = list(dataset.eval_batches(batch_size=4, process_index=0, process_count=1))
+  assert [list(b["mask"]) for b in evaluation] == [[1, 1, 0, 0]]
+
+
+def test_image_folder_uses_validation_without_test(folder):
+  os.rename(folder / "test", folder / "validation")
+  assert data.open_dataset(make_config(str(folder))).info.num_eval == 2
+
+
+def overwrite(path, content: bytes) -> None:
+  path.write_bytes(content)
+
+
+DAMAGES = {  # name: (damage(root) -> None or the dataset path to open, expected message)
+    "missing": (lambda root: root / "absent", "absent does not exist"),
+    "empty_class": (lambda root: os.makedirs(root / "train/bird"), "bird has no .jpg"),
+    "unknown_class": (lambda root: os.makedirs(root / "test/bird"),
+                      "classes that train/ lacks: bird"),
+    "not_an_image": (lambda root: overwrite(root / "train/dog/a.JPG", b"garbage"),
+                     "corrupt image .*a.JPG: not a JPEG or PNG"),
+    "truncated": (lambda root: overwrite(root / "train/cat/c.Png",
+                                               (root / "train/cat/c.Png").read_bytes()[:200]),
+                  "corrupt image .*c.Png: truncated"),
+    "no_test": (lambda root: os.rename(root / "test", root / "other"), "neither test/ nor"),
+    "no_train": (lambda root: os.rename(root / "train", root / "other"), "no train/ folder"),
+}
+
+
+@pytest.mark.parametrize("name", DAMAGES)
+def test_image_folder_errors(folder, name):
+  damage, match = DAMAGES[name]
+  root = damage(folder) or folder
+  with pytest.raises((ValueError, FileNotFoundError), match=match):
+    data.open_dataset(make_config(str(root)))
+
+
+def test_bad_preset_and_name():
+  with pytest.raises(ValueError, match="choose one of inception, bit"):
+    data.open_dataset(make_config(preset="random"))
+  with pytest.raises(ValueError, match="pp.resize=20 applies to the bit preset only"):
+    data.open_dataset(make_config(preset="inception"))
+  with pytest.raises(ValueError, match="did you mean cifar10"):
+    data.open_dataset(make_config("cifar-10"))
+
+
+def test_tfds_mock_is_indexed():
+  with tfds.testing.mock_data(num_examples=12, policy=tfds.testing.MockPolicy.USE_CODE):
+    dataset = data.open_dataset(make_config("cifar10"))
+  assert isinstance(dataset.train, data.IndexedSplit) and dataset.train.kind == "encoded"
+  assert dataset.info.num_classes == 10
+  assert dataset.info.num_train == 12
+  batch = train(dataset, num_steps=1, batch_size=4)[0]
+  assert batch["image"].shape == (4, 16, 16, 3)
+
+
+def test_tfds_missing_fails_fast(tmp_path):
+  config = make_config("cifar10")
+  config.tfds_data_dir = str(tmp_path)
+  start = time.time()
+  with pytest.raises(FileNotFoundError, match=f"not prepared.*tfds build cifar10 --data_dir"):
+    data.open_dataset(config)
+  assert time.time() - start < 5
+
+
+@pytest.mark.parametrize("limit", [data.IN_MEMORY_LIMIT_BYTES, 0], ids=["memory", "stream"])
+def test_tfds_prepared(tmp_path, monkeypatch, limit):
+  """A real prepared dataset (tfds's offline dummy_mnist: 20 + 20 grayscale PNGs)."""
+  tfds.testing.DummyMnist(data_dir=str(tmp_path)).download_and_prepare()
+  monkeypatch.setattr(data, "IN_MEMORY_LIMIT_BYTES", limit)
+  config = make_config("dummy_mnist")
+  config.tfds_data_dir, config.train_split = str(tmp_path), "train[:18]"
+  dataset = data.open_dataset(config)
+  assert isinstance(dataset.train, data.StreamingSplit) == (limit == 0)
+  assert (dataset.info.num_train, dataset.info.num_eval) == (18, 20)
+  batches = train(dataset, process_count=2, num_steps=3, batch_size=4)
+  assert [b["image"].shape for b in batches] == [(2, 16, 16, 3)] * 3
+  evaluation = [list(dataset.eval_batches(batch_size=6, process_index=p, process_count=2))
+                for p in range(2)]
+  assert len(evaluation[0]) == len(evaluation[1])
+  assert sum(b["mask"].sum() for part in evaluation for b in part) == 20
+
+
+def test_to_global_and_prefetch():
+  devices = jax.devices()
+  sharding = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(devices), ("data",)),
+                                        jax.sharding.PartitionSpec("data"))
+  rows = 2 * len(devices)
+  batches = [{"image": np.full((rows, 4, 4, 3), i, np.float32),
+              "label": np.arange(rows, dtype=np.int32)} for i in range(3)]
+  global_batch = data.to_global(batches[0], sharding)
+  assert global_batch["image"].shape == (rows * jax.process_count(), 4, 4, 3)
+  assert global_batch["image"].sharding == sharding
+  fetched = list(data.prefetch_to_device(iter(batches), sharding))
+  assert [float(b["image"][0, 0, 0, 0]) for b in fetched] == [0.0, 1.0, 2.0]
+
+  def failing():
+    yield batches[0]
+    raise RuntimeError("reader broke")
+  with pytest.raises(RuntimeError, match="reader broke"):
+    list(data.prefetch_to_device(failing(), sharding))

@@ -1,0 +1,502 @@
+"""Input pipeline: datasets (embedded digits, image directories, TFDS) -> global batches.
+
+Indexed sources (the digits, image directories, TFDS datasets up to 2 GiB, held in
+memory as encoded bytes) give batches that do not depend on the number of processes
+or devices, so a run resumes exactly at any step on any topology:
+  * the global batch of step s depends only on (seed, batch size B, s): epoch e is the
+    permutation np.random.default_rng([seed, e]) of the examples, epochs are
+    concatenated into one stream, and step s takes stream positions [s*B, (s+1)*B);
+  * process p of P reads rows [p*B/P, (p+1)*B/P) of every global batch;
+  * the augmentation of the example at stream position x is seeded by (seed, x), and
+    MixUp draws one lambda per step and mixes neighbouring rows (see preprocess.mixup);
+  * starting at step k builds the pipeline from step k's positions: nothing is replayed.
+Large TFDS datasets (over 2 GiB, e.g. imagenet2012) are streamed instead: each process
+reads its own part of the split's files (tfds.even_splits) through a seeded shuffle
+buffer and decodes after shuffling. Their order depends on the number of processes, and
+a resumed run reshuffles from a seed that includes the start step rather than replaying.
+Evaluation pads the last global batch and returns a mask: every example counts once.
+"""
+
+import dataclasses
+import difflib
+import functools
+import os
+import queue
+import threading
+from typing import ClassVar, Iterator, List, Optional
+
+import jax
+import numpy as np
+import tensorflow as tf
+
+from vit_jax import preprocess
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+IN_MEMORY_LIMIT_BYTES = 2 << 30  # TFDS datasets up to this size are held in memory
+DIGITS_TEST_SIZE = 300  # the digits' test split: the first 300 of a permutation drawn
+DIGITS_SPLIT_SEED = 0   # with this seed; the other 1,497 are the train split
+_TFDS_READ_BATCH = 4096
+_JPEG_MAGIC, _PNG_MAGIC = b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n"
+_TAIL_BYTES = 64 << 10  # where an image file's end marker must be (trailers allowed)
+
+
+@dataclasses.dataclass
+class DatasetInfo:
+  num_classes: int
+  num_train: int
+  num_eval: int
+  class_names: List[str]
+
+
+@dataclasses.dataclass
+class IndexedSplit:
+  """Examples readable by index in any order, which is what lets batches be independent
+  of the process count. `kind` says what `data` holds: 'pixels' (uint8 [N, H, W, 3]),
+  'encoded' (image bytes, object array) or 'files' (image paths)."""
+  data: np.ndarray
+  labels: np.ndarray  # int32 [N]
+  kind: str
+
+  def __len__(self):
+    return len(self.labels)
+
+
+@dataclasses.dataclass
+class StreamingSplit:
+  """A TFDS split too large for memory, read as file shards of encoded images."""
+  kind: ClassVar[str] = "encoded"
+  builder: object
+  split: str
+  num_examples: int
+
+  def __len__(self):
+    return self.num_examples
+
+
+# --- The embedded dataset ------------------------------------------------------------------
+
+
+def digits_source():
+  """scikit-learn's 1,797 8x8 digits as uint8 RGB, split 1,497 train / 300 test.
+
+  The split is fixed: permutation(1797) of default_rng(DIGITS_SPLIT_SEED), whose first
+  DIGITS_TEST_SIZE examples are the test split.
+  """
+  from sklearn.datasets import load_digits  # only this source needs scikit-learn
+  bunch = load_digits()
+  gray = np.round(bunch.images * (255 / 16)).astype(np.uint8)
+  pixels = np.repeat(gray[..., None], 3, axis=-1)
+  labels = bunch.target.astype(np.int32)
+  order = np.random.default_rng(DIGITS_SPLIT_SEED).permutation(len(labels))
+  test, train = order[:DIGITS_TEST_SIZE], order[DIGITS_TEST_SIZE:]
+  return (IndexedSplit(pixels[train], labels[train], "pixels"),
+          IndexedSplit(pixels[test], labels[test], "pixels"), [str(d) for d in range(10)])
+
+
+# --- Image directories ---------------------------------------------------------------------
+
+
+def check_image_file(path: str) -> None:
+  """Cheap up-front check (magic bytes, end marker) so that a corrupt file fails now,
+  naming itself, rather than hours into training."""
+  size = os.path.getsize(path)
+  with open(path, "rb") as f:
+    head = f.read(8)
+    f.seek(max(0, size - _TAIL_BYTES))
+    tail = f.read()
+  if head.startswith(_JPEG_MAGIC):
+    complete = b"\xff\xd9" in tail
+  elif head.startswith(_PNG_MAGIC):
+    complete = b"IEND" in tail
+  else:
+    raise ValueError(f"corrupt image {path}: not a JPEG or PNG file ({size} bytes); "
+                     "replace or remove it")
+  if not complete:
+    raise ValueError(f"corrupt image {path}: truncated (no end marker); replace or remove it")
+
+
+def _class_folders(split_dir: str) -> List[str]:
+  return sorted(entry.name for entry in os.scandir(split_dir)
+                if entry.is_dir() and not entry.name.startswith("."))
+
+
+def _image_files(folder: str) -> List[str]:
+  return sorted(entry.path for entry in os.scandir(folder)
+                if entry.is_file() and entry.name.lower().endswith(IMAGE_EXTENSIONS))
+
+
+def _folder_split(split_dir: str, classes: List[str]) -> IndexedSplit:
+  """Files of split_dir/<class>/ for each class folder present, labelled by `classes`."""
+  unknown = sorted(set(_class_folders(split_dir)) - set(classes))
+  if unknown:
+    raise ValueError(f"{split_dir} has classes that train/ lacks: {', '.join(unknown)}; "
+                     "add them to train/ or remove them")
+  paths, labels = [], []
+  for label, name in enumerate(classes):
+    folder = os.path.join(split_dir, name)
+    if not os.path.isdir(folder):
+      continue
+    files = _image_files(folder)
+    if not files:
+      raise ValueError(f"class folder {folder} has no .jpg/.jpeg/.png images; add some or "
+                       "remove the folder")
+    for path in files:
+      check_image_file(path)
+    paths += files
+    labels += [label] * len(files)
+  if not paths:
+    raise ValueError(f"{split_dir} has no class folders; put its images in "
+                     f"{split_dir}/<class>/")
+  return IndexedSplit(np.array(paths), np.array(labels, np.int32), "files")
+
+
+def directory_source(root: str):
+  """ROOT/train/<class>/* and ROOT/test/<class>/* (or ROOT/validation/<class>/*).
+
+  Classes are the sorted subfolders of train/; images are .jpg/.jpeg/.png in any case.
+  """
+  root = os.path.expanduser(root)
+  if not os.path.isdir(root):
+    raise FileNotFoundError(f"dataset directory {root} does not exist; set config.dataset to "
+                            "a directory with train/<class>/ and test/<class>/, a TFDS name "
+                            "or 'digits'")
+  train_dir = os.path.join(root, "train")
+  if not os.path.isdir(train_dir):
+    raise ValueError(f"{root} has no train/ folder; put training images in "
+                     f"{train_dir}/<class>/")
+  eval_dir = next((os.path.join(root, name) for name in ("test", "validation")
+                   if os.path.isdir(os.path.join(root, name))), None)
+  if eval_dir is None:
+    raise ValueError(f"{root} has neither test/ nor validation/; hold out images in "
+                     f"{root}/test/<class>/")
+  classes = _class_folders(train_dir)
+  return _folder_split(train_dir, classes), _folder_split(eval_dir, classes), classes
+
+
+# --- TFDS -------------------------------------------------------------------------------------
+
+
+def _tfds_builder(name: str, data_dir: Optional[str]):
+  import tensorflow_datasets as tfds
+  try:
+    return tfds.builder(name, data_dir=data_dir)
+  except ValueError:  # not registered, or not even a valid builder name
+    close = difflib.get_close_matches(name, ["digits"] + tfds.list_builders(), n=4)
+    hint = f"did you mean {', '.join(close)}?" if close else "see tfds.list_builders()"
+    raise ValueError(f"unknown dataset {name!r}: not 'digits', not an existing directory and "
+                     f"not a TFDS name; {hint}") from None
+
+
+def read_tfds(builder, split, **kwargs) -> tf.data.Dataset:
+  """Examples with undecoded images (decode after the shuffle / the crop window), or a
+  one-line error if the data is absent (tfds's download=False semantics)."""
+  import tensorflow_datasets as tfds
+  try:
+    return builder.as_dataset(split=split, decoders={"image": tfds.decode.SkipDecoding()},
+                              **kwargs)
+  except AssertionError:  # tfds: "could not find data in DIR"
+    raise FileNotFoundError(
+        f"TFDS dataset {builder.name} is not prepared in {builder.data_dir}; run `tfds build "
+        f"{builder.name} --data_dir={builder.data_dir_root}` on a machine with network, or "
+        "set config.tfds_data_dir to a prepared copy (or config.tfds_download=True)") from None
+
+
+def _tfds_in_memory(builder, split: str) -> IndexedSplit:
+  """A whole split as encoded bytes: decoding stays per example, after the gather."""
+  data = read_tfds(builder, split, shuffle_files=False)
+  data = data.map(lambda ex: (ex["image"], tf.cast(ex["label"], tf.int32)))
+  images, labels = [], []
+  for image_batch, label_batch in data.batch(_TFDS_READ_BATCH).as_numpy_iterator():
+    images.append(image_batch)
+    labels.append(label_batch)
+  return IndexedSplit(np.concatenate(images), np.concatenate(labels), "encoded")
+
+
+def tfds_source(name: str, train_split: str, eval_split: str, *, data_dir=None,
+                manual_dir=None, download=False):
+  """A TFDS dataset; touches the network only with download=True (then it may take
+  minutes, or hang offline), otherwise a missing dataset fails at once."""
+  import tensorflow_datasets as tfds
+  builder = _tfds_builder(name, data_dir)
+  if download and not builder.is_prepared():
+    builder.download_and_prepare(
+        download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
+  missing = {"image", "label"} - set(builder.info.features)
+  if missing:
+    raise ValueError(f"TFDS dataset {name} lacks the feature(s) {', '.join(sorted(missing))}; "
+                     "only image classification datasets with 'image' and 'label' work")
+  if (builder.info.dataset_size or 0) > IN_MEMORY_LIMIT_BYTES:
+    read_tfds(builder, train_split)  # fails fast if absent
+    splits = [StreamingSplit(builder, split, builder.info.splits[split].num_examples)
+              for split in (train_split, eval_split)]
+  else:
+    splits = [_tfds_in_memory(builder, split) for split in (train_split, eval_split)]
+  return splits[0], splits[1], list(builder.info.features["label"].names)
+
+
+# --- Stream positions and seeds ------------------------------------------------------------
+
+
+def row_positions(step: int, batch_size: int, process_index: int,
+                  process_count: int) -> np.ndarray:
+  """Stream positions of this process's rows of the global batch of `step`."""
+  rows = batch_size // process_count
+  return step * batch_size + process_index * rows + np.arange(rows, dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=4)
+def epoch_permutation(seed: int, epoch: int, size: int) -> np.ndarray:
+  return np.random.default_rng([seed, epoch]).permutation(size)
+
+
+def stream_indices(seed: int, positions: np.ndarray, size: int) -> np.ndarray:
+  """Example index at each stream position (a batch may straddle two epochs)."""
+  epochs, offsets = np.divmod(positions, size)
+  indices = np.empty_like(positions)
+  for epoch in np.unique(epochs):
+    here = epochs == epoch
+    indices[here] = epoch_permutation(seed, int(epoch), size)[offsets[here]]
+  return indices
+
+
+def example_seed(seed: int, position: tf.Tensor) -> tf.Tensor:
+  """Augmentation seed of the example at a stream position."""
+  return tf.random.experimental.stateless_fold_in(tf.constant([seed, 0], tf.int64), position)
+
+
+def mixup_seed(seed: int, step: tf.Tensor) -> tf.Tensor:
+  """MixUp seed of a step: the same in every process."""
+  return tf.random.experimental.stateless_fold_in(tf.constant([seed, 1], tf.int64), step)
+
+
+def _read_rows(split: IndexedSplit, row_indices, batch_ids: tf.data.Dataset) -> tf.data.Dataset:
+  """Examples (position, data, label) of the batches `batch_ids`; row_indices(batch_id)
+  gives their (positions, indices). The gather runs in numpy, once per batch, so the
+  split never becomes a (size-limited) constant in the TF graph."""
+  dtype = tf.uint8 if split.kind == "pixels" else tf.string
+
+  def gather(batch_id):
+    positions, indices = row_indices(int(batch_id))
+    return positions, split.data[indices], split.labels[indices]
+
+  def read(batch_id):
+    positions, data, labels = tf.numpy_function(
+        gather, [batch_id], [tf.int64, dtype, tf.int32], stateful=False)
+    return (tf.ensure_shape(positions, [None]),
+            tf.ensure_shape(data, [None, *split.data.shape[1:]]),
+            tf.ensure_shape(labels, [None]))
+
+  return batch_ids.map(read).unbatch()
+
+
+def _shuffle_seed(seed: int, start_step: int, process_index: int) -> int:
+  """Streaming shuffle seed: a resumed run reshuffles instead of replaying the stream."""
+  return int(np.random.SeedSequence([seed, start_step, process_index]).generate_state(1)[0])
+
+
+def _rows_per_process(batch_size: int, process_count: int) -> int:
+  if batch_size % process_count:
+    raise ValueError(f"batch size {batch_size} does not split over {process_count} "
+                     "processes; pick a multiple of the process count")
+  return batch_size // process_count
+
+
+# --- Datasets -------------------------------------------------------------------------------
+
+
+class Dataset:
+  """A train and an eval split with the preprocessing of config.pp."""
+
+  def __init__(self, train, eval_split, class_names: List[str], pp, shuffle_buffer: int):
+    self.train = train
+    self.eval = eval_split
+    self.pp = pp
+    self.shuffle_buffer = shuffle_buffer
+    self.info = DatasetInfo(len(class_names), len(train), len(eval_split), class_names)
+
+  def _payload(self, split, data: tf.Tensor) -> tf.Tensor:
+    """Pixels or encoded bytes of one example (files are read here, in parallel)."""
+    return tf.io.read_file(data) if split.kind == "files" else data
+
+  def _augment(self, image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    pp = self.pp
+    if pp.preset == "inception":
+      return preprocess.inception_crop(image, pp.crop, seed, flip=pp.flip)
+    return preprocess.bit_crop(image, pp.crop, seed, resize=pp.resize, flip=pp.flip)
+
+  # --- train ---
+
+  def train_batches(self, *, batch_size: int, start_step: int, num_steps: int, seed: int,
+                    process_index: int, process_count: int) -> Iterator[dict]:
+    """This process's rows of the global batches of steps start_step .. num_steps - 1:
+    {'image': float32 [B/P, crop, crop, 3], 'label': int32 [B/P]} (with MixUp, 'label'
+    is float32 [B/P, num_classes])."""
+    rows = _rows_per_process(batch_size, process_count)
+    if self.pp.mixup_alpha and rows % 2:
+      raise ValueError(f"MixUp mixes pairs of rows: the per-process batch {rows} "
+                       f"(batch {batch_size} / {process_count} processes) must be even")
+    if isinstance(self.train, StreamingSplit):
+      examples = self._streaming_train(start_step, seed, process_index, process_count)
+      examples = examples.enumerate().map(lambda i, example: (  # as in row_positions
+          (start_step + i // rows) * batch_size + process_index * rows + i % rows, *example))
+    else:
+      def rows_of_step(step):
+        positions = row_positions(step, batch_size, process_index, process_count)
+        return positions, stream_indices(seed, positions, len(self.train))
+      examples = _read_rows(self.train, rows_of_step, tf.data.Dataset.range(start_step, num_steps))
+
+    def augment(position, data, label):
+      image = self._augment(self._payload(self.train, data), example_seed(seed, position))
+      return {"image": image, "label": label, "position": position}
+
+    def finish(batch):
+      position = batch.pop("position")
+      if self.pp.mixup_alpha:
+        onehot = tf.one_hot(batch["label"], self.info.num_classes)
+        batch["image"], batch["label"] = preprocess.mixup(
+            batch["image"], onehot, self.pp.mixup_alpha,
+            mixup_seed(seed, position[0] // batch_size))
+      return batch
+
+    batches = examples.map(augment, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    batches = batches.batch(rows, drop_remainder=True).map(finish)
+    return batches.take(max(0, num_steps - start_step)).prefetch(2).as_numpy_iterator()
+
+  def _streaming_train(self, start_step: int, seed: int, process_index: int,
+                       process_count: int) -> tf.data.Dataset:
+    """(data, label) of this process's part of the split, repeated and shuffled."""
+    import tensorflow_datasets as tfds
+    split = self.train
+    part = tfds.even_splits(split.split, n=process_count)[process_index]
+    shuffle_seed = _shuffle_seed(seed, start_step, process_index)
+    data = read_tfds(split.builder, part, shuffle_files=True,
+                     read_config=tfds.ReadConfig(shuffle_seed=shuffle_seed))
+    data = data.repeat().shuffle(self.shuffle_buffer, seed=shuffle_seed)
+    return data.map(lambda ex: (ex["image"], tf.cast(ex["label"], tf.int32)))
+
+  # --- eval ---
+
+  def eval_batches(self, *, batch_size: int, process_index: int,
+                   process_count: int) -> Iterator[dict]:
+    """Fixed-shape batches covering the eval split once, the same number in every
+    process: {'image', 'label' int32, 'mask' float32 (0 on padding rows)}."""
+    rows = _rows_per_process(batch_size, process_count)
+    if isinstance(self.eval, StreamingSplit):
+      examples, num_batches = self._streaming_eval(rows, process_index, process_count)
+    else:
+      size = len(self.eval)
+      num_batches = -(-size // batch_size)
+
+      def rows_of_batch(batch_id):
+        positions = row_positions(batch_id, batch_size, process_index, process_count)
+        return positions, np.minimum(positions, size - 1)  # padding rows repeat the last
+
+      def prepare(position, data, label):
+        image = preprocess.eval_resize(self._payload(self.eval, data), self.pp.crop)
+        return {"image": image, "label": label, "mask": tf.cast(position < size, tf.float32)}
+
+      examples = _read_rows(self.eval, rows_of_batch, tf.data.Dataset.range(num_batches))
+      examples = examples.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return examples.batch(rows).take(num_batches).prefetch(2).as_numpy_iterator()
+
+  def _streaming_eval(self, rows: int, process_index: int, process_count: int):
+    """This process's part of the split, padded to the longest part's batch count."""
+    import tensorflow_datasets as tfds
+    split = self.eval
+    parts = tfds.even_splits(split.split, n=process_count)
+    longest = max(split.builder.info.splits[part].num_examples for part in parts)
+    data = read_tfds(split.builder, parts[process_index], shuffle_files=False)
+    examples = data.map(lambda ex: {
+        "image": preprocess.eval_resize(ex["image"], self.pp.crop),
+        "label": tf.cast(ex["label"], tf.int32), "mask": tf.constant(1.0)},
+                        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    padding = tf.data.Dataset.from_tensors({
+        "image": tf.zeros([self.pp.crop, self.pp.crop, 3]), "label": tf.constant(0),
+        "mask": tf.constant(0.0)}).repeat()
+    return examples.concatenate(padding), -(-longest // rows)
+
+
+def _check_pp(pp) -> None:
+  """Preprocessing settings that cannot work fail here, before any data is read."""
+  if pp.preset not in preprocess.PRESETS:
+    raise ValueError(f"unknown config.pp.preset={pp.preset!r}; choose one of "
+                     f"{', '.join(preprocess.PRESETS)}")
+  if pp.preset != "bit" and pp.resize is not None:
+    raise ValueError(f"config.pp.resize={pp.resize} applies to the bit preset only; set it "
+                     f"to None for pp.preset={pp.preset!r}")
+  if pp.preset == "bit":
+    preprocess.bit_resize(pp.crop, pp.resize)
+  if pp.mixup_alpha < 0:
+    raise ValueError(f"config.pp.mixup_alpha={pp.mixup_alpha} must be >= 0 (0 = off)")
+
+
+def _is_path(name: str) -> bool:
+  return os.path.isdir(os.path.expanduser(name)) or name.startswith(("/", "./", "../", "~"))
+
+
+def open_dataset(config) -> Dataset:
+  """The dataset of config.dataset: 'digits', an image directory or a TFDS name.
+
+  Validates everything up front and fast (one-line errors naming the problem and the
+  fix). Reads dataset, train_split, eval_split, tfds_data_dir, tfds_manual_dir,
+  tfds_download, shuffle_buffer and pp.{preset, crop, resize, flip, mixup_alpha};
+  the splits apply to TFDS only (default 'train' / 'test').
+  """
+  _check_pp(config.pp)
+  name = config.dataset
+  if name == "digits":
+    train, eval_split, class_names = digits_source()
+  elif _is_path(name):
+    train, eval_split, class_names = directory_source(name)
+  else:
+    train, eval_split, class_names = tfds_source(
+        name, config.train_split or "train", config.eval_split or "test",
+        data_dir=config.tfds_data_dir, manual_dir=config.tfds_manual_dir,
+        download=config.tfds_download)
+  return Dataset(train, eval_split, class_names, config.pp, config.shuffle_buffer)
+
+
+# --- Device batches ---------------------------------------------------------------------------
+
+
+def to_global(batch: dict, sharding: jax.sharding.Sharding) -> dict:
+  """This process's rows -> global jax Arrays laid out over the mesh's batch axes."""
+  return {name: jax.make_array_from_process_local_data(sharding, np.asarray(value))
+          for name, value in batch.items()}
+
+
+def prefetch_to_device(iterator: Iterator[dict], sharding: jax.sharding.Sharding,
+                       size: int = 2) -> Iterator[dict]:
+  """Keeps `size` global device batches ready, made by a background thread so that
+  host-to-device copies overlap the train steps. Errors resurface in the consumer."""
+  ready = queue.Queue(maxsize=size)
+  stop = threading.Event()
+  end = object()
+
+  def put(item) -> bool:
+    """Waits for room, giving up when the consumer has gone."""
+    while not stop.is_set():
+      try:
+        ready.put(item, timeout=0.1)
+        return True
+      except queue.Full:
+        pass
+    return False
+
+  def fill():
+    try:
+      for batch in iterator:
+        if not put(to_global(batch, sharding)):
+          return
+      put(end)
+    except Exception as e:  # pylint: disable=broad-except  # re-raised by the consumer
+      put(e)
+
+  threading.Thread(target=fill, daemon=True).start()
+  try:
+    while (item := ready.get()) is not end:
+      if isinstance(item, Exception):
+        raise item
+      yield item
+  finally:
+    stop.set()

@@ -1,0 +1,128 @@
+"""Image preprocessing in TensorFlow (tf.data): decoding, the train/eval presets, MixUp.
+
+Every function takes an image either as uint8 RGB pixels [H, W, 3] or as encoded bytes (a
+scalar tf.string: JPEG, PNG, GIF or BMP), so that decoding can happen late (after a
+shuffle) and a JPEG crop can decode only its window. Random choices are stateless ops
+driven by an explicit `seed` (int tensor of shape [2]): an example's augmentation then
+depends on the seed alone, never on thread scheduling. Outputs are float32 in [-1, 1].
+"""
+
+import tensorflow as tf
+
+PRESETS = ("inception", "bit")
+INCEPTION_AREA = (0.05, 1.0)
+INCEPTION_ASPECT = (3 / 4, 4 / 3)
+# BiT HyperRule (resize, crop): images under 96x96 px -> (160, 128), others -> (448, 384).
+HYPERRULE_SMALL = (160, 128)
+HYPERRULE_LARGE = (448, 384)
+
+
+def decode_image(encoded: tf.Tensor) -> tf.Tensor:
+  """Encoded bytes -> uint8 [H, W, 3]; grayscale is replicated and alpha dropped."""
+  image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+  image.set_shape([None, None, 3])
+  return image
+
+
+def _pixels(image: tf.Tensor) -> tf.Tensor:
+  """uint8 RGB pixels of an image given as pixels or as encoded bytes."""
+  return decode_image(image) if image.dtype == tf.string else image
+
+
+def to_model_range(image: tf.Tensor) -> tf.Tensor:
+  """[0, 255] -> [-1, 1], the input range of every released model."""
+  return (tf.cast(image, tf.float32) - 127.5) / 127.5
+
+
+def eval_resize(image: tf.Tensor, size: int) -> tf.Tensor:
+  """Evaluation and prediction: plain bilinear resize to size x size, no crop."""
+  resized = tf.image.resize(_pixels(image), [size, size], method="bilinear", antialias=False)
+  return to_model_range(resized)
+
+
+def _maybe_flip(image: tf.Tensor, seed: tf.Tensor, flip: bool) -> tf.Tensor:
+  return tf.image.stateless_random_flip_left_right(image, seed) if flip else image
+
+
+def inception_window(image_shape: tf.Tensor, seed: tf.Tensor):
+  """(begin [3], size [3]) of a random crop with 5-100% of the area, aspect 3/4-4/3.
+
+  Depends only on the image's height/width and the seed, so decoding a JPEG's window
+  and cropping the decoded image agree. Falls back to the whole image.
+  """
+  begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+      image_shape, bounding_boxes=tf.zeros([1, 0, 4]), seed=seed, min_object_covered=0.0,
+      aspect_ratio_range=INCEPTION_ASPECT, area_range=INCEPTION_AREA, max_attempts=100,
+      use_image_if_no_bounding_boxes=True)
+  return begin, size
+
+
+def _crop_jpeg(encoded: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+  """Decodes only the crop window: most of a large JPEG is never decompressed."""
+  begin, size = inception_window(tf.image.extract_jpeg_shape(encoded), seed)
+  window = tf.stack([begin[0], begin[1], size[0], size[1]])
+  return tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
+
+
+def _crop_pixels(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+  begin, size = inception_window(tf.shape(image), seed)
+  return tf.slice(image, begin, size)
+
+
+def inception_crop(image: tf.Tensor, size: int, seed: tf.Tensor, *, flip: bool = True
+                   ) -> tf.Tensor:
+  """Reference fine-tuning train crop: random window, bilinear resize, random flip."""
+  crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+  if image.dtype == tf.string:
+    crop = tf.cond(tf.io.is_jpeg(image), lambda: _crop_jpeg(image, crop_seed),
+                   lambda: _crop_pixels(decode_image(image), crop_seed))
+    crop.set_shape([None, None, 3])
+  else:
+    crop = _crop_pixels(image, crop_seed)
+  crop = tf.image.resize(crop, [size, size], method="bilinear", antialias=False)
+  return to_model_range(_maybe_flip(crop, flip_seed, flip))
+
+
+def bit_resize(crop: int, resize: int = None) -> int:
+  """`resize`, or by default the HyperRule's resize for `crop`, keeping the rule's ratio
+  (160/128 for crops up to 128 px, 448/384 above) for crops it does not list."""
+  if resize is None:
+    rule_resize, rule_crop = HYPERRULE_SMALL if crop <= HYPERRULE_SMALL[1] else HYPERRULE_LARGE
+    resize = round(crop * rule_resize / rule_crop)
+  if resize < crop:
+    raise ValueError(f"bit preprocessing: resize={resize} is smaller than crop={crop}; "
+                     "set pp.resize >= pp.crop")
+  return resize
+
+
+def bit_crop(image: tf.Tensor, crop: int, seed: tf.Tensor, *, resize: int = None,
+             flip: bool = True) -> tf.Tensor:
+  """BiT train preprocessing: resize to `resize` (HyperRule default), random crop, flip."""
+  resize = bit_resize(crop, resize)
+  crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+  image = tf.image.resize(_pixels(image), [resize, resize], method="bilinear",
+                          antialias=False)
+  image = tf.image.stateless_random_crop(image, [crop, crop, 3], crop_seed)
+  return to_model_range(_maybe_flip(image, flip_seed, flip))
+
+
+def _swap_pairs(x: tf.Tensor) -> tf.Tensor:
+  """Rows (0, 1), (2, 3), ... exchanged: the batch reversed within pairs."""
+  pairs = tf.reshape(x, tf.concat([[-1, 2], tf.shape(x)[1:]], axis=0))
+  return tf.reshape(tf.reverse(pairs, axis=[1]), tf.shape(x))
+
+
+def mixup(images: tf.Tensor, labels: tf.Tensor, alpha: float, seed: tf.Tensor):
+  """BiT MixUp: one lambda ~ Beta(alpha, alpha) per batch, each row mixed with a partner.
+
+  BiT's partner is the row at the mirrored position of the reversed batch; here it is
+  the row's neighbour (rows 2i and 2i+1 are partners), the same thing for a batch in
+  random order, but local: every even-sized slice of a batch mixes exactly as the whole
+  batch does, so a process's part of a global batch needs no other process's rows.
+  `labels` are one-hot float [B, K]; returns (images, soft labels). B must be even.
+  """
+  gammas = tf.random.stateless_gamma([2], seed, alpha=alpha, dtype=tf.float64)
+  lam = tf.cast(gammas[0] / (gammas[0] + gammas[1]), tf.float32)
+  mixed_images = lam * images + (1 - lam) * _swap_pairs(images)
+  mixed_labels = lam * labels + (1 - lam) * _swap_pairs(labels)
+  return mixed_images, mixed_labels
