@@ -82,6 +82,9 @@ def _atomic_write(data: bytes, path: str) -> None:
   try:
     with os.fdopen(fd, "wb") as f:
       f.write(data)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes files owner-only; outputs are shared
     os.replace(tmp, path)
   except BaseException:
     os.unlink(tmp)

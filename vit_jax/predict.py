@@ -1,0 +1,164 @@
+"""Classifies images: python -m vit_jax.predict --checkpoint=CHECKPOINT IMAGE [IMAGE ...].
+
+CHECKPOINT is a path, a URL, FAMILY/NAME or a released name (see checkpoints/README.md);
+images are local paths or tf.io.gfile URLs. Each image is preprocessed exactly like
+evaluation (bilinear resize to the checkpoint's own resolution, scaled to [-1, 1]); batches
+have a fixed shape, so the one jitted function compiles once however many images there are.
+Prints the top-k classes per image with softmax probabilities.
+"""
+
+import os
+import re
+import urllib.request
+from typing import List, Optional, Sequence, Tuple
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import jax
+import numpy as np
+import tensorflow as tf
+from absl import app, flags, logging
+
+from vit_jax import download, npz, preprocess, released
+from vit_jax.models import vit
+
+IMAGENET_LABELS_URL = "https://storage.googleapis.com/bit_models/ilsvrc2012_wordnet_lemmas.txt"
+IMAGENET_CLASSES = 1000
+
+FLAGS = flags.FLAGS
+Prediction = List[Tuple[int, float]]  # (class index, probability), most likely first
+
+
+class ImageError(ValueError):
+  """An image that cannot be read or decoded; the message names the file."""
+
+
+def cache_dir() -> str:
+  """~/.cache/vit_jax, or under $XDG_CACHE_HOME where the user moved their caches."""
+  root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return os.path.join(root, "vit_jax")
+
+
+def _tf_message(error: tf.errors.OpError) -> str:
+  """TF's error message on one line, without its {{function_node ...}} and [Op:...] noise."""
+  return " ".join(re.sub(r"\{\{.*?\}\}|\[Op:\w+\]", "", error.message).split())
+
+
+def load_image(path: str, image_size: int) -> np.ndarray:
+  """[image_size, image_size, 3] float32 in [-1, 1], preprocessed like evaluation."""
+  try:
+    with tf.io.gfile.GFile(path, "rb") as f:
+      encoded = f.read()
+    return preprocess.eval_resize(preprocess.decode_image(encoded), image_size).numpy()
+  except tf.errors.NotFoundError:
+    raise ImageError(f"image not found: {path}") from None
+  except tf.errors.OpError as e:
+    raise ImageError(f"cannot read image {path}: {_tf_message(e)}") from None
+
+
+def classify(module: vit.VisionTransformer, params, image_paths: Sequence[str], *,
+             image_size: Optional[int] = None, top_k: int = 5,
+             batch_size: int = 32) -> List[Prediction]:
+  """Top-k (class index, softmax probability) per image, in the order of image_paths.
+
+  image_size defaults to the checkpoint's own resolution (params must fit the size given).
+  The last batch is padded, so every batch has one shape and the model compiles once.
+  """
+  image_size = image_size or npz.native_image_size(module, params)
+  k = min(top_k, module.num_classes)
+  batch_size = max(1, min(batch_size, len(image_paths)))
+
+  @jax.jit
+  def top_classes(params, images):
+    logits = module.apply({"params": params}, images, train=False)
+    return jax.lax.top_k(jax.nn.softmax(logits), k)
+
+  params = jax.device_put(params)  # once, not with every batch
+  predictions = []
+  for start in range(0, len(image_paths), batch_size):
+    paths = image_paths[start:start + batch_size]
+    images = np.zeros((batch_size, image_size, image_size, 3), np.float32)
+    for i, path in enumerate(paths):
+      images[i] = load_image(path, image_size)
+    probs, classes = jax.device_get(top_classes(params, images))
+    predictions += [list(zip(c.tolist(), p.tolist()))
+                    for c, p in zip(classes[:len(paths)], probs[:len(paths)])]
+  return predictions
+
+
+def read_labels(path: str) -> List[str]:
+  """One class name per line."""
+  try:
+    with tf.io.gfile.GFile(path, "r") as f:
+      return [line.strip() for line in f.read().splitlines()]
+  except tf.errors.OpError as e:
+    raise ValueError(f"cannot read labels {path}: {_tf_message(e)}") from None
+
+
+def imagenet_labels_path() -> str:
+  return os.path.join(cache_dir(), os.path.basename(IMAGENET_LABELS_URL))
+
+
+def imagenet_labels(urlopen=urllib.request.urlopen) -> Optional[List[str]]:
+  """The ImageNet class names, fetched once into the cache; None (and a warning) offline."""
+  path = imagenet_labels_path()
+  if not os.path.exists(path):
+    try:
+      download.fetch(IMAGENET_LABELS_URL, path, urlopen=urlopen, verbose=False)
+    except download.DownloadError as e:
+      logging.warning("no ImageNet class names, showing class indices: %s", e)
+      return None
+  return read_labels(path)
+
+
+def class_names(num_classes: int, labels_path: Optional[str] = None,
+                urlopen=urllib.request.urlopen) -> Optional[List[str]]:
+  """Names from --labels, else ImageNet's for a 1000-way head, else None (indices)."""
+  if labels_path:
+    names = read_labels(labels_path)
+  elif num_classes == IMAGENET_CLASSES:
+    names = imagenet_labels(urlopen)
+  else:
+    return None
+  if names is not None and len(names) != num_classes:
+    source = labels_path or imagenet_labels_path()
+    raise ValueError(f"{source} has {len(names)} names but the model has {num_classes} classes")
+  return names
+
+
+def format_prediction(path: str, prediction: Prediction, names: Optional[List[str]]) -> str:
+  lines = [f"{path}:"]
+  for index, prob in prediction:
+    lines.append(f"  {prob:.4f}  {index:5d}  {names[index] if names else ''}".rstrip())
+  return "\n".join(lines)
+
+
+def main(argv):
+  image_paths = argv[1:]
+  if not image_paths:
+    raise app.UsageError("give one or more images")
+  missing = [p for p in image_paths if not released.has_scheme(p) and not os.path.exists(p)]
+  if missing:  # before the (slow) checkpoint load
+    download.fail(f"image not found: {missing[0]}")
+  tf.config.set_visible_devices([], "GPU")  # TensorFlow only decodes images
+  try:
+    module, params = npz.load_npz(released.resolve(FLAGS.checkpoint), image_size=FLAGS.image_size)
+    names = class_names(module.num_classes, FLAGS.labels)
+    predictions = classify(module, params, image_paths, image_size=FLAGS.image_size,
+                           top_k=FLAGS.top_k, batch_size=FLAGS.batch_size)
+  except (ValueError, FileNotFoundError) as e:  # CheckpointError and ImageError included
+    download.fail(str(e))
+  for path, prediction in zip(image_paths, predictions):
+    print(format_prediction(path, prediction, names))
+
+
+if __name__ == "__main__":  # flags only for the command, not for importers of classify()
+  flags.DEFINE_string("checkpoint", None, "Path, URL, FAMILY/NAME or released model name.")
+  flags.DEFINE_integer("image_size", None, "Input side in pixels; default: the checkpoint's own.",
+                       lower_bound=1)
+  flags.DEFINE_integer("batch_size", 32, "Images per forward pass.", lower_bound=1)
+  flags.DEFINE_integer("top_k", 5, "Classes shown per image.", lower_bound=1)
+  flags.DEFINE_string("labels", None, "Class names, one per line; default: ImageNet's for "
+                      "1000-way heads, else class indices.")
+  flags.mark_flag_as_required("checkpoint")
+  app.run(main)
