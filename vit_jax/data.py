@@ -492,11 +492,13 @@ def prefetch_to_device(iterator: Iterator[dict], sharding: jax.sharding.Sharding
     except Exception as e:  # pylint: disable=broad-except  # re-raised by the consumer
       put(e)
 
-  threading.Thread(target=fill, daemon=True).start()
+  producer = threading.Thread(target=fill, daemon=True)
+  producer.start()
   try:
     while (item := ready.get()) is not end:
       if isinstance(item, Exception):
         raise item
       yield item
-  finally:
+  finally:  # close(): let the producer finish its batch, so no tf.data work outlives us
     stop.set()
+    producer.join(timeout=60)

@@ -1,0 +1,64 @@
+"""Entry point: python -m vit_jax.main --config=configs/vit_b16.py[:dataset] --workdir=DIR.
+
+Any config value can be overridden on the command line (--config.batch=64). Rerunning
+the same command resumes from the last checkpoint in the workdir.
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from vit_jax import checkpointing
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py[:arg]).",
+                                lock_config=True)
+flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and params.npz go.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+# Mistakes a user can fix: shown as one `error:` line instead of a traceback.
+USER_ERRORS = (ValueError, FileNotFoundError, FloatingPointError,
+               checkpointing.CheckpointRestoreError)
+CONFIG_ERRORS = (flags.Error, AttributeError, KeyError, TypeError, ValueError, OSError)
+
+
+def exit_with_error(error: BaseException, what: str, code: int = 1):
+  """Prints `error: <what><message>` on one line and exits."""
+  while error.args and isinstance(error.args[0], BaseException):  # config_dict nests errors
+    error = error.args[0]
+  message = " ".join(str(error.args[0] if error.args else error).split())
+  logging.debug("full traceback", exc_info=True)
+  print(f"error: {what}{message}", file=sys.stderr)
+  sys.exit(code)
+
+
+def parse_flags(argv):
+  try:
+    return FLAGS(argv)
+  except CONFIG_ERRORS as e:
+    exit_with_error(e, "bad flag or config override: ", code=2)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  try:
+    config = FLAGS.config
+    config.get("dataset")  # a config that failed to load raises only when touched
+  except CONFIG_ERRORS as e:
+    exit_with_error(e, "cannot load --config: ", code=2)
+  import tensorflow as tf  # tf.data only: keep TensorFlow off the accelerators.
+  tf.config.set_visible_devices([], "GPU")
+  from vit_jax import train
+  try:
+    train.train_and_evaluate(config, FLAGS.workdir)
+  except USER_ERRORS as e:
+    exit_with_error(e, "")
+
+
+if __name__ == "__main__":
+  app.run(main, flags_parser=parse_flags)

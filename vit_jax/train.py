@@ -1,0 +1,217 @@
+"""train_and_evaluate(config, workdir): the whole main job as one linear function.
+
+Order matters for users: everything that can fail on bad input (mesh, batch split,
+dataset, pretrained file, existing checkpoint) is checked before anything slow
+(compilation, training) starts, and nothing in the workdir is written until then.
+"""
+
+import json
+import math
+import os
+from typing import Dict, Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import logging
+from clu import parameter_overview
+
+from vit_jax import (checkpointing, data, metrics, npz, optim, preemption, released, sharding,
+                     train_step)
+from vit_jax.models import vit, zoo
+
+
+def hyperrule_steps(num_train: int) -> int:
+  """BiT HyperRule schedule length: <20k examples 500, <500k 10k, else 20k steps."""
+  return 500 if num_train < 20_000 else 10_000 if num_train < 500_000 else 20_000
+
+
+def resolve_config(config: ml_collections.ConfigDict,
+                   info: data.DatasetInfo) -> ml_collections.ConfigDict:
+  """A copy with values that depend on the data filled in (total_steps = -1)."""
+  config = config.copy_and_resolve_references()
+  if config.total_steps == -1:
+    with config.unlocked():
+      config.total_steps = hyperrule_steps(info.num_train)
+    logging.info("total_steps=-1: BiT HyperRule gives %d steps for %d training examples",
+                 config.total_steps, info.num_train)
+  return config
+
+
+def check_batch_split(config: ml_collections.ConfigDict, mesh) -> None:
+  """Global batch and its micro-batches must split evenly over devices and processes."""
+  sharding.check_batch_size(config.batch, mesh, "batch")
+  sharding.check_batch_size(config.batch_eval, mesh, "batch_eval")
+  if config.batch % config.accum_steps:
+    raise sharding.ShardingError(f"config.accum_steps={config.accum_steps} does not divide "
+                                 f"config.batch={config.batch}: pick a divisor of the batch")
+  sharding.check_batch_size(config.batch // config.accum_steps, mesh,
+                            "batch / config.accum_steps (the micro-batch)")
+
+
+def model_overrides(config: ml_collections.ConfigDict) -> dict:
+  overrides = {k: v for k, v in config.model.items() if k != "representation_size"}
+  return {**overrides, "dtype": jnp.dtype(config.dtype)}
+
+
+def build_model(config, num_classes: int, *, load_pretrained: bool
+                ) -> Tuple[vit.VisionTransformer, Optional[dict]]:
+  """The module, plus host params when starting from a released checkpoint."""
+  wants_pre_logits = config.model.representation_size is not None
+  if load_pretrained:
+    return npz.load_npz(released.resolve(config.pretrained), image_size=config.pp.crop,
+                        num_classes=num_classes, model_name=config.model_name,
+                        pre_logits=wants_pre_logits, **model_overrides(config))
+  module = zoo.create_model(config.model_name, num_classes=num_classes,
+                            representation_size=config.model.representation_size,
+                            **model_overrides(config))
+  return module, None
+
+
+def evaluate(eval_step, params, dataset, config, batch_sharding) -> Dict[str, float]:
+  """Loss and accuracy over the whole eval split, every example counted exactly once."""
+  totals = None
+  for batch in dataset.eval_batches(batch_size=config.batch_eval,
+                                    process_index=jax.process_index(),
+                                    process_count=jax.process_count()):
+    sums = eval_step(params, data.to_global(batch, batch_sharding))
+    totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+  totals = jax.device_get(totals)
+  examples = float(totals["examples"])
+  return {"eval/loss": float(totals["loss_sum"]) / examples,
+          "eval/accuracy": float(totals["correct"]) / examples,
+          "eval/examples": examples}
+
+
+def write_train_metrics(writer, step: int, step_metrics: dict, progress: metrics.Progress,
+                        checkpoint_dir: str) -> None:
+  """Logs train/* scalars with throughput; a non-finite loss stops the run."""
+  values = {f"train/{k}": float(v) for k, v in step_metrics.items()}
+  if not math.isfinite(values["train/loss"]):
+    raise FloatingPointError(
+        f"loss is {values['train/loss']} at step {step}; stopping without saving. The last "
+        f"good checkpoint is kept in {checkpoint_dir}: lower config.base_lr or check the "
+        "data, then rerun to resume from it")
+  rates = progress.update(step)
+  if rates:
+    values["train/img_per_sec"] = rates["img_per_sec"]
+    values["train/img_per_sec_per_device"] = rates["img_per_sec_per_device"]
+  writer.write_scalars(step, values)
+
+
+def _save_config(config, workdir: str) -> None:
+  with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
+    f.write(config.to_json_best_effort(indent=2))
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
+  """Fine-tunes or pre-trains per `config`, resuming from `workdir` if it has a checkpoint.
+
+  Returns the final evaluation metrics.
+  """
+  # --- Checks: fail fast, before anything slow or any write --------------------------
+  mesh = sharding.make_mesh(config.mesh)
+  check_batch_split(config, mesh)
+  dataset = data.open_dataset(config)
+  config = resolve_config(config, dataset.info)
+  is_main = jax.process_index() == 0
+  checkpointer = checkpointing.Checkpointer(workdir, keep=config.keep_checkpoints)
+  resume_step = checkpointer.latest_step()
+  load_pretrained = resume_step is None and config.pretrained is not None
+  module, host_params = build_model(config, dataset.info.num_classes,
+                                    load_pretrained=load_pretrained)
+  sharding.check_tensor_parallel(module.num_heads, module.mlp_dim, mesh)
+
+  # --- State, created directly with its shardings -------------------------------------
+  optimizer = optim.make_optimizer(config)
+  image_shape = (1, config.pp.crop, config.pp.crop, 3)
+
+  def init_state(rng):
+    params = module.init(rng, jnp.zeros(image_shape, jnp.float32))["params"]
+    return train_step.create_train_state(params, optimizer)
+
+  abstract_state = jax.eval_shape(init_state, jax.random.PRNGKey(config.seed))
+  state_shardings = sharding.param_shardings(abstract_state, mesh)
+  if resume_step is not None:
+    state = checkpointer.restore(jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+        abstract_state, state_shardings))
+    logging.info("resumed from step %d (checkpoint in %s)", resume_step, checkpointer.directory)
+  elif host_params is not None:
+    params = jax.device_put(host_params, state_shardings.params)
+    state = jax.jit(lambda p: train_step.create_train_state(p, optimizer),
+                    out_shardings=state_shardings)(params)
+    logging.info("starting from pretrained %s", config.pretrained)
+  else:
+    state = jax.jit(init_state, out_shardings=state_shardings)(jax.random.PRNGKey(config.seed))
+    logging.info("starting from scratch (seed %d)", config.seed)
+
+  writer = metrics.create_writer(workdir, is_main_process=is_main)
+  if is_main:
+    _save_config(config, workdir)
+    parameter_overview.log_parameter_overview(state.params)
+    writer.write_hparams({"num_params": sum(int(np.prod(p.shape))
+                                            for p in jax.tree.leaves(state.params))})
+
+  # --- Compiled steps -------------------------------------------------------------------
+  batch_sharding = sharding.batch_sharding(mesh)
+  replicated = sharding.replicated(mesh)
+  step_fn = jax.jit(train_step.make_train_step(module, optimizer, config),
+                    in_shardings=(state_shardings, batch_sharding, replicated),
+                    out_shardings=(state_shardings, replicated), donate_argnums=(0,))
+  eval_fn = jax.jit(train_step.make_eval_step(module),
+                    in_shardings=(state_shardings.params, batch_sharding),
+                    out_shardings=replicated)
+
+  # --- Loop -------------------------------------------------------------------------------
+  start_step, total_steps = int(state.step), config.total_steps
+  batches = data.prefetch_to_device(dataset.train_batches(
+      batch_size=config.batch, start_step=start_step, num_steps=total_steps, seed=config.seed,
+      process_index=jax.process_index(), process_count=jax.process_count()), batch_sharding)
+  dropout_rng = jax.random.PRNGKey(config.seed + 1)
+  progress = metrics.Progress(total_steps=total_steps, batch_size=config.batch,
+                              num_devices=jax.device_count())
+  eval_metrics, preempted_at = {}, None
+  watcher = preemption.PreemptionWatcher()
+  try:
+    for step in range(start_step + 1, total_steps + 1):
+      state, step_metrics = step_fn(state, next(batches), dropout_rng)
+      if step == start_step + 1:
+        jax.block_until_ready(state)
+        progress.update(step)  # the rate clock starts after compilation
+      if step % config.progress_every == 0 or step == total_steps:
+        write_train_metrics(writer, step, jax.device_get(step_metrics), progress,
+                            checkpointer.directory)
+      if step % config.eval_every == 0 or step == total_steps:
+        eval_metrics = evaluate(eval_fn, state.params, dataset, config, batch_sharding)
+        logging.info("step %d: eval accuracy %.4f, loss %.4f on %d examples", step,
+                     eval_metrics["eval/accuracy"], eval_metrics["eval/loss"],
+                     eval_metrics["eval/examples"])
+        writer.write_scalars(step, eval_metrics)
+      if step % config.checkpoint_every == 0 or step == total_steps:
+        checkpointer.save(step, state)
+      if step < total_steps and watcher.should_stop(step):
+        checkpointer.save(step, state)
+        preempted_at = step
+        break
+  finally:  # pending async saves complete even when training fails
+    batches.close()
+    watcher.close()
+    checkpointer.wait()
+    checkpointer.close()
+
+  if preempted_at is not None:
+    logging.warning("preempted: saved the checkpoint of step %d in %s; rerun the same "
+                    "command to resume", preempted_at, checkpointer.directory)
+    writer.close()
+    return {"preempted_at_step": preempted_at, **eval_metrics}
+  if not eval_metrics:  # resumed at the end: report the final state anyway
+    eval_metrics = evaluate(eval_fn, state.params, dataset, config, batch_sharding)
+  if is_main:
+    npz.save_npz(jax.device_get(state.params), os.path.join(workdir, "params.npz"))
+    with open(os.path.join(workdir, "final_metrics.json"), "w", encoding="utf-8") as f:
+      json.dump(eval_metrics, f, indent=2)
+  writer.flush()
+  writer.close()
+  return eval_metrics
