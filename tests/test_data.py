@@ -10,7 +10,7 @@ import pytest
 import tensorflow_datasets as tfds
 from PIL import Image
 
-from vit_jax import data
+from vit_jax import data, data_sources
 
 
 def make_config(dataset="digits", **pp) -> ml_collections.ConfigDict:
@@ -188,16 +188,16 @@ def test_tfds_missing_fails_fast(tmp_path):
   config = make_config("cifar10")
   config.tfds_data_dir = str(tmp_path)
   start = time.time()
-  with pytest.raises(FileNotFoundError, match=f"not prepared.*tfds build cifar10 --data_dir"):
+  with pytest.raises(FileNotFoundError, match="not prepared.*tfds build cifar10 --data_dir"):
     data.open_dataset(config)
   assert time.time() - start < 5
 
 
-@pytest.mark.parametrize("limit", [data.IN_MEMORY_LIMIT_BYTES, 0], ids=["memory", "stream"])
+@pytest.mark.parametrize("limit", [data_sources.IN_MEMORY_LIMIT_BYTES, 0], ids=["memory", "stream"])
 def test_tfds_prepared(tmp_path, monkeypatch, limit):
   """A real prepared dataset (tfds's offline dummy_mnist: 20 + 20 grayscale PNGs)."""
   tfds.testing.DummyMnist(data_dir=str(tmp_path)).download_and_prepare()
-  monkeypatch.setattr(data, "IN_MEMORY_LIMIT_BYTES", limit)
+  monkeypatch.setattr(data_sources, "IN_MEMORY_LIMIT_BYTES", limit)
   config = make_config("dummy_mnist")
   config.tfds_data_dir, config.train_split = str(tmp_path), "train[:18]"
   dataset = data.open_dataset(config)

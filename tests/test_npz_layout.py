@@ -2,7 +2,6 @@
 
 import re
 
-import jax
 import numpy as np
 import pytest
 

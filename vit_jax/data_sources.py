@@ -1,0 +1,226 @@
+"""Where examples come from: the embedded digits, an image directory, or TFDS.
+
+Each source is validated when opened (fast, before any training): a missing directory,
+an empty class folder, a corrupt image or an absent TFDS dataset is one error line
+naming it and the fix. Sources that fit in memory become an IndexedSplit, readable by
+index in any order; TFDS datasets over IN_MEMORY_LIMIT_BYTES are a StreamingSplit.
+"""
+
+import dataclasses
+import difflib
+import os
+from typing import ClassVar, List, Optional
+
+import numpy as np
+import tensorflow as tf
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+IN_MEMORY_LIMIT_BYTES = 2 << 30  # TFDS datasets up to this size are held in memory
+DIGITS_TEST_SIZE = 300  # the digits' test split: the first 300 of a permutation drawn
+DIGITS_SPLIT_SEED = 0   # with this seed; the other 1,497 are the train split
+_TFDS_READ_BATCH = 4096
+_JPEG_MAGIC, _PNG_MAGIC = b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n"
+_TAIL_BYTES = 64 << 10  # where an image file's end marker must be (trailers allowed)
+
+
+@dataclasses.dataclass
+class IndexedSplit:
+  """Examples readable by index in any order, which is what lets batches be independent
+  of the process count. `kind` says what `data` holds: 'pixels' (uint8 [N, H, W, 3]),
+  'encoded' (image bytes, object array) or 'files' (image paths)."""
+  data: np.ndarray
+  labels: np.ndarray  # int32 [N]
+  kind: str
+
+  def __len__(self):
+    return len(self.labels)
+
+
+@dataclasses.dataclass
+class StreamingSplit:
+  """A TFDS split too large for memory, read as file shards of encoded images."""
+  kind: ClassVar[str] = "encoded"
+  builder: object
+  split: str
+  num_examples: int
+
+  def __len__(self):
+    return self.num_examples
+
+
+# --- The embedded dataset ------------------------------------------------------------------
+
+
+def digits_source():
+  """scikit-learn's 1,797 8x8 digits as uint8 RGB, split 1,497 train / 300 test.
+
+  The split is fixed: permutation(1797) of default_rng(DIGITS_SPLIT_SEED), whose first
+  DIGITS_TEST_SIZE examples are the test split.
+  """
+  from sklearn.datasets import load_digits  # only this source needs scikit-learn
+  bunch = load_digits()
+  gray = np.round(bunch.images * (255 / 16)).astype(np.uint8)
+  pixels = np.repeat(gray[..., None], 3, axis=-1)
+  labels = bunch.target.astype(np.int32)
+  order = np.random.default_rng(DIGITS_SPLIT_SEED).permutation(len(labels))
+  test, train = order[:DIGITS_TEST_SIZE], order[DIGITS_TEST_SIZE:]
+  return (IndexedSplit(pixels[train], labels[train], "pixels"),
+          IndexedSplit(pixels[test], labels[test], "pixels"), [str(d) for d in range(10)])
+
+
+# --- Image directories ---------------------------------------------------------------------
+
+
+def check_image_file(path: str) -> None:
+  """Cheap up-front check (magic bytes, end marker) so that a corrupt file fails now,
+  naming itself, rather than hours into training."""
+  size = os.path.getsize(path)
+  with open(path, "rb") as f:
+    head = f.read(8)
+    f.seek(max(0, size - _TAIL_BYTES))
+    tail = f.read()
+  if head.startswith(_JPEG_MAGIC):
+    complete = b"\xff\xd9" in tail
+  elif head.startswith(_PNG_MAGIC):
+    complete = b"IEND" in tail
+  else:
+    raise ValueError(f"corrupt image {path}: not a JPEG or PNG file ({size} bytes); "
+                     "replace or remove it")
+  if not complete:
+    raise ValueError(f"corrupt image {path}: truncated (no end marker); replace or remove it")
+
+
+def _class_folders(split_dir: str) -> List[str]:
+  return sorted(entry.name for entry in os.scandir(split_dir)
+                if entry.is_dir() and not entry.name.startswith("."))
+
+
+def _image_files(folder: str) -> List[str]:
+  return sorted(entry.path for entry in os.scandir(folder)
+                if entry.is_file() and entry.name.lower().endswith(IMAGE_EXTENSIONS))
+
+
+def _folder_split(split_dir: str, classes: List[str]) -> IndexedSplit:
+  """Files of split_dir/<class>/ for each class folder present, labelled by `classes`."""
+  unknown = sorted(set(_class_folders(split_dir)) - set(classes))
+  if unknown:
+    raise ValueError(f"{split_dir} has classes that train/ lacks: {', '.join(unknown)}; "
+                     "add them to train/ or remove them")
+  paths, labels = [], []
+  for label, name in enumerate(classes):
+    folder = os.path.join(split_dir, name)
+    if not os.path.isdir(folder):
+      continue
+    files = _image_files(folder)
+    if not files:
+      raise ValueError(f"class folder {folder} has no .jpg/.jpeg/.png images; add some or "
+                       "remove the folder")
+    for path in files:
+      check_image_file(path)
+    paths += files
+    labels += [label] * len(files)
+  if not paths:
+    raise ValueError(f"{split_dir} has no class folders; put its images in "
+                     f"{split_dir}/<class>/")
+  return IndexedSplit(np.array(paths), np.array(labels, np.int32), "files")
+
+
+def directory_source(root: str):
+  """ROOT/train/<class>/* and ROOT/test/<class>/* (or ROOT/validation/<class>/*).
+
+  Classes are the sorted subfolders of train/; images are .jpg/.jpeg/.png in any case.
+  """
+  root = os.path.expanduser(root)
+  if not os.path.isdir(root):
+    raise FileNotFoundError(f"dataset directory {root} does not exist; set config.dataset to "
+                            "a directory with train/<class>/ and test/<class>/, a TFDS name "
+                            "or 'digits'")
+  train_dir = os.path.join(root, "train")
+  if not os.path.isdir(train_dir):
+    raise ValueError(f"{root} has no train/ folder; put training images in "
+                     f"{train_dir}/<class>/")
+  eval_dir = next((os.path.join(root, name) for name in ("test", "validation")
+                   if os.path.isdir(os.path.join(root, name))), None)
+  if eval_dir is None:
+    raise ValueError(f"{root} has neither test/ nor validation/; hold out images in "
+                     f"{root}/test/<class>/")
+  classes = _class_folders(train_dir)
+  return _folder_split(train_dir, classes), _folder_split(eval_dir, classes), classes
+
+
+# --- TFDS -------------------------------------------------------------------------------------
+
+
+def _tfds_builder(name: str, data_dir: Optional[str]):
+  import tensorflow_datasets as tfds
+  try:
+    return tfds.builder(name, data_dir=data_dir)
+  except ValueError:  # not registered, or not even a valid builder name
+    close = difflib.get_close_matches(name, ["digits"] + tfds.list_builders(), n=4)
+    hint = f"did you mean {', '.join(close)}?" if close else "see tfds.list_builders()"
+    raise ValueError(f"unknown dataset {name!r}: not 'digits', not an existing directory and "
+                     f"not a TFDS name; {hint}") from None
+
+
+def read_tfds(builder, split, **kwargs) -> tf.data.Dataset:
+  """Examples with undecoded images (decode after the shuffle / the crop window), or a
+  one-line error if the data is absent (tfds's download=False semantics)."""
+  import tensorflow_datasets as tfds
+  try:
+    return builder.as_dataset(split=split, decoders={"image": tfds.decode.SkipDecoding()},
+                              **kwargs)
+  except AssertionError:  # tfds: "could not find data in DIR"
+    raise FileNotFoundError(
+        f"TFDS dataset {builder.name} is not prepared in {builder.data_dir}; run `tfds build "
+        f"{builder.name} --data_dir={builder.data_dir_root}` on a machine with network, or "
+        "set config.tfds_data_dir to a prepared copy (or config.tfds_download=True)") from None
+
+
+def _tfds_in_memory(builder, split: str) -> IndexedSplit:
+  """A whole split as encoded bytes: decoding stays per example, after the gather."""
+  data = read_tfds(builder, split, shuffle_files=False)
+  data = data.map(lambda ex: (ex["image"], tf.cast(ex["label"], tf.int32)))
+  images, labels = [], []
+  for image_batch, label_batch in data.batch(_TFDS_READ_BATCH).as_numpy_iterator():
+    images.append(image_batch)
+    labels.append(label_batch)
+  return IndexedSplit(np.concatenate(images), np.concatenate(labels), "encoded")
+
+
+def tfds_source(name: str, train_split: str, eval_split: str, *, data_dir=None,
+                manual_dir=None, download=False):
+  """A TFDS dataset; touches the network only with download=True (then it may take
+  minutes, or hang offline), otherwise a missing dataset fails at once."""
+  import tensorflow_datasets as tfds
+  builder = _tfds_builder(name, data_dir)
+  if download and not builder.is_prepared():
+    builder.download_and_prepare(
+        download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
+  missing = {"image", "label"} - set(builder.info.features)
+  if missing:
+    raise ValueError(f"TFDS dataset {name} lacks the feature(s) {', '.join(sorted(missing))}; "
+                     "only image classification datasets with 'image' and 'label' work")
+  if (builder.info.dataset_size or 0) > IN_MEMORY_LIMIT_BYTES:
+    read_tfds(builder, train_split)  # fails fast if absent
+    splits = [StreamingSplit(builder, split, builder.info.splits[split].num_examples)
+              for split in (train_split, eval_split)]
+  else:
+    splits = [_tfds_in_memory(builder, split) for split in (train_split, eval_split)]
+  return splits[0], splits[1], list(builder.info.features["label"].names)
+
+
+def _is_path(name: str) -> bool:
+  return os.path.isdir(os.path.expanduser(name)) or name.startswith(("/", "./", "../", "~"))
+
+
+def open_source(config):
+  """(train split, eval split, class names) of config.dataset: 'digits', a directory or
+  a TFDS name (config.train_split / eval_split apply to TFDS only)."""
+  name = config.dataset
+  if name == "digits":
+    return digits_source()
+  if _is_path(name):
+    return directory_source(name)
+  return tfds_source(name, config.train_split or "train", config.eval_split or "test",
+                     data_dir=config.tfds_data_dir, manual_dir=config.tfds_manual_dir,
+                     download=config.tfds_download)
