@@ -18,6 +18,12 @@ FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py[:arg]).",
                                 lock_config=True)
 flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and params.npz go.")
+flags.DEFINE_string("coordinator_address", None,
+                    "HOST:PORT of process 0, to train with several processes (hosts).")
+flags.DEFINE_integer("num_processes", None, "Number of processes, with --coordinator_address.")
+flags.DEFINE_integer("process_id", None, "This process's index, with --coordinator_address.")
+flags.DEFINE_integer("heartbeat_timeout", 60,
+                     "Seconds after which the other processes give up on a dead peer.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 # Mistakes a user can fix: shown as one `error:` line instead of a traceback.
@@ -43,6 +49,30 @@ def parse_flags(argv):
     exit_with_error(e, "bad flag or config override: ", code=2)
 
 
+def cluster_detected() -> bool:
+  """A multi-process launch that jax.distributed.initialize() can configure by itself."""
+  env = os.environ
+  return (int(env.get("SLURM_NTASKS", "1")) > 1 or "," in env.get("TPU_WORKER_HOSTNAMES", "")
+          or "MEGASCALE_COORDINATOR_ADDRESS" in env)
+
+
+def initialize_distributed() -> None:
+  """Joins the processes of a multi-host run (explicit flags, or a detected TPU pod/SLURM)."""
+  import jax
+  timeouts = dict(initialization_timeout=300, heartbeat_timeout_seconds=FLAGS.heartbeat_timeout)
+  if FLAGS.coordinator_address:
+    if FLAGS.num_processes is None or FLAGS.process_id is None:
+      raise app.UsageError("--coordinator_address needs --num_processes and --process_id")
+    jax.distributed.initialize(FLAGS.coordinator_address, num_processes=FLAGS.num_processes,
+                               process_id=FLAGS.process_id, **timeouts)
+  elif cluster_detected():
+    jax.distributed.initialize(**timeouts)
+  else:
+    return
+  logging.info("process %d of %d, %d local / %d global devices", jax.process_index(),
+               jax.process_count(), jax.local_device_count(), jax.device_count())
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -53,6 +83,7 @@ def main(argv):
     exit_with_error(e, "cannot load --config: ", code=2)
   import tensorflow as tf  # tf.data only: keep TensorFlow off the accelerators.
   tf.config.set_visible_devices([], "GPU")
+  initialize_distributed()
   from vit_jax import train
   try:
     train.train_and_evaluate(config, FLAGS.workdir)

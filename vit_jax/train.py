@@ -16,6 +16,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 from clu import parameter_overview
+from jax.experimental import multihost_utils
 
 from vit_jax import (checkpointing, data, metrics, npz, optim, preemption, released, sharding,
                      train_step)
@@ -166,6 +167,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
 
   # --- Loop -------------------------------------------------------------------------------
   start_step, total_steps = int(state.step), config.total_steps
+  rows = config.batch // jax.process_count()
+  logging.info("process %d of %d reads rows [%d, %d) of every global batch of %d",
+               jax.process_index(), jax.process_count(), jax.process_index() * rows,
+               (jax.process_index() + 1) * rows, config.batch)
   batches = data.prefetch_to_device(dataset.train_batches(
       batch_size=config.batch, start_step=start_step, num_steps=total_steps, seed=config.seed,
       process_index=jax.process_index(), process_count=jax.process_count()), batch_sharding)
@@ -208,8 +213,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
     return {"preempted_at_step": preempted_at, **eval_metrics}
   if not eval_metrics:  # resumed at the end: report the final state anyway
     eval_metrics = evaluate(eval_fn, state.params, dataset, config, batch_sharding)
+  final_params = multihost_utils.process_allgather(state.params, tiled=True)  # collective
   if is_main:
-    npz.save_npz(jax.device_get(state.params), os.path.join(workdir, "params.npz"))
+    npz.save_npz(final_params, os.path.join(workdir, "params.npz"))
     with open(os.path.join(workdir, "final_metrics.json"), "w", encoding="utf-8") as f:
       json.dump(eval_metrics, f, indent=2)
   writer.flush()

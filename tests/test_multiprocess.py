@@ -1,0 +1,65 @@
+"""Two processes x 4 CPU devices train like one process with 8 devices or 1 device, and
+their checkpoint resumes in a single process."""
+
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+
+from conftest import REPO
+
+ARGS = ["--config=configs/demo.py", "--config.total_steps=6", "--config.batch=32",
+        "--config.checkpoint_every=3", "--config.eval_every=6", "--config.warmup_steps=2"]
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def launch(workdir, devices, tag, *extra):
+  """Starts the main job with `devices` CPU devices, logging to <workdir>.<tag>.log."""
+  env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3",
+         "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+  log = open(f"{workdir}.{tag}.log", "w")
+  return subprocess.Popen([sys.executable, "-m", "vit_jax.main", *ARGS, f"--workdir={workdir}",
+                           *extra], cwd=REPO, env=env, stdout=log, stderr=log)
+
+
+def output(workdir, tag):
+  return open(f"{workdir}.{tag}.log").read()
+
+
+def params(workdir):
+  with np.load(os.path.join(workdir, "params.npz")) as f:
+    return {k: f[k] for k in f.files}
+
+
+def assert_close(ours, reference):
+  """<= 1e-4 relative; the absolute floor covers the key biases, whose gradient is zero in
+  exact arithmetic (softmax ignores them), so they hold only float noise."""
+  for key, value in reference.items():
+    np.testing.assert_allclose(ours[key], value, rtol=1e-4, atol=1e-5, err_msg=key)
+
+
+def test_two_processes_match_one_process_and_resume_in_one(tmp_path):
+  port = free_port()
+  two = str(tmp_path / "two")
+  workers = [launch(two, 4, str(i), f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
+                    f"--process_id={i}") for i in range(2)]
+  codes = [w.wait(timeout=400) for w in workers]
+  assert codes == [0, 0], output(two, "0")[-3000:] + output(two, "1")[-3000:]
+  assert "process 1 of 2 reads rows [16, 32) of every global batch of 32" in output(two, "1")
+  assert "process 0 of 2 reads rows [0, 16)" in output(two, "0")
+
+  for name, devices in (("one", 1), ("eight", 8)):
+    single = launch(str(tmp_path / name), devices, "run")
+    assert single.wait(timeout=400) == 0, output(str(tmp_path / name), "run")[-3000:]
+    assert_close(params(str(tmp_path / name)), params(two))
+
+  resumed = launch(two, 1, "resumed", "--config.total_steps=8")
+  assert resumed.wait(timeout=400) == 0, output(two, "resumed")[-3000:]
+  assert "resumed from step 6" in output(two, "resumed")
