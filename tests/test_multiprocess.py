@@ -5,6 +5,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -63,3 +64,22 @@ def test_two_processes_match_one_process_and_resume_in_one(tmp_path):
   resumed = launch(two, 1, "resumed", "--config.total_steps=8")
   assert resumed.wait(timeout=400) == 0, output(two, "resumed")[-3000:]
   assert "resumed from step 6" in output(two, "resumed")
+
+
+def test_a_dead_peer_stops_the_survivor(tmp_path):
+  port = free_port()
+  workdir = str(tmp_path / "run")
+  workers = [launch(workdir, 4, str(i), f"--coordinator_address=127.0.0.1:{port}",
+                    "--num_processes=2", f"--process_id={i}", "--heartbeat_timeout=10",
+                    "--config.total_steps=100000", "--config.progress_every=1")
+             for i in range(2)]
+  metrics = os.path.join(workdir, "metrics.jsonl")
+  deadline = time.time() + 300
+  while not (os.path.exists(metrics) and '"train/loss"' in open(metrics).read()):
+    assert time.time() < deadline and workers[0].poll() is None, output(workdir, "0")[-3000:]
+    time.sleep(0.5)
+  workers[1].kill()
+  killed_at = time.time()
+  code = workers[0].wait(timeout=120)
+  assert code != 0
+  assert time.time() - killed_at < 90
