@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO
 
 
@@ -27,6 +29,14 @@ def test_config_key_typo(tmp_path):
   assert "Traceback" not in result.stderr
 
 
+def test_tensor_axis_must_divide_the_heads(tmp_path):
+  result = run_main("--config=configs/demo.py", f"--workdir={tmp_path}",
+                    "--config.mesh.data=1", "--config.mesh.tensor=8", devices=8)
+  assert result.returncode == 1
+  [line] = error_lines(result)
+  assert "mesh tensor=8 does not divide the model's 4 heads" in line
+
+
 def test_batch_not_divisible_by_devices(tmp_path):
   result = run_main("--config=configs/demo.py", f"--workdir={tmp_path}", "--config.batch=12",
                     devices=8)
@@ -36,10 +46,13 @@ def test_batch_not_divisible_by_devices(tmp_path):
   assert os.listdir(tmp_path) in ([], ["checkpoints"])
 
 
-def test_short_demo_run_on_8_devices(tmp_path):
+@pytest.mark.parametrize("mesh", [[], ["--config.mesh.data=4", "--config.mesh.fsdp=2"],
+                                  ["--config.mesh.data=2", "--config.mesh.tensor=4"]],
+                         ids=["data8", "data4_fsdp2", "data2_tensor4"])
+def test_short_demo_run_on_8_devices(tmp_path, mesh):
   result = run_main("--config=configs/demo.py", f"--workdir={tmp_path}",
                     "--config.total_steps=4", "--config.batch=64", "--config.eval_every=4",
-                    "--config.progress_every=2", devices=8)
+                    "--config.progress_every=2", *mesh, devices=8)
   assert result.returncode == 0, result.stderr[-2000:]
   assert "img/s/device" in result.stderr and "ETA" in result.stderr
   final = json.loads((tmp_path / "final_metrics.json").read_text())
