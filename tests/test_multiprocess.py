@@ -1,6 +1,7 @@
 """Two processes x 4 CPU devices train like one process with 8 devices or 1 device, and
 their checkpoint resumes in a single process."""
 
+import json
 import os
 import socket
 import subprocess
@@ -55,6 +56,8 @@ def test_two_processes_match_one_process_and_resume_in_one(tmp_path):
   assert codes == [0, 0], output(two, "0")[-3000:] + output(two, "1")[-3000:]
   assert "process 1 of 2 reads rows [16, 32) of every global batch of 32" in output(two, "1")
   assert "process 0 of 2 reads rows [0, 16)" in output(two, "0")
+  with open(os.path.join(two, "final_metrics.json")) as f:
+    assert json.load(f)["eval/examples"] == 300  # evaluation exact across processes
 
   for name, devices in (("one", 1), ("eight", 8)):
     single = launch(str(tmp_path / name), devices, "run")

@@ -5,6 +5,7 @@ import logging
 import os
 import pathlib
 
+import jax
 import numpy as np
 import pytest
 from PIL import Image
@@ -106,3 +107,16 @@ def test_accumulation_must_divide_the_batch(tmp_path):
 
 def test_hyperrule_steps():
   assert [train.hyperrule_steps(n) for n in (1_000, 50_000, 1_000_000)] == [500, 10_000, 20_000]
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+  workdir = str(tmp_path / "run")
+  train.train_and_evaluate(demo_config(total_steps=2, checkpoint_every=2), workdir)
+  exploding = demo_config(total_steps=12, checkpoint_every=1, progress_every=5,
+                          base_lr=1e38)
+  with pytest.raises(FloatingPointError, match="is (nan|inf) at step .*last good checkpoint"):
+    train.train_and_evaluate(exploding, workdir)
+  steps = sorted(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit())
+  assert steps[-1] < 12
+  module, params = load_npz(os.path.join(workdir, "params.npz"))  # from the first run
+  assert all(np.isfinite(v).all() for v in jax.tree.leaves(params))

@@ -85,15 +85,21 @@ def evaluate(eval_step, params, dataset, config, batch_sharding) -> Dict[str, fl
           "eval/examples": examples}
 
 
-def write_train_metrics(writer, step: int, step_metrics: dict, progress: metrics.Progress,
-                        checkpoint_dir: str) -> None:
-  """Logs train/* scalars with throughput; a non-finite loss stops the run."""
+def check_finite(step: int, step_metrics: dict, checkpoint_dir: str) -> None:
+  """Stops on a non-finite loss or gradient, before that step's state can be saved."""
+  for name in ("loss", "grad_norm"):
+    value = float(step_metrics[name])
+    if not math.isfinite(value):
+      raise FloatingPointError(
+          f"{name} is {value} at step {step}; stopping without saving. The last good "
+          f"checkpoint is kept in {checkpoint_dir}: lower config.base_lr or check the data, "
+          "then rerun to resume from it")
+
+
+def write_train_metrics(writer, step: int, step_metrics: dict,
+                        progress: metrics.Progress) -> None:
+  """Logs train/* scalars with throughput."""
   values = {f"train/{k}": float(v) for k, v in step_metrics.items()}
-  if not math.isfinite(values["train/loss"]):
-    raise FloatingPointError(
-        f"loss is {values['train/loss']} at step {step}; stopping without saving. The last "
-        f"good checkpoint is kept in {checkpoint_dir}: lower config.base_lr or check the "
-        "data, then rerun to resume from it")
   rates = progress.update(step)
   if rates:
     values["train/img_per_sec"] = rates["img_per_sec"]
@@ -185,16 +191,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
       if step == start_step + 1:
         jax.block_until_ready(state)
         progress.update(step)  # the rate clock starts after compilation
+      is_checkpoint_step = step % config.checkpoint_every == 0 or step == total_steps
+      if step % config.progress_every == 0 or is_checkpoint_step:
+        check_finite(step, jax.device_get(step_metrics), checkpointer.directory)
       if step % config.progress_every == 0 or step == total_steps:
-        write_train_metrics(writer, step, jax.device_get(step_metrics), progress,
-                            checkpointer.directory)
+        write_train_metrics(writer, step, jax.device_get(step_metrics), progress)
       if step % config.eval_every == 0 or step == total_steps:
         eval_metrics = evaluate(eval_fn, state.params, dataset, config, batch_sharding)
         logging.info("step %d: eval accuracy %.4f, loss %.4f on %d examples", step,
                      eval_metrics["eval/accuracy"], eval_metrics["eval/loss"],
                      eval_metrics["eval/examples"])
         writer.write_scalars(step, eval_metrics)
-      if step % config.checkpoint_every == 0 or step == total_steps:
+      if is_checkpoint_step:
         checkpointer.save(step, state)
       if step < total_steps and watcher.should_stop(step):
         checkpointer.save(step, state)
