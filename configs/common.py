@@ -33,6 +33,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.dropout_rate = 0.0
   config.model.representation_size = ml_collections.FieldReference(None, field_type=int)
   config.model.head_bias_init = 0.0
+  # Fast paths (same function, same parameters): jax.nn.dot_product_attention (cuDNN flash
+  # attention on GPUs) and per-block rematerialisation (none | full | dots | dots_no_batch).
+  config.model.attention_impl = "dot_product"
+  config.model.remat_policy = "none"
   config.dtype = "float32"  # compute dtype: float32 | bfloat16 (params stay float32)
   # Released checkpoint to start from: local path, gs:// URL, `FAMILY/NAME` or a
   # released name (resolved to gs://vit_models/imagenet21k/NAME.npz). None: from scratch.

@@ -25,8 +25,11 @@ def relative_error(ours, truth):
 
 
 @pytest.mark.parametrize("checkpoint,images,expected,image_size", FIXTURE_CASES)
-def test_fixture_logits(released_fixtures, checkpoint, images, expected, image_size):
-  module, params = load_npz(released_fixtures / checkpoint, image_size=image_size)
+@pytest.mark.parametrize("attention_impl", ["softmax", "dot_product"])
+def test_fixture_logits(released_fixtures, checkpoint, images, expected, image_size,
+                        attention_impl):
+  module, params = load_npz(released_fixtures / checkpoint, image_size=image_size,
+                            attention_impl=attention_impl)
   truth = np.load(released_fixtures / expected)
   logits = np.asarray(jax.jit(module.apply)({"params": params},
                                             np.load(released_fixtures / images)))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from configs import demo
+from configs import common, demo
 from conftest import RELEASED_FIXTURES
 from vit_jax import load_npz, sharding, train
 
@@ -75,8 +75,7 @@ def test_finetune_fixture_checkpoint_on_an_image_folder(tmp_path):
                        eval_every=2, checkpoint_every=2)
   config.unlock()
   config.model_name = "ViT-Ti_16"
-  config.model = type(config.model)({"dropout_rate": 0.0, "representation_size": None,
-                                     "head_bias_init": 0.0})
+  config.model = common.get_config().model  # the fine-tuning defaults, no demo overrides
   config.pp.update(dict(preset="inception", crop=32, resize=None, flip=True))
   config.optimizer, config.optim_dtype, config.base_lr = "sgd", "bfloat16", 0.01
   config.lock()

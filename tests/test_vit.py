@@ -143,3 +143,48 @@ def test_attention_module_matches_softmax_definition():
   k = jnp.einsum("btd,dhe->bhte", x, p["key"]["kernel"]) + p["key"]["bias"][:, None]
   expected = jax.nn.softmax(jnp.einsum("bhqe,bhke->bhqk", q, k) / np.sqrt(4), axis=-1)
   np.testing.assert_allclose(weights, expected, rtol=1e-5, atol=1e-6)
+
+
+def loss_and_grads(module, params, x):
+  def loss(p):
+    return jnp.mean(module.apply({"params": p}, x, train=True) ** 2)
+  return jax.value_and_grad(loss)(params)
+
+
+@pytest.mark.parametrize("overrides", [{"attention_impl": "dot_product"},
+                                       {"remat_policy": "full"}, {"remat_policy": "dots"},
+                                       {"remat_policy": "dots_no_batch"}],
+                         ids=lambda o: "-".join(map(str, o.values())))
+def test_fast_paths_compute_the_same_function(overrides):
+  plain = tiny_model()
+  fast = tiny_model(**overrides)
+  params = init_params(plain)
+  assert jax.tree.structure(fast.init(jax.random.PRNGKey(0), images())["params"]) == (
+      jax.tree.structure(params))
+  x = images()
+  np.testing.assert_allclose(fast.apply({"params": params}, x),
+                             plain.apply({"params": params}, x), rtol=1e-5, atol=1e-6)
+  (fast_loss, fast_grads), (loss, grads) = (loss_and_grads(fast, params, x),
+                                            loss_and_grads(plain, params, x))
+  np.testing.assert_allclose(fast_loss, loss, rtol=1e-5)
+  # Gradients: float32 summation-order noise, judged against the largest gradient (the
+  # key biases' gradients are zero in exact arithmetic and hold only noise).
+  scale = max(float(np.abs(g).max()) for g in jax.tree.leaves(grads))
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * scale),
+               fast_grads, grads)
+
+
+def test_dot_product_path_still_returns_attention_weights():
+  module = tiny_model(attention_impl="dot_product")
+  params = init_params(module)
+  _, state = module.apply({"params": params}, images(), mutable=["intermediates"])
+  weights = state["intermediates"]["Transformer"]["encoderblock_1"][
+      "MultiHeadDotProductAttention_1"]["attention_weights"][0]
+  np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-6)
+
+
+def test_unknown_fast_path_names():
+  with pytest.raises(ValueError, match="unknown attention_impl 'flash'"):
+    tiny_model(attention_impl="flash").init(jax.random.PRNGKey(0), images())
+  with pytest.raises(ValueError, match="unknown remat_policy 'some'"):
+    tiny_model(remat_policy="some").init(jax.random.PRNGKey(0), images())

@@ -13,6 +13,7 @@ unless the caller passes `mutable=['intermediates']`, so the default path is unc
 from typing import Any, Optional, Sequence
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 from vit_jax.models import resnet
@@ -43,15 +44,28 @@ class MlpBlock(nn.Module):
     return nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
 
 
+ATTENTION_IMPLS = ("softmax", "dot_product")
+REMAT_POLICIES = {
+    "none": None,  # keep every activation (fastest, most memory)
+    "full": jax.checkpoint_policies.nothing_saveable,  # recompute the whole block
+    "dots": jax.checkpoint_policies.checkpoint_dots,  # keep matmul outputs only
+    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
 class SelfAttention(nn.Module):
   """Multi-head self-attention with the released parameter layout.
 
   query/key/value kernels are (D, heads, head_dim), out is (heads, head_dim, D);
   the query is scaled by 1/sqrt(head_dim) and the softmax runs in float32.
+  `attention_impl='dot_product'` uses jax.nn.dot_product_attention (cuDNN flash
+  attention on GPUs, XLA elsewhere); it falls back to the explicit softmax when the
+  attention weights are needed (introspection, attention dropout in training).
   """
   num_heads: int
   dropout_rate: float = 0.0
   dtype: Any = jnp.float32
+  attention_impl: str = "softmax"
 
   @nn.compact
   def __call__(self, x, *, deterministic: bool):
@@ -62,15 +76,21 @@ class SelfAttention(nn.Module):
     projection = lambda name: nn.DenseGeneral(
         (self.num_heads, head_dim), dtype=self.dtype, name=name,
         kernel_init=nn.initializers.xavier_uniform(), bias_init=nn.initializers.zeros)
-    query = projection("query")(x) / jnp.sqrt(head_dim).astype(self.dtype)
-    key = projection("key")(x)
-    value = projection("value")(x)
-
-    logits = jnp.einsum("bqhd,bkhd->bhqk", query, key)
-    weights = nn.softmax(logits.astype(jnp.float32), axis=-1)
-    self.sow("intermediates", "attention_weights", weights)
-    weights = nn.Dropout(self.dropout_rate)(weights, deterministic=deterministic)
-    mixed = jnp.einsum("bhqk,bkhd->bqhd", weights.astype(self.dtype), value)
+    if self.attention_impl not in ATTENTION_IMPLS:
+      raise ValueError(f"unknown attention_impl {self.attention_impl!r}; choose one of "
+                       f"{', '.join(ATTENTION_IMPLS)}")
+    query, key, value = (projection(name)(x) for name in ("query", "key", "value"))
+    needs_weights = self.is_mutable_collection("intermediates") or (
+        self.dropout_rate > 0 and not deterministic)
+    if self.attention_impl == "dot_product" and not needs_weights:
+      mixed = jax.nn.dot_product_attention(query, key, value, scale=head_dim**-0.5)
+    else:
+      query = query / jnp.sqrt(head_dim).astype(self.dtype)
+      logits = jnp.einsum("bqhd,bkhd->bhqk", query, key)
+      weights = nn.softmax(logits.astype(jnp.float32), axis=-1)
+      self.sow("intermediates", "attention_weights", weights)
+      weights = nn.Dropout(self.dropout_rate)(weights, deterministic=deterministic)
+      mixed = jnp.einsum("bhqk,bkhd->bqhd", weights.astype(self.dtype), value)
     return nn.DenseGeneral(
         hidden, axis=(-2, -1), dtype=self.dtype, name="out",
         kernel_init=nn.initializers.xavier_uniform(),
@@ -84,11 +104,13 @@ class Encoder1DBlock(nn.Module):
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
   dtype: Any = jnp.float32
+  attention_impl: str = "softmax"
 
   @nn.compact
-  def __call__(self, inputs, *, deterministic: bool):
+  def __call__(self, inputs, deterministic: bool):
     x = layer_norm("LayerNorm_0", self.dtype)(inputs)
     x = SelfAttention(self.num_heads, self.attention_dropout_rate, self.dtype,
+                      self.attention_impl,
                       name="MultiHeadDotProductAttention_1")(x, deterministic=deterministic)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     x = x + inputs
@@ -118,15 +140,24 @@ class Encoder(nn.Module):
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
   dtype: Any = jnp.float32
+  attention_impl: str = "softmax"
+  remat_policy: str = "none"
 
   @nn.compact
   def __call__(self, x, *, train: bool):
+    if self.remat_policy not in REMAT_POLICIES:
+      raise ValueError(f"unknown remat_policy {self.remat_policy!r}; choose one of "
+                       f"{', '.join(REMAT_POLICIES)}")
+    block = Encoder1DBlock
+    if self.remat_policy != "none":  # same parameters, activations recomputed in backprop
+      block = nn.remat(Encoder1DBlock, policy=REMAT_POLICIES[self.remat_policy],
+                       static_argnums=(2,))
     x = AddPositionEmbs(name="posembed_input")(x)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
     for layer in range(self.num_layers):
-      x = Encoder1DBlock(self.mlp_dim, self.num_heads, self.dropout_rate,
-                         self.attention_dropout_rate, self.dtype,
-                         name=f"encoderblock_{layer}")(x, deterministic=not train)
+      x = block(self.mlp_dim, self.num_heads, self.dropout_rate,
+                self.attention_dropout_rate, self.dtype, self.attention_impl,
+                name=f"encoderblock_{layer}")(x, not train)
     return layer_norm("encoder_norm", self.dtype)(x)
 
 
@@ -148,6 +179,10 @@ class VisionTransformer(nn.Module):
     dropout_rate, attention_dropout_rate: only active with `train=True`.
     head_bias_init: constant head bias (-10 was used for i21k pre-training).
     dtype: compute dtype; parameters are always stored in float32.
+    attention_impl: 'softmax' (explicit, float32 softmax) or 'dot_product'
+      (jax.nn.dot_product_attention: cuDNN flash attention on GPUs). Same function.
+    remat_policy: rematerialise each block in backprop to save memory: 'none',
+      'full', 'dots' or 'dots_no_batch' (which activations are kept).
   """
   num_classes: int
   patch_size: int
@@ -163,6 +198,8 @@ class VisionTransformer(nn.Module):
   attention_dropout_rate: float = 0.0
   head_bias_init: float = 0.0
   dtype: Any = jnp.float32
+  attention_impl: str = "softmax"
+  remat_policy: str = "none"
 
   @nn.compact
   def __call__(self, images, *, train: bool = False):
@@ -182,7 +219,8 @@ class VisionTransformer(nn.Module):
       x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (batch, 1, 1)), x], axis=1)
 
     x = Encoder(self.num_layers, self.mlp_dim, self.num_heads, self.dropout_rate,
-                self.attention_dropout_rate, self.dtype, name="Transformer")(x, train=train)
+                self.attention_dropout_rate, self.dtype, self.attention_impl,
+                self.remat_policy, name="Transformer")(x, train=train)
     x = x[:, 0] if self.classifier == "token" else jnp.mean(x, axis=1)
 
     if self.representation_size is not None:
