@@ -10,6 +10,7 @@ its output (`block_output`) into the `intermediates` collection. Sowing is a no-
 unless the caller passes `mutable=['intermediates']`, so the default path is unchanged.
 """
 
+import dataclasses
 from typing import Any, Optional, Sequence
 
 import flax.linen as nn
@@ -97,8 +98,9 @@ class SelfAttention(nn.Module):
         bias_init=nn.initializers.zeros)(mixed)
 
 
-class Encoder1DBlock(nn.Module):
-  """Pre-LN transformer block: x + Drop(MHSA(LN(x))), then + MLP(LN(.))."""
+@dataclasses.dataclass(frozen=True)
+class BlockOptions:
+  """What all encoder blocks share (meanings as in VisionTransformer)."""
   mlp_dim: int
   num_heads: int
   dropout_rate: float = 0.0
@@ -106,16 +108,21 @@ class Encoder1DBlock(nn.Module):
   dtype: Any = jnp.float32
   attention_impl: str = "softmax"
 
+
+class Encoder1DBlock(nn.Module):
+  """Pre-LN transformer block: x + Drop(MHSA(LN(x))), then + MLP(LN(.))."""
+  options: BlockOptions
+
   @nn.compact
   def __call__(self, inputs, deterministic: bool):
-    x = layer_norm("LayerNorm_0", self.dtype)(inputs)
-    x = SelfAttention(self.num_heads, self.attention_dropout_rate, self.dtype,
-                      self.attention_impl,
+    o = self.options
+    x = layer_norm("LayerNorm_0", o.dtype)(inputs)
+    x = SelfAttention(o.num_heads, o.attention_dropout_rate, o.dtype, o.attention_impl,
                       name="MultiHeadDotProductAttention_1")(x, deterministic=deterministic)
-    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    x = nn.Dropout(o.dropout_rate)(x, deterministic=deterministic)
     x = x + inputs
-    y = layer_norm("LayerNorm_2", self.dtype)(x)
-    y = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype,
+    y = layer_norm("LayerNorm_2", o.dtype)(x)
+    y = MlpBlock(o.mlp_dim, o.dropout_rate, o.dtype,
                  name="MlpBlock_3")(y, deterministic=deterministic)
     out = x + y
     self.sow("intermediates", "block_output", out)
@@ -135,12 +142,7 @@ class AddPositionEmbs(nn.Module):
 class Encoder(nn.Module):
   """Position embedding + dropout, `num_layers` blocks, final LayerNorm."""
   num_layers: int
-  mlp_dim: int
-  num_heads: int
-  dropout_rate: float = 0.0
-  attention_dropout_rate: float = 0.0
-  dtype: Any = jnp.float32
-  attention_impl: str = "softmax"
+  options: BlockOptions
   remat_policy: str = "none"
 
   @nn.compact
@@ -153,12 +155,10 @@ class Encoder(nn.Module):
       block = nn.remat(Encoder1DBlock, policy=REMAT_POLICIES[self.remat_policy],
                        static_argnums=(2,))
     x = AddPositionEmbs(name="posembed_input")(x)
-    x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
+    x = nn.Dropout(self.options.dropout_rate)(x, deterministic=not train)
     for layer in range(self.num_layers):
-      x = block(self.mlp_dim, self.num_heads, self.dropout_rate,
-                self.attention_dropout_rate, self.dtype, self.attention_impl,
-                name=f"encoderblock_{layer}")(x, not train)
-    return layer_norm("encoder_norm", self.dtype)(x)
+      x = block(self.options, name=f"encoderblock_{layer}")(x, not train)
+    return layer_norm("encoder_norm", self.options.dtype)(x)
 
 
 class VisionTransformer(nn.Module):
@@ -218,9 +218,9 @@ class VisionTransformer(nn.Module):
       cls = self.param("cls", nn.initializers.zeros, (1, 1, channels), jnp.float32)
       x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (batch, 1, 1)), x], axis=1)
 
-    x = Encoder(self.num_layers, self.mlp_dim, self.num_heads, self.dropout_rate,
-                self.attention_dropout_rate, self.dtype, self.attention_impl,
-                self.remat_policy, name="Transformer")(x, train=train)
+    options = BlockOptions(self.mlp_dim, self.num_heads, self.dropout_rate,
+                           self.attention_dropout_rate, self.dtype, self.attention_impl)
+    x = Encoder(self.num_layers, options, self.remat_policy, name="Transformer")(x, train=train)
     x = x[:, 0] if self.classifier == "token" else jnp.mean(x, axis=1)
 
     if self.representation_size is not None:
