@@ -1,0 +1,37 @@
+"""The benchmark in CI-sized form: it runs, and its FLOP count agrees with XLA's."""
+
+import json
+
+import pytest
+
+from vit_jax import benchmark
+from vit_jax.models import zoo
+
+
+def test_b16_training_flops_match_the_published_count():
+  forward = benchmark.forward_flops_per_image(zoo.create_model("ViT-B_16", num_classes=1000),
+                                              224)
+  assert 3 * forward / 1e9 == pytest.approx(105.4, abs=0.1)
+
+
+@pytest.mark.parametrize("mode", ["train", "infer"])
+def test_smoke_run(mode):
+  result = benchmark.run("ViT-Ti_16", mode, batch=2, image_size=64, steps=2, num_layers=2)
+  assert result["img_per_sec"] > 0 and result["compile_s"] > 0
+  assert 0 < result["mfu"] < 1 and result["mib_per_device"] > 0
+  # Analytic matmul FLOPs vs XLA's count (which adds softmax, norms, optimizer).
+  assert 0.7 < result["xla_gflop_per_image"] / result["gflop_per_image"] < 1.5
+
+
+def test_cli_writes_a_table_and_json(tmp_path, capsys):
+  out = tmp_path / "results.jsonl"
+  benchmark.main(["--model=ViT-Ti_16", "--mode=infer", "--batch=2", "--image-size=32",
+                  "--steps=1", f"--json={out}", "--peak_tflops=1"])
+  printed = capsys.readouterr().out
+  assert "img/s" in printed and "ViT-Ti_16" in printed
+  row = json.loads(out.read_text())
+  assert row["peak_tflops_per_device"] == 1 and row["image_size"] == 32
+
+
+def test_mesh_argument():
+  assert benchmark.parse_mesh("data=-1,fsdp=2") == {"data": -1, "fsdp": 2}
