@@ -180,14 +180,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   batches = data.prefetch_to_device(dataset.train_batches(
       batch_size=config.batch, start_step=start_step, num_steps=total_steps, seed=config.seed,
       process_index=jax.process_index(), process_count=jax.process_count()), batch_sharding)
-  dropout_rng = jax.random.PRNGKey(config.seed + 1)
+  dropout_rng = jax.device_put(jax.random.PRNGKey(config.seed + 1), replicated)
   progress = metrics.Progress(total_steps=total_steps, batch_size=config.batch,
                               num_devices=jax.device_count())
   eval_metrics, preempted_at = {}, None
   watcher = preemption.PreemptionWatcher()
   try:
     for step in range(start_step + 1, total_steps + 1):
-      state, step_metrics = step_fn(state, next(batches), dropout_rng)
+      batch = next(batches)
+      with jax.transfer_guard("disallow"):  # inputs must already be on the devices
+        state, step_metrics = step_fn(state, batch, dropout_rng)
       if step == start_step + 1:
         jax.block_until_ready(state)
         progress.update(step)  # the rate clock starts after compilation
