@@ -194,10 +194,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
         jax.block_until_ready(state)
         progress.update(step)  # the rate clock starts after compilation
       is_checkpoint_step = step % config.checkpoint_every == 0 or step == total_steps
-      if step % config.progress_every == 0 or is_checkpoint_step:
-        check_finite(step, jax.device_get(step_metrics), checkpointer.directory)
-      if step % config.progress_every == 0 or step == total_steps:
-        write_train_metrics(writer, step, jax.device_get(step_metrics), progress)
+      is_progress_step = step % config.progress_every == 0 or step == total_steps
+      if is_progress_step or is_checkpoint_step:  # one device->host copy serves both
+        host_metrics = jax.device_get(step_metrics)
+        check_finite(step, host_metrics, checkpointer.directory)
+        if is_progress_step:
+          write_train_metrics(writer, step, host_metrics, progress)
       if step % config.eval_every == 0 or step == total_steps:
         eval_metrics = evaluate(eval_fn, state.params, dataset, config, batch_sharding)
         logging.info("step %d: eval accuracy %.4f, loss %.4f on %d examples", step,
