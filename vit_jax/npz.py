@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
-from vit_jax import npz_layout, posemb
+from vit_jax import npz_layout, posemb, released
 from vit_jax.models import vit, zoo
 
 ImageSize = Union[int, Sequence[int]]
@@ -30,12 +30,8 @@ class CheckpointError(ValueError):
   """A checkpoint that cannot be used; the message is one line naming problem and fix."""
 
 
-def _is_url(path: str) -> bool:
-  return "://" in str(path)
-
-
 def _read_bytes(path: str) -> bytes:
-  if not _is_url(path):
+  if not released.has_scheme(path):
     if not os.path.exists(path):
       raise FileNotFoundError(f"checkpoint not found: {path} (check the path, or {_DOWNLOAD_HINT})")
     with open(path, "rb") as f:
@@ -71,7 +67,7 @@ def read_npz(path: str) -> Dict[str, np.ndarray]:
 
 def _atomic_write(data: bytes, path: str) -> None:
   """Writes all bytes or nothing: an existing file is only replaced by a complete one."""
-  if _is_url(path):
+  if released.has_scheme(path):
     import tensorflow as tf
     with tf.io.gfile.GFile(path, "wb") as f:  # object stores publish on close.
       f.write(data)
