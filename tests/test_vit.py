@@ -93,6 +93,17 @@ def test_pre_logits_is_dense_plus_tanh():
   assert params["head"]["kernel"].shape == (8, 5)
 
 
+@pytest.mark.parametrize("representation_size", [None, 8])
+def test_representation_is_the_input_of_the_head(representation_size):
+  module = tiny_model(representation_size=representation_size)
+  params = init_params(module)
+  features = module.apply({"params": params}, images(), representation=True)
+  assert features.shape == (2, representation_size or 32) and features.dtype == jnp.float32
+  head = params["head"]
+  np.testing.assert_allclose(features @ head["kernel"] + head["bias"],
+                             module.apply({"params": params}, images()), rtol=1e-5, atol=1e-6)
+
+
 def test_dropout_only_in_training():
   module = tiny_model(dropout_rate=0.5)
   params = init_params(module)

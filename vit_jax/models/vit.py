@@ -202,7 +202,10 @@ class VisionTransformer(nn.Module):
   remat_policy: str = "none"
 
   @nn.compact
-  def __call__(self, images, *, train: bool = False):
+  def __call__(self, images, *, train: bool = False, representation: bool = False):
+    """Logits (float32 [B, num_classes]); with representation=True the input of the
+    head instead (pre_logits output, or the pooled token when there is none): the
+    frozen features that few-shot probes and linear evaluation use."""
     if self.classifier not in ("token", "gap"):
       raise ValueError(f"classifier must be 'token' or 'gap', got {self.classifier!r}")
     x = images.astype(self.dtype)
@@ -225,6 +228,8 @@ class VisionTransformer(nn.Module):
 
     if self.representation_size is not None:
       x = nn.tanh(nn.Dense(self.representation_size, dtype=self.dtype, name="pre_logits")(x))
+    if representation:
+      return x.astype(jnp.float32)
     logits = nn.Dense(self.num_classes, dtype=self.dtype, name="head",
                       kernel_init=nn.initializers.zeros,
                       bias_init=nn.initializers.constant(self.head_bias_init))(x)
