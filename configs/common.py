@@ -37,6 +37,10 @@ def get_config() -> ml_collections.ConfigDict:
   # attention on GPUs) and per-block rematerialisation (none | full | dots | dots_no_batch).
   config.model.attention_impl = "dot_product"
   config.model.remat_policy = "none"
+  # nn.scan over the blocks: one compiled block (fast compiles for deep models), params
+  # stacked (train-state checkpoints too: resume with the same setting); params.npz and
+  # load_npz keep the released per-block layout.
+  config.model.scan_layers = False
   config.dtype = "float32"  # compute dtype: float32 | bfloat16 (params stay float32)
   # Released checkpoint to start from: local path, gs:// URL, `FAMILY/NAME` or a
   # released name (resolved to gs://vit_models/imagenet21k/NAME.npz). None: from scratch.

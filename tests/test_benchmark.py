@@ -35,3 +35,11 @@ def test_cli_writes_a_table_and_json(tmp_path, capsys):
 
 def test_mesh_argument():
   assert benchmark.parse_mesh("data=-1,fsdp=2") == {"data": -1, "fsdp": 2}
+
+
+def test_compile_only_with_scan(capsys):
+  benchmark.main(["--model=ViT-Ti_16", "--mode=train", "--batch=2", "--image-size=32",
+                  "--steps=0", "--scan", "--peak_tflops=1"])
+  row = capsys.readouterr().out.splitlines()[-1].split()
+  assert row[:2] == ["ViT-Ti_16", "train"] and float(row[5]) > 0  # compile seconds
+  assert row[6:8] == ["-", "-"] and float(row[8]) > 0  # no step time or img/s; FLOPs known

@@ -25,11 +25,14 @@ def relative_error(ours, truth):
 
 
 @pytest.mark.parametrize("checkpoint,images,expected,image_size", FIXTURE_CASES)
-@pytest.mark.parametrize("attention_impl", ["softmax", "dot_product"])
+@pytest.mark.parametrize("fast_path", [{"attention_impl": "softmax"},
+                                       {"attention_impl": "dot_product"},
+                                       {"scan_layers": True, "remat_policy": "dots"}],
+                         ids=lambda o: "-".join(map(str, o.values())))
 def test_fixture_logits(released_fixtures, checkpoint, images, expected, image_size,
-                        attention_impl):
+                        fast_path):
   module, params = load_npz(released_fixtures / checkpoint, image_size=image_size,
-                            attention_impl=attention_impl)
+                            **fast_path)
   truth = np.load(released_fixtures / expected)
   logits = np.asarray(jax.jit(module.apply)({"params": params},
                                             np.load(released_fixtures / images)))
@@ -64,6 +67,35 @@ def test_round_trip_keeps_arrays_and_the_released_key_set(released_fixtures, tmp
     module_again, params_again = load_npz(tmp_path / name)
     assert module_again == module
     jax.tree.map(np.testing.assert_array_equal, params_again, params)
+
+
+def test_scan_layers_load_stacked_and_save_per_block(released_fixtures, tmp_path):
+  _, per_block = load_npz(released_fixtures / "vit-ti16.npz")
+  module, stacked = load_npz(released_fixtures / "vit-ti16.npz", scan_layers=True)
+  assert module.scan_layers and "encoderblock_0" not in stacked["Transformer"]
+  assert stacked["Transformer"]["encoderblock"]["MlpBlock_3"]["Dense_0"]["kernel"].shape == (
+      12, 192, 768)
+  save_npz(stacked, tmp_path / "saved.npz")
+  saved = np.load(tmp_path / "saved.npz")
+  assert set(saved.files) == set(np.load(released_fixtures / "vit-ti16.npz").files)
+  _, again = load_npz(tmp_path / "saved.npz")
+  jax.tree.map(np.testing.assert_array_equal, again, per_block)
+
+
+BF16_LOGITS_TOLERANCE = 0.03  # max|diff| / max|logit| of bfloat16 compute (8-bit mantissa)
+
+
+@pytest.mark.parametrize("checkpoint,expected", [
+    ("vit-ti16.npz", "expected-vit-ti16-224.npz"),
+    ("r-vit-ti16.npz", "expected-r-vit-ti16-224.npz")])
+def test_bfloat16_fast_path_is_within_its_documented_tolerance(released_fixtures, checkpoint,
+                                                              expected):
+  module, params = load_npz(released_fixtures / checkpoint, dtype=jax.numpy.bfloat16,
+                            attention_impl="dot_product")
+  truth = np.load(released_fixtures / expected)["logits"]
+  logits = np.asarray(jax.jit(module.apply)({"params": params},
+                                            np.load(released_fixtures / "images-224.npy")))
+  assert relative_error(logits, truth) <= BF16_LOGITS_TOLERANCE
 
 
 def test_model_name_and_native_image_size(released_fixtures):

@@ -12,6 +12,7 @@ import numpy as np
 
 LAYOUTS = {"data8": {"data": 8}, "data4_fsdp2": {"data": 4, "fsdp": 2},
            "data2_tensor4": {"data": 2, "tensor": 4}}
+SCANNED = {"data4_fsdp2_scan": LAYOUTS["data4_fsdp2"], "data2_tensor4_scan": LAYOUTS["data2_tensor4"]}
 
 
 def run_layouts():
@@ -20,10 +21,12 @@ def run_layouts():
   import jax.numpy as jnp
   import ml_collections
   from vit_jax import optim, sharding, train_step
-  from vit_jax.models import zoo
+  from vit_jax.models import vit, zoo
 
-  module = zoo.create_model("ViT-Ti_16", num_classes=8, patch_size=8, hidden_size=128,
-                            mlp_dim=512, num_heads=4, num_layers=2)
+  tiny = dict(num_classes=8, patch_size=8, hidden_size=128, mlp_dim=512, num_heads=4,
+              num_layers=2)
+  module = zoo.create_model("ViT-Ti_16", **tiny)
+  scanned = zoo.create_model("ViT-Ti_16", scan_layers=True, **tiny)
   config = ml_collections.ConfigDict(dict(
       optimizer="sgd", momentum=0.9, optim_dtype="float32", base_lr=0.1, warmup_steps=0,
       total_steps=10, decay_type="cosine", grad_norm_clip=1.0, weight_decay=0.0,
@@ -34,12 +37,14 @@ def run_layouts():
            "label": jnp.arange(16) % 8}
   params = module.init(rng, batch["image"][:1])["params"]
   params["head"]["kernel"] = jax.random.normal(rng, params["head"]["kernel"].shape) * 0.1
-  step = train_step.make_train_step(module, optimizer, config)
   results = {}
-  for name, layout in {"one": {"data": 1}, **LAYOUTS}.items():
+  for name, layout in {"one": {"data": 1}, **LAYOUTS, **SCANNED}.items():
     devices = jax.devices()[:1] if name == "one" else jax.devices()
     mesh = sharding.make_mesh(layout, devices)
-    state = train_step.create_train_state(params, optimizer)
+    scan = name in SCANNED
+    step = train_step.make_train_step(scanned if scan else module, optimizer, config)
+    state = train_step.create_train_state(vit.to_scan_layout(params) if scan else params,
+                                          optimizer)
     state_sharding = sharding.param_shardings(jax.eval_shape(lambda: state), mesh)
     state = jax.device_put(state, state_sharding)
     jitted = jax.jit(step, in_shardings=(state_sharding, sharding.batch_sharding(mesh),
@@ -47,10 +52,12 @@ def run_layouts():
                      out_shardings=(state_sharding, sharding.replicated(mesh)))
     new_state, metrics = jitted(state, jax.device_put(batch, sharding.batch_sharding(mesh)),
                                 rng)
-    kernel = new_state.params["Transformer"]["encoderblock_0"]["MlpBlock_3"]["Dense_0"]["kernel"]
+    encoder = new_state.params["Transformer"]
+    kernel = encoder["encoderblock" if scan else "encoderblock_0"]["MlpBlock_3"]["Dense_0"]["kernel"]
     results[name] = {
         "loss": float(metrics["loss"]),
-        "params": [np.asarray(x).tolist() for x in jax.tree.leaves(new_state.params)],
+        "params": [np.asarray(x).tolist()
+                   for x in jax.tree.leaves(vit.to_block_layout(new_state.params))],
         "mlp_spec": str(kernel.sharding.spec),
     }
   print(json.dumps(results))
@@ -71,6 +78,9 @@ def test_sharded_layouts_match_one_device():
   assert results["data8"]["mlp_spec"] == "P(None, None)"
   assert results["data4_fsdp2"]["mlp_spec"] == "P(None, 'fsdp')"
   assert results["data2_tensor4"]["mlp_spec"] == "P(None, 'tensor')"
+  # nn.scan-stacked blocks: the depth axis stays whole, the rules shift one dimension.
+  assert results["data4_fsdp2_scan"]["mlp_spec"] == "P(None, None, 'fsdp')"
+  assert results["data2_tensor4_scan"]["mlp_spec"] == "P(None, None, 'tensor')"
 
 
 if __name__ == "__main__":

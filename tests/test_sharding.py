@@ -67,6 +67,13 @@ BLOCK = "params/Transformer/encoderblock_3"
     ("params/embedding/kernel", (16, 16, 3, 768), SIZES_FSDP, (None, None, None, "fsdp")),
     (f"{BLOCK}/LayerNorm_0/scale", (768,), SIZES_FSDP, (None,)),
     ("params/head/kernel", (768, 1001), SIZES_FSDP, ("fsdp", None)),
+    # nn.scan-stacked blocks: the leading depth axis is never split.
+    ("params/Transformer/encoderblock/MlpBlock_3/Dense_0/kernel", (12, 768, 3072),
+     SIZES_TENSOR, (None, None, "tensor")),
+    ("params/Transformer/encoderblock/MultiHeadDotProductAttention_1/out/kernel",
+     (12, 12, 64, 768), SIZES_TENSOR, (None, "tensor", None, None)),
+    ("opt_state/0/trace/Transformer/encoderblock/MlpBlock_3/Dense_1/kernel", (16, 3072, 768),
+     SIZES_FSDP, (None, "fsdp", None)),
     # Both: tensor first, FSDP on what is left.
     (f"{BLOCK}/MlpBlock_3/Dense_0/kernel", (768, 3072), {"data": 1, "fsdp": 2, "tensor": 4},
      ("fsdp", "tensor")),

@@ -185,6 +185,48 @@ def test_fast_paths_compute_the_same_function(overrides):
                fast_grads, grads)
 
 
+@pytest.mark.parametrize("remat_policy", ["none", "dots"])
+def test_scan_over_layers_computes_the_same_function(remat_policy):
+  plain = tiny_model()
+  scanned = tiny_model(scan_layers=True, remat_policy=remat_policy)
+  params = init_params(plain)
+  stacked = vit.to_scan_layout(params)
+  assert jax.tree.structure(scanned.init(jax.random.PRNGKey(0), images())["params"]) == (
+      jax.tree.structure(stacked))
+  assert stacked["Transformer"]["encoderblock"]["MlpBlock_3"]["Dense_0"]["kernel"].shape == (
+      2, 32, 64)
+  x = images()
+  np.testing.assert_allclose(scanned.apply({"params": stacked}, x),
+                             plain.apply({"params": params}, x), rtol=1e-5, atol=1e-6)
+  (scan_loss, scan_grads), (loss, grads) = (loss_and_grads(scanned, stacked, x),
+                                            loss_and_grads(plain, params, x))
+  np.testing.assert_allclose(scan_loss, loss, rtol=1e-5)
+  scale = max(float(np.abs(g).max()) for g in jax.tree.leaves(grads))
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * scale),
+               vit.to_block_layout(scan_grads), grads)
+
+
+def test_layout_conversion_round_trips_and_keeps_other_params():
+  params = init_params(tiny_model(num_layers=12))
+  stacked = vit.to_scan_layout(params)
+  assert sorted(stacked["Transformer"]) == ["encoder_norm", "encoderblock", "posembed_input"]
+  layer_11 = params["Transformer"]["encoderblock_11"]["LayerNorm_0"]["scale"]
+  np.testing.assert_array_equal(stacked["Transformer"]["encoderblock"]["LayerNorm_0"]["scale"][11],
+                                layer_11)  # numeric, not lexicographic, block order
+  jax.tree.map(np.testing.assert_array_equal, vit.to_block_layout(stacked), params)
+  assert vit.to_block_layout(params) is params and vit.to_scan_layout(stacked) is stacked
+
+
+def test_scanned_intermediates_are_stacked_by_depth():
+  module = tiny_model(scan_layers=True)
+  params = vit.to_scan_layout(init_params(tiny_model()))
+  _, state = module.apply({"params": params}, images(), mutable=["intermediates"])
+  block = state["intermediates"]["Transformer"]["encoderblock"]
+  weights = block["MultiHeadDotProductAttention_1"]["attention_weights"][0]
+  assert weights.shape == (2, 2, 2, 17, 17)  # depth, batch, heads, queries, keys
+  np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-6)
+
+
 def test_dot_product_path_still_returns_attention_weights():
   module = tiny_model(attention_impl="dot_product")
   params = init_params(module)

@@ -96,7 +96,7 @@ def run(model: str, mode: str, batch: int, image_size: int, dtype: str = "float3
   start = time.perf_counter()
   compiled = fn.lower(*args).compile()
   compile_s = time.perf_counter() - start
-  times = []
+  times = []  # steps=0: compile only
   for _ in range(steps):
     start = time.perf_counter()
     out = compiled(*args)
@@ -104,7 +104,7 @@ def run(model: str, mode: str, batch: int, image_size: int, dtype: str = "float3
     times.append(time.perf_counter() - start)
     if mode == "train":
       args = (out[0], *args[1:])
-  step_s = statistics.median(times)
+  step_s = statistics.median(times) if times else None
   forward = forward_flops_per_image(module, image_size)
   cost = (compiled.cost_analysis() or {})
   cost = cost[0] if isinstance(cost, list) else cost
@@ -114,27 +114,33 @@ def run(model: str, mode: str, batch: int, image_size: int, dtype: str = "float3
   memory = compiled.memory_analysis()
   device_mib = (memory.argument_size_in_bytes + memory.output_size_in_bytes +
                 memory.temp_size_in_bytes - memory.alias_size_in_bytes) / 2**20
-  img_per_sec = batch / step_s
+  img_per_sec = batch / step_s if step_s else None
   return {
       "model": model, "mode": mode, "batch": batch, "image_size": image_size, "dtype": dtype,
+      "attention_impl": module.attention_impl, "remat_policy": module.remat_policy,
+      "scan_layers": module.scan_layers,
       "devices": jax.device_count(), "platform": jax.devices()[0].platform,
-      "compile_s": compile_s, "step_s_median": step_s, "step_s_min": min(times),
-      "step_s_max": max(times), "img_per_sec": img_per_sec,
-      "img_per_sec_per_device": img_per_sec / jax.device_count(),
+      "compile_s": compile_s, "step_s_median": step_s, "step_s_min": min(times, default=None),
+      "step_s_max": max(times, default=None), "img_per_sec": img_per_sec,
+      "img_per_sec_per_device": img_per_sec / jax.device_count() if img_per_sec else None,
       "gflop_per_image": flops / 1e9 if flops else None,
       "xla_gflop_per_image": xla_flops / 1e9 if xla_flops else None,
       "peak_tflops_per_device": peak / 1e12,
-      "mfu": flops * img_per_sec / (peak * jax.device_count()) if flops else None,
+      "mfu": flops * img_per_sec / (peak * jax.device_count()) if flops and img_per_sec else None,
       "mib_per_device": device_mib,
   }
 
 
+def _number(value: Optional[float], spec: str) -> str:
+  return "-" if value is None else format(value, spec)
+
+
 def format_row(r: dict) -> str:
-  mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "-"
-  gflop = f"{r['gflop_per_image']:.1f}" if r["gflop_per_image"] else "-"
+  mfu = _number(r["mfu"] and 100 * r["mfu"], ".1f") + ("%" if r["mfu"] else "")
   return (f"{r['model']:<12} {r['mode']:<5} {r['image_size']:>4} {r['batch']:>5} "
-          f"{r['dtype']:<8} {r['compile_s']:>8.1f} {r['step_s_median']:>9.4f} "
-          f"{r['img_per_sec']:>9.1f} {gflop:>7} {mfu:>6} {r['mib_per_device']:>9.0f}")
+          f"{r['dtype']:<8} {r['compile_s']:>8.1f} {_number(r['step_s_median'], '.4f'):>9} "
+          f"{_number(r['img_per_sec'], '.1f'):>9} {_number(r['gflop_per_image'], '.1f'):>7} "
+          f"{mfu:>6} {r['mib_per_device']:>9.0f}")
 
 
 HEADER = (f"{'model':<12} {'mode':<5} {'size':>4} {'batch':>5} {'dtype':<8} "
@@ -153,10 +159,11 @@ def main(argv=None):
   parser.add_argument("--batch", type=int, default=8)
   parser.add_argument("--image-size", "--image_size", dest="image_size", type=int, default=224)
   parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
-  parser.add_argument("--steps", type=int, default=10)
+  parser.add_argument("--steps", type=int, default=10, help="timed steps; 0: compile only")
   parser.add_argument("--mesh", type=parse_mesh, default={"data": -1})
   parser.add_argument("--attention", choices=vit.ATTENTION_IMPLS, default="dot_product")
   parser.add_argument("--remat", choices=tuple(vit.REMAT_POLICIES), default="none")
+  parser.add_argument("--scan", action="store_true", help="nn.scan over the blocks")
   parser.add_argument("--peak_tflops", type=float, default=None,
                       help="device peak instead of measuring a matmul")
   parser.add_argument("--suite", action="store_true", help="Ti/B/L at 224/384, train+infer")
@@ -173,7 +180,8 @@ def main(argv=None):
       print(f"time budget of {args.time_budget:.0f} s spent; skipping the rest")
       break
     result = run(model, mode, args.batch, size, args.dtype, args.steps, args.mesh, peak,
-                 attention_impl=args.attention, remat_policy=args.remat)
+                 attention_impl=args.attention, remat_policy=args.remat,
+                 scan_layers=args.scan)
     print(format_row(result), flush=True)
     if args.json:
       with open(args.json, "a", encoding="utf-8") as f:

@@ -88,10 +88,11 @@ def _atomic_write(data: bytes, path: str) -> None:
 
 
 def save_npz(params: Any, path: str) -> None:
-  """Writes params in the released layout (flat `/` keys, float32), atomically."""
+  """Writes params in the released layout (flat `/` keys, float32, one entry per block
+  also for scan_layers models), atomically."""
   if set(params) == {"params"}:
     params = params["params"]
-  flat = traverse_util.flatten_dict(params, sep="/")
+  flat = traverse_util.flatten_dict(vit.to_block_layout(params), sep="/")
   buffer = io.BytesIO()
   np.savez(buffer, **{key: np.asarray(value, np.float32) for key, value in flat.items()})
   _atomic_write(buffer.getvalue(), os.fspath(path))
@@ -198,7 +199,7 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
       "pos_embedding": flat[POSEMB_KEY]}}})
   height, width = _side_pair(file_side if image_size is None else image_size)
   _warn_if_cropped(module, height, width)
-  shapes = expected_shapes(module, (height, width))
+  shapes = expected_shapes(module.clone(scan_layers=False), (height, width))
   if not keep_head:
     flat["head/kernel"] = np.zeros(shapes["head/kernel"], np.float32)
     flat["head/bias"] = np.full(shapes["head/bias"], module.head_bias_init, np.float32)
@@ -209,5 +210,6 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
     flat[POSEMB_KEY] = posemb.resize_posemb(flat[POSEMB_KEY], new_grid,
                                             module.classifier == "token")
   check_against(flat, shapes, path)
-  return module, traverse_util.unflatten_dict(flat, sep="/")
+  params = traverse_util.unflatten_dict(flat, sep="/")
+  return module, vit.to_scan_layout(params) if module.scan_layers else params
 

@@ -91,6 +91,7 @@ TENSOR_RULES = (
     (r"MlpBlock_3/Dense_0/bias$", ("tensor",)),
     (r"MlpBlock_3/Dense_1/kernel$", ("tensor", None)),
 )
+STACKED_BLOCKS = r"Transformer/encoderblock/"  # nn.scan-stacked blocks: depth axis first
 FSDP_MIN_SIZE = 2**16  # smaller tensors cost more to gather than they save
 
 
@@ -108,14 +109,16 @@ def path_name(path: Tuple[Any, ...]) -> str:
 def partition_spec(name: str, shape: Sequence[int], axis_sizes: Mapping[str, int]) -> P:
   """Where each dimension of the leaf `name` of `shape` lives on the mesh."""
   dims = [None] * len(shape)
+  stacked = int(bool(re.search(STACKED_BLOCKS, name)))  # scan_layers' leading depth axis
   if axis_sizes.get("tensor", 1) > 1:
     for pattern, axes in TENSOR_RULES:
-      if re.search(pattern, name) and len(axes) == len(shape):
-        dims = list(axes)
+      if re.search(pattern, name) and len(axes) + stacked == len(shape):
+        dims = [None] * stacked + list(axes)
         break
   fsdp = axis_sizes.get("fsdp", 1)
   if fsdp > 1 and math.prod(shape) >= FSDP_MIN_SIZE:
-    free = [i for i, size in enumerate(shape) if dims[i] is None and size % fsdp == 0]
+    free = [i for i, size in enumerate(shape)
+            if i >= stacked and dims[i] is None and size % fsdp == 0]
     if free:
       dims[max(free, key=lambda i: shape[i])] = "fsdp"
   return P(*dims)

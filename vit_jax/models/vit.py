@@ -8,10 +8,11 @@ layout (pre-Linen numbering inside each encoder block: `LayerNorm_0`,
 Introspection: every block sows its attention weights (`attention_weights`) and
 its output (`block_output`) into the `intermediates` collection. Sowing is a no-op
 unless the caller passes `mutable=['intermediates']`, so the default path is unchanged.
+With scan_layers=True they sit under `Transformer/encoderblock`, stacked by depth.
 """
 
 import dataclasses
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import flax.linen as nn
 import jax
@@ -139,26 +140,73 @@ class AddPositionEmbs(nn.Module):
     return x + posemb.astype(x.dtype)
 
 
+class ScannedBlock(Encoder1DBlock):
+  """An encoder block as an nn.scan body: (carry, deterministic) -> (carry, None)."""
+
+  def __call__(self, inputs, deterministic: bool):
+    return super().__call__(inputs, deterministic), None
+
+
+SCANNED_BLOCKS = "encoderblock"  # name of the stacked blocks under `Transformer`
+
+
 class Encoder(nn.Module):
-  """Position embedding + dropout, `num_layers` blocks, final LayerNorm."""
+  """Position embedding + dropout, `num_layers` blocks, final LayerNorm.
+
+  scan_layers=True runs the blocks as one nn.scan body, so XLA compiles one block
+  instead of num_layers (much faster compiles for deep models); their parameters are
+  then stacked under `encoderblock` with a leading depth axis (convert with
+  to_scan_layout / to_block_layout; .npz files always hold the per-block layout).
+  """
   num_layers: int
   options: BlockOptions
   remat_policy: str = "none"
+  scan_layers: bool = False
 
   @nn.compact
   def __call__(self, x, *, train: bool):
     if self.remat_policy not in REMAT_POLICIES:
       raise ValueError(f"unknown remat_policy {self.remat_policy!r}; choose one of "
                        f"{', '.join(REMAT_POLICIES)}")
-    block = Encoder1DBlock
+    block = ScannedBlock if self.scan_layers else Encoder1DBlock
     if self.remat_policy != "none":  # same parameters, activations recomputed in backprop
-      block = nn.remat(Encoder1DBlock, policy=REMAT_POLICIES[self.remat_policy],
-                       static_argnums=(2,))
+      block = nn.remat(block, policy=REMAT_POLICIES[self.remat_policy],
+                       static_argnums=(2,), prevent_cse=not self.scan_layers)
     x = AddPositionEmbs(name="posembed_input")(x)
     x = nn.Dropout(self.options.dropout_rate)(x, deterministic=not train)
-    for layer in range(self.num_layers):
-      x = block(self.options, name=f"encoderblock_{layer}")(x, not train)
+    if self.scan_layers:
+      stack = nn.scan(block, variable_axes={"params": 0, "intermediates": 0},
+                      split_rngs={"params": True, "dropout": True},
+                      in_axes=nn.broadcast, length=self.num_layers)
+      x, _ = stack(self.options, name=SCANNED_BLOCKS)(x, not train)
+    else:
+      for layer in range(self.num_layers):
+        x = block(self.options, name=f"encoderblock_{layer}")(x, not train)
     return layer_norm("encoder_norm", self.options.dtype)(x)
+
+
+def to_scan_layout(params: Dict[str, Any]) -> Dict[str, Any]:
+  """Per-block params (`encoderblock_{i}`) -> stacked (`encoderblock`, depth axis first)."""
+  encoder = dict(params["Transformer"])
+  names = sorted((k for k in encoder if k.startswith(SCANNED_BLOCKS + "_")),
+                 key=lambda k: int(k.rsplit("_", 1)[1]))
+  if not names:
+    return params
+  blocks = [encoder.pop(name) for name in names]
+  encoder[SCANNED_BLOCKS] = jax.tree.map(lambda *layers: jnp.stack(layers), *blocks)
+  return {**params, "Transformer": encoder}
+
+
+def to_block_layout(params: Dict[str, Any]) -> Dict[str, Any]:
+  """Stacked params (`encoderblock`) -> per-block (`encoderblock_{i}`), the released layout."""
+  encoder = dict(params["Transformer"])
+  if SCANNED_BLOCKS not in encoder:
+    return params
+  stacked = encoder.pop(SCANNED_BLOCKS)
+  depth = jax.tree.leaves(stacked)[0].shape[0]
+  for layer in range(depth):
+    encoder[f"{SCANNED_BLOCKS}_{layer}"] = jax.tree.map(lambda a, i=layer: a[i], stacked)
+  return {**params, "Transformer": encoder}
 
 
 class VisionTransformer(nn.Module):
@@ -183,6 +231,8 @@ class VisionTransformer(nn.Module):
       (jax.nn.dot_product_attention: cuDNN flash attention on GPUs). Same function.
     remat_policy: rematerialise each block in backprop to save memory: 'none',
       'full', 'dots' or 'dots_no_batch' (which activations are kept).
+    scan_layers: run the blocks with nn.scan (one compiled block; params stacked
+      under Transformer/encoderblock, see to_scan_layout). Same function.
   """
   num_classes: int
   patch_size: int
@@ -200,6 +250,7 @@ class VisionTransformer(nn.Module):
   dtype: Any = jnp.float32
   attention_impl: str = "softmax"
   remat_policy: str = "none"
+  scan_layers: bool = False
 
   @nn.compact
   def __call__(self, images, *, train: bool = False, representation: bool = False):
@@ -223,7 +274,8 @@ class VisionTransformer(nn.Module):
 
     options = BlockOptions(self.mlp_dim, self.num_heads, self.dropout_rate,
                            self.attention_dropout_rate, self.dtype, self.attention_impl)
-    x = Encoder(self.num_layers, options, self.remat_policy, name="Transformer")(x, train=train)
+    x = Encoder(self.num_layers, options, self.remat_policy, self.scan_layers,
+                name="Transformer")(x, train=train)
     x = x[:, 0] if self.classifier == "token" else jnp.mean(x, axis=1)
 
     if self.representation_size is not None:
