@@ -1,0 +1,93 @@
+"""vit_jax.visualize: the figures are written and show something, and the command end to end."""
+
+import os
+
+import numpy as np
+import pytest
+from absl import flags
+from PIL import Image
+
+from conftest import RELEASED_FIXTURES, init_params, tiny_model
+from vit_jax import visualize
+
+FIGURES = ["attention_rollout.png", "embedding_filters.png", "position_similarity.png",
+           "attention_distance.png"]
+
+
+def assert_not_blank(path):
+  pixels = np.asarray(Image.open(path).convert("RGB"), np.float32)
+  assert pixels.shape[0] > 100 and pixels.shape[1] > 100, path
+  assert pixels.var() > 0, f"{path} is blank"
+
+
+def test_mosaic_lays_tiles_out_row_major_with_gaps():
+  tiles = np.arange(5 * 2 * 3, dtype=float).reshape(5, 2, 3)
+  canvas = visualize.mosaic(tiles, columns=2)
+  assert canvas.shape == (3 * 3 - 1, 2 * 4 - 1)
+  np.testing.assert_array_equal(canvas[3:5, 4:7], tiles[3])
+  assert np.isnan(canvas[2]).all() and np.isnan(canvas[:, 3]).all()
+  assert np.isnan(canvas[6:, 4:]).all()  # no sixth tile
+
+
+@pytest.mark.parametrize("overrides,image_size", [
+    (dict(), 16), (dict(classifier="gap", resnet_stages=(), resnet_width=0.5, patch_size=2), 32)])
+def test_write_figures_writes_four_non_blank_pngs(tmp_path, overrides, image_size):
+  module = tiny_model(**overrides)
+  params = init_params(module, image_size)
+  images = np.random.RandomState(0).uniform(-1, 1, (2, image_size, image_size, 3))
+  written = visualize.write_figures(module, params, images, ["a.png", "b.png"],
+                                    str(tmp_path / "out"))
+  assert written == [str(tmp_path / "out" / name) for name in FIGURES]
+  for path in written:
+    assert_not_blank(path)
+
+
+@pytest.fixture
+def run(monkeypatch, capsys):
+  """Calls main() in-process with freshly parsed flags; returns (exit code, stdout, stderr)."""
+  def run(*argv):
+    values = flags.FlagValues()
+    visualize.define_flags(values)
+    monkeypatch.setattr(visualize, "FLAGS", values)
+    try:
+      visualize.main(values(["visualize", *argv]))
+      code = 0
+    except SystemExit as e:
+      code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+  return run
+
+
+@pytest.fixture
+def image(tmp_path):
+  pixels = np.load(RELEASED_FIXTURES / "images-224.npy")[0]
+  path = tmp_path / "example.png"
+  Image.fromarray(np.round((pixels + 1) * 127.5).astype(np.uint8)).save(path)
+  return str(path)
+
+
+@pytest.mark.parametrize("checkpoint,size_flag", [
+    ("vit-ti16.npz", []), ("r-vit-ti16.npz", ["--image_size=256"])])  # hybrid, resized posemb
+def test_command_writes_all_figures(run, image, tmp_path, checkpoint, size_flag):
+  out = tmp_path / "figures"
+  code, stdout, stderr = run(f"--checkpoint={RELEASED_FIXTURES / checkpoint}",
+                             f"--out={out}", *size_flag, image, image)
+  assert code == 0, stderr
+  assert stdout.split() == [str(out / name) for name in FIGURES]
+  for name in FIGURES:
+    assert_not_blank(out / name)
+
+
+def test_command_errors_are_one_line(run, image, tmp_path):
+  fixture = RELEASED_FIXTURES / "vit-ti16.npz"
+  missing = tmp_path / "nope.png"
+  code, stdout, stderr = run(f"--checkpoint={fixture}", f"--out={tmp_path}", image, str(missing))
+  assert (code, stdout, stderr) == (1, "", f"error: image not found: {missing}\n")
+
+  bad = tmp_path / "truncated.npz"
+  bad.write_bytes(fixture.read_bytes()[:100_000])
+  code, stdout, stderr = run(f"--checkpoint={bad}", f"--out={tmp_path / 'out'}", image)
+  assert code == 1 and stdout == ""
+  assert stderr.startswith(f"error: {bad} is not a valid .npz") and stderr.count("\n") == 1
+  assert not os.path.exists(tmp_path / "out")

@@ -1,0 +1,168 @@
+"""Draws what a ViT learned: python -m vit_jax.visualize --checkpoint=CHECKPOINT --out=DIR IMAGE ...
+
+CHECKPOINT is a path, a URL, FAMILY/NAME or a released name (as for vit_jax.predict);
+images are preprocessed like evaluation. Writes four PNGs into DIR, after the paper's
+Figs. 6, 7 and 14: attention_rollout.png, embedding_filters.png,
+position_similarity.png and attention_distance.png (computations: vit_jax.introspect).
+"""
+
+import os
+from typing import List, Sequence
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display needed
+
+import matplotlib.pyplot as plt
+import numpy as np
+import tensorflow as tf
+from absl import app, flags
+
+from vit_jax import download, introspect, npz, predict, released
+from vit_jax.models import vit, zoo
+
+FLAGS = flags.FLAGS
+NUM_COMPONENTS = 28  # as in the paper's Fig. 7 (left)
+DPI = 100
+
+
+def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+  """The command's flags; defined on demand so that importing this module defines none."""
+  flags.DEFINE_string("checkpoint", None, "Path, URL, FAMILY/NAME or released model name.",
+                      flag_values=flag_values)
+  flags.DEFINE_string("out", None, "Folder for the PNG figures (created if missing).",
+                      flag_values=flag_values)
+  flags.DEFINE_integer("image_size", None, "Input side in pixels; default: the checkpoint's "
+                       "own.", lower_bound=1, flag_values=flag_values)
+  for name in ("checkpoint", "out"):
+    flags.mark_flag_as_required(name, flag_values=flag_values)
+
+
+def mosaic(tiles: np.ndarray, columns: int) -> np.ndarray:
+  """[n, h, w, ...] tiles in one array, one-pixel NaN gaps: one imshow instead of n axes."""
+  n, h, w = tiles.shape[:3]
+  rows = -(-n // columns)
+  canvas = np.full((rows * (h + 1) - 1, columns * (w + 1) - 1, *tiles.shape[3:]), np.nan)
+  for i, tile in enumerate(tiles):
+    top, left = (i // columns) * (h + 1), (i % columns) * (w + 1)
+    canvas[top:top + h, left:left + w] = tile
+  return canvas
+
+
+def _save(fig, path: str) -> str:
+  fig.savefig(path, dpi=DPI, bbox_inches="tight")
+  plt.close(fig)
+  return path
+
+
+def plot_rollout(images: np.ndarray, maps: np.ndarray, names: Sequence[str], stride: int,
+                 path: str) -> str:
+  """One row per image: the input, then the rollout map over it (Figs. 6 and 14)."""
+  fig, axes = plt.subplots(len(images), 2, figsize=(5, 2.5 * len(images)), squeeze=False)
+  extent = (0, maps.shape[2] * stride, maps.shape[1] * stride, 0)  # token grid in pixels
+  for (left, right), image, attention, name in zip(axes, images, maps, names):
+    pixels = (image + 1) / 2
+    left.imshow(pixels)
+    left.set_title(name, fontsize=9)
+    right.imshow(pixels)
+    right.imshow(attention, cmap="inferno", alpha=0.6, extent=extent, interpolation="bilinear")
+    right.set_title("attention rollout", fontsize=9)
+    for ax in (left, right):
+      ax.set_xlim(0, image.shape[1])
+      ax.set_ylim(image.shape[0], 0)
+      ax.axis("off")
+  return _save(fig, path)
+
+
+def plot_filters(components: np.ndarray, explained: np.ndarray, what: str, path: str) -> str:
+  """The filters' principal components as RGB tiles, each scaled to [0, 1] (Fig. 7 left)."""
+  tiles = introspect.unit_range(components, axes=(1, 2, 3))
+  fig, ax = plt.subplots(figsize=(7, 4.5))
+  ax.imshow(np.nan_to_num(mosaic(tiles, columns=7), nan=1.0), interpolation="nearest")
+  ax.set_title(f"{what}\ntop {len(tiles)} principal components, largest first "
+               f"({100 * explained.sum():.0f}% of the variance)", fontsize=10)
+  ax.axis("off")
+  return _save(fig, path)
+
+
+def plot_position_similarity(similarity: np.ndarray, path: str) -> str:
+  """Each patch's cosine similarity with all others, laid out on the grid (Fig. 7 centre)."""
+  gh, gw = similarity.shape[:2]
+  tiles = similarity.reshape(gh * gw, gh, gw)
+  fig, ax = plt.subplots(figsize=(6.5, 6))
+  shown = ax.imshow(mosaic(tiles, columns=gw), cmap="viridis", vmin=-1, vmax=1,
+                    interpolation="nearest")
+  fig.colorbar(shown, ax=ax, fraction=0.046, label="cosine similarity")
+  ax.set_title("Position embedding similarity")
+  ax.set_xticks([(gw + 1) * c + gw / 2 - 0.5 for c in range(gw)], range(1, gw + 1))
+  ax.set_yticks([(gh + 1) * r + gh / 2 - 0.5 for r in range(gh)], range(1, gh + 1))
+  ax.set_xlabel("input patch column")
+  ax.set_ylabel("input patch row")
+  ax.tick_params(labelsize=6, length=0)
+  return _save(fig, path)
+
+
+def plot_attention_distance(distance: np.ndarray, path: str) -> str:
+  """Mean attention distance of every head against depth (Fig. 7 right)."""
+  layers, heads = distance.shape
+  fig, ax = plt.subplots(figsize=(5, 4))
+  for head in range(heads):
+    ax.scatter(np.arange(1, layers + 1), distance[:, head], s=12, label=f"head {head + 1}")
+  ax.set_xlabel("network depth (layer)")
+  ax.set_ylabel("mean attention distance (pixels)")
+  ax.set_title("Mean attention distance per head")
+  ax.set_xticks(range(1, layers + 1))
+  ax.set_ylim(0, 1.1 * distance.max() or 1)
+  if heads <= 16:
+    ax.legend(fontsize=6, ncol=2, loc="lower right")
+  return _save(fig, path)
+
+
+def write_figures(module: vit.VisionTransformer, params, images: np.ndarray,
+                  names: Sequence[str], out_dir: str) -> List[str]:
+  """The four figures for `images` ([B, S, S, 3] in [-1, 1]) into out_dir; their paths."""
+  os.makedirs(out_dir, exist_ok=True)
+  has_cls = introspect.has_class_token(module)
+  side = zoo.token_grid(module, images.shape[1]), zoo.token_grid(module, images.shape[2])
+  stride = zoo.model_stride(module)
+  weights = introspect.attention_weights(module, params, images)
+  maps = introspect.rollout_maps(introspect.attention_rollout(weights), side, has_cls)
+  kernel, what = introspect.rgb_filters(module, params)
+  components, explained = introspect.filter_pca(kernel, NUM_COMPONENTS)
+  posemb = params["Transformer"]["posembed_input"]["pos_embedding"]
+  path = lambda name: os.path.join(out_dir, name)
+  return [
+      plot_rollout(images, maps, names, stride, path("attention_rollout.png")),
+      plot_filters(components, explained, what, path("embedding_filters.png")),
+      plot_position_similarity(introspect.position_similarity(posemb, side, has_cls),
+                               path("position_similarity.png")),
+      plot_attention_distance(introspect.mean_attention_distance(weights, side, stride, has_cls),
+                              path("attention_distance.png")),
+  ]
+
+
+def main(argv):
+  image_paths = argv[1:]
+  if not image_paths:
+    raise app.UsageError("give one or more images")
+  missing = [p for p in image_paths if not released.has_scheme(p) and not os.path.exists(p)]
+  if missing:  # before the (slow) checkpoint load
+    download.fail(f"image not found: {missing[0]}")
+  tf.config.set_visible_devices([], "GPU")  # TensorFlow only decodes images
+  try:
+    module, params = npz.load_npz(released.resolve(FLAGS.checkpoint), image_size=FLAGS.image_size)
+    image_size = FLAGS.image_size or npz.native_image_size(module, params)
+    images = np.stack([predict.load_image(p, image_size) for p in image_paths])
+    names = [os.path.basename(p) for p in image_paths]
+    written = write_figures(module, params, images, names, FLAGS.out)
+  except (ValueError, OSError) as e:  # CheckpointError, ImageError, unwritable --out
+    download.fail(str(e))
+  for path in written:
+    print(path)
+
+
+if __name__ == "__main__":  # flags only for the command, not for importers
+  define_flags()
+  app.run(main)
