@@ -83,6 +83,19 @@ def get_config() -> ml_collections.ConfigDict:
   # Devices: sizes of the mesh axes (-1 = all remaining devices).
   config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
 
+  # Few-shot linear probes of the frozen representation (paper section 4.1), logged as
+  # fewshot/<dataset>_<k>shot. Each dataset ('digits', a TFDS name or an image directory)
+  # is preprocessed at pp.crop; its whole train split is embedded each time.
+  config.fewshot = ml_collections.ConfigDict()
+  config.fewshot.datasets = ()  # empty: off
+  config.fewshot.train_split = "train"  # TFDS splits (e.g. eval_split='validation' for
+  config.fewshot.eval_split = "test"  # imagenet2012); directories use train/ and test/
+  config.fewshot.shots = (1, 5, 10, 25)
+  config.fewshot.seeds = 3  # draws of the k-shot sets, averaged
+  config.fewshot.l2_reg = 2.0**10  # ridge; see vit_jax.fewshot.DEFAULT_L2_REG
+  config.fewshot.every_steps = 1_000  # and at the last step
+  config.fewshot.batch_size = 512
+
   # Cadence (in steps) and bookkeeping.
   config.progress_every = 10
   config.eval_every = 100

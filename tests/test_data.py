@@ -119,6 +119,18 @@ def test_eval_counts_every_example_once(process_count):
   assert sorted(real) == list(range(21))
 
 
+def test_eval_batches_of_the_train_split():
+  dataset = indexed_dataset(13, 5)
+  batches = list(dataset.eval_batches(batch_size=8, process_index=0, process_count=1,
+                                      split="train"))
+  real = np.concatenate([b["image"][b["mask"] > 0] for b in batches])
+  assert list(indices_of(real)) == list(range(13))
+  evaluation = next(dataset.eval_batches(batch_size=8, process_index=0, process_count=1))
+  np.testing.assert_array_equal(real[:5], evaluation["image"][:5])  # resized like eval
+  with pytest.raises(ValueError, match="unknown split 'validation'; use 'train' or 'eval'"):
+    dataset.eval_batches(batch_size=8, process_index=0, process_count=1, split="validation")
+
+
 def test_image_folder(folder):
   dataset = data.open_dataset(make_config(str(folder)))
   assert dataset.info.class_names == ["cat", "dog"]
@@ -209,6 +221,9 @@ def test_tfds_prepared(tmp_path, monkeypatch, limit):
                 for p in range(2)]
   assert len(evaluation[0]) == len(evaluation[1])
   assert sum(b["mask"].sum() for part in evaluation for b in part) == 20
+  train_split = dataset.eval_batches(batch_size=6, process_index=0, process_count=1,
+                                     split="train")
+  assert sum(b["mask"].sum() for b in train_split) == 18
 
 
 def test_to_global_and_prefetch():

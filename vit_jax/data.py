@@ -181,15 +181,19 @@ class Dataset:
 
   # --- eval ---
 
-  def eval_batches(self, *, batch_size: int, process_index: int,
-                   process_count: int) -> Iterator[dict]:
-    """Fixed-shape batches covering the eval split once, the same number in every
-    process: {'image', 'label' int32, 'mask' float32 (0 on padding rows)}."""
+  def eval_batches(self, *, batch_size: int, process_index: int, process_count: int,
+                   split: str = "eval") -> Iterator[dict]:
+    """Fixed-shape batches covering a split once, the same number in every process:
+    {'image', 'label' int32, 'mask' float32 (0 on padding rows)}. split='train' gives
+    the train split unaugmented (frozen features for few-shot probes)."""
+    if split not in ("train", "eval"):
+      raise ValueError(f"unknown split {split!r}; use 'train' or 'eval'")
+    source = self.train if split == "train" else self.eval
     rows = _rows_per_process(batch_size, process_count)
-    if isinstance(self.eval, StreamingSplit):
-      examples, num_batches = self._streaming_eval(rows, process_index, process_count)
+    if isinstance(source, StreamingSplit):
+      examples, num_batches = self._streaming_eval(source, rows, process_index, process_count)
     else:
-      size = len(self.eval)
+      size = len(source)
       num_batches = -(-size // batch_size)
 
       def rows_of_batch(batch_id):
@@ -197,17 +201,17 @@ class Dataset:
         return positions, np.minimum(positions, size - 1)  # padding rows repeat the last
 
       def prepare(position, data, label):
-        image = preprocess.eval_resize(self._payload(self.eval, data), self.pp.crop)
+        image = preprocess.eval_resize(self._payload(source, data), self.pp.crop)
         return {"image": image, "label": label, "mask": tf.cast(position < size, tf.float32)}
 
-      examples = _read_rows(self.eval, rows_of_batch, tf.data.Dataset.range(num_batches))
+      examples = _read_rows(source, rows_of_batch, tf.data.Dataset.range(num_batches))
       examples = examples.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return examples.batch(rows).take(num_batches).prefetch(2).as_numpy_iterator()
 
-  def _streaming_eval(self, rows: int, process_index: int, process_count: int):
+  def _streaming_eval(self, split: StreamingSplit, rows: int, process_index: int,
+                      process_count: int):
     """This process's part of the split, padded to the longest part's batch count."""
     import tensorflow_datasets as tfds
-    split = self.eval
     parts = tfds.even_splits(split.split, n=process_count)
     longest = max(split.builder.info.splits[part].num_examples for part in parts)
     data = read_tfds(split.builder, parts[process_index], shuffle_files=False)

@@ -18,8 +18,8 @@ from absl import logging
 from clu import parameter_overview
 from jax.experimental import multihost_utils
 
-from vit_jax import (checkpointing, data, metrics, npz, optim, preemption, released, sharding,
-                     train_step)
+from vit_jax import (checkpointing, data, fewshot, metrics, npz, optim, preemption, released,
+                     sharding, train_step)
 from vit_jax.models import vit, zoo
 
 
@@ -129,6 +129,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   module, host_params = build_model(config, dataset.info.num_classes,
                                     load_pretrained=load_pretrained)
   sharding.check_tensor_parallel(module.num_heads, module.mlp_dim, mesh)
+  fewshot_eval = fewshot.Evaluator(config, module, mesh)  # opens its datasets now
 
   # --- State, created directly with its shardings -------------------------------------
   optimizer = optim.make_optimizer(config)
@@ -206,6 +207,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
                      eval_metrics["eval/accuracy"], eval_metrics["eval/loss"],
                      eval_metrics["eval/examples"])
         writer.write_scalars(step, eval_metrics)
+      if fewshot_eval.due(step, total_steps):
+        writer.write_scalars(step, fewshot_eval(state.params))
       if is_checkpoint_step:
         checkpointer.save(step, state)
       if step < total_steps and watcher.should_stop(step):
