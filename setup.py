@@ -21,6 +21,7 @@ INSTALL_REQUIRES = [
     "numpy>=2.0,<3",
     "pillow>=10",
     "scikit-learn>=1.5",  # ships the embedded demo dataset (digits)
+    "scipy>=1.11",  # few-shot ridge solves
     "matplotlib>=3.8",
     "tqdm>=4.60",
     "absl-py>=2.1",
