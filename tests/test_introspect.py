@@ -5,6 +5,7 @@ import pytest
 
 from conftest import init_params, tiny_model
 from vit_jax import introspect
+from vit_jax.models import vit
 
 
 def stochastic(rng, *shape):
@@ -29,6 +30,9 @@ def test_attention_weights_shapes_and_rows_sum_to_one(overrides, image_size, tok
   assert not np.allclose(weights[0], weights[1])  # one entry per layer, not one layer twice
   flash = introspect.attention_weights(module.clone(attention_impl="dot_product"), params, images)
   np.testing.assert_allclose(flash, weights, atol=1e-6)
+  scanned = introspect.attention_weights(module.clone(scan_layers=True),
+                                         vit.to_scan_layout(params), images)
+  np.testing.assert_allclose(scanned, weights, atol=1e-6)
 
 
 def test_rollout_of_one_layer_is_the_renormalised_attention_plus_identity():

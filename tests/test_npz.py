@@ -154,10 +154,13 @@ def test_truncated_file(released_fixtures, tmp_path):
   assert "truncated or corrupt" in one_line(e)
 
 
-def test_garbage_file(tmp_path):
-  (tmp_path / "junk.npz").write_bytes(b"PK\x03\x04 definitely not a zip")
-  with pytest.raises(npz.CheckpointError, match="not a valid .npz"):
+@pytest.mark.parametrize("content", [b"PK\x03\x04 definitely not a zip", b"<html>404</html>",
+                                     b""])
+def test_garbage_file(tmp_path, content):
+  (tmp_path / "junk.npz").write_bytes(content)
+  with pytest.raises(npz.CheckpointError, match="not a valid .npz") as e:
     load_npz(tmp_path / "junk.npz")
+  assert "pickle" not in str(e.value)
 
 
 def test_pickled_object_is_never_loaded(tmp_path):

@@ -34,6 +34,8 @@ def attention_weights(module: vit.VisionTransformer, params: Any,
     _, state = module.apply({"params": params}, images, train=False,
                             mutable=["intermediates"])
     blocks = state["intermediates"]["Transformer"]
+    if module.scan_layers:  # already stacked by depth
+      return blocks[vit.SCANNED_BLOCKS][ATTENTION_MODULE]["attention_weights"][0]
     return jnp.stack([blocks[f"encoderblock_{i}"][ATTENTION_MODULE]["attention_weights"][0]
                       for i in range(module.num_layers)])
   return np.asarray(collect(params, images), np.float32)

@@ -50,6 +50,9 @@ def _read_bytes(path: str) -> bytes:
 def read_npz(path: str) -> Dict[str, np.ndarray]:
   """All arrays of an .npz as a flat dict, read eagerly so truncation shows up here."""
   data = _read_bytes(os.fspath(path))
+  if not data.startswith((b"PK\x03\x04", b"PK\x05\x06")):  # np.load would try unpickling
+    raise CheckpointError(f"{path} is not a valid .npz (not a zip archive); the file is "
+                          "truncated, corrupt or of another format: download or save it again")
   try:
     with np.load(io.BytesIO(data), allow_pickle=False) as archive:
       return {key: archive[key] for key in archive.files}
