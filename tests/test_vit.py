@@ -162,48 +162,41 @@ def loss_and_grads(module, params, x):
   return jax.value_and_grad(loss)(params)
 
 
-@pytest.mark.parametrize("overrides", [{"attention_impl": "dot_product"},
-                                       {"remat_policy": "full"}, {"remat_policy": "dots"},
-                                       {"remat_policy": "dots_no_batch"}],
-                         ids=lambda o: "-".join(map(str, o.values())))
-def test_fast_paths_compute_the_same_function(overrides):
-  plain = tiny_model()
-  fast = tiny_model(**overrides)
-  params = init_params(plain)
+def assert_same_function(fast, plain, params, to_fast=lambda p: p, to_plain=lambda p: p):
+  """`fast` (params converted by to_fast) computes plain's logits, loss and gradients."""
+  fast_params = to_fast(params)
   assert jax.tree.structure(fast.init(jax.random.PRNGKey(0), images())["params"]) == (
-      jax.tree.structure(params))
+      jax.tree.structure(fast_params))
   x = images()
-  np.testing.assert_allclose(fast.apply({"params": params}, x),
+  np.testing.assert_allclose(fast.apply({"params": fast_params}, x),
                              plain.apply({"params": params}, x), rtol=1e-5, atol=1e-6)
-  (fast_loss, fast_grads), (loss, grads) = (loss_and_grads(fast, params, x),
+  (fast_loss, fast_grads), (loss, grads) = (loss_and_grads(fast, fast_params, x),
                                             loss_and_grads(plain, params, x))
   np.testing.assert_allclose(fast_loss, loss, rtol=1e-5)
   # Gradients: float32 summation-order noise, judged against the largest gradient (the
   # key biases' gradients are zero in exact arithmetic and hold only noise).
   scale = max(float(np.abs(g).max()) for g in jax.tree.leaves(grads))
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * scale),
-               fast_grads, grads)
+               to_plain(fast_grads), grads)
+
+
+@pytest.mark.parametrize("overrides", [{"attention_impl": "dot_product"},
+                                       {"remat_policy": "full"}, {"remat_policy": "dots"},
+                                       {"remat_policy": "dots_no_batch"}],
+                         ids=lambda o: "-".join(map(str, o.values())))
+def test_fast_paths_compute_the_same_function(overrides):
+  plain = tiny_model()
+  assert_same_function(tiny_model(**overrides), plain, init_params(plain))
 
 
 @pytest.mark.parametrize("remat_policy", ["none", "dots"])
 def test_scan_over_layers_computes_the_same_function(remat_policy):
   plain = tiny_model()
-  scanned = tiny_model(scan_layers=True, remat_policy=remat_policy)
   params = init_params(plain)
-  stacked = vit.to_scan_layout(params)
-  assert jax.tree.structure(scanned.init(jax.random.PRNGKey(0), images())["params"]) == (
-      jax.tree.structure(stacked))
-  assert stacked["Transformer"]["encoderblock"]["MlpBlock_3"]["Dense_0"]["kernel"].shape == (
-      2, 32, 64)
-  x = images()
-  np.testing.assert_allclose(scanned.apply({"params": stacked}, x),
-                             plain.apply({"params": params}, x), rtol=1e-5, atol=1e-6)
-  (scan_loss, scan_grads), (loss, grads) = (loss_and_grads(scanned, stacked, x),
-                                            loss_and_grads(plain, params, x))
-  np.testing.assert_allclose(scan_loss, loss, rtol=1e-5)
-  scale = max(float(np.abs(g).max()) for g in jax.tree.leaves(grads))
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * scale),
-               vit.to_block_layout(scan_grads), grads)
+  assert vit.to_scan_layout(params)["Transformer"]["encoderblock"]["MlpBlock_3"]["Dense_0"][
+      "kernel"].shape == (2, 32, 64)
+  assert_same_function(tiny_model(scan_layers=True, remat_policy=remat_policy), plain, params,
+                       to_fast=vit.to_scan_layout, to_plain=vit.to_block_layout)
 
 
 def test_layout_conversion_round_trips_and_keeps_other_params():

@@ -133,14 +133,21 @@ def format_prediction(path: str, prediction: Prediction, names: Optional[List[st
   return "\n".join(lines)
 
 
-def main(argv):
-  image_paths = argv[1:]
+def image_arguments(argv: Sequence[str]) -> List[str]:
+  """The command's IMAGE arguments; a missing local file fails here, before the (slow)
+  checkpoint load. TensorFlow is kept off the accelerators: it only decodes images."""
+  image_paths = list(argv[1:])
   if not image_paths:
     raise app.UsageError("give one or more images")
   missing = [p for p in image_paths if not released.has_scheme(p) and not os.path.exists(p)]
-  if missing:  # before the (slow) checkpoint load
+  if missing:
     download.fail(f"image not found: {missing[0]}")
-  tf.config.set_visible_devices([], "GPU")  # TensorFlow only decodes images
+  tf.config.set_visible_devices([], "GPU")
+  return image_paths
+
+
+def main(argv):
+  image_paths = image_arguments(argv)
   try:
     module, params = npz.load_npz(released.resolve(FLAGS.checkpoint), image_size=FLAGS.image_size)
     names = class_names(module.num_classes, FLAGS.labels)

@@ -17,7 +17,6 @@ matplotlib.use("Agg")  # files only: no display needed
 
 import matplotlib.pyplot as plt
 import numpy as np
-import tensorflow as tf
 from absl import app, flags
 
 from vit_jax import download, introspect, npz, predict, released
@@ -144,13 +143,7 @@ def write_figures(module: vit.VisionTransformer, params, images: np.ndarray,
 
 
 def main(argv):
-  image_paths = argv[1:]
-  if not image_paths:
-    raise app.UsageError("give one or more images")
-  missing = [p for p in image_paths if not released.has_scheme(p) and not os.path.exists(p)]
-  if missing:  # before the (slow) checkpoint load
-    download.fail(f"image not found: {missing[0]}")
-  tf.config.set_visible_devices([], "GPU")  # TensorFlow only decodes images
+  image_paths = predict.image_arguments(argv)
   try:
     module, params = npz.load_npz(released.resolve(FLAGS.checkpoint), image_size=FLAGS.image_size)
     image_size = FLAGS.image_size or npz.native_image_size(module, params)
