@@ -2,6 +2,7 @@
 
 import json
 
+import jax
 import pytest
 
 from vit_jax import benchmark
@@ -43,3 +44,25 @@ def test_compile_only_with_scan(capsys):
   row = capsys.readouterr().out.splitlines()[-1].split()
   assert row[:2] == ["ViT-Ti_16", "train"] and float(row[5]) > 0  # compile seconds
   assert row[6:8] == ["-", "-"] and float(row[8]) > 0  # no step time or img/s; FLOPs known
+
+
+def test_out_of_memory_is_a_row_and_the_suite_goes_on(tmp_path, capsys, monkeypatch):
+  calls, real_run = [], benchmark.run
+
+  def fake_run(model, mode, *args, **kwargs):
+    calls.append((model, mode))
+    if len(calls) == 1:
+      raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 3e10 bytes.")
+    return real_run("ViT-Ti_16", "infer", batch=2, image_size=32, steps=1, num_layers=1,
+                         peak_flops=1e12)
+
+  monkeypatch.setattr(benchmark, "run", fake_run)
+  monkeypatch.setattr(benchmark, "SUITE", [("ViT-L_16", "train", 384), ("ViT-Ti_16", "infer", 32)])
+  out = tmp_path / "suite.jsonl"
+  benchmark.main(["--suite", "--batch=2", f"--json={out}"])
+  printed = capsys.readouterr().out
+  oom = [line for line in printed.splitlines() if "out of memory" in line]
+  assert len(oom) == 1 and oom[0].split()[:5] == ["ViT-L_16", "train", "384", "2", "float32"]
+  rows = [json.loads(line) for line in out.read_text().splitlines()]
+  assert rows[0]["error"] == "out of memory" and rows[1]["img_per_sec"] > 0
+  assert len(calls) == 2

@@ -179,10 +179,20 @@ def main(argv=None):
     if time.time() - started > args.time_budget:
       print(f"time budget of {args.time_budget:.0f} s spent; skipping the rest")
       break
-    result = run(model, mode, args.batch, size, args.dtype, args.steps, args.mesh, peak,
-                 attention_impl=args.attention, remat_policy=args.remat,
-                 scan_layers=args.scan)
-    print(format_row(result), flush=True)
+    try:
+      result = run(model, mode, args.batch, size, args.dtype, args.steps, args.mesh, peak,
+                   attention_impl=args.attention, remat_policy=args.remat,
+                   scan_layers=args.scan)
+    except jax.errors.JaxRuntimeError as e:
+      if "RESOURCE_EXHAUSTED" not in str(e):
+        raise
+      # One configuration too big for the device: say so and go on with the rest.
+      result = {"model": model, "mode": mode, "batch": args.batch, "image_size": size,
+                "dtype": args.dtype, "error": "out of memory"}
+      print(f"{model:<12} {mode:<5} {size:>4} {args.batch:>5} {args.dtype:<8} out of memory "
+            "(try --remat=full, --dtype=bfloat16 or a smaller --batch)", flush=True)
+    else:
+      print(format_row(result), flush=True)
     if args.json:
       with open(args.json, "a", encoding="utf-8") as f:
         f.write(json.dumps(result) + "\n")
