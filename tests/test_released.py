@@ -23,6 +23,7 @@ B16 = "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0"
 @pytest.mark.parametrize("name,url", [
     ("ViT-B_16", "gs://vit_models/imagenet21k/ViT-B_16.npz"),
     ("b_16", "gs://vit_models/imagenet21k/ViT-B_16.npz"),
+    ("ViT-B/16", "gs://vit_models/imagenet21k/ViT-B_16.npz"),  # the paper's notation
     ("R50+ViT-B_16", "gs://vit_models/imagenet21k/R50+ViT-B_16.npz"),
     ("Ti_16",
      "gs://vit_models/augreg/Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0.npz"),

@@ -37,6 +37,7 @@ def test_parameter_count(name):
     ("Ti_16", "ViT-Ti_16"), ("B_16", "ViT-B_16"), ("L_16", "ViT-L_16"), ("B_8", "ViT-B_8"),
     ("S_32", "ViT-S_32"), ("R_Ti_16", "R+ViT-Ti_16"), ("R26_S_32", "R26+ViT-S_32"),
     ("R50_L_32", "R50+ViT-L_32"), ("vit-b_16", "ViT-B_16"), ("r50+vit-b_16", "R50+ViT-B_16"),
+    ("ViT-B/16", "ViT-B_16"), ("H/14", "ViT-H_14"), ("R50+ViT-B/16", "R50+ViT-B_16"),
 ])
 def test_augreg_and_case_insensitive_names(short, released):
   assert zoo.canonical_name(short) == released

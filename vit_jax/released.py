@@ -69,6 +69,14 @@ def family_url(family: str, name: str) -> str:
   return f"{BUCKET}/{family}/{_canonical_file_name(family, name)}.npz"
 
 
+def _is_model_name(text: str) -> bool:
+  try:
+    zoo.canonical_name(text)
+  except ValueError:
+    return False
+  return True
+
+
 def released_i21k_url(model_name: str) -> str:
   """The ImageNet-21k checkpoint to fine-tune a released model from."""
   canonical = zoo.canonical_name(model_name)
@@ -107,7 +115,7 @@ def resolve(name_or_url: str, local_dir: Optional[str] = LOCAL_DIR) -> str:
     url = family_url(family, name)
   elif expanded.endswith(".npz") or expanded.startswith((".", "/")):
     return expanded  # a local file that is missing: load_npz says so
-  elif sep:
+  elif sep and not _is_model_name(expanded):  # model names may be written ViT-B/16
     raise ValueError(f"{name_or_url!r} is neither a file nor FAMILY/NAME: unknown checkpoint "
                      f"family {family!r}; families: {', '.join(FAMILIES)}")
   else:

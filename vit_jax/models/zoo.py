@@ -72,8 +72,9 @@ def all_names() -> list:
 
 
 def canonical_name(name: str) -> str:
-  """The released name for `name`, or a ValueError listing close matches."""
-  found = _BY_LOWER_NAME.get(name.strip().lower())
+  """The released name for `name` (also in the paper's notation, `ViT-B/16`), or a
+  ValueError listing close matches."""
+  found = _BY_LOWER_NAME.get(name.strip().lower().replace("/", "_"))
   if found is None:
     close = difflib.get_close_matches(name, all_names(), n=4, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(RELEASED)}"
