@@ -195,6 +195,14 @@ def dataset_features(feature_fn, params, dataset: data.Dataset, split: str, batc
   return compute_features(feature_fn, params, batches, mesh)
 
 
+def split_features(feature_fn, params, dataset: data.Dataset, batch_size: int,
+                   mesh: jax.sharding.Mesh) -> Tuple[np.ndarray, ...]:
+  """(train features, train labels, test features, test labels): the probes' inputs."""
+  train = dataset_features(feature_fn, params, dataset, "train", batch_size, mesh)
+  test = dataset_features(feature_fn, params, dataset, "eval", batch_size, mesh)
+  return (*train, *test)
+
+
 # --- During training --------------------------------------------------------------------------
 
 
@@ -241,11 +249,8 @@ class Evaluator:
       self._feature_fn = feature_function(self.module, self.mesh, shardings)
     results = {}
     for key, dataset in self.datasets.items():
-      train = dataset_features(self._feature_fn, params, dataset, "train", self.batch_size,
-                               self.mesh)
-      test = dataset_features(self._feature_fn, params, dataset, "eval", self.batch_size,
-                              self.mesh)
-      summary = evaluate_fewshot(*train, *test, shots=self.shots, seeds=self.seeds,
+      features = split_features(self._feature_fn, params, dataset, self.batch_size, self.mesh)
+      summary = evaluate_fewshot(*features, shots=self.shots, seeds=self.seeds,
                                  l2_reg=self.l2_reg, num_classes=dataset.info.num_classes)
       logging.info("few-shot %s: %s", key, ", ".join(
           f"{k}-shot {summary[f'{k}shot']:.4f}" for k in self.shots))
@@ -302,14 +307,15 @@ def run(flag_values) -> Dict[str, Any]:
   shardings = sharding.param_shardings(params, mesh)
   params = jax.device_put(params, shardings)
   feature_fn = feature_function(module, mesh, shardings)
-  train = dataset_features(feature_fn, params, dataset, "train", batch_size, mesh)
-  test = dataset_features(feature_fn, params, dataset, "eval", batch_size, mesh)
+  features = split_features(feature_fn, params, dataset, batch_size, mesh)
   seeds = list(range(flag_values.seeds))
-  per_seed = fewshot_accuracies(*train, *test, shots=shots, seeds=seeds,
+  per_seed = fewshot_accuracies(*features, shots=shots, seeds=seeds,
                                 l2_reg=flag_values.l2_reg, num_classes=dataset.info.num_classes)
+  train_features, train_labels, _, test_labels = features
   return {"checkpoint": flag_values.checkpoint, "dataset": flag_values.dataset,
-          "feature_dim": int(train[0].shape[1]), "num_classes": dataset.info.num_classes,
-          "num_train": len(train[1]), "num_test": len(test[1]), "l2_reg": flag_values.l2_reg,
+          "feature_dim": int(train_features.shape[1]), "num_classes": dataset.info.num_classes,
+          "num_train": len(train_labels), "num_test": len(test_labels),
+          "l2_reg": flag_values.l2_reg,
           "seeds": seeds, **summarize(per_seed),
           "per_seed": {str(k): v for k, v in per_seed.items()}}
 

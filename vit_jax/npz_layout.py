@@ -14,12 +14,14 @@ import re
 from typing import Dict, Optional, Tuple
 
 import numpy as np
+from flax import traverse_util
 
-from vit_jax.models import zoo
+from vit_jax.models import vit, zoo
 
 Flat = Dict[str, np.ndarray]
 
 BLOCK = "Transformer/encoderblock_{}"
+_STACKED_PREFIX = f"Transformer/{vit.SCANNED_BLOCKS}/"
 POSEMB = "Transformer/posembed_input/pos_embedding"
 _LINEN_TO_RELEASED = {
     "LayerNorm_0": "LayerNorm_0",
@@ -39,16 +41,12 @@ def _strip_prefix(flat: Flat) -> Flat:
 
 
 def _unstack_blocks(flat: Flat) -> Flat:
-  """`Transformer/encoderblock/X` of shape (depth, ...) -> `encoderblock_{i}/X`."""
-  stacked_prefix = "Transformer/encoderblock/"
-  out = {}
-  for key, value in flat.items():
-    if key.startswith(stacked_prefix):
-      for layer in range(value.shape[0]):
-        out[f"{BLOCK.format(layer)}/{key[len(stacked_prefix):]}"] = value[layer]
-    else:
-      out[key] = value
-  return out
+  """big_vision's scan-stacked `Transformer/encoderblock/X` (depth first) -> per block:
+  the layout of our own scan_layers models, converted the same way."""
+  if not any(key.startswith(_STACKED_PREFIX) for key in flat):
+    return flat
+  nested = traverse_util.unflatten_dict(flat, sep="/")
+  return traverse_util.flatten_dict(vit.to_block_layout(nested), sep="/")
 
 
 def _renumber_linen_blocks(flat: Flat) -> Flat:

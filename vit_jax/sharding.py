@@ -18,6 +18,8 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from vit_jax.models import vit
+
 AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
 
@@ -91,7 +93,7 @@ TENSOR_RULES = (
     (r"MlpBlock_3/Dense_0/bias$", ("tensor",)),
     (r"MlpBlock_3/Dense_1/kernel$", ("tensor", None)),
 )
-STACKED_BLOCKS = r"Transformer/encoderblock/"  # nn.scan-stacked blocks: depth axis first
+STACKED_BLOCKS = f"Transformer/{vit.SCANNED_BLOCKS}/"  # scan_layers' blocks: depth axis first
 FSDP_MIN_SIZE = 2**16  # smaller tensors cost more to gather than they save
 
 
@@ -109,7 +111,7 @@ def path_name(path: Tuple[Any, ...]) -> str:
 def partition_spec(name: str, shape: Sequence[int], axis_sizes: Mapping[str, int]) -> P:
   """Where each dimension of the leaf `name` of `shape` lives on the mesh."""
   dims = [None] * len(shape)
-  stacked = int(bool(re.search(STACKED_BLOCKS, name)))  # scan_layers' leading depth axis
+  stacked = int(STACKED_BLOCKS in name)
   if axis_sizes.get("tensor", 1) > 1:
     for pattern, axes in TENSOR_RULES:
       if re.search(pattern, name) and len(axes) + stacked == len(shape):

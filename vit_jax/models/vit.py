@@ -17,6 +17,7 @@ from typing import Any, Dict, Optional, Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from vit_jax.models import resnet
 
@@ -186,14 +187,16 @@ class Encoder(nn.Module):
 
 
 def to_scan_layout(params: Dict[str, Any]) -> Dict[str, Any]:
-  """Per-block params (`encoderblock_{i}`) -> stacked (`encoderblock`, depth axis first)."""
+  """Per-block params (`encoderblock_{i}`) -> stacked (`encoderblock`, depth axis first).
+
+  Stacks on the host (numpy), like load_npz's params: placing them is the caller's job."""
   encoder = dict(params["Transformer"])
   names = sorted((k for k in encoder if k.startswith(SCANNED_BLOCKS + "_")),
                  key=lambda k: int(k.rsplit("_", 1)[1]))
   if not names:
     return params
   blocks = [encoder.pop(name) for name in names]
-  encoder[SCANNED_BLOCKS] = jax.tree.map(lambda *layers: jnp.stack(layers), *blocks)
+  encoder[SCANNED_BLOCKS] = jax.tree.map(lambda *layers: np.stack(layers), *blocks)
   return {**params, "Transformer": encoder}
 
 
