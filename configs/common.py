@@ -33,8 +33,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.dropout_rate = 0.0
   config.model.representation_size = ml_collections.FieldReference(None, field_type=int)
   config.model.head_bias_init = 0.0
-  # Fast paths (same function, same parameters): jax.nn.dot_product_attention (cuDNN flash
-  # attention on GPUs) and per-block rematerialisation (none | full | dots | dots_no_batch).
+  # Fast paths (same function, same parameters): jax.nn.dot_product_attention (dot_product:
+  # cuDNN flash attention on GPUs in bf16, XLA elsewhere; xla | cudnn force one; softmax is
+  # the explicit reference math) and per-block rematerialisation (none | full | dots |
+  # dots_no_batch).
   config.model.attention_impl = "dot_product"
   config.model.remat_policy = "none"
   # nn.scan over the blocks: one compiled block (fast compiles for deep models), params

@@ -181,6 +181,7 @@ def assert_same_function(fast, plain, params, to_fast=lambda p: p, to_plain=lamb
 
 
 @pytest.mark.parametrize("overrides", [{"attention_impl": "dot_product"},
+                                       {"attention_impl": "xla"},
                                        {"remat_policy": "full"}, {"remat_policy": "dots"},
                                        {"remat_policy": "dots_no_batch"}],
                          ids=lambda o: "-".join(map(str, o.values())))
@@ -227,6 +228,52 @@ def test_dot_product_path_still_returns_attention_weights():
   weights = state["intermediates"]["Transformer"]["encoderblock_1"][
       "MultiHeadDotProductAttention_1"]["attention_weights"][0]
   np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-6)
+
+
+def test_dot_product_picks_cudnn_flash_attention_only_where_it_runs(monkeypatch):
+  monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+  assert vit.attention_backend("dot_product", jnp.bfloat16) == "xla"
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  assert vit.attention_backend("dot_product", jnp.bfloat16) == "cudnn"
+  assert vit.attention_backend("dot_product", jnp.float16) == "cudnn"
+  assert vit.attention_backend("dot_product", jnp.float32) == "xla"  # no float32 flash
+  assert vit.attention_backend("xla", jnp.bfloat16) == "xla"
+
+
+def attention_inputs(tokens, dtype=jnp.float32):
+  return [jax.random.normal(jax.random.PRNGKey(i), (2, tokens, 3, 8), dtype) for i in range(3)]
+
+
+def softmax_attention(query, key, value):
+  weights = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", query, key) / np.sqrt(8), axis=-1)
+  return jnp.einsum("bhqk,bkhd->bqhd", weights, value)
+
+
+@pytest.mark.parametrize("tokens", [17, 18])
+def test_padding_to_even_tokens_computes_the_same_attention(tokens):
+  """The cuDNN route pads odd token counts and masks the pad; check that route on XLA."""
+  inputs = attention_inputs(tokens)
+  padded = lambda *qkv: vit.fused_attention(*qkv, "xla", pad_to_even=True)
+  loss = lambda f: lambda *qkv: jnp.sum(jnp.sin(f(*qkv)))
+  with jax.default_matmul_precision("highest"):  # float32, not TF32, on GPUs
+    np.testing.assert_allclose(padded(*inputs), softmax_attention(*inputs),
+                               rtol=1e-5, atol=1e-6)
+    for got, want in zip(jax.grad(loss(padded), argnums=(0, 1, 2))(*inputs),
+                         jax.grad(loss(softmax_attention), argnums=(0, 1, 2))(*inputs)):
+      np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="cuDNN flash attention needs a GPU")
+def test_cudnn_flash_attention_matches_xla_in_bfloat16():
+  inputs = attention_inputs(197, jnp.bfloat16)  # odd: the padded route
+  def loss_and_grads(backend):
+    loss = lambda *qkv: jnp.sum(jnp.sin(vit.fused_attention(*qkv, backend).astype(jnp.float32)))
+    return jax.value_and_grad(loss, argnums=(0, 1, 2))(*inputs)
+  rel = lambda a, b: float(jnp.linalg.norm((a - b).astype(jnp.float32)) /
+                           jnp.linalg.norm(b.astype(jnp.float32)))
+  (got, got_grads), (want, want_grads) = loss_and_grads("cudnn"), loss_and_grads("xla")
+  assert abs(float(got - want)) <= 1e-2 * (abs(float(want)) + 1)
+  assert all(rel(a, b) < 1e-2 for a, b in zip(got_grads, want_grads))  # H100: ~3.5e-3
 
 
 def test_unknown_fast_path_names():

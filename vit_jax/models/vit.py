@@ -47,7 +47,22 @@ class MlpBlock(nn.Module):
     return nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
 
 
-ATTENTION_IMPLS = ("softmax", "dot_product")
+# softmax: explicit einsum + float32 softmax (the reference's math; exposes the weights).
+# xla / cudnn: jax.nn.dot_product_attention with that backend (cudnn = flash attention,
+# GPU and bfloat16/float16 only). dot_product: cudnn where it applies, else xla.
+ATTENTION_IMPLS = ("softmax", "dot_product", "xla", "cudnn")
+FLASH_DTYPES = (jnp.bfloat16, jnp.float16)
+
+
+def attention_backend(impl: str, dtype: Any) -> str:
+  """The jax.nn.dot_product_attention backend for `impl` ('dot_product' resolved here:
+  its own default is XLA even on GPUs, which leaves cuDNN's flash kernels unused)."""
+  if impl != "dot_product":
+    return impl
+  flash = jax.default_backend() == "gpu" and jnp.dtype(dtype) in FLASH_DTYPES
+  return "cudnn" if flash else "xla"
+
+
 REMAT_POLICIES = {
     "none": None,  # keep every activation (fastest, most memory)
     "full": jax.checkpoint_policies.nothing_saveable,  # recompute the whole block
@@ -56,14 +71,35 @@ REMAT_POLICIES = {
 }
 
 
+def fused_attention(query, key, value, backend: str, pad_to_even: Optional[bool] = None):
+  """softmax(q k^T / sqrt(d)) v over [batch, tokens, heads, head_dim] via
+  jax.nn.dot_product_attention.
+
+  cuDNN's backward pass (jax 0.10-0.11) rejects odd token counts such as ViT's
+  1 + 14*14 = 197, so by default (pad_to_even=None) cuDNN's tokens are padded to an even
+  count, the padding is masked out by sequence length and the output is cut back: the
+  same function."""
+  tokens = query.shape[1]
+  if pad_to_even is None:
+    pad_to_even = backend == "cudnn"
+  if not pad_to_even or tokens % 2 == 0:
+    return jax.nn.dot_product_attention(query, key, value, scale=query.shape[-1]**-0.5,
+                                        implementation=backend)
+  pad = lambda t: jnp.pad(t, ((0, 0), (0, 1), (0, 0), (0, 0)))
+  lengths = jnp.full((query.shape[0],), tokens, jnp.int32)
+  mixed = jax.nn.dot_product_attention(
+      pad(query), pad(key), pad(value), scale=query.shape[-1]**-0.5,
+      query_seq_lengths=lengths, key_value_seq_lengths=lengths, implementation=backend)
+  return mixed[:, :tokens]
+
+
 class SelfAttention(nn.Module):
   """Multi-head self-attention with the released parameter layout.
 
   query/key/value kernels are (D, heads, head_dim), out is (heads, head_dim, D);
   the query is scaled by 1/sqrt(head_dim) and the softmax runs in float32.
-  `attention_impl='dot_product'` uses jax.nn.dot_product_attention (cuDNN flash
-  attention on GPUs, XLA elsewhere); it falls back to the explicit softmax when the
-  attention weights are needed (introspection, attention dropout in training).
+  The fused implementations (see ATTENTION_IMPLS) fall back to the explicit softmax
+  when the attention weights are needed (introspection, attention dropout in training).
   """
   num_heads: int
   dropout_rate: float = 0.0
@@ -85,8 +121,9 @@ class SelfAttention(nn.Module):
     query, key, value = (projection(name)(x) for name in ("query", "key", "value"))
     needs_weights = self.is_mutable_collection("intermediates") or (
         self.dropout_rate > 0 and not deterministic)
-    if self.attention_impl == "dot_product" and not needs_weights:
-      mixed = jax.nn.dot_product_attention(query, key, value, scale=head_dim**-0.5)
+    if self.attention_impl != "softmax" and not needs_weights:
+      mixed = fused_attention(query, key, value, attention_backend(self.attention_impl,
+                                                                   self.dtype))
     else:
       query = query / jnp.sqrt(head_dim).astype(self.dtype)
       logits = jnp.einsum("bqhd,bkhd->bhqk", query, key)
@@ -230,8 +267,9 @@ class VisionTransformer(nn.Module):
     dropout_rate, attention_dropout_rate: only active with `train=True`.
     head_bias_init: constant head bias (-10 was used for i21k pre-training).
     dtype: compute dtype; parameters are always stored in float32.
-    attention_impl: 'softmax' (explicit, float32 softmax) or 'dot_product'
-      (jax.nn.dot_product_attention: cuDNN flash attention on GPUs). Same function.
+    attention_impl: 'softmax' (explicit, float32 softmax), 'dot_product' (fused:
+      cuDNN flash attention on GPUs in bf16/fp16, XLA otherwise), or 'xla' / 'cudnn'
+      to force one backend. Same function.
     remat_policy: rematerialise each block in backprop to save memory: 'none',
       'full', 'dots' or 'dots_no_batch' (which activations are kept).
     scan_layers: run the blocks with nn.scan (one compiled block; params stacked
