@@ -245,7 +245,8 @@ def attention_inputs(tokens, dtype=jnp.float32):
 
 
 def softmax_attention(query, key, value):
-  weights = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", query, key) / np.sqrt(8), axis=-1)
+  weights = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", query, key) / np.sqrt(query.shape[-1]),
+                           axis=-1)
   return jnp.einsum("bhqk,bkhd->bqhd", weights, value)
 
 

@@ -82,14 +82,14 @@ def fused_attention(query, key, value, backend: str, pad_to_even: Optional[bool]
   tokens = query.shape[1]
   if pad_to_even is None:
     pad_to_even = backend == "cudnn"
-  if not pad_to_even or tokens % 2 == 0:
-    return jax.nn.dot_product_attention(query, key, value, scale=query.shape[-1]**-0.5,
-                                        implementation=backend)
-  pad = lambda t: jnp.pad(t, ((0, 0), (0, 1), (0, 0), (0, 0)))
-  lengths = jnp.full((query.shape[0],), tokens, jnp.int32)
+  lengths = None
+  if pad_to_even and tokens % 2:
+    query, key, value = (jnp.pad(t, ((0, 0), (0, 1), (0, 0), (0, 0)))
+                         for t in (query, key, value))
+    lengths = jnp.full((query.shape[0],), tokens, jnp.int32)
   mixed = jax.nn.dot_product_attention(
-      pad(query), pad(key), pad(value), scale=query.shape[-1]**-0.5,
-      query_seq_lengths=lengths, key_value_seq_lengths=lengths, implementation=backend)
+      query, key, value, scale=query.shape[-1]**-0.5, query_seq_lengths=lengths,
+      key_value_seq_lengths=lengths, implementation=backend)
   return mixed[:, :tokens]
 
 
