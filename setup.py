@@ -35,7 +35,10 @@ setuptools.setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
-    packages=setuptools.find_packages(include=["vit_jax", "vit_jax.*", "configs"]),
+    # configs/*.py are loaded by path (--config=configs/vit_b16.py), not imported: installing
+    # them as a top-level `configs` package would collide with other projects' `configs`.
+    # Their shared defaults ship as vit_jax.config_defaults.
+    packages=setuptools.find_packages(include=["vit_jax", "vit_jax.*"]),
     install_requires=INSTALL_REQUIRES,
     extras_require={
         "test": ["pytest>=8", "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6"],

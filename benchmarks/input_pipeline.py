@@ -14,7 +14,7 @@ import time
 import numpy as np
 from PIL import Image
 
-from configs import common
+from vit_jax import config_defaults as common
 from vit_jax import data
 
 

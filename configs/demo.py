@@ -7,11 +7,11 @@ with no download. The same main job as the paper configs: tf.data pipeline,
 sharded train step, evaluation, orbax checkpoints, metrics.jsonl, params.npz.
 """
 
-from configs import common
+from vit_jax import config_defaults
 
 
 def get_config():
-  config = common.get_config()
+  config = config_defaults.get_config()
   config.dataset = "digits"
   config.train_split = "train"
   config.eval_split = "test"

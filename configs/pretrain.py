@@ -10,7 +10,7 @@ sigmoid cross-entropy (multi-label). ImageNet-1k: 300 epochs, lr 3e-3, weight de
 dropout 0.1, cosine decay.
 """
 
-from configs import common
+from vit_jax import config_defaults
 from vit_jax.models import zoo
 
 # dataset -> (train examples, epochs, base lr, weight decay, decay, loss, eval split)
@@ -26,7 +26,7 @@ def get_config(arg="ViT-B_16,imagenet2012"):
   if dataset not in RECIPES:
     raise ValueError(f"pretrain.py knows {', '.join(RECIPES)}, got {dataset!r}")
   examples, epochs, lr, weight_decay, decay, loss, eval_split = RECIPES[dataset]
-  config = common.with_dataset(common.get_config(), dataset)
+  config = config_defaults.with_dataset(config_defaults.get_config(), dataset)
   config.model_name = model_name
   config.model.dropout_rate = 0.1
   config.model.representation_size = zoo.get_architecture(model_name).hidden_size

@@ -4,8 +4,8 @@
   python -m vit_jax.main --config=configs/r_vit_ti16.py:cifar10 --workdir=DIR  # any dataset, 384 px
 """
 
-from configs import common
+from vit_jax import config_defaults
 
 
 def get_config(dataset=None):
-  return common.finetune_config("R+ViT-Ti_16", dataset)
+  return config_defaults.finetune_config("R+ViT-Ti_16", dataset)

@@ -4,8 +4,8 @@
   python -m vit_jax.main --config=configs/vit_b32.py:cifar10 --workdir=DIR  # any dataset, 384 px
 """
 
-from configs import common
+from vit_jax import config_defaults
 
 
 def get_config(dataset=None):
-  return common.finetune_config("ViT-B_32", dataset)
+  return config_defaults.finetune_config("ViT-B_32", dataset)

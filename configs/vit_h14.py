@@ -4,8 +4,8 @@
   python -m vit_jax.main --config=configs/vit_h14.py:cifar10 --workdir=DIR  # any dataset, 384 px
 """
 
-from configs import common
+from vit_jax import config_defaults
 
 
 def get_config(dataset=None):
-  return common.finetune_config("ViT-H_14", dataset, headline_crop=518)
+  return config_defaults.finetune_config("ViT-H_14", dataset, headline_crop=518)

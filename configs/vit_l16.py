@@ -4,8 +4,8 @@
   python -m vit_jax.main --config=configs/vit_l16.py:cifar10 --workdir=DIR  # any dataset, 384 px
 """
 
-from configs import common
+from vit_jax import config_defaults
 
 
 def get_config(dataset=None):
-  return common.finetune_config("ViT-L_16", dataset, headline_crop=512)
+  return config_defaults.finetune_config("ViT-L_16", dataset, headline_crop=512)

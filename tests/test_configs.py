@@ -2,26 +2,41 @@
 
 import importlib.util
 import pathlib
+import runpy
 
 import pytest
+import setuptools
 
-from configs import common, pretrain
+from vit_jax import config_defaults
 from vit_jax.models import zoo
 
-CONFIG_DIR = pathlib.Path(__file__).resolve().parents[1] / "configs"
+REPO = pathlib.Path(__file__).resolve().parents[1]
+CONFIG_DIR = REPO / "configs"
+ALL_CONFIGS = sorted(p.name for p in CONFIG_DIR.glob("*.py"))
 MODEL_CONFIGS = sorted(p.name for p in CONFIG_DIR.glob("*vit*.py"))
 REFERENCE_KEYS = ["dataset", "pretrained", "total_steps", "warmup_steps", "base_lr",
                   "decay_type", "batch", "batch_eval", "accum_steps", "grad_norm_clip",
                   "pp.crop", "eval_every", "checkpoint_every", "progress_every", "seed"]
 
 
-def load(spec):
-  """Like --config=configs/FILE[:ARG]: runs FILE's get_config(ARG)."""
-  file, _, arg = spec.partition(":")
+def load_module(file):
+  """configs/FILE as a module, loaded by path like config_flags does (not a package)."""
   module_spec = importlib.util.spec_from_file_location("config_under_test", CONFIG_DIR / file)
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
+  return module
+
+
+def load(spec):
+  """Like --config=configs/FILE[:ARG]: runs FILE's get_config(ARG)."""
+  file, _, arg = spec.partition(":")
+  module = load_module(file)
   return module.get_config(arg) if arg else module.get_config()
+
+
+@pytest.mark.parametrize("name", ALL_CONFIGS)
+def test_every_config_file_loads_by_path(name):
+  assert load(name).dataset
 
 
 @pytest.mark.parametrize("name", MODEL_CONFIGS)
@@ -32,11 +47,11 @@ def test_model_config_headline_and_dataset_argument(name):
   cifar = load(f"{name}:cifar10")
   assert (cifar.dataset, cifar.train_split, cifar.pp.crop) == ("cifar10", "train[:98%]", 384)
   folder = load(f"{name}:/data/my_images")
-  assert folder.dataset == "/data/my_images" and folder.total_steps == common.HYPERRULE
+  assert folder.dataset == "/data/my_images" and folder.total_steps == config_defaults.HYPERRULE
 
 
 def test_reference_key_names_exist():
-  config = common.get_config()
+  config = config_defaults.get_config()
   for key in REFERENCE_KEYS:
     node = config
     for part in key.split("."):
@@ -61,7 +76,7 @@ def test_pretraining_recipe_matches_the_paper():
   assert config.total_steps == 14_197_122 * 90 // 4096
   assert load("pretrain.py:ViT-L_16,imagenet2012").weight_decay == 0.3
   with pytest.raises(ValueError, match="pretrain.py knows"):
-    pretrain.get_config("ViT-B_16,jft")
+    load("pretrain.py:ViT-B_16,jft")
 
 
 def test_configs_are_locked_against_typos():
@@ -69,3 +84,14 @@ def test_configs_are_locked_against_typos():
   config.lock()
   with pytest.raises(AttributeError):
     config.bacth = 3
+
+
+def test_setup_installs_no_top_level_configs_package(monkeypatch):
+  """A top-level `configs` in site-packages would collide with other projects'."""
+  captured = {}
+  monkeypatch.setattr(setuptools, "setup", lambda **kwargs: captured.update(kwargs))
+  monkeypatch.chdir(REPO)
+  runpy.run_path(str(REPO / "setup.py"))
+  packages = captured["packages"]
+  assert "vit_jax" in packages and "vit_jax.models" in packages
+  assert all(p == "vit_jax" or p.startswith("vit_jax.") for p in packages), packages

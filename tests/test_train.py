@@ -10,9 +10,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from configs import common, demo
 from conftest import RELEASED_FIXTURES
+from test_configs import load_module
+from vit_jax import config_defaults as common
 from vit_jax import load_npz, sharding, train
+
+demo = load_module("demo.py")  # configs/ holds files loaded by path, not a package
 
 
 def demo_config(**overrides):

@@ -1,4 +1,8 @@
-"""Defaults shared by every experiment, and the dataset presets.
+"""Defaults shared by every experiment (configs/*.py), the dataset presets and the demo.
+
+They live in the package, not in configs/, so that an installed vit_jax has them (the
+notebook, `import vit_jax.config_defaults`) and installs no top-level `configs` package;
+the files in configs/ are thin, loaded by path (`--config=configs/vit_b16.py:cifar10`).
 
 The fine-tuning recipe is the paper's (App. B.1.1) as run by the reference code:
 SGD momentum 0.9 (bfloat16 buffer), batch 512, no weight decay, global-norm clip 1,
@@ -131,3 +135,4 @@ def finetune_config(model_name: str, dataset: str = None, *,
   config.model.dropout_rate = zoo.get_architecture(model_name).dropout_rate
   config.pp.crop = 384 if dataset else headline_crop
   return with_dataset(config, dataset or "imagenet2012")
+

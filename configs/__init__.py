@@ -1,1 +1,0 @@
-"""Experiment configs: `python -m vit_jax.main --config=configs/<file>.py[:arg]`."""
