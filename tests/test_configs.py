@@ -86,6 +86,20 @@ def test_configs_are_locked_against_typos():
     config.bacth = 3
 
 
+def test_demo_takes_a_dataset_like_the_model_configs():
+  digits = load("demo.py")
+  assert (digits.dataset, digits.pp.crop, digits.pp.flip, digits.total_steps) == (
+      "digits", 16, False, 1_000)
+  assert load("demo.py:digits") == digits
+  folder = load("demo.py:/data/my_images")
+  assert (folder.dataset, folder.train_split, folder.eval_split) == ("/data/my_images",
+                                                                    "train", "test")
+  assert folder.total_steps == config_defaults.HYPERRULE and folder.pretrained is None
+  assert (folder.pp.crop, folder.pp.flip, folder.model) == (32, True, digits.model)
+  cifar = load("demo.py:cifar10")
+  assert (cifar.train_split, cifar.total_steps) == ("train[:98%]", 10_000)
+
+
 def test_setup_installs_no_top_level_configs_package(monkeypatch):
   """A top-level `configs` in site-packages would collide with other projects'."""
   captured = {}

@@ -136,3 +136,38 @@ def finetune_config(model_name: str, dataset: str = None, *,
   config.pp.crop = 384 if dataset else headline_crop
   return with_dataset(config, dataset or "imagenet2012")
 
+
+def demo_config(dataset: str = None) -> ml_collections.ConfigDict:
+  """configs/demo.py: a 4-block ViT from scratch, on the digits or on `dataset`.
+
+  Digits (8x8 px) are resized to 18 and cropped to 16, unflipped (digits are not mirror
+  symmetric), for 1,000 steps. Any other dataset (a directory, a TFDS name) gets the same
+  small model at 32 px with flips, for its preset's steps or else the HyperRule's.
+  """
+  config = get_config()
+  config.pretrained = None
+  # A 4-block ViT cut into 4x4 patches: 16 tokens at 16 px, 64 at 32 px (+ class token).
+  config.model_name = "ViT-Ti_16"
+  config.model.update(patch_size=4, hidden_size=64, mlp_dim=128, num_heads=4, num_layers=4)
+  config.pp.preset = "bit"
+  if dataset in (None, "", "digits"):
+    config.dataset, config.train_split, config.eval_split = "digits", "train", "test"
+    config.pp.resize, config.pp.crop, config.pp.flip = 18, 16, False
+    config.total_steps = 1_000
+  else:
+    with_dataset(config, dataset)
+    config.pp.resize, config.pp.crop, config.pp.flip = 36, 32, True
+
+  config.optimizer = "adamw"
+  config.optim_dtype = "float32"
+  config.base_lr = 1e-3
+  config.weight_decay = 1e-4
+  config.warmup_steps = 100
+  config.batch = 128
+  config.batch_eval = 128
+  config.accum_steps = 1
+
+  config.progress_every = 50
+  config.eval_every = 250
+  config.checkpoint_every = 500
+  return config
