@@ -21,7 +21,7 @@ from typing import Callable, Iterator, NoReturn, Optional, Tuple
 import tqdm
 from absl import app, flags
 
-from vit_jax import released
+from vit_jax import cli, released
 
 CHUNK_BYTES = 1 << 20
 TIMEOUT_S = 60  # per blocking network operation, not for the whole download
@@ -155,4 +155,4 @@ def main(argv):
 if __name__ == "__main__":  # flags only for the command: predict imports this module
   flags.DEFINE_string("dir", released.LOCAL_DIR, "Root folder: files go to DIR/FAMILY/FILE.npz.")
   flags.DEFINE_bool("force", False, "Download again even if the file is already there.")
-  app.run(main)
+  cli.run(main)

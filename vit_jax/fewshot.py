@@ -24,7 +24,7 @@ import scipy.linalg
 from absl import app, flags, logging
 from jax.experimental import multihost_utils
 
-from vit_jax import data, download, npz, released, sharding
+from vit_jax import cli, data, download, npz, released, sharding
 
 # big_vision's few-shot default. Features are O(1) per dimension, so a feature vector's
 # squared norm is O(D) ~ 10^3: the ridge then matters at 1-5 shots (a stable,
@@ -359,4 +359,4 @@ def define_flags(flag_values=flags.FLAGS) -> None:
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  cli.run(main)

@@ -12,7 +12,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from vit_jax import checkpointing
+from vit_jax import checkpointing, cli
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py[:arg]).",
@@ -92,4 +92,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main, flags_parser=parse_flags)
+  cli.run(main, flags_parser=parse_flags)

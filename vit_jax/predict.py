@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from vit_jax import download, npz, preprocess, released
+from vit_jax import cli, download, npz, preprocess, released
 from vit_jax.models import vit
 
 IMAGENET_LABELS_URL = "https://storage.googleapis.com/bit_models/ilsvrc2012_wordnet_lemmas.txt"
@@ -168,4 +168,4 @@ if __name__ == "__main__":  # flags only for the command, not for importers of c
   flags.DEFINE_string("labels", None, "Class names, one per line; default: ImageNet's for "
                       "1000-way heads, else class indices.")
   flags.mark_flag_as_required("checkpoint")
-  app.run(main)
+  cli.run(main)

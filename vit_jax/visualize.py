@@ -17,9 +17,9 @@ matplotlib.use("Agg")  # files only: no display needed
 
 import matplotlib.pyplot as plt
 import numpy as np
-from absl import app, flags
+from absl import flags
 
-from vit_jax import download, introspect, npz, predict, released
+from vit_jax import cli, download, introspect, npz, predict, released
 from vit_jax.models import vit, zoo
 
 FLAGS = flags.FLAGS
@@ -158,4 +158,4 @@ def main(argv):
 
 if __name__ == "__main__":  # flags only for the command, not for importers
   define_flags()
-  app.run(main)
+  cli.run(main)

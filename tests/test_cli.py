@@ -1,0 +1,53 @@
+"""Every command's --help exits 0 and documents its flags (vit_jax.cli runs the absl ones)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+# command -> the start of some flags' help, as printed: `--flag: help` (absl).
+COMMANDS = {
+    "vit_jax.main": ["--config: Experiment config file", "--workdir: Where checkpoints",
+                     "--coordinator_address: HOST:PORT of process 0"],
+    "vit_jax.predict": ["--checkpoint: Path, URL", "--top_k: Classes shown per image",
+                        "--labels: Class names"],
+    "vit_jax.visualize": ["--checkpoint: Path, URL", "--out: Folder for the PNG figures",
+                          "--image_size: Input side in pixels"],
+    "vit_jax.fewshot": ["--checkpoint: Path, URL", "--dataset: 'digits', an image directory",
+                        "--shots: Examples per class"],
+    "vit_jax.download": ["--dir: Root folder", "--[no]force: Download again"],
+}
+# absl's other help flags, on the quickest command to start.
+OTHER_HELP_FLAGS = ["-?", "--helpshort", "--helpfull", "--helpxml"]
+
+
+@pytest.fixture(scope="module")
+def helps():
+  """(exit code, whitespace-normalised output) of each run, all started at once: importing
+  TensorFlow and JAX is most of each run's time."""
+  runs = [(command, "--help") for command in COMMANDS]
+  runs += [("vit_jax.download", flag) for flag in OTHER_HELP_FLAGS]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", JAX_PLATFORMS="cpu")
+  started = {run: subprocess.Popen([sys.executable, "-m", *run], cwd=REPO, env=env, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for run in runs}
+  outputs = {run: process.communicate(timeout=300)[0] for run, process in started.items()}
+  return {run: (started[run].returncode, " ".join(output.split()))
+          for run, output in outputs.items()}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_exits_0_and_documents_the_flags(helps, command):
+  code, output = helps[command, "--help"]
+  assert code == 0, output
+  for documented in COMMANDS[command]:
+    assert documented in output
+
+
+@pytest.mark.parametrize("flag", OTHER_HELP_FLAGS)
+def test_every_help_flag_exits_0(helps, flag):
+  code, output = helps["vit_jax.download", flag]
+  assert code == 0 and "--dir" in output, output
