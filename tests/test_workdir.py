@@ -1,0 +1,92 @@
+"""The workdir: usable-or-refused up front, and one job at a time (a real second process)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from vit_jax import workdir
+
+HOLD_LOCK = """
+import sys, time
+from vit_jax import workdir
+lock = workdir.WorkdirLock(sys.argv[1]).acquire()
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_file_is_not_a_workdir(tmp_path):
+  path = tmp_path / "results.txt"
+  path.write_text("keep me")
+  with pytest.raises(workdir.WorkdirError, match="is a file, not a directory") as e:
+    workdir.prepare(str(path))
+  assert "\n" not in str(e.value)
+  assert path.read_text() == "keep me"
+
+
+def test_a_workdir_that_cannot_be_created(tmp_path):
+  (tmp_path / "file").write_text("")
+  with pytest.raises(workdir.WorkdirError, match="cannot create --workdir=.*pick a location"):
+    workdir.prepare(str(tmp_path / "file" / "run"))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_a_read_only_workdir(tmp_path):
+  tmp_path.chmod(0o500)
+  try:
+    with pytest.raises(workdir.WorkdirError, match="not writable"):
+      workdir.prepare(str(tmp_path))
+  finally:
+    tmp_path.chmod(0o700)
+
+
+def test_prepare_reports_whether_it_created_the_directory(tmp_path):
+  assert workdir.prepare(str(tmp_path / "new")) is True
+  assert workdir.prepare(str(tmp_path / "new")) is False
+
+
+def test_a_live_holder_in_another_process_is_refused_with_host_and_pid(tmp_path):
+  holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path)],
+                            stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == "held"
+    with pytest.raises(workdir.WorkdirError) as e:
+      workdir.WorkdirLock(str(tmp_path)).acquire()
+    message = str(e.value)
+    assert "in use by another run" in message and "\n" not in message
+    assert f"host {socket.gethostname()}, pid {holder.pid}" in message
+  finally:
+    holder.kill()
+    holder.wait()
+  # SIGKILL left the lock behind: it is stale (its pid is gone) and is taken over.
+  assert json.loads((tmp_path / workdir.LOCK_NAME).read_text())["pid"] == holder.pid
+  with workdir.WorkdirLock(str(tmp_path)):
+    assert json.loads((tmp_path / workdir.LOCK_NAME).read_text())["pid"] == os.getpid()
+  assert not (tmp_path / workdir.LOCK_NAME).exists()  # released
+
+
+def test_staleness_rules():
+  now = time.time()
+  here = socket.gethostname()
+  assert not workdir.WorkdirLock.is_stale({"host": here, "pid": os.getpid(), "started": now})
+  # A pid that is alive but started after the lock was written was reused.
+  assert workdir.WorkdirLock.is_stale({"host": here, "pid": os.getpid(), "started": 1.0})
+  other = {"host": "other-host", "pid": 1, "started": now - 1000}
+  assert not workdir.WorkdirLock.is_stale({**other, "heartbeat": now - 10}, now)
+  assert workdir.WorkdirLock.is_stale(
+      {**other, "heartbeat": now - workdir.STALE_AFTER_S - 1}, now)
+
+
+def test_a_half_written_lock_of_a_dead_holder_expires_by_its_age(tmp_path):
+  lock = tmp_path / workdir.LOCK_NAME
+  lock.write_text("{")
+  with pytest.raises(workdir.WorkdirError):
+    workdir.WorkdirLock(str(tmp_path)).acquire()
+  old = time.time() - workdir.STALE_AFTER_S - 5
+  os.utime(lock, (old, old))
+  workdir.WorkdirLock(str(tmp_path)).acquire().release()
