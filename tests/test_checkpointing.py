@@ -1,5 +1,9 @@
 """Orbax train-state checkpoints: resume and refusal to resume into the wrong shapes."""
 
+import os
+import pathlib
+import shutil
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -38,3 +42,95 @@ def test_mismatched_state_is_refused_and_kept(tmp_path):
     checkpointer.restore(wrong)
   assert "\n" not in str(e.value)
   assert checkpointer.latest_step() == 5
+
+
+def test_a_non_finite_state_is_never_saved(tmp_path):
+  checkpointer = checkpointing.Checkpointer(str(tmp_path), keep=1)
+  checkpointer.save(1, state(1.0))
+  checkpointer.wait()
+  for bad in (float("nan"), float("inf")):
+    with pytest.raises(checkpointing.NonFiniteStateError, match="good checkpoint \\(1\\) is kept"):
+      checkpointer.save(2, state(bad))
+  checkpointer.wait()
+  assert checkpointer.all_steps() == [1]  # keep=1: retention had nothing newer to keep
+  checkpointer.close()
+
+
+def test_nothing_is_created_before_the_first_save(tmp_path):
+  checkpointer = checkpointing.Checkpointer(str(tmp_path / "run"))
+  assert checkpointer.latest_step() is None
+  assert checkpointer.restore_latest(jax.eval_shape(state)) == (None, None)
+  checkpointer.close()
+  assert not (tmp_path / "run").exists()
+
+
+def write_steps(directory, values):
+  """Checkpoints step -> value, written without the finite gate (as older versions did)."""
+  import orbax.checkpoint as ocp
+  manager = ocp.CheckpointManager(os.path.join(directory, "checkpoints"),
+                                  options=ocp.CheckpointManagerOptions(create=True))
+  for step, value in values.items():
+    manager.save(step, args=ocp.args.StandardSave(state(value)))
+  manager.wait_until_finished()
+  manager.close()
+
+
+def damage(step_dir, how):
+  """Damages a complete checkpoint the ways disks and killed copies do."""
+  files = sorted(p for p in pathlib.Path(step_dir).rglob("*") if p.is_file())
+  if how == "truncated":
+    for p in files:
+      if p.parent.name == "d":
+        p.write_bytes(p.read_bytes()[:7])
+  elif how == "metadata_missing":
+    for p in files:
+      if p.name == "_METADATA":
+        p.unlink()
+  elif how == "garbage":
+    for p in files:
+      if p.parent.name == "d":
+        p.write_bytes(os.urandom(p.stat().st_size))
+  elif how == "emptied":
+    shutil.rmtree(os.path.join(step_dir, "default"))
+
+
+@pytest.mark.parametrize("how", ["truncated", "metadata_missing", "garbage", "emptied"])
+def test_damaged_latest_falls_back_to_the_newest_intact_one(tmp_path, how, capfd):
+  write_steps(str(tmp_path), {100: 1.0, 150: 2.0})
+  damage(tmp_path / "checkpoints" / "150", how)
+  checkpointer = checkpointing.Checkpointer(str(tmp_path))
+  restored, step = checkpointer.restore_latest(jax.eval_shape(state))
+  assert step == 100
+  np.testing.assert_array_equal(restored["params"]["w"], 1.0)
+  err = capfd.readouterr().err
+  assert "checkpoint 150 cannot be used" in err and "resuming from checkpoint 100" in err
+  assert "Traceback" not in err  # orbax's per-read error logs are silenced
+  # The damaged one is set aside, not deleted, and a new save of step 150 is possible.
+  assert checkpointer.all_steps() == [100]
+  [moved] = os.listdir(tmp_path / "damaged_checkpoints")
+  assert moved.startswith("150-")
+  checkpointer.save(150, state(3.0))
+  checkpointer.wait()
+  assert checkpointer.all_steps() == [100, 150]
+  checkpointer.close()
+
+
+def test_a_non_finite_latest_checkpoint_is_skipped(tmp_path):
+  write_steps(str(tmp_path), {3: 1.0, 4: float("nan")})
+  checkpointer = checkpointing.Checkpointer(str(tmp_path))
+  restored, step = checkpointer.restore_latest(jax.eval_shape(state))
+  assert step == 3 and np.isfinite(restored["params"]["w"]).all()
+  checkpointer.close()
+
+
+def test_refused_only_when_no_checkpoint_is_usable(tmp_path):
+  write_steps(str(tmp_path), {100: 1.0, 150: 2.0})
+  for step in (100, 150):
+    damage(tmp_path / "checkpoints" / str(step), "truncated")
+  checkpointer = checkpointing.Checkpointer(str(tmp_path))
+  with pytest.raises(checkpointing.CheckpointRestoreError,
+                     match="no checkpoint in .* \\(steps 150, 100\\) can be used") as e:
+    checkpointer.restore_latest(jax.eval_shape(state))
+  assert "\n" not in str(e.value) and "nothing was deleted" in str(e.value)
+  assert checkpointer.all_steps() == [100, 150]
+  checkpointer.close()

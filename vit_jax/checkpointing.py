@@ -2,52 +2,171 @@
 
 Saves are asynchronous and atomic (orbax writes `<step>.orbax-checkpoint-tmp` and
 renames it when complete), so a kill during a save leaves the previous step intact.
-Restores take an abstract target (shapes + shardings), which also lets a checkpoint
-load onto another mesh or device count.
+Only finite states are ever saved, so retention (the last `keep`) never deletes the
+newest finite checkpoint. Restores take an abstract target (shapes + shardings), which
+also lets a checkpoint load onto another mesh or device count; a damaged (or non-finite)
+latest checkpoint is set aside and the newest intact one is used instead.
 """
 
+import contextlib
 import os
-from typing import Any, Optional
+import time
+from typing import Any, List, Optional, Tuple
 
+import jax
+import jax.numpy as jnp
 import orbax.checkpoint as ocp
+from absl import logging as absl_logging
+from etils import epath
+from jax.experimental import multihost_utils
+
+from vit_jax import released
+from vit_jax.console import log
 
 
 class CheckpointRestoreError(RuntimeError):
-  """The workdir holds a checkpoint that does not fit this run."""
+  """The workdir holds checkpoints, none of which fits this run."""
+
+  def __init__(self, message: str, reason: str = ""):
+    super().__init__(message)
+    self.reason = reason or message
+
+
+class NonFiniteStateError(FloatingPointError):
+  """A train state with NaN/Inf values, which must never be saved."""
+
+
+@jax.jit
+def all_finite(tree: Any) -> jax.Array:
+  """True when every floating-point leaf of `tree` is finite (one fused reduction)."""
+  leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+            if jnp.issubdtype(x.dtype, jnp.inexact)]
+  return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
+
+
+@contextlib.contextmanager
+def _silenced_library_logs():
+  """orbax logs each failed read with a traceback (dozens per damaged checkpoint)."""
+  logger = absl_logging.get_absl_logger()
+  level = logger.level
+  logger.setLevel(absl_logging.FATAL)
+  try:
+    yield
+  finally:
+    logger.setLevel(level)
+
+
+_MISMATCH_HINT = ("it was written by a different model/optimizer config or is damaged: "
+                  "rerun with the original config, or use a new --workdir (nothing was "
+                  "deleted)")
+
+
+def _reason(error: BaseException) -> str:
+  text = str(error).strip()
+  return text.splitlines()[0][:300] if text else type(error).__name__
 
 
 class Checkpointer:
-  """Keeps the last `keep` train states under `<workdir>/checkpoints/<step>`."""
+  """Keeps the last `keep` train states under `<workdir>/checkpoints/<step>`.
+
+  Nothing is created on disk until the first save: a run that fails its checks leaves
+  no empty `checkpoints/` behind.
+  """
 
   def __init__(self, workdir: str, *, keep: int = 2):
-    self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
-    self._manager = ocp.CheckpointManager(
-        self.directory,
-        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
-                                             cleanup_tmp_directories=True))
+    root = workdir if released.has_scheme(workdir) else os.path.abspath(workdir)
+    self.directory = os.path.join(root, "checkpoints")
+    self.damaged_directory = os.path.join(root, "damaged_checkpoints")
+    self._keep = keep
+    self._manager: Optional[ocp.CheckpointManager] = None
+
+  def _open(self) -> ocp.CheckpointManager:
+    if self._manager is None:
+      self._manager = ocp.CheckpointManager(
+          self.directory,
+          options=ocp.CheckpointManagerOptions(max_to_keep=self._keep, create=True,
+                                               cleanup_tmp_directories=True))
+    return self._manager
+
+  def all_steps(self) -> List[int]:
+    """Steps of the complete checkpoints, oldest first."""
+    if self._manager is None and not epath.Path(self.directory).exists():
+      return []
+    return sorted(self._open().all_steps())
 
   def latest_step(self) -> Optional[int]:
-    return self._manager.latest_step()
+    steps = self.all_steps()
+    return steps[-1] if steps else None
 
   def restore(self, abstract_state: Any, step: Optional[int] = None) -> Any:
     """Restores `step` (default: latest) laid out like `abstract_state`."""
     step = self.latest_step() if step is None else step
     try:
-      return self._manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+      with _silenced_library_logs():
+        return self._open().restore(step, args=ocp.args.StandardRestore(abstract_state))
     except Exception as e:  # orbax raises many types; all mean "does not fit".
-      reason = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+      self.close()  # a failed restore can leave the manager unusable for other steps
       raise CheckpointRestoreError(
-          f"cannot resume from {self.directory}/{step} ({reason}); it was written by a "
-          "different model/optimizer config or is damaged: rerun with the original config, "
-          "or use a new --workdir (nothing was deleted)") from None
+          f"cannot resume from {self.directory}/{step} ({_reason(e)}); {_MISMATCH_HINT}",
+          reason=_reason(e)) from None
+
+  def restore_latest(self, abstract_state: Any) -> Tuple[Any, Optional[int]]:
+    """(state, step) of the newest checkpoint that restores and is finite; (None, None)
+    when there is none. Newer ones that fail are moved to `damaged_checkpoints/`."""
+    failed = []
+    for step in reversed(self.all_steps()):
+      try:
+        state = self.restore(abstract_state, step)
+        if not bool(all_finite(state)):
+          raise CheckpointRestoreError("", reason="it holds NaN/Inf values")
+      except CheckpointRestoreError as e:
+        failed.append((step, e))
+        continue
+      if failed:
+        self._set_aside([s for s, _ in failed])
+        newest, error = failed[0]
+        log.warning("checkpoint %d cannot be used (%s); resuming from checkpoint %d instead "
+                    "(moved the unusable one(s) to %s)", newest, error.reason, step,
+                    self.damaged_directory)
+      return state, step
+    if failed:
+      steps = ", ".join(str(s) for s, _ in failed)
+      raise CheckpointRestoreError(
+          f"cannot resume: no checkpoint in {self.directory} (steps {steps}) can be used "
+          f"(step {failed[0][0]}: {failed[0][1].reason}); {_MISMATCH_HINT}")
+    return None, None
+
+  def _set_aside(self, steps: List[int]) -> None:
+    """Moves unusable checkpoints out of orbax's sight (later saves may reuse the step)."""
+    if jax.process_index() == 0:
+      os.makedirs(self.damaged_directory, exist_ok=True)
+      stamp = time.strftime("%Y%m%d-%H%M%S")
+      for step in steps:
+        os.replace(os.path.join(self.directory, str(step)),
+                   os.path.join(self.damaged_directory, f"{step}-{stamp}"))
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices("vit_jax: damaged checkpoints set aside")
+    self.close()  # the next use re-reads the steps
 
   def save(self, step: int, state: Any) -> None:
-    """Starts an async save of `state` at `step` (a no-op if that step exists)."""
-    if step not in self._manager.all_steps():
-      self._manager.save(step, args=ocp.args.StandardSave(state), force=True)
+    """Starts an async save of `state` at `step` (a no-op if that step exists).
+
+    Raises NonFiniteStateError instead of saving a state with NaN/Inf values.
+    """
+    if step in self.all_steps():
+      return
+    if not bool(all_finite(state)):
+      raise NonFiniteStateError(
+          f"the train state of step {step} has NaN/Inf values; it was not saved and the last "
+          f"good checkpoint ({self.latest_step() or 'none'}) is kept in {self.directory}: "
+          "lower config.base_lr or check the data, then rerun to resume from it")
+    self._open().save(step, args=ocp.args.StandardSave(state), force=True)
 
   def wait(self) -> None:
-    self._manager.wait_until_finished()
+    if self._manager is not None:
+      self._manager.wait_until_finished()
 
   def close(self) -> None:
-    self._manager.close()
+    if self._manager is not None:
+      self._manager.close()
+      self._manager = None
