@@ -4,8 +4,10 @@ import json
 import logging
 import os
 import pathlib
+import signal
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from PIL import Image
@@ -13,7 +15,8 @@ from PIL import Image
 from conftest import RELEASED_FIXTURES
 from test_configs import load_module
 from vit_jax import config_defaults as common
-from vit_jax import load_npz, sharding, train
+from vit_jax import data, load_npz, sharding, train, train_step
+from vit_jax import workdir as workdir_lib
 
 demo = load_module("demo.py")  # configs/ holds files loaded by path, not a package
 
@@ -122,3 +125,126 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
   assert steps[-1] < 12
   module, params = load_npz(os.path.join(workdir, "params.npz"))  # from the first run
   assert all(np.isfinite(v).all() for v in jax.tree.leaves(params))
+
+
+def checkpoint_steps(workdir):
+  path = os.path.join(workdir, "checkpoints")
+  return sorted(int(d) for d in os.listdir(path) if d.isdigit()) if os.path.isdir(path) else []
+
+
+def snapshot(workdir):
+  """Every file in the workdir with its bytes, to tell whether a run wrote anything."""
+  return {str(p.relative_to(workdir)): p.read_bytes()
+          for p in pathlib.Path(workdir).rglob("*") if p.is_file()}
+
+
+def test_rerunning_a_finished_run_writes_nothing(tmp_path, caplog):
+  workdir = str(tmp_path / "run")
+  first = train.train_and_evaluate(demo_config(total_steps=3, eval_every=3), workdir)
+  before = snapshot(workdir)
+  with caplog.at_level(logging.INFO):
+    again = train.train_and_evaluate(demo_config(total_steps=3, eval_every=3), workdir)
+  assert again == first
+  assert f"already finished at step 3; results in {workdir}" in caplog.text
+  assert snapshot(workdir) == before  # no hparams row, no events file, same config.json
+
+
+def test_a_resumed_run_with_changed_settings_keeps_the_original_config(tmp_path):
+  workdir = tmp_path / "run"
+  train.train_and_evaluate(demo_config(total_steps=3), str(workdir))
+  original = (workdir / "config.json").read_text()
+  train.train_and_evaluate(demo_config(total_steps=4, base_lr=5e-4), str(workdir))
+  assert (workdir / "config.json").read_text() == original
+  resumed = json.loads((workdir / "config.resumed-3.json").read_text())
+  assert resumed["total_steps"] == 4 and resumed["base_lr"] == 5e-4
+
+
+@pytest.mark.parametrize("override, message", [
+    (dict(total_steps=0), "total_steps=0 must be >= 1"),
+    (dict(total_steps=-5), "total_steps=-5 must be >= 1"),
+    (dict(batch=0), "batch=0 must be"),
+    (dict(batch_eval=-1), "batch_eval=-1 must be"),
+    (dict(accum_steps=0), "accum_steps=0 must be"),
+    (dict(checkpoint_every=0), "checkpoint_every=0 must be"),
+    (dict(eval_every=0), "eval_every=0 must be"),
+    (dict(progress_every=0), "progress_every=0 must be"),
+    (dict(keep_checkpoints=0), "keep_checkpoints=0 must be"),
+    (dict(warmup_steps=-1), "warmup_steps=-1 must be >= 0"),
+    (dict(warmup_steps=7), "warmup_steps=7 must be >= 0 and <= config.total_steps=6"),
+    (dict(optimizer="adamm"), "unknown config.optimizer='adamm'"),
+    (dict(decay_type="cosin"), "unknown config.decay_type='cosin'"),
+    (dict(dtype="bf16"), "unknown config.dtype='bf16'"),
+    (dict(mesh=dict(data=1, fsdp=1, tensor=3)), "has 3 devices but 1 are available"),
+    (dict(model=dict(attention="fused")), "unknown model option\\(s\\) attention"),
+], ids=lambda x: "-".join(map(str, x.items())) if isinstance(x, dict) else None)
+def test_bad_config_is_refused_before_anything_is_written(tmp_path, override, message):
+  workdir = tmp_path / "run"
+  with pytest.raises(ValueError, match=message) as e:
+    train.train_and_evaluate(demo_config(**override), str(workdir))
+  assert "\n" not in str(e.value)
+  assert not workdir.exists()
+
+
+def test_a_failure_after_the_checks_removes_the_workdir_it_created(tmp_path):
+  workdir = tmp_path / "run"
+  with pytest.raises(ValueError):
+    train.train_and_evaluate(demo_config(dataset=str(tmp_path)), str(workdir))  # no train/
+  assert not workdir.exists()
+
+
+def test_a_second_run_on_a_busy_workdir_is_refused(tmp_path):
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  with workdir_lib.WorkdirLock(str(workdir)):  # held by "another" job
+    with pytest.raises(workdir_lib.WorkdirError, match="in use by another run"):
+      train.train_and_evaluate(demo_config(), str(workdir))
+  assert os.listdir(workdir) == []
+
+
+def sigterm_at_step(step):
+  """prefetch_to_device that sends this process a real SIGTERM before batch `step`."""
+  original = data.prefetch_to_device
+
+  def prefetch(iterator, sharding, size=2):
+    batches = original(iterator, sharding, size)
+    try:
+      for i, batch in enumerate(batches, start=1):
+        if i == step:
+          os.kill(os.getpid(), signal.SIGTERM)
+        yield batch
+    finally:
+      batches.close()
+  return prefetch
+
+
+def diverging_from(bad_step, poison_loss):
+  """make_train_step whose state (and loss, if poison_loss) turns NaN from bad_step on."""
+  original = train_step.make_train_step
+
+  def make(module, optimizer, config):
+    step_fn = original(module, optimizer, config)
+
+    def poisoned(state, batch, rng):
+      state, step_metrics = step_fn(state, batch, rng)
+      bad = state.step >= bad_step
+      params = jax.tree.map(lambda x: jnp.where(bad, jnp.nan, x), state.params)
+      if poison_loss:
+        step_metrics = {**step_metrics, "loss": jnp.where(bad, jnp.nan, step_metrics["loss"])}
+      return state.replace(params=params), step_metrics
+    return poisoned
+  return make
+
+
+@pytest.mark.parametrize("poison_loss", [True, False], ids=["nan_loss", "nan_params_only"])
+def test_sigterm_never_saves_a_diverged_state(tmp_path, monkeypatch, poison_loss):
+  workdir = str(tmp_path / "run")
+  config = demo_config(total_steps=50, checkpoint_every=3, progress_every=50, eval_every=50,
+                       keep_checkpoints=1)
+  monkeypatch.setattr(data, "prefetch_to_device", sigterm_at_step(5))
+  monkeypatch.setattr(train_step, "make_train_step", diverging_from(5, poison_loss))
+  with pytest.raises(FloatingPointError, match="at step 5|of step 5 has NaN"):
+    train.train_and_evaluate(config, workdir)
+  assert checkpoint_steps(workdir) == [3]  # retention (keep 1) kept the last good one
+  monkeypatch.undo()
+  result = train.train_and_evaluate(demo_config(total_steps=4), workdir)  # resumes from 3
+  assert np.isfinite(result["eval/loss"])

@@ -6,7 +6,15 @@ Public API:
   save_npz(params, path)
 """
 
-from vit_jax.models.zoo import create_model
-from vit_jax.npz import CheckpointError, load_npz, save_npz
+import os
+
+# TensorFlow (tf.data only) must not flood the console: C++ INFO logs and the oneDNN
+# banner, printed at import time, so set before anything imports it. oneDNN only speeds
+# up TF matmuls/convolutions, which the input pipeline does not run.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+from vit_jax.models.zoo import create_model  # pylint: disable=wrong-import-position
+from vit_jax.npz import CheckpointError, load_npz, save_npz  # pylint: disable=wrong-import-position
 
 __all__ = ["CheckpointError", "create_model", "load_npz", "save_npz"]

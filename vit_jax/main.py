@@ -12,7 +12,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from vit_jax import checkpointing, cli
+from vit_jax import checkpointing, cli, console
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py[:arg]).",
@@ -69,8 +69,8 @@ def initialize_distributed() -> None:
     jax.distributed.initialize(**timeouts)
   else:
     return
-  logging.info("process %d of %d, %d local / %d global devices", jax.process_index(),
-               jax.process_count(), jax.local_device_count(), jax.device_count())
+  console.log.info("process %d of %d, %d local / %d global devices", jax.process_index(),
+                   jax.process_count(), jax.local_device_count(), jax.device_count())
 
 
 def main(argv):
@@ -81,6 +81,7 @@ def main(argv):
     config.get("dataset")  # a config that failed to load raises only when touched
   except CONFIG_ERRORS as e:
     exit_with_error(e, "cannot load --config: ", code=2)
+  console.quiet_libraries(FLAGS["verbosity"].present)
   import tensorflow as tf  # tf.data only: keep TensorFlow off the accelerators.
   tf.config.set_visible_devices([], "GPU")
   initialize_distributed()

@@ -9,9 +9,10 @@ import os
 import time
 from typing import Any, Mapping, Optional
 
-from absl import logging
 from clu import metric_writers
 from clu.metric_writers import interface
+
+from vit_jax.console import log
 
 
 class JsonlWriter(interface.MetricWriter):
@@ -80,19 +81,60 @@ class Progress:
     self.total_steps = total_steps
     self.batch_size = batch_size
     self.num_devices = num_devices
+    self._first: Optional[tuple] = None
     self._last: Optional[tuple] = None
 
-  def update(self, step: int) -> Optional[dict]:
+  def update(self, step: int, loss: Optional[float] = None) -> Optional[dict]:
     """Returns rates since the previous call (None on the first call) and logs a line."""
     now = time.perf_counter()
     last, self._last = self._last, (step, now)
+    self._first = self._first or self._last
     if last is None or step <= last[0]:
       return None
     steps_per_sec = (step - last[0]) / (now - last[1])
     img_per_sec = steps_per_sec * self.batch_size
     eta = (self.total_steps - step) / steps_per_sec
-    logging.info("step %d/%d (%.1f%%) | %.2f steps/s | %.1f img/s/device | ETA %s",
-                 step, self.total_steps, 100 * step / self.total_steps, steps_per_sec,
-                 img_per_sec / self.num_devices, format_duration(eta))
+    loss_text = "" if loss is None else f" | loss {loss:.4f}"
+    log.info("step %d/%d (%.1f%%)%s | %.2f steps/s | %.1f img/s/device | ETA %s",
+             step, self.total_steps, 100 * step / self.total_steps, loss_text, steps_per_sec,
+             img_per_sec / self.num_devices, format_duration(eta))
     return {"steps_per_sec": steps_per_sec, "img_per_sec": img_per_sec,
             "img_per_sec_per_device": img_per_sec / self.num_devices}
+
+  def mean_img_per_sec(self) -> Optional[float]:
+    """Images/s from the first step after compilation to the last update."""
+    if self._first is None or self._last[0] <= self._first[0]:
+      return None
+    return (self._last[0] - self._first[0]) * self.batch_size / (self._last[1] - self._first[1])
+
+
+def changed_keys(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list:
+  """Dotted names of the config entries that differ between two JSON config dicts."""
+  changed = []
+  for key in sorted(set(old) | set(new)):
+    a, b = old.get(key), new.get(key)
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+      changed += changed_keys(a, b, f"{prefix}{key}.")
+    elif a != b:
+      changed.append(f"{prefix}{key}")
+  return changed
+
+
+def final_summary(*, workdir: str, steps: tuple, seconds: float, img_per_sec: Optional[float],
+                  eval_metrics: Mapping[str, float], checkpoint_steps: list) -> str:
+  """The lines a finished run ends with: the result and where everything was written."""
+  start, total = steps
+  rate = f", {img_per_sec:,.0f} img/s after compilation" if img_per_sec else ""
+  trained = (f"trained steps {start + 1}-{total} of {total}" if start < total
+             else f"already at step {total}")
+  lines = [
+      f"done: {trained} in {format_duration(seconds)}{rate}",
+      f"  eval accuracy {eval_metrics['eval/accuracy']:.4f}, loss {eval_metrics['eval/loss']:.4f}"
+      f" on {int(eval_metrics['eval/examples'])} examples",
+      f"  params:      {os.path.join(workdir, 'params.npz')}",
+      f"  metrics:     {os.path.join(workdir, 'metrics.jsonl')} (final: final_metrics.json)",
+      f"  tensorboard: tensorboard --logdir={workdir}",
+      f"  checkpoints: {os.path.join(workdir, 'checkpoints')} (steps "
+      f"{', '.join(map(str, checkpoint_steps))})",
+  ]
+  return "\n".join(lines)

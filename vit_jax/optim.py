@@ -35,6 +35,12 @@ def config_choice(table: Dict, key: str, value: str):
   return table[value]
 
 
+def check_choices(config: ml_collections.ConfigDict) -> None:
+  """Unknown optimizer or decay names fail before any data is read."""
+  config_choice(_OPTIMIZERS, "optimizer", config.optimizer)
+  config_choice(_DECAYS, "decay_type", config.decay_type)
+
+
 def make_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
   """The reference code's schedule: linear warm-up times a decay over the remaining steps.
 

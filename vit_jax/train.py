@@ -5,21 +5,24 @@ dataset, pretrained file, existing checkpoint) is checked before anything slow
 (compilation, training) starts, and nothing in the workdir is written until then.
 """
 
+import contextlib
 import json
 import math
 import os
+import time
 from typing import Dict, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from absl import logging
 from clu import parameter_overview
 from jax.experimental import multihost_utils
 
-from vit_jax import (checkpointing, data, fewshot, metrics, npz, optim, preemption, released,
-                     sharding, train_step)
+from vit_jax import (checkpointing, config_checks, data, fewshot, metrics, npz, optim,
+                     preemption, released, sharding, train_step)
+from vit_jax import workdir as workdir_lib
+from vit_jax.console import log
 from vit_jax.models import vit, zoo
 
 
@@ -35,7 +38,7 @@ def resolve_config(config: ml_collections.ConfigDict,
   if config.total_steps == -1:
     with config.unlocked():
       config.total_steps = hyperrule_steps(info.num_train)
-    logging.info("total_steps=-1: BiT HyperRule gives %d steps for %d training examples",
+    log.info("total_steps=-1: BiT HyperRule gives %d steps for %d training examples",
                  config.total_steps, info.num_train)
   return config
 
@@ -85,31 +88,118 @@ def evaluate(eval_step, params, dataset, config, batch_sharding) -> Dict[str, fl
           "eval/examples": examples}
 
 
-def check_finite(step: int, step_metrics: dict, checkpoint_dir: str) -> None:
+
+def check_finite(step: int, step_metrics: dict, checkpointer: checkpointing.Checkpointer) -> None:
   """Stops on a non-finite loss or gradient, before that step's state can be saved."""
   for name in ("loss", "grad_norm"):
     value = float(step_metrics[name])
     if not math.isfinite(value):
       raise FloatingPointError(
           f"{name} is {value} at step {step}; stopping without saving. The last good "
-          f"checkpoint is kept in {checkpoint_dir}: lower config.base_lr or check the data, "
-          "then rerun to resume from it")
+          f"checkpoint ({checkpointer.latest_step() or 'none'}) is kept in "
+          f"{checkpointer.directory}: lower config.base_lr or check the data, then rerun to "
+          "resume from it")
 
 
 def write_train_metrics(writer, step: int, step_metrics: dict,
                         progress: metrics.Progress) -> None:
-  """Logs train/* scalars with throughput."""
+  """Logs train/* scalars with throughput, and the progress line."""
   values = {f"train/{k}": float(v) for k, v in step_metrics.items()}
-  rates = progress.update(step)
+  rates = progress.update(step, loss=values["train/loss"])
   if rates:
     values["train/img_per_sec"] = rates["img_per_sec"]
     values["train/img_per_sec_per_device"] = rates["img_per_sec_per_device"]
   writer.write_scalars(step, values)
 
 
-def _save_config(config, workdir: str) -> None:
-  with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
-    f.write(config.to_json_best_effort(indent=2))
+def check_pretrained(config) -> None:
+  """A missing local pretrained file fails now, not after the data is read."""
+  if config.pretrained is None:
+    return
+  path = released.resolve(config.pretrained)
+  if not released.has_scheme(path) and not os.path.isfile(path):
+    kind = "a directory, not an .npz file" if os.path.isdir(path) else "not found"
+    raise FileNotFoundError(f"config.pretrained={config.pretrained}: {path} is {kind} (check "
+                            "the path, or fetch a released file with python -m vit_jax.download)")
+
+
+def check_config(config: ml_collections.ConfigDict, mesh) -> None:
+  """Everything about the config that can be refused without reading data or files."""
+  config_checks.check(config)
+  check_batch_split(config, mesh)
+  optim.check_choices(config)
+  try:
+    module = zoo.create_model(config.model_name, num_classes=1,
+                              representation_size=config.model.representation_size,
+                              **model_overrides(config))
+  except TypeError as e:  # an unknown config.model.<option>
+    raise ValueError(f"config.model: {e}") from None
+  sharding.check_tensor_parallel(module.num_heads, module.mlp_dim, mesh)
+  check_pretrained(config)
+
+
+@contextlib.contextmanager
+def workdir_for_this_job(workdir: str):
+  """Creates/checks the workdir and holds its lock (process 0, for the whole job); a run
+  that fails before writing anything leaves no empty workdir behind."""
+  lock, error, created = None, None, False
+  if jax.process_index() == 0:
+    try:
+      created = workdir_lib.prepare(workdir)
+      lock = workdir_lib.WorkdirLock(workdir).acquire()
+    except workdir_lib.WorkdirError as e:
+      error = e
+  if jax.process_count() > 1:  # every process must learn that process 0 gave up
+    all_ok = bool(multihost_utils.broadcast_one_to_all(np.int32(error is None)))
+    if not all_ok and error is None:
+      error = workdir_lib.WorkdirError(f"process 0 cannot use --workdir={workdir}; see its log")
+  if error is not None:
+    if created:
+      workdir_lib.remove_if_empty(workdir)
+    raise error
+  try:
+    yield
+  finally:
+    if lock is not None:
+      lock.release()
+    if created:
+      workdir_lib.remove_if_empty(workdir)
+
+
+def finished_results(workdir: str, latest_step: Optional[int],
+                     total_steps: int) -> Optional[Dict[str, float]]:
+  """The final metrics of a run that already completed in `workdir`, else None."""
+  final = os.path.join(workdir, "final_metrics.json")
+  if (latest_step is None or latest_step < total_steps or not os.path.exists(final)
+      or not os.path.exists(os.path.join(workdir, "params.npz"))):
+    return None
+  with open(final, encoding="utf-8") as f:
+    return json.load(f)
+
+
+def save_config(config, workdir: str, resume_step: Optional[int]) -> None:
+  """config.json at the start; a resumed run with changed settings keeps it and writes
+  config.resumed-<step>.json next to it, naming the changes."""
+  text = config.to_json_best_effort(indent=2, sort_keys=True)
+  path = os.path.join(workdir, "config.json")
+  if resume_step is not None and os.path.exists(path):
+    with open(path, encoding="utf-8") as f:
+      saved = json.load(f)
+    changed = metrics.changed_keys(saved, json.loads(text))
+    if not changed:
+      return
+    path = os.path.join(workdir, f"config.resumed-{resume_step}.json")
+    log.warning("resuming with changed settings (%s); the original config.json is kept, "
+                "this run's config is in %s", ", ".join(changed), path)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(text)
+
+
+def write_parameter_table(params, workdir: str) -> int:
+  """The parameter table goes to a file (70 lines are too many for the console)."""
+  with open(os.path.join(workdir, "parameters.txt"), "w", encoding="utf-8") as f:
+    f.write(parameter_overview.get_parameter_overview(params) + "\n")
+  return sum(int(np.prod(p.shape)) for p in jax.tree.leaves(params))
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
@@ -117,18 +207,39 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
 
   Returns the final evaluation metrics.
   """
-  # --- Checks: fail fast, before anything slow or any write --------------------------
+  started = time.time()
   mesh = sharding.make_mesh(config.mesh)
-  check_batch_split(config, mesh)
+  check_config(config, mesh)
+  with workdir_for_this_job(workdir):
+    return _train_in_workdir(config, workdir, mesh, started)
+
+
+def _train_in_workdir(config, workdir: str, mesh, started: float) -> Dict[str, float]:
+  # --- Checks that read data and files, before anything slow or any write -------------
   dataset = data.open_dataset(config)
   config = resolve_config(config, dataset.info)
+  config_checks.check_warmup_fits(config)
   is_main = jax.process_index() == 0
   checkpointer = checkpointing.Checkpointer(workdir, keep=config.keep_checkpoints)
-  resume_step = checkpointer.latest_step()
-  load_pretrained = resume_step is None and config.pretrained is not None
+  try:
+    return _run(config, workdir, mesh, started, dataset, checkpointer, is_main)
+  finally:  # pending async saves complete even when training fails
+    checkpointer.wait()
+    checkpointer.close()
+
+
+def _run(config, workdir: str, mesh, started: float, dataset: data.Dataset,
+         checkpointer: checkpointing.Checkpointer, is_main: bool) -> Dict[str, float]:
+  latest_step = checkpointer.latest_step()
+  finished = finished_results(workdir, latest_step, config.total_steps)
+  if finished is not None:
+    log.info("already finished at step %d; results in %s (params.npz, metrics.jsonl, "
+             "final_metrics.json): pass a larger --config.total_steps to train on, or use a "
+             "new --workdir", latest_step, workdir)
+    return finished
+  load_pretrained = latest_step is None and config.pretrained is not None
   module, host_params = build_model(config, dataset.info.num_classes,
                                     load_pretrained=load_pretrained)
-  sharding.check_tensor_parallel(module.num_heads, module.mlp_dim, mesh)
   fewshot_eval = fewshot.Evaluator(config, module, mesh)  # opens its datasets now
 
   # --- State, created directly with its shardings -------------------------------------
@@ -141,26 +252,29 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
 
   abstract_state = jax.eval_shape(init_state, jax.random.PRNGKey(config.seed))
   state_shardings = sharding.param_shardings(abstract_state, mesh)
-  if resume_step is not None:
-    state = checkpointer.restore(jax.tree.map(
+  state, resume_step = None, None
+  if latest_step is not None:
+    state, resume_step = checkpointer.restore_latest(jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
         abstract_state, state_shardings))
-    logging.info("resumed from step %d (checkpoint in %s)", resume_step, checkpointer.directory)
+    log.info("resumed from step %d (checkpoint in %s)", resume_step, checkpointer.directory)
   elif host_params is not None:
     params = jax.device_put(host_params, state_shardings.params)
     state = jax.jit(lambda p: train_step.create_train_state(p, optimizer),
                     out_shardings=state_shardings)(params)
-    logging.info("starting from pretrained %s", config.pretrained)
+    log.info("starting from pretrained %s", config.pretrained)
   else:
     state = jax.jit(init_state, out_shardings=state_shardings)(jax.random.PRNGKey(config.seed))
-    logging.info("starting from scratch (seed %d)", config.seed)
+    log.info("starting from scratch (seed %d)", config.seed)
 
   writer = metrics.create_writer(workdir, is_main_process=is_main)
   if is_main:
-    _save_config(config, workdir)
-    parameter_overview.log_parameter_overview(state.params)
-    writer.write_hparams({"num_params": sum(int(np.prod(p.shape))
-                                            for p in jax.tree.leaves(state.params))})
+    save_config(config, workdir, resume_step)
+    if resume_step is None:
+      num_params = write_parameter_table(state.params, workdir)
+      log.info("%s parameters (table in %s)", f"{num_params:,}",
+               os.path.join(workdir, "parameters.txt"))
+      writer.write_hparams({"num_params": num_params})
 
   # --- Compiled steps -------------------------------------------------------------------
   batch_sharding = sharding.batch_sharding(mesh)
@@ -174,10 +288,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
 
   # --- Loop -------------------------------------------------------------------------------
   start_step, total_steps = int(state.step), config.total_steps
-  rows = config.batch // jax.process_count()
-  logging.info("process %d of %d reads rows [%d, %d) of every global batch of %d",
-               jax.process_index(), jax.process_count(), jax.process_index() * rows,
-               (jax.process_index() + 1) * rows, config.batch)
+  if jax.process_count() > 1:
+    rows = config.batch // jax.process_count()
+    log.info("process %d of %d reads rows [%d, %d) of every global batch of %d",
+             jax.process_index(), jax.process_count(), jax.process_index() * rows,
+             (jax.process_index() + 1) * rows, config.batch)
   batches = data.prefetch_to_device(dataset.train_batches(
       batch_size=config.batch, start_step=start_step, num_steps=total_steps, seed=config.seed,
       process_index=jax.process_index(), process_count=jax.process_count()), batch_sharding)
@@ -196,34 +311,33 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
         progress.update(step)  # the rate clock starts after compilation
       is_checkpoint_step = step % config.checkpoint_every == 0 or step == total_steps
       is_progress_step = step % config.progress_every == 0 or step == total_steps
-      if is_progress_step or is_checkpoint_step:  # one device->host copy serves both
+      preempted = step < total_steps and watcher.should_stop(step)
+      if is_progress_step or is_checkpoint_step or preempted:  # one copy serves all
         host_metrics = jax.device_get(step_metrics)
-        check_finite(step, host_metrics, checkpointer.directory)
+        check_finite(step, host_metrics, checkpointer)
         if is_progress_step:
           write_train_metrics(writer, step, host_metrics, progress)
       if step % config.eval_every == 0 or step == total_steps:
         eval_metrics = evaluate(eval_fn, state.params, dataset, config, batch_sharding)
-        logging.info("step %d: eval accuracy %.4f, loss %.4f on %d examples", step,
-                     eval_metrics["eval/accuracy"], eval_metrics["eval/loss"],
-                     eval_metrics["eval/examples"])
+        log.info("step %d: eval accuracy %.4f, loss %.4f on %d examples", step,
+                 eval_metrics["eval/accuracy"], eval_metrics["eval/loss"],
+                 eval_metrics["eval/examples"])
         writer.write_scalars(step, eval_metrics)
       if fewshot_eval.due(step, total_steps):
         writer.write_scalars(step, fewshot_eval(state.params))
-      if is_checkpoint_step:
+      if is_checkpoint_step or preempted:
         checkpointer.save(step, state)
-      if step < total_steps and watcher.should_stop(step):
-        checkpointer.save(step, state)
+      if preempted:
         preempted_at = step
         break
-  finally:  # pending async saves complete even when training fails
+  finally:
     batches.close()
     watcher.close()
-    checkpointer.wait()
-    checkpointer.close()
 
   if preempted_at is not None:
-    logging.warning("preempted: saved the checkpoint of step %d in %s; rerun the same "
-                    "command to resume", preempted_at, checkpointer.directory)
+    checkpointer.wait()
+    log.warning("preempted: saved the checkpoint of step %d in %s; rerun the same "
+                "command to resume", preempted_at, checkpointer.directory)
     writer.close()
     return {"preempted_at_step": preempted_at, **eval_metrics}
   if not eval_metrics:  # resumed at the end: report the final state anyway
@@ -235,4 +349,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
       json.dump(eval_metrics, f, indent=2)
   writer.flush()
   writer.close()
+  checkpointer.wait()
+  if is_main:
+    log.info("%s", metrics.final_summary(
+        workdir=workdir, steps=(start_step, total_steps), seconds=time.time() - started,
+        img_per_sec=progress.mean_img_per_sec(), eval_metrics=eval_metrics,
+        checkpoint_steps=checkpointer.all_steps()))
   return eval_metrics

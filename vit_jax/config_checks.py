@@ -1,0 +1,55 @@
+"""Config values that cannot work, refused before anything slow runs or anything is written.
+
+A zero or negative count used to surface late (`checkpoint_every=0` after a 23 s compile)
+or not at all (`total_steps=0` "succeeded" with an untrained params.npz), so every count
+and every named choice is checked here, first, with one line naming the key and the fix.
+"""
+
+import ml_collections
+
+# Counts that must be >= 1. total_steps may also be -1 (BiT HyperRule from the data size).
+POSITIVE_COUNTS = ("batch", "batch_eval", "accum_steps", "checkpoint_every", "eval_every",
+                   "progress_every", "keep_checkpoints")
+HYPERRULE = -1
+DTYPES = ("float32", "bfloat16")
+
+
+def _is_int(value) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_counts(config: ml_collections.ConfigDict) -> None:
+  """Raises ValueError for a count out of range (total_steps == -1 is resolved later)."""
+  for key in POSITIVE_COUNTS:
+    value = config[key]
+    if not _is_int(value) or value < 1:
+      raise ValueError(f"config.{key}={value!r} must be a whole number >= 1")
+  total = config.total_steps
+  if not _is_int(total) or (total < 1 and total != HYPERRULE):
+    raise ValueError(f"config.total_steps={total!r} must be >= 1 (or -1 for BiT's HyperRule "
+                     "length from the training set size)")
+  warmup = config.warmup_steps
+  if not _is_int(warmup) or warmup < 0 or (total != HYPERRULE and warmup > total):
+    limit = "" if total == HYPERRULE else f" and <= config.total_steps={total}"
+    raise ValueError(f"config.warmup_steps={warmup!r} must be >= 0{limit}")
+
+
+def check_warmup_fits(config: ml_collections.ConfigDict) -> None:
+  """After total_steps=-1 is resolved: warm-up cannot be longer than the run."""
+  if config.warmup_steps > config.total_steps:
+    raise ValueError(f"config.warmup_steps={config.warmup_steps} is longer than the run "
+                     f"(total_steps={config.total_steps} from BiT's HyperRule): lower it or "
+                     "set config.total_steps")
+
+
+def check_choices(config: ml_collections.ConfigDict) -> None:
+  """Named choices that would otherwise fail deep inside model or optimizer code."""
+  for key in ("dtype", "optim_dtype"):
+    if config[key] not in DTYPES:
+      raise ValueError(f"unknown config.{key}={config[key]!r}; choose one of "
+                       f"{', '.join(DTYPES)}")
+
+
+def check(config: ml_collections.ConfigDict) -> None:
+  check_counts(config)
+  check_choices(config)

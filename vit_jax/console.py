@@ -1,0 +1,58 @@
+"""What a user sees on the terminal: our progress, evaluations, warnings and summaries.
+
+The libraries underneath (orbax, clu, jax, TensorFlow) log hundreds of INFO lines per run
+through absl and Python logging. Our own lines go through the `vit_jax` logger, which
+prints short `HH:MM:SS message` lines whatever absl's verbosity; `quiet_libraries()`
+hides the libraries' INFO lines unless the user asks for them (`--verbosity=0` on any
+command, or VIT_JAX_VERBOSE=1).
+"""
+
+import logging
+import os
+import sys
+
+VERBOSE_ENV = "VIT_JAX_VERBOSE"
+
+log = logging.getLogger("vit_jax")
+
+
+class _StderrHandler(logging.StreamHandler):
+  """Writes to the current sys.stderr (notebooks and test harnesses swap it)."""
+
+  def __init__(self):
+    super().__init__()
+    self.setFormatter(logging.Formatter("%(asctime)s %(levelname_prefix)s%(message)s",
+                                        datefmt="%H:%M:%S"))
+
+  @property
+  def stream(self):
+    return sys.stderr
+
+  @stream.setter
+  def stream(self, _):
+    pass
+
+  def emit(self, record):
+    record.levelname_prefix = "" if record.levelno <= logging.INFO else (
+        record.levelname.lower() + ": ")
+    super().emit(record)
+
+
+if not log.handlers:
+  log.addHandler(_StderrHandler())
+  log.setLevel(logging.INFO)
+  log.propagate = False
+
+
+def verbose_requested(verbosity_flag_present: bool = False) -> bool:
+  return verbosity_flag_present or os.environ.get(VERBOSE_ENV, "") not in ("", "0")
+
+
+def quiet_libraries(verbosity_flag_present: bool = False) -> None:
+  """Hides third-party INFO logging (absl users such as orbax and clu, jax, TF's C++)."""
+  if verbose_requested(verbosity_flag_present):
+    return
+  from absl import logging as absl_logging
+  absl_logging.set_verbosity(absl_logging.WARNING)
+  for name in ("jax", "orbax", "tensorflow"):
+    logging.getLogger(name).setLevel(logging.WARNING)
