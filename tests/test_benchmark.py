@@ -24,14 +24,44 @@ def test_smoke_run(mode):
   assert 0.7 < result["xla_gflop_per_image"] / result["gflop_per_image"] < 1.5
 
 
+def table(printed: str) -> dict:
+  """The last row of the printed table, by column name."""
+  lines = printed.splitlines()
+  header = next(line for line in lines if line.startswith("model"))
+  return dict(zip(header.split(), lines[-1].split()))
+
+
 def test_cli_writes_a_table_and_json(tmp_path, capsys):
   out = tmp_path / "results.jsonl"
-  benchmark.main(["--model=ViT-Ti_16", "--mode=infer", "--batch=2", "--image-size=32",
-                  "--steps=1", f"--json={out}", "--peak_tflops=1"])
-  printed = capsys.readouterr().out
-  assert "img/s" in printed and "ViT-Ti_16" in printed
-  row = json.loads(out.read_text())
-  assert row["peak_tflops_per_device"] == 1 and row["image_size"] == 32
+  benchmark.main(["--model=Ti/16", "--mode=infer", "--batch=2", "--image-size=32",
+                  "--steps=3", f"--json={out}", "--peak_tflops=1"])
+  row = table(capsys.readouterr().out)
+  # The columns README's "Speed" section lists.
+  assert (row["model"], row["size"]) == ("ViT-Ti_16", "32") and float(row["compile_s"]) > 0
+  assert float(row["min_s"]) <= float(row["median_s"]) <= float(row["max_s"])
+  assert float(row["img/s/dev"]) == pytest.approx(float(row["img/s"]) / jax.device_count(),
+                                                  rel=0.01)
+  assert float(row["GFLOP"]) > 0 and row["MFU"].endswith("%") and float(row["MiB/dev"]) > 0
+  result = json.loads(out.read_text())
+  assert result["peak_tflops_per_device"] == 1 and result["image_size"] == 32
+
+
+def test_every_flag_has_a_help_string_and_the_models_are_listed():
+  parser = benchmark.build_parser()
+  assert all(action.help for action in parser._actions)
+  assert all(name in parser.format_help() for name in zoo.RELEASED)
+
+
+@pytest.mark.parametrize("flag, problem", [("--model=ViT-X_16", "did you mean ViT-S_16"),
+                                           ("--batch=0", "not an integer >= 1"),
+                                           ("--mesh=data=-1,foo=2", "unknown mesh axis foo")])
+def test_bad_arguments_are_one_error_line(capsys, flag, problem):
+  with pytest.raises(SystemExit) as exit_info:
+    benchmark.main([flag])
+  captured = capsys.readouterr()
+  assert exit_info.value.code == 2 and not captured.out
+  assert captured.err.startswith("error: ") and captured.err.count("\n") == 1
+  assert problem in captured.err
 
 
 def test_mesh_argument():
@@ -41,9 +71,10 @@ def test_mesh_argument():
 def test_compile_only_with_scan(capsys):
   benchmark.main(["--model=ViT-Ti_16", "--mode=train", "--batch=2", "--image-size=32",
                   "--steps=0", "--scan", "--peak_tflops=1"])
-  row = capsys.readouterr().out.splitlines()[-1].split()
-  assert row[:2] == ["ViT-Ti_16", "train"] and float(row[5]) > 0  # compile seconds
-  assert row[6:8] == ["-", "-"] and float(row[8]) > 0  # no step time or img/s; FLOPs known
+  row = table(capsys.readouterr().out)
+  assert (row["model"], row["mode"]) == ("ViT-Ti_16", "train") and float(row["compile_s"]) > 0
+  assert {row[name] for name in ("median_s", "min_s", "max_s", "img/s", "img/s/dev")} == {"-"}
+  assert float(row["GFLOP"]) > 0  # no step time or img/s; FLOPs known
 
 
 def test_out_of_memory_is_a_row_and_the_suite_goes_on(tmp_path, capsys, monkeypatch):

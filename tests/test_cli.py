@@ -1,4 +1,5 @@
-"""Every command's --help exits 0 and documents its flags (vit_jax.cli runs the absl ones)."""
+"""Every command's --help exits 0 and documents its flags (vit_jax.cli runs the absl ones;
+vit_jax.benchmark uses argparse)."""
 
 import os
 import subprocess
@@ -8,7 +9,8 @@ import pytest
 
 from conftest import REPO
 
-# command -> the start of some flags' help, as printed: `--flag: help` (absl).
+# command -> the start of some flags' help, as printed: `--flag: help` (absl commands),
+# `--flag METAVAR help` (argparse).
 COMMANDS = {
     "vit_jax.main": ["--config: Experiment config file", "--workdir: Where checkpoints",
                      "--coordinator_address: HOST:PORT of process 0"],
@@ -19,6 +21,9 @@ COMMANDS = {
     "vit_jax.fewshot": ["--checkpoint: Path, URL", "--dataset: 'digits', an image directory",
                         "--shots: Examples per class"],
     "vit_jax.download": ["--dir: Root folder", "--[no]force: Download again"],
+    "vit_jax.benchmark": ["--model MODEL model to time", "--batch BATCH global batch",
+                          "--steps STEPS timed steps", "--mesh MESH device mesh",
+                          "models (--model): ViT-Ti_16, ViT-S_16"],
 }
 # absl's other help flags, on the quickest command to start.
 OTHER_HELP_FLAGS = ["-?", "--helpshort", "--helpfull", "--helpxml"]

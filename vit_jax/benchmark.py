@@ -6,11 +6,18 @@
 Compile time is excluded from the step times and reported on its own. MFU divides
 model FLOPs (analytic, cross-checked with XLA's cost analysis) by a peak measured on the
 spot with a large matmul in the same dtype (or --peak_tflops).
+
+Table columns: compile_s (compile time), median_s / min_s / max_s (step time over the timed
+steps), img/s (batch / median step, all devices) and img/s/dev (per device), GFLOP (model
+FLOPs per image: 3x the forward for training; XLA's count, also in the JSON as
+xla_gflop_per_image, for hybrids), MFU, MiB/dev (device memory: arguments, outputs and
+temporaries of the compiled step). `-`: not measured (--steps=0).
 """
 
 import argparse
 import json
 import statistics
+import textwrap
 import time
 from typing import Dict, Optional
 
@@ -140,41 +147,110 @@ def _number(value: Optional[float], spec: str) -> str:
   return "-" if value is None else format(value, spec)
 
 
+# (header, result key, format, width) of the measured columns, after _key_columns.
+COLUMNS = (("compile_s", "compile_s", ".1f", 9), ("median_s", "step_s_median", ".4f", 8),
+           ("min_s", "step_s_min", ".4f", 8), ("max_s", "step_s_max", ".4f", 8),
+           ("img/s", "img_per_sec", ".1f", 9), ("img/s/dev", "img_per_sec_per_device", ".1f", 9),
+           ("GFLOP", "gflop_per_image", ".1f", 7), ("MFU", "mfu", ".1%", 6),
+           ("MiB/dev", "mib_per_device", ".0f", 8))
+
+
+def _key_columns(model, mode, size, batch, dtype) -> str:
+  """What was measured: the first columns of a row, an out-of-memory line or the header."""
+  return f"{model:<12} {mode:<5} {size:>4} {batch:>5} {dtype:<8}"
+
+
 def format_row(r: dict) -> str:
-  mfu = _number(r["mfu"] and 100 * r["mfu"], ".1f") + ("%" if r["mfu"] else "")
-  return (f"{r['model']:<12} {r['mode']:<5} {r['image_size']:>4} {r['batch']:>5} "
-          f"{r['dtype']:<8} {r['compile_s']:>8.1f} {_number(r['step_s_median'], '.4f'):>9} "
-          f"{_number(r['img_per_sec'], '.1f'):>9} {_number(r['gflop_per_image'], '.1f'):>7} "
-          f"{mfu:>6} {r['mib_per_device']:>9.0f}")
+  return " ".join([_key_columns(r["model"], r["mode"], r["image_size"], r["batch"], r["dtype"])]
+                  + [f"{_number(r[key], spec):>{width}}" for _, key, spec, width in COLUMNS])
 
 
-HEADER = (f"{'model':<12} {'mode':<5} {'size':>4} {'batch':>5} {'dtype':<8} "
-          f"{'compile s':>8} {'step s':>9} {'img/s':>9} {'GFLOP':>7} {'MFU':>6} {'MiB/dev':>9}")
+HEADER = " ".join([_key_columns("model", "mode", "size", "batch", "dtype")]
+                  + [f"{name:>{width}}" for name, _, _, width in COLUMNS])
 
 
 def parse_mesh(text: str) -> Dict[str, int]:
   """'data=-1,fsdp=2' -> {'data': -1, 'fsdp': 2}."""
-  return {k.strip(): int(v) for k, v in (part.split("=") for part in text.split(",") if part)}
+  try:
+    return {k.strip(): int(v) for k, v in (part.split("=") for part in text.split(",") if part)}
+  except ValueError:
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not AXIS=SIZE[,AXIS=SIZE...]: use e.g. data=-1,fsdp=2") from None
+
+
+def _model_name(name: str) -> str:
+  try:
+    return zoo.canonical_name(name)
+  except ValueError as e:
+    raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _at_least(minimum: int):
+  """An argparse type: an integer >= minimum."""
+  def parse(text: str) -> int:
+    if not text.lstrip("-").isdigit() or int(text) < minimum:
+      raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= {minimum}")
+    return int(text)
+  return parse
+
+
+class _Parser(argparse.ArgumentParser):
+  """Bad arguments: one `error:` line and exit code 2 (no usage block; --help has it)."""
+
+  def error(self, message):
+    self.exit(2, f"error: {message} (python -m vit_jax.benchmark --help lists the flags)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+  models = textwrap.fill(", ".join(zoo.RELEASED), break_on_hyphens=False,
+                         initial_indent="  ", subsequent_indent="  ")
+  parser = _Parser(prog="python -m vit_jax.benchmark", description=__doc__,
+                   epilog=f"models (--model):\n{models}",
+                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--model", type=_model_name, default="ViT-B_16",
+                      help="model to time: a name listed under 'models' below, an AugReg "
+                      "short name (B_16) or the paper's notation (ViT-B/16) (default "
+                      "%(default)s)")
+  parser.add_argument("--mode", choices=("train", "infer"), default="train",
+                      help="train: the real train step (forward, backward, SGD update); "
+                      "infer: the forward pass only (default %(default)s)")
+  parser.add_argument("--batch", type=_at_least(1), default=8,
+                      help="global batch, split over the mesh's data axes (default %(default)s)")
+  parser.add_argument("--image-size", "--image_size", dest="image_size", type=_at_least(1),
+                      default=224, help="input side in pixels (default %(default)s)")
+  parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                      help="compute dtype; params stay float32 (default %(default)s)")
+  parser.add_argument("--steps", type=_at_least(0), default=10,
+                      help="timed steps after compilation; 0: compile only (default %(default)s)")
+  parser.add_argument("--mesh", type=parse_mesh, default={"data": -1},
+                      help="device mesh as AXIS=SIZE,... over data, fsdp, tensor; -1: all "
+                      "remaining devices (default data=-1)")
+  parser.add_argument("--attention", choices=vit.ATTENTION_IMPLS, default="dot_product",
+                      help="attention implementation (default %(default)s)")
+  parser.add_argument("--remat", choices=tuple(vit.REMAT_POLICIES), default="none",
+                      help="per-block rematerialisation policy (default %(default)s)")
+  parser.add_argument("--scan", action="store_true",
+                      help="nn.scan over the blocks: one compiled block, faster compiles")
+  parser.add_argument("--peak_tflops", type=float, default=None,
+                      help="device peak TFLOP/s for MFU instead of measuring a matmul")
+  parser.add_argument("--suite", action="store_true",
+                      help="ViT-Ti/B/L_16 at 224 and 384 px, train and infer, instead of "
+                      "--model/--mode/--image-size")
+  parser.add_argument("--time_budget", type=float, default=1800,
+                      help="seconds after which --suite skips the remaining configurations "
+                      "(default %(default)s)")
+  parser.add_argument("--json", default=None, metavar="FILE",
+                      help="append one JSON object per configuration to FILE")
+  return parser
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--model", default="ViT-B_16")
-  parser.add_argument("--mode", choices=("train", "infer"), default="train")
-  parser.add_argument("--batch", type=int, default=8)
-  parser.add_argument("--image-size", "--image_size", dest="image_size", type=int, default=224)
-  parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
-  parser.add_argument("--steps", type=int, default=10, help="timed steps; 0: compile only")
-  parser.add_argument("--mesh", type=parse_mesh, default={"data": -1})
-  parser.add_argument("--attention", choices=vit.ATTENTION_IMPLS, default="dot_product")
-  parser.add_argument("--remat", choices=tuple(vit.REMAT_POLICIES), default="none")
-  parser.add_argument("--scan", action="store_true", help="nn.scan over the blocks")
-  parser.add_argument("--peak_tflops", type=float, default=None,
-                      help="device peak instead of measuring a matmul")
-  parser.add_argument("--suite", action="store_true", help="Ti/B/L at 224/384, train+infer")
-  parser.add_argument("--time_budget", type=float, default=1800, help="seconds, --suite")
-  parser.add_argument("--json", default=None, help="append one JSON object per configuration")
+  parser = build_parser()
   args = parser.parse_args(argv)
+  try:  # a --mesh or --batch these devices cannot take: one line, before any output
+    sharding.check_batch_size(args.batch, sharding.make_mesh(args.mesh))
+  except sharding.ShardingError as e:
+    parser.error(" ".join(str(e).split()))
   peak = args.peak_tflops * 1e12 if args.peak_tflops else None
   configs = SUITE if args.suite else [(args.model, args.mode, args.image_size)]
   print(f"{jax.device_count()} x {jax.devices()[0].device_kind}, jax {jax.__version__}")
@@ -194,7 +270,7 @@ def main(argv=None):
       # One configuration too big for the device: say so and go on with the rest.
       result = {"model": model, "mode": mode, "batch": args.batch, "image_size": size,
                 "dtype": args.dtype, "error": "out of memory"}
-      print(f"{model:<12} {mode:<5} {size:>4} {args.batch:>5} {args.dtype:<8} out of memory "
+      print(f"{_key_columns(model, mode, size, args.batch, args.dtype)} out of memory "
             "(try --remat=full, --dtype=bfloat16 or a smaller --batch)", flush=True)
     else:
       print(format_row(result), flush=True)
