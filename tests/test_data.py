@@ -7,10 +7,13 @@ import jax
 import ml_collections
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_datasets as tfds
 from PIL import Image
 
-from vit_jax import data, data_sources
+from test_train import demo_config
+from vit_jax import data, data_sources, preprocess
+from vit_jax import train as train_lib
 
 
 def make_config(dataset="digits", **pp) -> ml_collections.ConfigDict:
@@ -143,6 +146,47 @@ def test_image_folder(folder):
   assert train(inception, num_steps=1, batch_size=4)[0]["image"].shape == (4, 16, 16, 3)
   evaluation = list(dataset.eval_batches(batch_size=4, process_index=0, process_count=1))
   assert [list(b["mask"]) for b in evaluation] == [[1, 1, 0, 0]]
+
+
+UNICODE_CLASSES = ("café", "猫 cat", "🐶")
+UNICODE_FILES = ("été 1.png", "写真.jpg", "a b.png")
+
+
+def write_unicode_folder(root):
+  """train/ and test/ whose class folders and files are named with accents, CJK, emoji
+  and spaces: every name a filesystem allows must be readable."""
+  for split in ("train", "test"):
+    for name in UNICODE_CLASSES:
+      for file in UNICODE_FILES:
+        write_image(root / split / name / file, fmt="JPEG" if file.endswith("jpg") else None)
+  return root
+
+
+def test_image_folder_with_non_ascii_names(tmp_path):
+  root = write_unicode_folder(tmp_path / "données 🖼")
+  dataset = data.open_dataset(make_config(str(root)))
+  assert dataset.info.class_names == sorted(UNICODE_CLASSES)
+  batches = train(dataset, num_steps=2, batch_size=9)  # 9 images: each step is one epoch
+  assert [b["image"].shape for b in batches] == [(9, 16, 16, 3)] * 2
+  evaluation = list(dataset.eval_batches(batch_size=4, process_index=0, process_count=1))
+  images = np.concatenate([b["image"] for b in evaluation])[:9]
+  assert sum(b["mask"].sum() for b in evaluation) == 9
+  paths = [root / "test" / name / file for name in sorted(UNICODE_CLASSES)
+           for file in sorted(UNICODE_FILES)]
+  for image, path in zip(images, paths):  # each eval image is its file, in order
+    expected = preprocess.eval_resize(tf.constant(path.read_bytes()), 16)
+    np.testing.assert_array_equal(image, expected)
+
+
+def test_training_on_non_ascii_names(tmp_path):
+  """The main job's path: a bad name only in test/ would fail at the first evaluation."""
+  root = write_unicode_folder(tmp_path / "données")
+  config = demo_config(dataset=str(root), total_steps=2, batch=4, batch_eval=4,
+                       eval_every=2, checkpoint_every=2, progress_every=1)
+  with config.unlocked():
+    config.model.num_layers = 1  # compiles faster
+  result = train_lib.train_and_evaluate(config, str(tmp_path / "run"))
+  assert result["eval/examples"] == 9
 
 
 def test_image_folder_uses_validation_without_test(folder):

@@ -12,6 +12,7 @@ from absl import flags
 from PIL import Image
 
 from conftest import init_params, tiny_model
+from test_data import write_unicode_folder
 from test_train import demo_config, read_metrics
 from vit_jax import data, fewshot, npz, sharding, train
 
@@ -164,3 +165,12 @@ def test_training_logs_fewshot_metrics(tmp_path):
   assert [r["step"] for r in rows] == [2, 3]
   for row in rows:
     assert 0.1 < row["fewshot/digits_1shot"] <= row["fewshot/digits_5shot"] <= 1
+
+
+def test_command_reads_non_ascii_names(tmp_path, capsys):
+  module = tiny_model(num_classes=5)
+  npz.save_npz(init_params(module), tmp_path / "tiny.npz")
+  root = write_unicode_folder(tmp_path / "données")
+  run_command(f"--checkpoint={tmp_path / 'tiny.npz'}", f"--dataset={root}", "--shots=1,2",
+              "--seeds=1", "--batch_size=4")
+  assert "3 classes, 9 train / 9 test examples" in capsys.readouterr().out

@@ -27,7 +27,9 @@ _TAIL_BYTES = 64 << 10  # where an image file's end marker must be (trailers all
 class IndexedSplit:
   """Examples readable by index in any order, which is what lets batches be independent
   of the process count. `kind` says what `data` holds: 'pixels' (uint8 [N, H, W, 3]),
-  'encoded' (image bytes, object array) or 'files' (image paths)."""
+  'encoded' (image bytes, object array) or 'files' (image paths as filesystem-encoded
+  bytes, object array: tf.string takes bytes, and any name the filesystem allows
+  round-trips, which numpy unicode arrays do not)."""
   data: np.ndarray
   labels: np.ndarray  # int32 [N]
   kind: str
@@ -122,7 +124,8 @@ def _folder_split(split_dir: str, classes: List[str]) -> IndexedSplit:
   if not paths:
     raise ValueError(f"{split_dir} has no class folders; put its images in "
                      f"{split_dir}/<class>/")
-  return IndexedSplit(np.array(paths), np.array(labels, np.int32), "files")
+  return IndexedSplit(np.array([os.fsencode(path) for path in paths], object),
+                      np.array(labels, np.int32), "files")
 
 
 def directory_source(root: str):
