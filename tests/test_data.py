@@ -1,5 +1,6 @@
 """Input pipeline: sources, process-count independent batches, exact eval, device batches."""
 
+import io
 import os
 import time
 
@@ -219,6 +220,59 @@ def test_image_folder_errors(folder, name):
   root = damage(folder) or folder
   with pytest.raises((ValueError, FileNotFoundError), match=match):
     data.open_dataset(make_config(str(root)))
+
+
+def corrupt_jpeg() -> bytes:
+  """A JPEG that passes check_image_file (SOI header, EOI end marker) but whose
+  entropy-coded data is cut to a third: progressive, so that every crop window fails."""
+  image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 48, 3), np.uint8))
+  encoded = io.BytesIO()
+  image.save(encoded, "JPEG", progressive=True)
+  encoded = encoded.getvalue()
+  scan = encoded.index(b"\xff\xda")
+  scan += 2 + int.from_bytes(encoded[scan + 2:scan + 4], "big")  # the scan header's end
+  return encoded[:scan + (len(encoded) - scan) // 3] + b"\xff\xd9"
+
+
+@pytest.mark.parametrize("preset", ["bit", "inception"])
+def test_corrupt_image_is_named_in_train_and_eval(folder, preset):
+  (folder / "train/dog/a.JPG").write_bytes(corrupt_jpeg())
+  (folder / "test/dog/f.jpg").write_bytes(corrupt_jpeg())
+  dataset = data.open_dataset(make_config(str(folder), preset=preset,
+                                          resize=20 if preset == "bit" else None))
+  failures = {
+      "train": lambda: train(dataset, num_steps=2, batch_size=4),
+      "eval": lambda: list(dataset.eval_batches(batch_size=2, process_index=0, process_count=1)),
+      "features": lambda: list(dataset.eval_batches(batch_size=2, process_index=0,
+                                                    process_count=1, split="train")),
+  }
+  for name, path in (("train", "train/dog/a.JPG"), ("eval", "test/dog/f.jpg"),
+                     ("features", "train/dog/a.JPG")):
+    with pytest.raises(data.CorruptImageError) as error:
+      failures[name]()
+    message = str(error.value)
+    assert message.startswith(f"corrupt image {folder / path}: ") and "\n" not in message
+    assert message.endswith("; replace or remove it") and "{{" not in message
+
+
+def test_corrupt_encoded_image_is_named():
+  """TFDS datasets held in memory: the example's index and the dataset are named."""
+  buffer = io.BytesIO()
+  Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(buffer, "PNG")
+  encoded = np.array([buffer.getvalue(), corrupt_jpeg(), buffer.getvalue()], object)
+  split = data.IndexedSplit(encoded, np.zeros(3, np.int32), "encoded", "TFDS x split 'test'")
+  dataset = data.Dataset(split, split, ["a"], make_config().pp, 16)
+  with pytest.raises(data.CorruptImageError, match=r"^corrupt image: example 1 of TFDS x "
+                     "split 'test': .*; rebuild the dataset$"):
+    list(dataset.eval_batches(batch_size=2, process_index=0, process_count=1))
+
+
+def test_image_deleted_after_opening_is_named(folder):
+  dataset = data.open_dataset(make_config(str(folder)))
+  os.remove(folder / "test/cat/e.png")
+  with pytest.raises(FileNotFoundError, match=r"^image .*e.png disappeared after the dataset "
+                     "was opened; restore it, or rerun to scan the folder again$"):
+    list(dataset.eval_batches(batch_size=2, process_index=0, process_count=1))
 
 
 def test_bad_preset_and_name():

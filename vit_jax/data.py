@@ -15,10 +15,14 @@ reads its own part of the split's files (tfds.even_splits) through a seeded shuf
 buffer and decodes after shuffling. Their order depends on the number of processes, and
 a resumed run reshuffles from a seed that includes the start step rather than replaying.
 Evaluation pads the last global batch and returns a mask: every example counts once.
+An image that fails to decode (or a file gone since the dataset was opened) stops the
+iterator with one line naming it (CorruptImageError / FileNotFoundError); the hot path
+pays nothing for this: only the failed batch is re-made to find the culprit.
 """
 
 import dataclasses
 import functools
+import itertools
 import queue
 import threading
 from typing import Iterator, List
@@ -28,7 +32,8 @@ import numpy as np
 import tensorflow as tf
 
 from vit_jax import data_sources, preprocess
-from vit_jax.data_sources import IndexedSplit, StreamingSplit, read_tfds
+from vit_jax.data_sources import (  # CorruptImageError: raised by the batch iterators
+    CorruptImageError, IndexedSplit, StreamingSplit, read_tfds)
 
 @dataclasses.dataclass
 class DatasetInfo:
@@ -92,6 +97,34 @@ def _read_rows(split: IndexedSplit, row_indices, batch_ids: tf.data.Dataset) -> 
             tf.ensure_shape(labels, [None]))
 
   return batch_ids.map(read).unbatch()
+
+
+# What a bad input image makes tf.data raise: undecodable bytes, a file gone missing.
+_IMAGE_ERRORS = (tf.errors.InvalidArgumentError, tf.errors.NotFoundError,
+                 tf.errors.DataLossError)
+
+
+def _naming_bad_images(iterator: Iterator[dict], split: IndexedSplit, row_indices,
+                       first_batch: int, example_fn) -> Iterator[dict]:
+  """The batches of `iterator` (ids first_batch, first_batch + 1, ...), where a batch that
+  fails on an image raises a one-line error naming it instead of TF's, which names no
+  file. Nothing is checked while batches flow: only a failed batch is made again, example
+  by example, with example_fn(position, data, label) (stateless seeds: it fails the same)."""
+  for batch_id in itertools.count(first_batch):
+    try:
+      batch = next(iterator)
+    except StopIteration:
+      return
+    except _IMAGE_ERRORS as error:
+      positions, indices = row_indices(batch_id)
+      for position, index in zip(positions, indices):
+        try:
+          example_fn(tf.constant(position), tf.constant(split.data[index]),
+                     tf.constant(split.labels[index]))
+        except _IMAGE_ERRORS as example_error:
+          raise split.image_error(int(index), example_error) from error
+      raise
+    yield batch
 
 
 def _shuffle_seed(seed: int, start_step: int, process_index: int) -> int:
@@ -165,7 +198,10 @@ class Dataset:
 
     batches = examples.map(augment, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     batches = batches.batch(rows, drop_remainder=True).map(finish)
-    return batches.take(max(0, num_steps - start_step)).prefetch(2).as_numpy_iterator()
+    batches = batches.take(max(0, num_steps - start_step)).prefetch(2).as_numpy_iterator()
+    if isinstance(self.train, StreamingSplit):
+      return batches
+    return _naming_bad_images(batches, self.train, rows_of_step, start_step, augment)
 
   def _streaming_train(self, start_step: int, seed: int, process_index: int,
                        process_count: int) -> tf.data.Dataset:
@@ -206,7 +242,10 @@ class Dataset:
 
       examples = _read_rows(source, rows_of_batch, tf.data.Dataset.range(num_batches))
       examples = examples.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return examples.batch(rows).take(num_batches).prefetch(2).as_numpy_iterator()
+    batches = examples.batch(rows).take(num_batches).prefetch(2).as_numpy_iterator()
+    if isinstance(source, StreamingSplit):
+      return batches
+    return _naming_bad_images(batches, source, rows_of_batch, 0, prepare)
 
   def _streaming_eval(self, split: StreamingSplit, rows: int, process_index: int,
                       process_count: int):

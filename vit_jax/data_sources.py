@@ -9,6 +9,7 @@ index in any order; TFDS datasets over IN_MEMORY_LIMIT_BYTES are a StreamingSpli
 import dataclasses
 import difflib
 import os
+import re
 from typing import ClassVar, List, Optional
 
 import numpy as np
@@ -23,6 +24,10 @@ _JPEG_MAGIC, _PNG_MAGIC = b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n"
 _TAIL_BYTES = 64 << 10  # where an image file's end marker must be (trailers allowed)
 
 
+class CorruptImageError(ValueError):
+  """An image that cannot be decoded: the message names it and the fix, on one line."""
+
+
 @dataclasses.dataclass
 class IndexedSplit:
   """Examples readable by index in any order, which is what lets batches be independent
@@ -33,9 +38,24 @@ class IndexedSplit:
   data: np.ndarray
   labels: np.ndarray  # int32 [N]
   kind: str
+  source: str = ""  # what the examples are, for error messages (files name themselves)
 
   def __len__(self):
     return len(self.labels)
+
+  def image_error(self, index: int, error: Exception) -> Exception:
+    """The one-line error for example `index` failing with `error` (TF's message names
+    no file): which image, why, and the fix."""
+    reason = " ".join(re.sub(r"\{\{.*?\}\}|\[\[.*?\]\]|\[Op:.*", "", str(error),
+                             flags=re.S).split()).rstrip(".")
+    if self.kind != "files":
+      return CorruptImageError(f"corrupt image: example {index} of {self.source or 'the data'}"
+                               f": {reason}; rebuild the dataset")
+    path = os.fsdecode(self.data[index])
+    if isinstance(error, tf.errors.NotFoundError):
+      return FileNotFoundError(f"image {path} disappeared after the dataset was opened; "
+                               "restore it, or rerun to scan the folder again")
+    return CorruptImageError(f"corrupt image {path}: {reason}; replace or remove it")
 
 
 @dataclasses.dataclass
@@ -86,10 +106,11 @@ def check_image_file(path: str) -> None:
   elif head.startswith(_PNG_MAGIC):
     complete = b"IEND" in tail
   else:
-    raise ValueError(f"corrupt image {path}: not a JPEG or PNG file ({size} bytes); "
-                     "replace or remove it")
+    raise CorruptImageError(f"corrupt image {path}: not a JPEG or PNG file ({size} bytes); "
+                            "replace or remove it")
   if not complete:
-    raise ValueError(f"corrupt image {path}: truncated (no end marker); replace or remove it")
+    raise CorruptImageError(f"corrupt image {path}: truncated (no end marker); replace or "
+                            "remove it")
 
 
 def _class_folders(split_dir: str) -> List[str]:
@@ -187,7 +208,8 @@ def _tfds_in_memory(builder, split: str) -> IndexedSplit:
   for image_batch, label_batch in data.batch(_TFDS_READ_BATCH).as_numpy_iterator():
     images.append(image_batch)
     labels.append(label_batch)
-  return IndexedSplit(np.concatenate(images), np.concatenate(labels), "encoded")
+  return IndexedSplit(np.concatenate(images), np.concatenate(labels), "encoded",
+                      f"TFDS {builder.name} split {split!r} in {builder.data_dir}")
 
 
 def tfds_source(name: str, train_split: str, eval_split: str, *, data_dir=None,
