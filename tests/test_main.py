@@ -51,9 +51,40 @@ def test_batch_not_divisible_by_devices(tmp_path):
                          ids=["data8", "data4_fsdp2", "data2_tensor4"])
 def test_short_demo_run_on_8_devices(tmp_path, mesh):
   result = run_main("--config=configs/demo.py", f"--workdir={tmp_path}",
-                    "--config.total_steps=4", "--config.batch=64", "--config.eval_every=4",
-                    "--config.progress_every=2", *mesh, devices=8)
+                    "--config.total_steps=4", "--config.warmup_steps=2", "--config.batch=64",
+                    "--config.eval_every=4", "--config.progress_every=2", *mesh, devices=8)
   assert result.returncode == 0, result.stderr[-2000:]
   assert "img/s/device" in result.stderr and "ETA" in result.stderr
   final = json.loads((tmp_path / "final_metrics.json").read_text())
   assert final["eval/examples"] == 300
+  # The console: what a user needs, no library chatter, and a summary naming the outputs.
+  for noise in ("checkpoint_manager", "Unable to initialize backend", "oneDNN", "Total:",
+                "Hyperparameters"):
+    assert noise not in result.stderr, noise
+  assert len(result.stderr.splitlines()) < 20, result.stderr
+  summary = result.stderr[result.stderr.index("done: trained steps 1-4 of 4"):]
+  assert f"eval accuracy {final['eval/accuracy']:.4f}" in summary
+  for path in ("params.npz", "metrics.jsonl", "checkpoints"):
+    assert str(tmp_path / path) in summary
+  assert f"tensorboard --logdir={tmp_path}" in summary
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--config.total_steps=-5"], "error: config.total_steps=-5 must be >= 1"),
+    (["--config.pretrained=/no/such.npz"], "error: config.pretrained=/no/such.npz"),
+], ids=["negative_steps", "missing_pretrained"])
+def test_refused_runs_write_nothing_and_print_one_line(tmp_path, args, message):
+  workdir = tmp_path / "run"
+  result = run_main("--config=configs/demo.py", f"--workdir={workdir}", *args)
+  assert result.returncode == 1
+  assert result.stderr.strip().startswith(message) and len(result.stderr.splitlines()) == 1
+  assert not workdir.exists()
+
+
+def test_a_file_as_workdir_is_one_line(tmp_path):
+  (tmp_path / "file").write_text("data")
+  result = run_main("--config=configs/demo.py", f"--workdir={tmp_path / 'file'}")
+  assert result.returncode == 1
+  assert error_lines(result) == [f"error: --workdir={tmp_path / 'file'} is a file, not a "
+                                 "directory: pass a directory path (it is created if missing)"]
+  assert (tmp_path / "file").read_text() == "data"
