@@ -15,10 +15,10 @@ DEMO = ["--config=configs/demo.py", "--config.batch=32", "--config.progress_ever
         "--config.eval_every=1000", "--config.warmup_steps=2"]
 
 
-def start_main(workdir, *overrides):
+def start_main(workdir, *overrides, log_path=None):
   """Starts the main job; its output goes to <workdir>.log (a pipe could fill and block)."""
   env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3"}
-  log = open(f"{workdir}.log", "w")
+  log = open(log_path or f"{workdir}.log", "w")
   return subprocess.Popen([sys.executable, "-m", "vit_jax.main", *DEMO, f"--workdir={workdir}",
                            *overrides], cwd=REPO, env=env, stdout=log, stderr=log)
 
@@ -48,10 +48,19 @@ def trained_steps(workdir):
   return open(path).read().count('"train/loss"') if os.path.exists(path) else 0
 
 
-def test_sigterm_saves_the_current_step_and_exits_cleanly(tmp_path):
+def test_a_second_run_is_refused_and_sigterm_saves_the_current_step(tmp_path):
   workdir = str(tmp_path / "run")
   process = start_main(workdir, "--config.total_steps=100000", "--config.checkpoint_every=100000")
   wait_for(lambda: trained_steps(workdir) >= 3)
+  # The same workdir from a second process, with another config: refused, nothing touched.
+  config_before = open(os.path.join(workdir, "config.json")).read()
+  second_run = start_main(workdir, "--config.base_lr=0.1", log_path=f"{workdir}.second.log")
+  code, second = finish(second_run, f"{workdir}.second")
+  assert code == 1
+  assert second.strip().splitlines() == [
+      line for line in second.splitlines() if line.startswith("error: ")]
+  assert "is in use by another run" in second and f"pid {process.pid}," in second
+  assert open(os.path.join(workdir, "config.json")).read() == config_before
   process.send_signal(signal.SIGTERM)
   code, stderr = finish(process, workdir)
   assert code == 0, stderr[-2000:]
