@@ -140,6 +140,84 @@ def one_line(excinfo):
   return message
 
 
+def test_directory_names_the_npz_files_in_it(tmp_path):
+  with pytest.raises(npz.CheckpointError) as e:
+    load_npz(tmp_path)
+  assert one_line(e) == (f"{tmp_path} is a directory, not an .npz checkpoint: pass the path "
+                         "of an .npz file")
+  save_npz(init_params(tiny_model()), tmp_path / "params.npz")
+  with pytest.raises(npz.CheckpointError) as e:
+    load_npz(tmp_path)
+  assert one_line(e).endswith(f"pass one of its .npz files: {tmp_path / 'params.npz'}")
+
+
+def with_nonfinite(tmp_path, keys, value):
+  """A tiny checkpoint whose `keys` each hold one `value` (NaN or Inf); its path."""
+  path = tmp_path / "diverged.npz"
+  save_npz(init_params(tiny_model()), path)
+  arrays = dict(np.load(path))
+  for key in keys:
+    arrays[key].flat[0] = value
+  np.savez(path, **arrays)
+  return path
+
+
+@pytest.mark.parametrize("value,name", [(np.nan, "NaN"), (np.inf, "Inf"), (-np.inf, "Inf")])
+def test_nonfinite_weights_are_refused_unless_allowed(tmp_path, value, name):
+  block = "Transformer/encoderblock_1/MlpBlock_3/Dense_0/kernel"
+  path = with_nonfinite(tmp_path, ["embedding/kernel", block], value)
+  with pytest.raises(npz.CheckpointError) as e:
+    load_npz(path)
+  assert one_line(e).startswith(
+      f"{path} has NaN/Inf weights in 2 of 40 arrays: {block} (1 {name}), embedding/kernel "
+      f"(1 {name}); the file is damaged or saved from a diverged run: use another checkpoint, "
+      "or load it anyway with allow_nonfinite=True")
+  _, params = load_npz(path, allow_nonfinite=True)
+  np.testing.assert_array_equal(params["embedding"]["kernel"].flat[0], value)
+
+
+def test_nonfinite_count_and_a_replaced_head_do_not_matter(tmp_path):
+  keys = ["cls", "embedding/bias", "embedding/kernel", "head/bias", "head/kernel"]
+  path = with_nonfinite(tmp_path, keys, np.nan)
+  with pytest.raises(npz.CheckpointError, match=r"in 5 of 40 arrays: cls \(1 NaN\), "
+                     r"embedding/bias \(1 NaN\), embedding/kernel \(1 NaN\) \(\+2 more\);"):
+    load_npz(path)
+  path = with_nonfinite(tmp_path, ["head/kernel"], np.nan)
+  _, params = load_npz(path, num_classes=3)  # fine-tuning drops the broken head
+  assert not np.any(params["head"]["kernel"])
+
+
+@pytest.fixture(scope="module")
+def every_kind_of_array(tmp_path_factory):
+  """Arrays of a tiny hybrid with a pre_logits layer: every key infer_architecture reads."""
+  module = tiny_model(representation_size=8, resnet_stages=(), resnet_width=0.5, patch_size=2)
+  path = tmp_path_factory.mktemp("hybrid") / "hybrid.npz"
+  save_npz(init_params(module, 32), path)
+  return dict(np.load(path))
+
+
+MALFORMED = {
+    "scalar": lambda v: np.float32(1.0), "1-D": lambda v: np.ones(3, np.float32),
+    "extra axis": lambda v: v[None],
+    "other rank": lambda v: v.reshape(-1) if v.ndim > 1 else v.reshape(-1, 1),
+    "empty": lambda v: v[:0], "strings": lambda v: v.astype(str), "bool": lambda v: v > 0}
+
+
+@pytest.mark.parametrize("key", [
+    "embedding/kernel", "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel",
+    "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel", npz.POSEMB_KEY, "conv_root/kernel",
+    "head/kernel", "pre_logits/kernel", "cls", "Transformer/encoderblock_1/LayerNorm_2/scale"])
+@pytest.mark.parametrize("malformed", MALFORMED)
+def test_malformed_arrays_are_one_line_naming_the_key(every_kind_of_array, tmp_path, key,
+                                                      malformed):
+  arrays = dict(every_kind_of_array)
+  arrays[key] = MALFORMED[malformed](arrays[key])
+  np.savez(tmp_path / "malformed.npz", **arrays)
+  with pytest.raises(npz.CheckpointError) as e:
+    load_npz(tmp_path / "malformed.npz")
+  assert key in one_line(e) and "expect" in one_line(e)
+
+
 def test_missing_file(tmp_path):
   with pytest.raises(FileNotFoundError) as e:
     load_npz(tmp_path / "nope.npz")
@@ -203,6 +281,34 @@ def test_image_size_not_divisible_warns_what_happens(released_fixtures, caplog):
     module, params = load_npz(released_fixtures / "vit-ti16.npz", image_size=232)
   assert "not a multiple of the model's stride 16" in caplog.text
   assert params["Transformer"]["posembed_input"]["pos_embedding"].shape == (1, 197, 192)
+
+
+@pytest.mark.parametrize("image_size,strict,message", [
+    (8, False, "image size 8 is smaller than the model's 16 px patches (no token): use 16 or "
+               "a larger multiple of 16"),
+    (20000, False, "image size 20000 gives 1250x1250 = 1,562,500 tokens, over the limit of "
+                   "16,384 (attention memory grows with their square): use at most 2048 px"),
+    (230, True, "image size 230 is not a multiple of the model's stride 16 px: use 224 or 240"),
+    (12, True, "image size 12 is smaller than the model's 16 px patches"),
+])
+def test_image_sizes_the_model_cannot_run_at_fail_before_any_resize(
+    released_fixtures, monkeypatch, image_size, strict, message):
+  def no_resize(*args):
+    raise AssertionError("resized the position embedding before checking the size")
+  monkeypatch.setattr(npz.posemb, "resize_posemb", no_resize)
+  with pytest.raises(npz.ImageSizeError) as e:
+    load_npz(released_fixtures / "vit-ti16.npz", image_size=image_size,
+             strict_image_size=strict)
+  assert one_line(e).startswith(message)
+
+
+def test_hybrid_stride_and_largest_allowed_size(released_fixtures):
+  with pytest.raises(npz.ImageSizeError, match="of the model's stride 32 px: use 224 or 256"):
+    load_npz(released_fixtures / "r-vit-ti16.npz", image_size=240, strict_image_size=True)
+  module = load_npz(released_fixtures / "r-vit-ti16.npz")[0]
+  npz.check_image_size(module, 4096, strict=True)  # 128 x 128 tokens: the largest grid
+  with pytest.raises(npz.ImageSizeError, match="use at most 4096 px"):
+    npz.check_image_size(module, (4096, 4128))
 
 
 def test_save_never_leaves_a_partial_file(tmp_path):

@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pytest
 
-from vit_jax import load_npz
+from vit_jax import CheckpointError, load_npz
 from vit_jax import npz_layout
 
 LINEN_NAMES = {"MultiHeadDotProductAttention_1": "MultiHeadDotProductAttention_0",
@@ -86,3 +86,51 @@ def test_infer_architecture_names_missing_key():
         "Transformer/encoderblock_0/LayerNorm_0/scale": np.zeros(8),
         "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel":
             np.zeros((8, 2, 4))})
+
+
+@pytest.mark.parametrize("arrays,message", [
+    ({"Transformer/encoderblock/LayerNorm_0/scale": np.zeros((3, 2)),
+      "Transformer/encoderblock/LayerNorm_0/bias": np.float32(0)},
+     r"^Transformer/encoderblock/LayerNorm_0/bias has shape \(\), expected a leading depth axis "
+     "of 3 like the other stacked blocks$"),
+    ({"Transformer/encoderblock/LayerNorm_0/scale": np.zeros((3, 2)),
+      "Transformer/encoderblock/LayerNorm_0/bias": np.zeros((2, 2))},
+     r"^Transformer/encoderblock/LayerNorm_0/bias has shape \(2, 2\), expected a leading depth"),
+    ({"pos_embedding": np.zeros((4, 8)), "cls": np.zeros((1, 1, 8))},
+     r"^pos_embedding has shape \(4, 8\), expected a 3-D \(1, patches, hidden\) table$"),
+])
+def test_malformed_variants_name_the_key(arrays, message):
+  with pytest.raises(npz_layout.LayoutError, match=message):
+    npz_layout.to_released_layout(arrays)
+
+
+def test_infer_architecture_names_a_key_of_the_wrong_rank():
+  flat = {"embedding/kernel": np.zeros((16, 16, 3, 8)),
+          "Transformer/encoderblock_0/LayerNorm_0/scale": np.zeros(8),
+          "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel":
+              np.zeros((8, 2, 4)),
+          "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel": np.zeros((8, 16)),
+          npz_layout.POSEMB: np.zeros((1, 5, 8))}
+  npz_layout.infer_architecture(flat)
+  with pytest.raises(npz_layout.LayoutError, match=r"^embedding/kernel has shape \(\), expected "
+                     r"a 4-D \(patch, patch, channels, hidden\) kernel$"):
+    npz_layout.infer_architecture({**flat, "embedding/kernel": np.float32(1)})
+  query = "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel"
+  with pytest.raises(npz_layout.LayoutError, match=r"query/kernel has shape \(8, 3, 4\), "
+                     "expected .* hidden size 8$"):
+    npz_layout.infer_architecture({**flat, query: np.zeros((8, 3, 4))})
+  with pytest.raises(npz_layout.LayoutError, match=r"^conv_root/kernel has 48 filters, expected "
+                     "a multiple of GroupNorm's 32 groups$"):
+    npz_layout.infer_architecture({**flat, "conv_root/kernel": np.zeros((7, 7, 3, 48))})
+
+
+def test_stacked_blocks_of_the_wrong_rank_fail_as_one_line(released_fixtures, tmp_path):
+  arrays = scan_stacked(dict(np.load(released_fixtures / "vit-ti16.npz")))
+  arrays["Transformer/encoderblock/LayerNorm_0/scale"] = np.float32(1)
+  np.savez(tmp_path / "stacked.npz", **arrays)
+  with pytest.raises(CheckpointError) as e:
+    load_npz(tmp_path / "stacked.npz")
+  assert str(e.value) == (
+      f"{tmp_path / 'stacked.npz'} is not a usable ViT checkpoint: Transformer/encoderblock/"
+      "LayerNorm_0/scale has shape (), expected a leading depth axis of 12 like the other "
+      "stacked blocks (the file is damaged or was edited: save it again from the model)")

@@ -7,6 +7,7 @@ wrong file fails with one line that names the problem instead of producing junk.
 
 import io
 import logging
+import math
 import os
 import tempfile
 import zipfile
@@ -30,12 +31,32 @@ class CheckpointError(ValueError):
   """A checkpoint that cannot be used; the message is one line naming problem and fix."""
 
 
+def _directory_hint(path: str) -> str:
+  """What to pass instead of a directory: the .npz files in it (a training workdir has
+  params.npz), else a generic pointer."""
+  try:
+    files = sorted(name for name in os.listdir(path) if name.endswith(".npz"))
+  except OSError:
+    files = []
+  if not files:
+    return "pass the path of an .npz file"
+  return "pass one of its .npz files: " + ", ".join(os.path.join(path, f) for f in files[:3]) + (
+      f" (+{len(files) - 3} more)" if len(files) > 3 else "")
+
+
 def _read_bytes(path: str) -> bytes:
   if not released.has_scheme(path):
     if not os.path.exists(path):
       raise FileNotFoundError(f"checkpoint not found: {path} (check the path, or {_DOWNLOAD_HINT})")
-    with open(path, "rb") as f:
-      return f.read()
+    if os.path.isdir(path):
+      raise CheckpointError(f"{path} is a directory, not an .npz checkpoint: "
+                            f"{_directory_hint(path)}")
+    try:
+      with open(path, "rb") as f:
+        return f.read()
+    except OSError as e:
+      raise CheckpointError(f"cannot read {path}: {e.strerror} (check the path and its "
+                            "permissions)") from None
   import tensorflow as tf  # only URLs need it; it costs seconds to import.
   try:
     with tf.io.gfile.GFile(path, "rb") as f:
@@ -122,26 +143,87 @@ def _list(keys) -> str:
   return shown + (f" (+{len(keys) - 6} more)" if len(keys) > 6 else "")
 
 
-def check_against(flat: Dict[str, np.ndarray], shapes: Dict[str, tuple], path: str) -> None:
+def check_against(flat: Dict[str, np.ndarray], shapes: Dict[str, tuple], path: str,
+                  model_name: Optional[str] = None) -> None:
   """Raises CheckpointError on missing/extra keys or the first shape mismatch."""
+  if model_name is None:
+    hint = ("the file's arrays do not fit the architecture its shapes imply: it is damaged, "
+            "edited or of an unsupported layout")
+  else:
+    hint = f"is it a {model_name}? pass the right model_name, or none to infer it from the file"
   missing, extra = set(shapes) - set(flat), set(flat) - set(shapes)
   if missing or extra:
     parts = ([f"missing {_list(missing)}"] if missing else []) + (
         [f"unexpected {_list(extra)}"] if extra else [])
-    raise CheckpointError(f"{path} does not fit the model: {'; '.join(parts)} "
-                          "(pass the right model_name, or let load_npz infer it)")
+    raise CheckpointError(f"{path} does not fit the model: {'; '.join(parts)} ({hint})")
   for key, shape in sorted(shapes.items()):
     if flat[key].shape != tuple(shape):
       raise CheckpointError(f"{path}: {key} has shape {flat[key].shape}, the model expects "
-                            f"{tuple(shape)} (pass the right model_name, or let load_npz infer it)")
+                            f"{tuple(shape)} ({hint})")
 
 
-def _warn_if_cropped(module: vit.VisionTransformer, height: int, width: int) -> None:
-  stride = zoo.model_stride(module)
-  if height % stride or width % stride:
-    logging.warning("image size %dx%d is not a multiple of the model's stride %d: the last "
+class ImageSizeError(ValueError):
+  """An input size the model cannot run at; the message names valid sizes."""
+
+
+# Most patch tokens an image may give: a 128 x 128 grid (2048 px at stride 16, 4096 px at
+# the hybrids' 32). Attention scores grow with the square of the token count: at this bound
+# one image's float32 scores take 16384^2 * 4 B = 1 GiB per head and layer, 12 GiB for
+# ViT-B's 12 heads in the explicit softmax that introspection uses, about one accelerator's
+# memory. Released models run at 14^2 to 37^2 tokens, far below.
+MAX_TOKENS = 128 * 128
+
+
+def _size_text(height: int, width: int) -> str:
+  return str(height) if height == width else f"{height}x{width}"
+
+
+def check_image_size(module: vit.VisionTransformer, image_size: ImageSize, *,
+                     strict: bool = False) -> None:
+  """Raises ImageSizeError for sizes that give no token or more than MAX_TOKENS, and with
+  strict=True for a side that is not a multiple of the model's stride (else that only
+  warns: the remainder is dropped, as fine-tuning H/14 at 384 px does by design)."""
+  height, width = _side_pair(image_size)
+  stride, size = zoo.model_stride(module), _size_text(height, width)
+  grid = zoo.token_grid(module, height), zoo.token_grid(module, width)
+  max_side = math.isqrt(MAX_TOKENS) * stride
+  if min(height, width) < 1 or min(grid) < 1:
+    raise ImageSizeError(f"image size {size} is smaller than the model's {stride} px patches "
+                         f"(no token): use {stride} or a larger multiple of {stride}")
+  if grid[0] * grid[1] > MAX_TOKENS:
+    raise ImageSizeError(
+        f"image size {size} gives {grid[0]}x{grid[1]} = {grid[0] * grid[1]:,} tokens, over the "
+        f"limit of {MAX_TOKENS:,} (attention memory grows with their square): use at most "
+        f"{max_side} px")
+  ragged = [side for side in (height, width) if side % stride]
+  if ragged and strict:
+    lower = ragged[0] // stride * stride
+    nearest = [str(s) for s in (lower, lower + stride) if 0 < s <= max_side]
+    raise ImageSizeError(f"image size {size} is not a multiple of the model's stride "
+                         f"{stride} px: use {' or '.join(nearest)}")
+  if ragged:
+    logging.warning("image size %s is not a multiple of the model's stride %d: the last "
                     "%d x %d pixels fall outside every patch and are ignored",
-                    height, width, stride, height % stride, width % stride)
+                    size, stride, height % stride, width % stride)
+
+
+def _nonfinite_counts(value: np.ndarray) -> str:
+  nans = int(np.isnan(value).sum())
+  infs = int(np.isinf(value).sum())
+  return ", ".join(f"{count} {what}" for count, what in ((nans, "NaN"), (infs, "Inf")) if count)
+
+
+def check_finite(flat: Dict[str, np.ndarray], path: str) -> None:
+  """NaN/Inf weights give NaN outputs and losses far from their cause: refuse them here,
+  naming the first arrays that hold them."""
+  bad = [key for key, value in sorted(flat.items()) if not np.isfinite(value).all()]
+  if bad:
+    shown = ", ".join(f"{key} ({_nonfinite_counts(flat[key])})" for key in bad[:3])
+    more = f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""
+    raise CheckpointError(
+        f"{path} has NaN/Inf weights in {len(bad)} of {len(flat)} arrays: {shown}{more}; the "
+        "file is damaged or saved from a diverged run: use another checkpoint, or load it "
+        "anyway with allow_nonfinite=True (commands: --allow_nonfinite)")
 
 
 def native_image_size(module: vit.VisionTransformer, params: Any) -> int:
@@ -151,9 +233,16 @@ def native_image_size(module: vit.VisionTransformer, params: Any) -> int:
   return side * zoo.model_stride(module)
 
 
+def _not_square(path: str) -> CheckpointError:
+  return CheckpointError(
+      f"{path}: {POSEMB_KEY} has no square grid of patch tokens, and only square grids are "
+      f"resized or read as an image size: pass the image_size (height, width) it was saved at")
+
+
 def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
              num_classes: Optional[int] = None, model_name: Optional[str] = None,
-             pre_logits: Optional[bool] = None,
+             pre_logits: Optional[bool] = None, allow_nonfinite: bool = False,
+             strict_image_size: bool = False,
              **model_overrides) -> Tuple[vit.VisionTransformer, Dict[str, Any]]:
   """Loads a released-format .npz as (module, params).
 
@@ -165,18 +254,31 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
       replaces the head by a zero-initialised one (the fine-tuning setup).
     model_name: released name to build; None infers the architecture from shapes.
     pre_logits: keep the representation layer; default: keep it iff the head is kept.
+    allow_nonfinite: load weights holding NaN or Inf instead of refusing the file
+      (for experts inspecting a diverged run).
+    strict_image_size: refuse an image_size that is not a multiple of the model's
+      stride instead of warning that the remainder is dropped (see check_image_size).
     **model_overrides: other VisionTransformer attributes (dropout_rate, dtype, ...).
 
   Returns:
     The module and a nested dict of float32 host (numpy) arrays; place them on
     devices with jax.device_put(params, sharding).
+
+  Raises:
+    CheckpointError (one line) for a file that cannot be used; ImageSizeError for an
+    image_size the model cannot run at.
   """
-  flat = {k: np.asarray(v, np.float32) for k, v in
-          npz_layout.to_released_layout(read_npz(path)).items()}
+  arrays = read_npz(path)
   try:
+    flat = npz_layout.to_released_layout(arrays)
+    npz_layout.check_dtypes(flat)
+    flat = {k: np.asarray(v, np.float32) for k, v in flat.items()}
     architecture, file_classes, file_representation = npz_layout.infer_architecture(flat)
   except KeyError as e:
     raise CheckpointError(f"{path} is not a ViT checkpoint: key {e.args[0]} is missing") from None
+  except npz_layout.LayoutError as e:
+    raise CheckpointError(f"{path} is not a usable ViT checkpoint: {e} (the file is damaged "
+                          "or was edited: save it again from the model)") from None
   if model_name is not None:
     architecture = zoo.get_architecture(model_name)
 
@@ -195,13 +297,18 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
     flat = {k: v for k, v in flat.items() if not k.startswith("pre_logits/")}
   if not keep_head:
     flat = {k: v for k, v in flat.items() if not k.startswith("head/")}
-  if POSEMB_KEY not in flat:
-    raise CheckpointError(f"{path} is not a ViT checkpoint: key {POSEMB_KEY} is missing")
+  if not allow_nonfinite:
+    check_finite(flat, path)
 
-  file_side = native_image_size(module, {"Transformer": {"posembed_input": {
-      "pos_embedding": flat[POSEMB_KEY]}}})
-  height, width = _side_pair(file_side if image_size is None else image_size)
-  _warn_if_cropped(module, height, width)
+  if image_size is None:
+    try:
+      image_size = native_image_size(module, {"Transformer": {"posembed_input": {
+          "pos_embedding": flat[POSEMB_KEY]}}})
+    except ValueError:
+      raise _not_square(path) from None
+  else:
+    check_image_size(module, image_size, strict=strict_image_size)
+  height, width = _side_pair(image_size)
   shapes = expected_shapes(module.clone(scan_layers=False), (height, width))
   if not keep_head:
     flat["head/kernel"] = np.zeros(shapes["head/kernel"], np.float32)
@@ -210,9 +317,11 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
     new_grid = (zoo.token_grid(module, height), zoo.token_grid(module, width))
     logging.info("resizing position embedding %s -> %s", flat[POSEMB_KEY].shape,
                  shapes[POSEMB_KEY])
-    flat[POSEMB_KEY] = posemb.resize_posemb(flat[POSEMB_KEY], new_grid,
-                                            module.classifier == "token")
-  check_against(flat, shapes, path)
+    try:
+      flat[POSEMB_KEY] = posemb.resize_posemb(flat[POSEMB_KEY], new_grid,
+                                              module.classifier == "token")
+    except ValueError:
+      raise _not_square(path) from None
+  check_against(flat, shapes, path, model_name)
   params = traverse_util.unflatten_dict(flat, sep="/")
   return module, vit.to_scan_layout(params) if module.scan_layers else params
-

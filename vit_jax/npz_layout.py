@@ -8,6 +8,9 @@ no mapping. The variants seen in the wild do:
   * big_vision scan-stacked blocks `Transformer/encoderblock/...` (leading depth axis)
     and its top-level `pos_embedding`, which it adds before prepending the class token;
   * GroupNorm scale/bias stored as (1, 1, 1, C) by old code.
+
+Keys whose rank or dtype fits no layout raise LayoutError naming the key and what a
+checkpoint holds there, so a damaged file never reaches numpy as an IndexError.
 """
 
 import re
@@ -16,7 +19,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 from flax import traverse_util
 
-from vit_jax.models import vit, zoo
+from vit_jax.models import resnet, vit, zoo
 
 Flat = Dict[str, np.ndarray]
 
@@ -30,6 +33,18 @@ _LINEN_TO_RELEASED = {
     "MlpBlock_0": "MlpBlock_3",
 }
 _PREFIXES = ("opt/target/", "params/")
+_WEIGHT_KINDS = "fiu"  # float, int, unsigned: numbers that float32 holds
+
+
+class LayoutError(ValueError):
+  """A key whose rank, sizes or dtype fit no checkpoint layout; the message names it."""
+
+
+def _expect_rank(key: str, value: np.ndarray, ndim: int, what: str) -> np.ndarray:
+  """value, if it is an ndim-D array with no empty axis; what: its axes, for the message."""
+  if value.ndim != ndim or 0 in value.shape:
+    raise LayoutError(f"{key} has shape {value.shape}, expected a {ndim}-D {what}")
+  return value
 
 
 def _strip_prefix(flat: Flat) -> Flat:
@@ -45,6 +60,12 @@ def _unstack_blocks(flat: Flat) -> Flat:
   the layout of our own scan_layers models, converted the same way."""
   if not any(key.startswith(_STACKED_PREFIX) for key in flat):
     return flat
+  stacked = {k: v for k, v in flat.items() if k.startswith(_STACKED_PREFIX)}
+  depth = max(v.shape[0] if v.ndim else 0 for v in stacked.values())
+  for key, value in sorted(stacked.items()):
+    if value.ndim == 0 or value.shape[0] != depth or not depth:
+      raise LayoutError(f"{key} has shape {value.shape}, expected a leading depth axis of "
+                        f"{depth or 'at least 1'} like the other stacked blocks")
   nested = traverse_util.unflatten_dict(flat, sep="/")
   return traverse_util.flatten_dict(vit.to_block_layout(nested), sep="/")
 
@@ -68,7 +89,7 @@ def _move_big_vision_posemb(flat: Flat) -> Flat:
   if "pos_embedding" not in flat:
     return flat
   flat = dict(flat)
-  posemb = flat.pop("pos_embedding")
+  posemb = _expect_rank("pos_embedding", flat.pop("pos_embedding"), 3, "(1, patches, hidden) table")
   if "cls" in flat:
     posemb = np.concatenate([np.zeros_like(posemb[:, :1]), posemb], axis=1)
   flat[POSEMB] = posemb
@@ -91,30 +112,53 @@ def to_released_layout(flat: Flat) -> Flat:
   return flat
 
 
-def _require(flat: Flat, key: str) -> np.ndarray:
+def check_dtypes(flat: Flat) -> None:
+  """Weights must be numbers: a bool or string array would otherwise turn into 0/1
+  weights silently, or fail in a float32 conversion that names no key."""
+  for key, value in sorted(flat.items()):
+    if value.dtype.kind not in _WEIGHT_KINDS:
+      raise LayoutError(f"{key} holds {value.dtype} values, expected floating-point weights")
+
+
+def _require(flat: Flat, key: str, ndim: Optional[int] = None, what: str = "") -> np.ndarray:
   if key not in flat:
     raise KeyError(key)
-  return flat[key]
+  return flat[key] if ndim is None else _expect_rank(key, flat[key], ndim, what)
 
 
 def infer_architecture(flat: Flat) -> Tuple[zoo.Architecture, Optional[int], Optional[int]]:
   """(architecture, num_classes, representation_size) read off released-layout shapes.
 
-  Raises KeyError naming the first key a ViT checkpoint must have but this lacks.
+  Raises KeyError naming the first key a ViT checkpoint must have but this lacks, and
+  LayoutError for an array this reads whose rank or sizes no ViT has.
   """
-  embedding = _require(flat, "embedding/kernel")
+  embedding = _require(flat, "embedding/kernel", 4, "(patch, patch, channels, hidden) kernel")
+  hidden = embedding.shape[-1]
   first_block = BLOCK.format(0)
   num_layers = 0
   while f"{BLOCK.format(num_layers)}/LayerNorm_0/scale" in flat:
     num_layers += 1
   if not num_layers:
     raise KeyError(f"{first_block}/LayerNorm_0/scale")
-  query = _require(flat, f"{first_block}/MultiHeadDotProductAttention_1/query/kernel")
-  mlp = _require(flat, f"{first_block}/MlpBlock_3/Dense_0/kernel")
+  query_key = f"{first_block}/MultiHeadDotProductAttention_1/query/kernel"
+  query = _require(flat, query_key, 3, "(hidden, heads, head_dim) kernel")
+  if query.shape[0] != hidden or query.shape[1] * query.shape[2] != hidden:
+    raise LayoutError(f"{query_key} has shape {query.shape}, expected (hidden, heads, "
+                      f"hidden / heads) with the embedding's hidden size {hidden}")
+  mlp = _require(flat, f"{first_block}/MlpBlock_3/Dense_0/kernel", 2, "(hidden, mlp_dim) kernel")
+  posemb = _require(flat, POSEMB, 3, "(1, tokens, hidden) table")
+  if posemb.shape[0] != 1 or posemb.shape[2] != hidden or posemb.shape[1] <= ("cls" in flat):
+    raise LayoutError(f"{POSEMB} has shape {posemb.shape}, expected (1, tokens, {hidden}) "
+                      "with at least one patch token")
 
   resnet_stages, resnet_width = None, 1
   if "conv_root/kernel" in flat:
-    resnet_width = flat["conv_root/kernel"].shape[-1] / 64
+    root = _expect_rank("conv_root/kernel", flat["conv_root/kernel"], 4,
+                        "(7, 7, 3, width) kernel")
+    if root.shape[-1] % resnet.GROUP_NORM_GROUPS:
+      raise LayoutError(f"conv_root/kernel has {root.shape[-1]} filters, expected a multiple "
+                        f"of GroupNorm's {resnet.GROUP_NORM_GROUPS} groups")
+    resnet_width = root.shape[-1] / 64
     resnet_stages = []
     while any(k.startswith(f"block{len(resnet_stages) + 1}/") for k in flat):
       stage = len(resnet_stages) + 1
@@ -131,6 +175,12 @@ def infer_architecture(flat: Flat) -> Tuple[zoo.Architecture, Optional[int], Opt
   known = zoo.find_name(architecture)
   if known:  # keep the reference default dropout of the released model
     architecture = zoo.RELEASED[known]
-  num_classes = flat["head/kernel"].shape[-1] if "head/kernel" in flat else None
-  representation = flat["pre_logits/kernel"].shape[-1] if "pre_logits/kernel" in flat else None
-  return architecture, num_classes, representation
+  return architecture, _features(flat, "head"), _features(flat, "pre_logits")
+
+
+def _features(flat: Flat, dense: str) -> Optional[int]:
+  """Output size of an optional top-level Dense layer (head, pre_logits), or None."""
+  key = f"{dense}/kernel"
+  if key not in flat:
+    return None
+  return _expect_rank(key, flat[key], 2, "(inputs, outputs) kernel").shape[-1]
