@@ -31,7 +31,13 @@ def prepare(workdir: str) -> bool:
   """Creates `workdir` if needed and checks that it is a writable directory.
 
   Returns whether it was created (so a run that fails early can remove it again).
+  URLs are refused: the job's own files (lock, metrics.jsonl, config.json) need a POSIX
+  filesystem, and os.makedirs would quietly make a local folder named `gs:`.
   """
+  if "://" in workdir:
+    raise WorkdirError(f"--workdir={workdir} is a URL; the workdir must be a filesystem path: "
+                       "mount the bucket (e.g. gcsfuse gs://BUCKET /mnt/BUCKET) and pass "
+                       "--workdir=/mnt/BUCKET/...")
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise WorkdirError(f"--workdir={workdir} is a file, not a directory: pass a directory "
                        "path (it is created if missing)")
