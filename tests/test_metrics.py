@@ -17,6 +17,26 @@ def test_jsonl_and_tensorboard(tmp_path):
   assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path))
 
 
+def test_rows_past_the_resumed_step_are_moved_aside(tmp_path):
+  writer = metrics.create_writer(str(tmp_path), is_main_process=True)
+  for step in (0, 10, 20, 30):
+    writer.write_scalars(step, {"train/loss": float(step)})
+  writer.close()
+  with open(tmp_path / "metrics.jsonl", "a") as f:
+    f.write('{"step": 40, "train/lo')  # cut short by a SIGKILL
+  writer = metrics.create_writer(str(tmp_path), is_main_process=True, resume_step=20)
+  writer.write_scalars(30, {"train/loss": -30.0})
+  writer.close()
+  rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  assert [(r["step"], r["train/loss"]) for r in rows] == [(0, 0.0), (10, 10.0), (20, 20.0),
+                                                           (30, -30.0)]
+  superseded = (tmp_path / "metrics.superseded.jsonl").read_text().splitlines()
+  assert superseded == ['{"step": 30, "train/loss": 30.0}', '{"step": 40, "train/lo']
+  # A fresh start (no checkpoint to resume from) supersedes every earlier row.
+  metrics.create_writer(str(tmp_path), is_main_process=True).close()
+  assert (tmp_path / "metrics.jsonl").read_text() == ""
+
+
 def test_other_processes_write_nothing(tmp_path):
   writer = metrics.create_writer(str(tmp_path / "w"), is_main_process=False)
   writer.write_scalars(1, {"x": 1.0})

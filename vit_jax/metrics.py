@@ -15,6 +15,35 @@ from clu.metric_writers import interface
 from vit_jax.console import log
 
 
+def supersede_rows_after(path: str, step: Optional[int]) -> None:
+  """Moves rows newer than the resumed `step` (all rows for a fresh start, step None) to
+  metrics.superseded.jsonl: after a kill, the killed run's steps past its last checkpoint
+  are trained again, and metrics.jsonl must hold each step once. Nothing is deleted."""
+  if not os.path.exists(path):
+    return
+  with open(path, encoding="utf-8") as f:
+    lines = [line for line in f.read().splitlines() if line.strip()]
+  keep, moved = [], []
+  for line in lines:
+    try:
+      row_step = json.loads(line)["step"]
+    except (ValueError, KeyError, TypeError):  # a line cut short by the kill
+      row_step = None
+    (keep if step is not None and row_step is not None and row_step <= step else moved
+     ).append(line)
+  if not moved:
+    return
+  superseded = os.path.join(os.path.dirname(path), "metrics.superseded.jsonl")
+  with open(superseded, "a", encoding="utf-8") as f:
+    f.write("".join(line + "\n" for line in moved))
+  tmp = path + ".tmp"
+  with open(tmp, "w", encoding="utf-8") as f:
+    f.write("".join(line + "\n" for line in keep))
+  os.replace(tmp, path)
+  log.info("moved %d metrics.jsonl row(s) past step %d (from before the restart) to %s",
+           len(moved), step or 0, superseded)
+
+
 class JsonlWriter(interface.MetricWriter):
   """Appends scalars (and texts) as JSON lines; other summary kinds belong to TensorBoard."""
 
@@ -56,14 +85,20 @@ class JsonlWriter(interface.MetricWriter):
     self._file.close()
 
 
-def create_writer(workdir: str, *, is_main_process: bool) -> metric_writers.MetricWriter:
-  """TensorBoard + metrics.jsonl + log on the main process; log-free no-op elsewhere."""
+def create_writer(workdir: str, *, is_main_process: bool,
+                  resume_step: Optional[int] = None) -> metric_writers.MetricWriter:
+  """TensorBoard + metrics.jsonl + log on the main process; log-free no-op elsewhere.
+
+  metrics.jsonl continues from `resume_step` (None: a fresh start): see
+  supersede_rows_after."""
   if not is_main_process:
     return metric_writers.MultiWriter([])
   os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, "metrics.jsonl")
+  supersede_rows_after(path, resume_step)
   return metric_writers.MultiWriter([
       metric_writers.create_default_writer(workdir, asynchronous=False),
-      JsonlWriter(os.path.join(workdir, "metrics.jsonl")),
+      JsonlWriter(path),
   ])
 
 

@@ -267,7 +267,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: data.Dataset,
     state = jax.jit(init_state, out_shardings=state_shardings)(jax.random.PRNGKey(config.seed))
     log.info("starting from scratch (seed %d)", config.seed)
 
-  writer = metrics.create_writer(workdir, is_main_process=is_main)
+  writer = metrics.create_writer(workdir, is_main_process=is_main, resume_step=resume_step)
   if is_main:
     save_config(config, workdir, resume_step)
     if resume_step is None:
