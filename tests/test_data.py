@@ -2,12 +2,14 @@
 
 import io
 import os
+import re
 import time
 
 import jax
 import ml_collections
 import numpy as np
 import pytest
+import requests
 import tensorflow as tf
 import tensorflow_datasets as tfds
 from PIL import Image
@@ -301,6 +303,67 @@ def test_tfds_missing_fails_fast(tmp_path):
   with pytest.raises(FileNotFoundError, match="not prepared.*tfds build cifar10 --data_dir"):
     data.open_dataset(config)
   assert time.time() - start < 5
+
+
+def tfds_download_config(tmp_path, name="cifar10"):
+  config = make_config(name)
+  config.tfds_data_dir, config.tfds_download = str(tmp_path), True
+  return config
+
+
+def test_tfds_download_offline_fails_fast(tmp_path, monkeypatch):
+  """No network (every HTTP request fails, as on this offline machine): one line in
+  seconds, before tfds's download and its ~3.5 minutes of retries."""
+  def offline(*args, **kwargs):
+    raise requests.ConnectionError("Failed to resolve host")
+  monkeypatch.setattr(requests.Session, "send", offline)
+  monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare",
+                      lambda *args, **kwargs: pytest.fail("downloads although offline"))
+  start = time.time()
+  with pytest.raises(FileNotFoundError, match=r"^cannot download TFDS dataset cifar10: no "
+                     r"network connection to https://www\.cs\.toronto\.edu/ \(ConnectionError\)"
+                     r", .*tfds build cifar10 --data_dir=DIR.*config\.tfds_data_dir"):
+    data.open_dataset(tfds_download_config(tmp_path))
+  assert time.time() - start < 5
+
+
+def test_tfds_download_with_network_downloads(tmp_path, monkeypatch):
+  """The probe lets a reachable network through to the real download; its failure is
+  one line."""
+  def answer(*args, **kwargs):
+    response = requests.Response()
+    response.status_code = 403  # any answer means the network is there
+    return response
+  calls = []
+  def download(builder, download_config):
+    calls.append((builder.name, download_config.manual_dir))
+    raise requests.ConnectionError("Connection reset by peer\n(traceback)")
+  monkeypatch.setattr(requests.Session, "send", answer)
+  monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", download)
+  config = tfds_download_config(tmp_path)
+  config.tfds_manual_dir = str(tmp_path / "manual")
+  with pytest.raises(FileNotFoundError, match=r"^downloading TFDS dataset cifar10 failed: "
+                     r"Connection reset by peer \(traceback\); check the network and rerun"):
+    data.open_dataset(config)
+  assert calls == [("cifar10", str(tmp_path / "manual"))]
+
+
+def test_tfds_manual_download_names_the_manual_dir(tmp_path):
+  """imagenet2012 cannot be downloaded by TFDS: say so, with its instructions and where
+  the files go, instead of suggesting tfds_download=True alone."""
+  config = tfds_download_config(tmp_path, "imagenet2012")
+  config.tfds_download = False
+  manual = re.escape(str(tmp_path / "downloads" / "manual"))
+  with pytest.raises(FileNotFoundError, match=(
+      "and TFDS cannot download it by itself: manual_dir should contain two files: "
+      f"ILSVRC2012_img_train.tar .* config.tfds_manual_dir \\(default {manual}\\), then set "
+      "config.tfds_download=True")):
+    data.open_dataset(config)
+  config.tfds_download = True
+  with pytest.raises(FileNotFoundError, match=(
+      "^TFDS dataset imagenet2012 needs files downloaded by hand: manual_dir should contain "
+      f".* Put them in {manual} \\(or set config.tfds_manual_dir")):
+    data.open_dataset(config)
 
 
 @pytest.mark.parametrize("limit", [data_sources.IN_MEMORY_LIMIT_BYTES, 0], ids=["memory", "stream"])

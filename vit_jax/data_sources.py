@@ -10,6 +10,7 @@ import dataclasses
 import difflib
 import os
 import re
+import urllib.parse
 from typing import ClassVar, List, Optional
 
 import numpy as np
@@ -186,6 +187,15 @@ def _tfds_builder(name: str, data_dir: Optional[str]):
                      f"not a TFDS name; {hint}") from None
 
 
+def _default_manual_dir(builder) -> str:
+  return os.path.join(builder.data_dir_root, "downloads", "manual")  # as tfds defaults it
+
+
+def _instructions(builder) -> str:
+  """A dataset's manual download instructions on one line ('' if TFDS downloads it)."""
+  return " ".join((builder.MANUAL_DOWNLOAD_INSTRUCTIONS or "").split())
+
+
 def read_tfds(builder, split, **kwargs) -> tf.data.Dataset:
   """Examples with undecoded images (decode after the shuffle / the crop window), or a
   one-line error if the data is absent (tfds's download=False semantics)."""
@@ -194,10 +204,69 @@ def read_tfds(builder, split, **kwargs) -> tf.data.Dataset:
     return builder.as_dataset(split=split, decoders={"image": tfds.decode.SkipDecoding()},
                               **kwargs)
   except AssertionError:  # tfds: "could not find data in DIR"
+    where = f"TFDS dataset {builder.name} is not prepared in {builder.data_dir}"
+    if _instructions(builder):  # tfds_download=True alone cannot fetch it
+      raise FileNotFoundError(
+          f"{where}, and TFDS cannot download it by itself: {_instructions(builder)} Put "
+          f"those files in config.tfds_manual_dir (default {_default_manual_dir(builder)}), "
+          "then set config.tfds_download=True to prepare them") from None
     raise FileNotFoundError(
-        f"TFDS dataset {builder.name} is not prepared in {builder.data_dir}; run `tfds build "
-        f"{builder.name} --data_dir={builder.data_dir_root}` on a machine with network, or "
-        "set config.tfds_data_dir to a prepared copy (or config.tfds_download=True)") from None
+        f"{where}; run `tfds build {builder.name} --data_dir={builder.data_dir_root}` on a "
+        "machine with network, or set config.tfds_data_dir to a prepared copy (or "
+        "config.tfds_download=True)") from None
+
+
+_PROBE_TIMEOUT_S = 5
+_TFDS_MIRROR = "https://storage.googleapis.com/"  # tfds fetches mirrored datasets from here
+
+
+def _check_network(builder) -> None:
+  """Fails in seconds when neither the dataset's hosts nor tfds's mirror answer (offline):
+  tfds itself retries each URL for ~3.5 minutes, then raises a long traceback. Asks
+  through the proxies the environment sets, as tfds's requests do; any HTTP answer
+  counts. Builders that list no URLs are not probed."""
+  import requests
+  urls = builder.url_infos or {}
+  parts = [urllib.parse.urlsplit(url) for url in urls]
+  origins = sorted({f"{part.scheme}://{part.netloc}/" for part in parts
+                    if part.scheme in ("http", "https")})
+  if not origins:
+    return
+  failures = []
+  for origin in [*origins, _TFDS_MIRROR]:
+    try:
+      requests.head(origin, timeout=_PROBE_TIMEOUT_S, allow_redirects=False)
+      return
+    except requests.Timeout:
+      failures.append(f"{origin} (no answer in {_PROBE_TIMEOUT_S} s)")
+    except requests.RequestException as e:
+      failures.append(f"{origin} ({type(e).__name__})")
+  raise FileNotFoundError(
+      f"cannot download TFDS dataset {builder.name}: no network connection to "
+      f"{', '.join(failures)}; connect to the network, or run `tfds build {builder.name} "
+      f"--data_dir=DIR` on a machine with network and set config.tfds_data_dir to a copy of DIR")
+
+
+def _download_and_prepare(builder, manual_dir: Optional[str]) -> None:
+  """builder.download_and_prepare, with a one-line error for what users can fix: files
+  TFDS cannot download by itself, no network, a failed download."""
+  import requests
+  import tensorflow_datasets as tfds
+  if _instructions(builder):
+    manual = os.path.expanduser(manual_dir or _default_manual_dir(builder))
+    if not tf.io.gfile.isdir(manual) or not tf.io.gfile.listdir(manual):  # gs:// too
+      raise FileNotFoundError(
+          f"TFDS dataset {builder.name} needs files downloaded by hand: "
+          f"{_instructions(builder)} Put them in {manual} (or set config.tfds_manual_dir to "
+          "where they are) and rerun")
+  _check_network(builder)
+  try:
+    builder.download_and_prepare(
+        download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
+  except (requests.RequestException, tfds.download.DownloadError) as e:
+    raise FileNotFoundError(f"downloading TFDS dataset {builder.name} failed: "
+                            f"{' '.join(str(e).split())}; check the network and rerun, or "
+                            f"run `tfds build {builder.name}` where it works") from e
 
 
 def _tfds_in_memory(builder, split: str) -> IndexedSplit:
@@ -215,12 +284,10 @@ def _tfds_in_memory(builder, split: str) -> IndexedSplit:
 def tfds_source(name: str, train_split: str, eval_split: str, *, data_dir=None,
                 manual_dir=None, download=False):
   """A TFDS dataset; touches the network only with download=True (then it may take
-  minutes, or hang offline), otherwise a missing dataset fails at once."""
-  import tensorflow_datasets as tfds
+  minutes; offline it fails in seconds), otherwise a missing dataset fails at once."""
   builder = _tfds_builder(name, data_dir)
   if download and not builder.is_prepared():
-    builder.download_and_prepare(
-        download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
+    _download_and_prepare(builder, manual_dir)
   missing = {"image", "label"} - set(builder.info.features)
   if missing:
     raise ValueError(f"TFDS dataset {name} lacks the feature(s) {', '.join(sorted(missing))}; "
