@@ -12,7 +12,7 @@ from PIL import Image
 
 from conftest import REPO, RELEASED_FIXTURES, init_params, tiny_model
 from test_released import serve_from
-from vit_jax import predict
+from vit_jax import predict, save_npz
 
 
 @pytest.fixture
@@ -80,15 +80,15 @@ def run_predict(*args):
 
 
 def parse(stdout):
-  """{image: [(probability, index, name), ...]} from the command's output."""
+  """{image: [(probability, index, name or ''), ...]} from the command's output."""
   results = {}
   for line in stdout.splitlines():
     if not line.startswith(" "):
       image = line.rstrip(":")
       results[image] = []
     else:
-      prob, index, name = line.split(maxsplit=2)
-      results[image].append((float(prob), int(index), name))
+      prob, index, *name = line.split(maxsplit=2)  # no name without labels
+      results[image].append((float(prob), int(index), "".join(name)))
   return results
 
 
@@ -120,3 +120,65 @@ def test_predict_command_errors_are_one_line(images, tmp_path):
                        images["corrupt"])
   assert failed.returncode == 1 and "Traceback" not in failed.stderr
   assert failed.stderr.splitlines()[-1].startswith(f"error: cannot read image {images['corrupt']}")
+
+
+def one_error_line(failed):
+  """The command failed with exactly one `error:` line and no traceback; that line."""
+  assert failed.returncode == 1 and failed.stdout == "", failed.stderr
+  assert "Traceback" not in failed.stderr
+  errors = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
+  assert len(errors) == 1, failed.stderr
+  return errors[0]
+
+
+@pytest.fixture
+def tiny_checkpoint(tmp_path):
+  """save(arrays_edit) -> path of a tiny 7-class checkpoint (16 px) after arrays_edit."""
+  def save(edit=lambda arrays: None):
+    path = tmp_path / "tiny.npz"
+    save_npz(init_params(tiny_model(num_classes=7)), path)
+    arrays = dict(np.load(path))
+    edit(arrays)
+    np.savez(path, **arrays)
+    return path
+  return save
+
+
+@pytest.mark.parametrize("value,name", [(np.nan, "NaN"), (np.inf, "Inf")])
+def test_predict_command_refuses_nonfinite_weights(images, tiny_checkpoint, value, name):
+  path = tiny_checkpoint(lambda arrays: arrays["head/bias"].__setitem__(3, value))
+  line = one_error_line(run_predict(f"--checkpoint={path}", images["rgb"]))
+  assert line.startswith(f"error: {path} has NaN/Inf weights in 1 of 40 arrays: head/bias "
+                         f"(1 {name}); ")
+  assert line.endswith("(commands: --allow_nonfinite)")
+
+
+def test_predict_command_loads_nonfinite_weights_when_allowed(images, tiny_checkpoint):
+  path = tiny_checkpoint(lambda arrays: arrays["head/bias"].__setitem__(3, np.nan))
+  done = run_predict(f"--checkpoint={path}", "--allow_nonfinite", images["rgb"])
+  assert done.returncode == 0, done.stderr
+  top5 = parse(done.stdout)[images["rgb"]]
+  assert len(top5) == 5 and all(np.isnan(prob) for prob, _, _ in top5)
+
+
+@pytest.mark.parametrize("size,message", [
+    (8, "image size 8 is smaller than the model's 16 px patches (no token): use 16 or a larger "
+        "multiple of 16"),
+    (20000, "image size 20000 gives 1250x1250 = 1,562,500 tokens, over the limit of 16,384 "
+            "(attention memory grows with their square): use at most 2048 px"),
+    (230, "image size 230 is not a multiple of the model's stride 16 px: use 224 or 240")])
+def test_predict_command_checks_the_image_size_against_the_model(images, size, message):
+  failed = run_predict(f"--checkpoint={RELEASED_FIXTURES / 'vit-ti16.npz'}",
+                       f"--image_size={size}", images["rgb"])
+  assert one_error_line(failed) == f"error: {message}"
+
+
+def test_predict_command_directory_and_malformed_checkpoints(images, tiny_checkpoint, tmp_path):
+  path = tiny_checkpoint(lambda arrays: arrays.__setitem__("embedding/kernel", np.float32(0)))
+  line = one_error_line(run_predict(f"--checkpoint={path}", images["rgb"]))
+  assert line == (f"error: {path} is not a usable ViT checkpoint: embedding/kernel has shape (), "
+                  "expected a 4-D (patch, patch, channels, hidden) kernel (the file is damaged "
+                  "or was edited: save it again from the model)")
+  line = one_error_line(run_predict(f"--checkpoint={tmp_path}", images["rgb"]))
+  assert line == (f"error: {tmp_path} is a directory, not an .npz checkpoint: pass one of its "
+                  f".npz files: {path}")

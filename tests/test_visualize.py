@@ -8,7 +8,7 @@ from absl import flags
 from PIL import Image
 
 from conftest import RELEASED_FIXTURES, init_params, tiny_model
-from vit_jax import visualize
+from vit_jax import save_npz, visualize
 
 FIGURES = ["attention_rollout.png", "embedding_filters.png", "position_similarity.png",
            "attention_distance.png"]
@@ -91,3 +91,33 @@ def test_command_errors_are_one_line(run, image, tmp_path):
   assert code == 1 and stdout == ""
   assert stderr.startswith(f"error: {bad} is not a valid .npz") and stderr.count("\n") == 1
   assert not os.path.exists(tmp_path / "out")
+
+
+@pytest.mark.parametrize("size,message", [
+    (8, "image size 8 is smaller than the model's 16 px patches (no token): use 16 or a larger "
+        "multiple of 16"),
+    (20000, "image size 20000 gives 1250x1250 = 1,562,500 tokens, over the limit of 16,384 "
+            "(attention memory grows with their square): use at most 2048 px"),
+    (100, "image size 100 is not a multiple of the model's stride 16 px: use 96 or 112")])
+def test_command_checks_the_image_size_against_the_model(run, image, tmp_path, size, message):
+  code, stdout, stderr = run(f"--checkpoint={RELEASED_FIXTURES / 'vit-ti16.npz'}",
+                             f"--out={tmp_path / 'out'}", f"--image_size={size}", image)
+  assert (code, stdout, stderr) == (1, "", f"error: {message}\n")
+  assert not os.path.exists(tmp_path / "out")
+
+
+def test_command_refuses_nonfinite_weights_unless_allowed(run, image, tmp_path):
+  path = tmp_path / "diverged.npz"
+  save_npz(init_params(tiny_model()), path)
+  arrays = dict(np.load(path))
+  arrays["head/kernel"][0, 0] = np.nan  # the figures do not use the head
+  np.savez(path, **arrays)
+  code, stdout, stderr = run(f"--checkpoint={path}", f"--out={tmp_path / 'out'}", image)
+  assert (code, stdout) == (1, "") and stderr.count("\n") == 1
+  assert stderr.startswith(f"error: {path} has NaN/Inf weights in 1 of 40 arrays: head/kernel "
+                           "(1 NaN);")
+  code, stdout, stderr = run(f"--checkpoint={path}", f"--out={tmp_path / 'out'}",
+                             "--allow_nonfinite", image)
+  assert code == 0, stderr
+  for name in FIGURES:
+    assert_not_blank(tmp_path / "out" / name)

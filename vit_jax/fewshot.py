@@ -24,7 +24,7 @@ import scipy.linalg
 from absl import app, flags, logging
 from jax.experimental import multihost_utils
 
-from vit_jax import cli, data, download, npz, released, sharding
+from vit_jax import cli, data, download, npz, sharding
 
 # big_vision's few-shot default. Features are O(1) per dimension, so a feature vector's
 # squared norm is O(D) ~ 10^3: the ridge then matters at 1-5 shots (a stable,
@@ -295,9 +295,9 @@ def format_table(report: Dict[str, Any], shots: Sequence[int]) -> str:
 def run(flag_values) -> Dict[str, Any]:
   """Loads, extracts features, fits the probes; returns the report the command prints."""
   shots = parse_shots(flag_values.shots)
-  module, params = npz.load_npz(released.resolve(flag_values.checkpoint),
-                                image_size=flag_values.image_size)
-  image_size = flag_values.image_size or npz.native_image_size(module, params)
+  module, params, image_size = npz.load_for_inference(
+      flag_values.checkpoint, flag_values.image_size,
+      allow_nonfinite=flag_values.allow_nonfinite)
   dataset = data.open_dataset(data_config(flag_values.dataset, image_size,
                                           flag_values.train_split, flag_values.eval_split,
                                           flag_values.tfds_data_dir))
@@ -348,6 +348,7 @@ def define_flags(flag_values=flags.FLAGS) -> None:
   flags.DEFINE_float("l2_reg", DEFAULT_L2_REG, "Ridge regularisation (> 0).", **define)
   flags.DEFINE_integer("image_size", None, "Input side in pixels; default: the checkpoint's.",
                        lower_bound=1, **define)
+  flags.DEFINE_boolean("allow_nonfinite", False, npz.ALLOW_NONFINITE_HELP, **define)
   flags.DEFINE_integer("batch_size", 64, "Images per forward pass (rounded up to a multiple "
                        "of the device count).", lower_bound=1, **define)
   flags.DEFINE_string("train_split", "train", "TFDS split to draw the shots from.", **define)

@@ -325,3 +325,21 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
   check_against(flat, shapes, path, model_name)
   params = traverse_util.unflatten_dict(flat, sep="/")
   return module, vit.to_scan_layout(params) if module.scan_layers else params
+
+
+ALLOW_NONFINITE_HELP = ("Load a checkpoint even if some weights are NaN or Inf (refused by "
+                        "default: they make every output NaN).")
+
+
+def load_for_inference(checkpoint: str, image_size: Optional[int] = None, *,
+                       allow_nonfinite: bool = False
+                       ) -> Tuple[vit.VisionTransformer, Dict[str, Any], int]:
+  """(module, params, image side) for the predict, visualize and fewshot commands.
+
+  checkpoint is anything released.resolve accepts. A user-given image_size must be a
+  multiple of the model's stride (a command has no reason to drop pixels); None means the
+  checkpoint's own resolution.
+  """
+  module, params = load_npz(released.resolve(checkpoint), image_size=image_size,
+                            allow_nonfinite=allow_nonfinite, strict_image_size=True)
+  return module, params, image_size or native_image_size(module, params)

@@ -149,9 +149,10 @@ def image_arguments(argv: Sequence[str]) -> List[str]:
 def main(argv):
   image_paths = image_arguments(argv)
   try:
-    module, params = npz.load_npz(released.resolve(FLAGS.checkpoint), image_size=FLAGS.image_size)
+    module, params, image_size = npz.load_for_inference(
+        FLAGS.checkpoint, FLAGS.image_size, allow_nonfinite=FLAGS.allow_nonfinite)
     names = class_names(module.num_classes, FLAGS.labels)
-    predictions = classify(module, params, image_paths, image_size=FLAGS.image_size,
+    predictions = classify(module, params, image_paths, image_size=image_size,
                            top_k=FLAGS.top_k, batch_size=FLAGS.batch_size)
   except (ValueError, FileNotFoundError) as e:  # CheckpointError and ImageError included
     download.fail(str(e))
@@ -163,6 +164,7 @@ if __name__ == "__main__":  # flags only for the command, not for importers of c
   flags.DEFINE_string("checkpoint", None, "Path, URL, FAMILY/NAME or released model name.")
   flags.DEFINE_integer("image_size", None, "Input side in pixels; default: the checkpoint's own.",
                        lower_bound=1)
+  flags.DEFINE_boolean("allow_nonfinite", False, npz.ALLOW_NONFINITE_HELP)
   flags.DEFINE_integer("batch_size", 32, "Images per forward pass.", lower_bound=1)
   flags.DEFINE_integer("top_k", 5, "Classes shown per image.", lower_bound=1)
   flags.DEFINE_string("labels", None, "Class names, one per line; default: ImageNet's for "

@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from absl import flags
 
-from vit_jax import cli, download, introspect, npz, predict, released
+from vit_jax import cli, download, introspect, npz, predict
 from vit_jax.models import vit, zoo
 
 FLAGS = flags.FLAGS
@@ -35,6 +35,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                       flag_values=flag_values)
   flags.DEFINE_integer("image_size", None, "Input side in pixels; default: the checkpoint's "
                        "own.", lower_bound=1, flag_values=flag_values)
+  flags.DEFINE_boolean("allow_nonfinite", False, npz.ALLOW_NONFINITE_HELP,
+                       flag_values=flag_values)
   for name in ("checkpoint", "out"):
     flags.mark_flag_as_required(name, flag_values=flag_values)
 
@@ -145,8 +147,8 @@ def write_figures(module: vit.VisionTransformer, params, images: np.ndarray,
 def main(argv):
   image_paths = predict.image_arguments(argv)
   try:
-    module, params = npz.load_npz(released.resolve(FLAGS.checkpoint), image_size=FLAGS.image_size)
-    image_size = FLAGS.image_size or npz.native_image_size(module, params)
+    module, params, image_size = npz.load_for_inference(
+        FLAGS.checkpoint, FLAGS.image_size, allow_nonfinite=FLAGS.allow_nonfinite)
     images = np.stack([predict.load_image(p, image_size) for p in image_paths])
     names = [os.path.basename(p) for p in image_paths]
     written = write_figures(module, params, images, names, FLAGS.out)
