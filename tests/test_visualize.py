@@ -29,6 +29,26 @@ def test_mosaic_lays_tiles_out_row_major_with_gaps():
   assert np.isnan(canvas[6:, 4:]).all()  # no sixth tile
 
 
+def test_rollout_heat_map_covers_exactly_the_image():
+  """A black image under the 60% opaque map: any uncovered pixel shows the white page
+  through the map (every channel >= 0.4 * 255), as the half-pixel strip along the bottom
+  and right edges did when the image kept imshow's pixel-centre extent."""
+  maps = np.random.RandomState(0).rand(1, 4, 4)
+  fig = visualize.rollout_figure(np.full((1, 16, 16, 3), -1.0), maps, ["a.png"], stride=4)
+  for ax in fig.axes:
+    assert [list(image.get_extent()) for image in ax.get_images()] == (
+        [[0, 16, 16, 0]] * len(ax.get_images()))
+  fig.canvas.draw()
+  pixels = np.asarray(fig.canvas.buffer_rgba())[..., :3]
+  left, bottom, right, top = fig.axes[1].get_window_extent().extents
+  height = pixels.shape[0]
+  area = pixels[int(np.ceil(height - top)) + 1:int(height - bottom) - 1,
+                int(np.ceil(left)) + 1:int(right) - 1]
+  assert area.shape[0] > 100 and area.shape[1] > 100
+  assert np.all(area.min(axis=-1) < 0.4 * 255)
+  visualize.plt.close(fig)
+
+
 @pytest.mark.parametrize("overrides,image_size", [
     (dict(), 16), (dict(classifier="gap", resnet_stages=(), resnet_width=0.5, patch_size=2), 32)])
 def test_write_figures_writes_four_non_blank_pngs(tmp_path, overrides, image_size):

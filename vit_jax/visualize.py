@@ -58,23 +58,33 @@ def _save(fig, path: str) -> str:
   return path
 
 
-def plot_rollout(images: np.ndarray, maps: np.ndarray, names: Sequence[str], stride: int,
-                 path: str) -> str:
-  """One row per image: the input, then the rollout map over it (Figs. 6 and 14)."""
+def rollout_figure(images: np.ndarray, maps: np.ndarray, names: Sequence[str], stride: int):
+  """One row per image: the input, then the rollout map over it (Figs. 6 and 14).
+
+  Both are drawn in pixel-edge coordinates (pixel i spans [i, i + 1]; token j spans
+  [j * stride, (j + 1) * stride]) so that the heat map covers exactly the pixels the
+  tokens saw: imshow's default pixel-centre extent would leave a half-pixel strip.
+  """
   fig, axes = plt.subplots(len(images), 2, figsize=(5, 2.5 * len(images)), squeeze=False)
   extent = (0, maps.shape[2] * stride, maps.shape[1] * stride, 0)  # token grid in pixels
   for (left, right), image, attention, name in zip(axes, images, maps, names):
     pixels = (image + 1) / 2
-    left.imshow(pixels)
+    image_extent = (0, image.shape[1], image.shape[0], 0)
+    left.imshow(pixels, extent=image_extent)
     left.set_title(name, fontsize=9)
-    right.imshow(pixels)
+    right.imshow(pixels, extent=image_extent)
     right.imshow(attention, cmap="inferno", alpha=0.6, extent=extent, interpolation="bilinear")
     right.set_title("attention rollout", fontsize=9)
     for ax in (left, right):
       ax.set_xlim(0, image.shape[1])
       ax.set_ylim(image.shape[0], 0)
       ax.axis("off")
-  return _save(fig, path)
+  return fig
+
+
+def plot_rollout(images: np.ndarray, maps: np.ndarray, names: Sequence[str], stride: int,
+                 path: str) -> str:
+  return _save(rollout_figure(images, maps, names, stride), path)
 
 
 def plot_filters(components: np.ndarray, explained: np.ndarray, what: str, path: str) -> str:
