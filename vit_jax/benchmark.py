@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from vit_jax import optim, sharding, train_step
+from vit_jax import console, optim, sharding, train_step
 from vit_jax.models import vit, zoo
 
 SUITE = [(model, mode, size) for model in ("ViT-Ti_16", "ViT-B_16", "ViT-L_16")
@@ -247,6 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None):
   parser = build_parser()
   args = parser.parse_args(argv)
+  console.quiet_libraries(verbosity_flag_present=False)
   try:  # a --mesh or --batch these devices cannot take: one line, before any output
     sharding.check_batch_size(args.batch, sharding.make_mesh(args.mesh))
   except sharding.ShardingError as e:

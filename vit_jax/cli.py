@@ -10,6 +10,8 @@ from typing import Any, Callable, List
 
 from absl import app, flags
 
+from vit_jax import console
+
 HELP_FLAGS = (app.HelpFlag, app.HelpshortFlag, app.HelpfullFlag, app.HelpXMLFlag)
 
 
@@ -37,6 +39,12 @@ def define_help_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
 
 def run(main: Callable[[List[str]], Any],
         flags_parser: Callable[[List[str]], Any] = app.parse_flags_with_usage) -> None:
-  """app.run(main, flags_parser=flags_parser), with help exiting 0."""
+  """app.run(main, flags_parser=flags_parser), with help exiting 0 and the libraries'
+  INFO logging hidden unless --verbosity is given (see vit_jax.console)."""
   define_help_flags()
-  app.run(main, flags_parser=flags_parser)
+
+  def quiet_main(argv):
+    console.quiet_libraries(flags.FLAGS["verbosity"].present)
+    return main(argv)
+
+  app.run(quiet_main, flags_parser=flags_parser)

@@ -81,7 +81,6 @@ def main(argv):
     config.get("dataset")  # a config that failed to load raises only when touched
   except CONFIG_ERRORS as e:
     exit_with_error(e, "cannot load --config: ", code=2)
-  console.quiet_libraries(FLAGS["verbosity"].present)
   import tensorflow as tf  # tf.data only: keep TensorFlow off the accelerators.
   tf.config.set_visible_devices([], "GPU")
   initialize_distributed()

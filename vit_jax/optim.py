@@ -4,7 +4,7 @@
 
 Keys read: optimizer, base_lr, warmup_steps, total_steps, decay_type, linear_end,
 momentum (sgd), adam_b1 / adam_b2 (adam, adamw), optim_dtype, weight_decay,
-grad_norm_clip. Every key must be set (configs/common.py sets the reference fine-tuning
+grad_norm_clip. Every key must be set (vit_jax/config_defaults.py sets the reference fine-tuning
 recipe) except `linear_end`, which defaults to the reference code's 1e-5.
 """
 
