@@ -25,6 +25,8 @@ COMMANDS = {
                           "--steps STEPS timed steps", "--mesh MESH device mesh",
                           "models (--model): ViT-Ti_16, ViT-S_16"],
 }
+# A usage mistake: no image given.
+USAGE_MISTAKE = ("vit_jax.predict", "--checkpoint=ViT-B_16")
 # absl's other help flags, on the quickest command to start.
 OTHER_HELP_FLAGS = ["-?", "--helpshort", "--helpfull", "--helpxml"]
 
@@ -35,6 +37,7 @@ def helps():
   TensorFlow and JAX is most of each run's time."""
   runs = [(command, "--help") for command in COMMANDS]
   runs += [("vit_jax.download", flag) for flag in OTHER_HELP_FLAGS]
+  runs += [USAGE_MISTAKE]
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", JAX_PLATFORMS="cpu")
   started = {run: subprocess.Popen([sys.executable, "-m", *run], cwd=REPO, env=env, text=True,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -56,3 +59,9 @@ def test_help_exits_0_and_documents_the_flags(helps, command):
 def test_every_help_flag_exits_0(helps, flag):
   code, output = helps["vit_jax.download", flag]
   assert code == 0 and "--dir" in output, output
+
+
+def test_a_usage_mistake_is_one_line_not_the_help_text(helps):
+  code, output = helps[USAGE_MISTAKE]
+  assert code == 2
+  assert output == "error: give one or more images (--help shows the usage)"

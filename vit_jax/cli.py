@@ -45,6 +45,10 @@ def run(main: Callable[[List[str]], Any],
 
   def quiet_main(argv):
     console.quiet_libraries(flags.FLAGS["verbosity"].present)
-    return main(argv)
+    try:
+      return main(argv)
+    except app.UsageError as e:  # absl would print the whole help text before it
+      print(f"error: {e} (--help shows the usage)", file=sys.stderr)
+      sys.exit(2)
 
   app.run(quiet_main, flags_parser=flags_parser)
