@@ -111,6 +111,18 @@ def test_each_epoch_visits_every_example_once():
   assert list(seen[:10]) != list(seen[10:])
 
 
+@pytest.mark.parametrize("flip", [False, True])
+def test_train_flips_follow_pp_flip(flip):
+  """Images dark on the left, bright on the right: a mirrored one is bright on the left."""
+  columns = np.arange(0, 256, 32, dtype=np.uint8)[None, None, :, None]
+  split = data.IndexedSplit(np.broadcast_to(columns, (16, 8, 8, 3)).copy(),
+                            np.zeros(16, np.int32), "pixels")
+  dataset = data.Dataset(split, split, ["a"], make_config(resize=16, flip=flip).pp, 16)
+  images = train(dataset, num_steps=1, batch_size=16)[0]["image"]
+  mirrored = images[:, 0, 0, 0] > images[:, 0, -1, 0]
+  assert 0 < mirrored.sum() < 16 if flip else not mirrored.any()
+
+
 @pytest.mark.parametrize("process_count", [1, 2])
 def test_eval_counts_every_example_once(process_count):
   dataset = indexed_dataset(4, 21)

@@ -4,6 +4,7 @@ import io
 
 import numpy as np
 import pytest
+import scipy.stats
 import tensorflow as tf
 from PIL import Image
 
@@ -101,3 +102,91 @@ def test_mixup_mixes_neighbours_with_one_lambda():
   np.testing.assert_allclose(mixed_labels.numpy()[range(4), partner], 1 - lam, rtol=1e-5)
   again, _ = preprocess.mixup(images, labels, 0.1, seed(0, 5))
   np.testing.assert_array_equal(again, mixed_images)
+
+
+def draw(fn, num_seeds: int) -> np.ndarray:
+  """fn(seed) for seeds (0, 7) .. (num_seeds - 1, 7), in one traced map (fast)."""
+  seeds = tf.stack([tf.range(num_seeds, dtype=tf.int64),
+                    tf.fill([num_seeds], tf.constant(7, tf.int64))], axis=1)
+  return tf.function(lambda s: tf.map_fn(fn, s, fn_output_signature=tf.float32))(seeds).numpy()
+
+
+def test_inception_window_area_and_aspect_ranges():
+  """The reference crop: 5%-100% of the area, aspect 3/4-4/3. TF's sampler draws an aspect
+  ratio uniformly, then an integer height uniformly between the heights that give the
+  area bounds, and rejects what misses the bounds after rounding: every area fraction lies
+  within them, about 6.7% fall under 0.07 and 1.5% over 0.9 (2,000 draws on 200 x 200;
+  the asserted shares are >= 4 standard deviations inside). torchvision's 0.08, or a 0.9
+  maximum, leave none there. (Uniform heights make the mean area ~0.38, not the 0.525 of
+  uniform areas.) Width is rounded, so aspects stray by <= 0.5 / height."""
+  def window(seed):
+    _, size = preprocess.inception_window(tf.constant([200, 200, 3]), seed)
+    return tf.cast(size[:2], tf.float32)
+  height, width = draw(window, 2000).T
+  area, aspect = height * width / 200**2, width / height
+  assert area.min() >= 0.05 and area.max() <= 1.0
+  assert np.mean(area < 0.07) > 0.03 and np.mean(area > 0.9) > 0.004
+  assert aspect.min() >= 3 / 4 - 0.5 / 38 and aspect.max() <= 4 / 3 + 0.5 / 38
+  assert np.mean(aspect < 0.77) > 0.01 and np.mean(aspect > 1.3) > 0.03
+
+
+def test_mixup_lambda_is_symmetric_beta():
+  """lambda ~ Beta(alpha, alpha): BiT's MixUp, U-shaped at its alpha = 0.1. The empirical
+  CDF of 2,000 draws stays within 0.05 of Beta's (DKW: fails by chance with probability
+  < 2 exp(-2 * 2000 * 0.05^2) = 1e-4); a uniform or asymmetric lambda strays >= 0.09.
+  Compared inside (0.001, 0.999): float32 rounds ~10% of the draws to exactly 0 or 1."""
+  points = np.linspace(0.001, 0.999, 999)
+  for alpha in (0.1, 2.0):
+    def lam(seed, alpha=alpha):
+      _, labels = preprocess.mixup(tf.zeros([2, 1, 1, 1]), tf.eye(2), alpha, seed)
+      return labels[0, 0]
+    draws = np.sort(draw(lam, 2000))
+    empirical = np.searchsorted(draws, points, side="right") / len(draws)
+    distance = np.abs(empirical - scipy.stats.beta(alpha, alpha).cdf(points)).max()
+    assert distance < 0.05, (alpha, distance)
+
+
+def bilinear(pixels: np.ndarray, size: int) -> np.ndarray:
+  """Reference bilinear resize to size x size: half-pixel centres, no antialiasing (each
+  output pixel blends the 2 x 2 input pixels around its centre however much it shrinks),
+  scaled to [-1, 1]."""
+  def weights(in_size):
+    centre = (np.arange(size) + 0.5) * in_size / size - 0.5
+    low = np.floor(centre)
+    matrix = np.zeros((size, in_size))
+    for index, weight in ((low, 1 - (centre - low)), (low + 1, centre - low)):
+      np.add.at(matrix, (np.arange(size), np.clip(index, 0, in_size - 1).astype(int)), weight)
+    return matrix
+  resized = np.einsum("hy,yxc,wx->hwc", weights(pixels.shape[0]), pixels.astype(np.float64),
+                      weights(pixels.shape[1]))
+  return (resized - 127.5) / 127.5
+
+
+def whole_image_window(image_shape, seed):
+  """An inception_window that always picks the whole image (begin, size)."""
+  del seed
+  return tf.zeros([3], tf.int32), tf.concat([tf.cast(image_shape[:2], tf.int32), [-1]], 0)
+
+
+RESIZES = {  # name: (image, seed) -> the preset's 20 x 20 output
+    "eval": lambda image, s: preprocess.eval_resize(image, 20),
+    "inception": lambda image, s: preprocess.inception_crop(image, 20, s),
+    "bit": lambda image, s: preprocess.bit_crop(image, 20, s, resize=20),
+}
+
+
+@pytest.mark.parametrize("name", RESIZES)
+def test_resizes_are_bilinear_without_antialias_and_train_flips_mirror(pixels, monkeypatch,
+                                                                       name):
+  """Shrinking 45 x 70 to 20 x 20 tells bilinear from antialiased, bicubic or nearest.
+  With the crop window the whole image (inception) or resize == crop (bit), the train
+  presets are that resize, mirrored left-right for about half of the seeds."""
+  monkeypatch.setattr(preprocess, "inception_window", whole_image_window)
+  expected = bilinear(pixels, 20)
+  outputs = [RESIZES[name](tf.constant(pixels), seed(s, 0)).numpy() for s in range(12)]
+  mirrored = []
+  for output in outputs:
+    mirrored.append(not np.allclose(output, expected, atol=1e-5))
+    np.testing.assert_allclose(output, expected[:, ::-1] if mirrored[-1] else expected,
+                               atol=1e-5)
+  assert not any(mirrored) if name == "eval" else 0 < sum(mirrored) < 12

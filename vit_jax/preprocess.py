@@ -13,6 +13,7 @@ PRESETS = ("inception", "bit")
 INCEPTION_AREA = (0.05, 1.0)
 INCEPTION_ASPECT = (3 / 4, 4 / 3)
 # BiT HyperRule (resize, crop): images under 96x96 px -> (160, 128), others -> (448, 384).
+# The crop (model resolution) is the config's choice; bit_resize maps it to the resize.
 HYPERRULE_SMALL = (160, 128)
 HYPERRULE_LARGE = (448, 384)
 
