@@ -101,6 +101,21 @@ def check_finite(step: int, step_metrics: dict, checkpointer: checkpointing.Chec
           "resume from it")
 
 
+def save_before_stopping(checkpointer: checkpointing.Checkpointer, step: int, state,
+                         start_step: int) -> None:
+  """A bad file found mid-run (e.g. at the first evaluation) must not cost the steps
+  trained so far: their state is checkpointed, if finite, before the error is shown."""
+  if step <= start_step:
+    return
+  try:
+    checkpointer.save(step, state)
+  except checkpointing.NonFiniteStateError:
+    return
+  checkpointer.wait()
+  log.warning("saved the checkpoint of step %d before stopping: fix the file named below "
+              "and rerun the same command to resume", step)
+
+
 def write_train_metrics(writer, step: int, step_metrics: dict,
                         progress: metrics.Progress) -> None:
   """Logs train/* scalars with throughput, and the progress line."""
@@ -299,13 +314,14 @@ def _run(config, workdir: str, mesh, started: float, dataset: data.Dataset,
   dropout_rng = jax.device_put(jax.random.PRNGKey(config.seed + 1), replicated)
   progress = metrics.Progress(total_steps=total_steps, batch_size=config.batch,
                               num_devices=jax.device_count())
-  eval_metrics, preempted_at = {}, None
+  eval_metrics, preempted_at, done_step = {}, None, start_step
   watcher = preemption.PreemptionWatcher()
   try:
     for step in range(start_step + 1, total_steps + 1):
       batch = next(batches)
       with jax.transfer_guard("disallow"):  # inputs must already be on the devices
         state, step_metrics = step_fn(state, batch, dropout_rng)
+      done_step = step
       if step == start_step + 1:
         jax.block_until_ready(state)
         progress.update(step)  # the rate clock starts after compilation
@@ -330,6 +346,9 @@ def _run(config, workdir: str, mesh, started: float, dataset: data.Dataset,
       if preempted:
         preempted_at = step
         break
+  except (data.CorruptImageError, FileNotFoundError):
+    save_before_stopping(checkpointer, done_step, state, start_step)
+    raise
   finally:
     batches.close()
     watcher.close()
