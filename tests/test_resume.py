@@ -2,12 +2,15 @@
 command resumes and ends with the parameters of an uninterrupted run."""
 
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
 import numpy as np
+import pytest
 
 from conftest import REPO
 
@@ -88,3 +91,41 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path):
   for key in reference_params.files:
     np.testing.assert_allclose(resumed_params[key], reference_params[key], rtol=1e-6,
                                atol=1e-7, err_msg=key)
+
+
+def run_in_tiny_filesystem(script, size="5m"):
+  """Runs `script` (sh) with a fresh tmpfs of `size` mounted at /mnt (a private mount
+  namespace: works unprivileged where user namespaces are enabled)."""
+  unshare = shutil.which("unshare")
+  if unshare is None or subprocess.run(
+      [unshare, "--user", "--map-root-user", "--mount", "true"], capture_output=True).returncode:
+    pytest.skip("cannot create a private mount namespace (unshare) to fill a disk")
+  env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3"}
+  return subprocess.run([unshare, "--user", "--map-root-user", "--mount", "sh", "-c",
+                         f"mount -t tmpfs -o size={size} tmpfs /mnt && {script}"],
+                        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_a_full_disk_keeps_the_last_checkpoint_and_says_so_in_one_line():
+  main = " ".join([sys.executable, "-m", "vit_jax.main", *DEMO, "--workdir=/mnt/run",
+                   "--config.total_steps=8", "--config.checkpoint_every=2"])
+  result = run_in_tiny_filesystem(
+      f"{main} 2>/mnt/first.log; echo \"== first exit $?\"; cat /mnt/first.log; "
+      f"echo == checkpoints; ls /mnt/run/checkpoints; echo == second; {main} 2>&1; "
+      "echo \"== second exit $?\"")
+  out = result.stdout
+  first_exit, rest = out.split("== first exit ", 1)
+  first_run, rest = rest.split("== checkpoints", 1)
+  checkpoints, second_run = rest.split("== second", 1)
+  assert first_exit == "" and first_run.startswith("1\n"), out[-3000:]
+  assert "Traceback" not in out
+  [error] = [line for line in first_run.splitlines() if line.startswith("error: ")]
+  match = re.fullmatch(r"error: disk full: no room for the checkpoint of step (\d+) in "
+                       r"/mnt/run/checkpoints \(needs about .* MiB free\); .* rerun the same "
+                       r"command to resume from step (\d+)", error)
+  assert match, error
+  refused, last = int(match.group(1)), int(match.group(2))
+  assert 2 <= last == refused - 2  # the saves before the refused one all completed
+  # ... and nothing half-written lies under a step name.
+  assert checkpoints.split() == [str(s) for s in range(max(2, last - 2), last + 1, 2)]
+  assert f"resumed from step {last}" in second_run and second_run.endswith("exit 1\n")

@@ -247,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None):
   parser = build_parser()
   args = parser.parse_args(argv)
-  console.quiet_libraries(verbosity_flag_present=False)
+  console.quiet_libraries(verbosity_flag_present=False)  # argparse: no --verbosity flag
   try:  # a --mesh or --batch these devices cannot take: one line, before any output
     sharding.check_batch_size(args.batch, sharding.make_mesh(args.mesh))
   except sharding.ShardingError as e:

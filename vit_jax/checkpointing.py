@@ -9,18 +9,19 @@ latest checkpoint is set aside and the newest intact one is used instead.
 """
 
 import contextlib
+import logging
 import os
+import shutil
 import time
 from typing import Any, List, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
-from absl import logging as absl_logging
 from etils import epath
 from jax.experimental import multihost_utils
 
-from vit_jax import released
+from vit_jax import console, released
 from vit_jax.console import log
 
 
@@ -36,6 +37,23 @@ class NonFiniteStateError(FloatingPointError):
   """A train state with NaN/Inf values, which must never be saved."""
 
 
+class DiskFullError(OSError):
+  """No room for a checkpoint; the message names the directory, the sizes and the fix."""
+
+
+# A save holds up to two copies of the state while orbax merges its per-process files,
+# plus metadata; compression only makes this an upper bound.
+_SPACE_MARGIN = 2.0
+_SPACE_SLACK_BYTES = 1 << 20
+_DISK_FULL_SIGNS = ("No space left on device", "os_error_code='28'", "ENOSPC")
+
+
+def _existing_ancestor(path: str) -> str:
+  while not os.path.exists(path) and os.path.dirname(path) != path:
+    path = os.path.dirname(path)
+  return path
+
+
 @jax.jit
 def all_finite(tree: Any) -> jax.Array:
   """True when every floating-point leaf of `tree` is finite (one fused reduction)."""
@@ -46,14 +64,16 @@ def all_finite(tree: Any) -> jax.Array:
 
 @contextlib.contextmanager
 def _silenced_library_logs():
-  """orbax logs each failed read with a traceback (dozens per damaged checkpoint)."""
-  logger = absl_logging.get_absl_logger()
-  level = logger.level
-  logger.setLevel(absl_logging.FATAL)
+  """orbax logs every step of a restore, and each failed read with a traceback (dozens
+  per damaged checkpoint); the outcome is reported by us in one line instead."""
+  if console.verbose_requested():
+    yield
+    return
+  logging.disable(logging.CRITICAL)
   try:
     yield
   finally:
-    logger.setLevel(level)
+    logging.disable(logging.NOTSET)
 
 
 _MISMATCH_HINT = ("it was written by a different model/optimizer config or is damaged: "
@@ -79,6 +99,7 @@ class Checkpointer:
     self.damaged_directory = os.path.join(root, "damaged_checkpoints")
     self._keep = keep
     self._manager: Optional[ocp.CheckpointManager] = None
+    self._pending_step = 0  # the step of the save in flight, for error messages
 
   def _open(self) -> ocp.CheckpointManager:
     if self._manager is None:
@@ -160,11 +181,41 @@ class Checkpointer:
           f"the train state of step {step} has NaN/Inf values; it was not saved and the last "
           f"good checkpoint ({self.latest_step() or 'none'}) is kept in {self.directory}: "
           "lower config.base_lr or check the data, then rerun to resume from it")
-    self._open().save(step, args=ocp.args.StandardSave(state), force=True)
+    self._check_space(step, state)
+    self._pending_step = step
+    with self._disk_full_as_one_line(step):
+      self._open().save(step, args=ocp.args.StandardSave(state), force=True)
+
+  def _check_space(self, step: int, state: Any) -> None:
+    """Refuses a save that cannot fit, before orbax fails half-way in a background thread
+    (the previous checkpoints stay intact either way)."""
+    if released.has_scheme(self.directory):
+      return
+    needed = _SPACE_MARGIN * sum(x.nbytes for x in jax.tree.leaves(state)) + _SPACE_SLACK_BYTES
+    free = shutil.disk_usage(_existing_ancestor(self.directory)).free
+    if free < needed:
+      raise DiskFullError(self._disk_full_message(
+          step, f"needs about {needed / 2**20:.1f} MiB, {free / 2**20:.1f} MiB free"))
+
+  def _disk_full_message(self, step: int, detail: str) -> str:
+    kept = self.latest_step()
+    return (f"disk full: no room for the checkpoint of step {step} in {self.directory} "
+            f"({detail}); free some space (or lower config.keep_checkpoints) and rerun the "
+            f"same command to resume from {f'step {kept}' if kept else 'the start'}")
+
+  @contextlib.contextmanager
+  def _disk_full_as_one_line(self, step: int):
+    try:
+      yield
+    except Exception as e:  # orbax wraps ENOSPC in ValueError/OSError/XlaRuntimeError
+      if any(sign in str(e) for sign in _DISK_FULL_SIGNS):
+        raise DiskFullError(self._disk_full_message(step, "No space left on device")) from None
+      raise
 
   def wait(self) -> None:
     if self._manager is not None:
-      self._manager.wait_until_finished()
+      with self._disk_full_as_one_line(self._pending_step):
+        self._manager.wait_until_finished()
 
   def close(self) -> None:
     if self._manager is not None:

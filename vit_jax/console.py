@@ -10,6 +10,7 @@ command, or VIT_JAX_VERBOSE=1).
 import logging
 import os
 import sys
+from typing import Optional
 
 VERBOSE_ENV = "VIT_JAX_VERBOSE"
 
@@ -44,11 +45,15 @@ if not log.handlers:
   log.propagate = False
 
 
-def verbose_requested(verbosity_flag_present: bool = False) -> bool:
+def verbose_requested(verbosity_flag_present: Optional[bool] = None) -> bool:
+  """--verbosity given on the command line (looked up when not passed), or the env var."""
+  if verbosity_flag_present is None:
+    from absl import flags
+    verbosity_flag_present = flags.FLAGS.is_parsed() and flags.FLAGS["verbosity"].present
   return verbosity_flag_present or os.environ.get(VERBOSE_ENV, "") not in ("", "0")
 
 
-def quiet_libraries(verbosity_flag_present: bool = False) -> None:
+def quiet_libraries(verbosity_flag_present: Optional[bool] = None) -> None:
   """Hides third-party INFO logging (absl users such as orbax and clu, jax, TF's C++)."""
   if verbose_requested(verbosity_flag_present):
     return
@@ -56,3 +61,6 @@ def quiet_libraries(verbosity_flag_present: bool = False) -> None:
   absl_logging.set_verbosity(absl_logging.WARNING)
   for name in ("jax", "orbax", "tensorflow"):
     logging.getLogger(name).setLevel(logging.WARNING)
+  # orbax's background writes report each failed chunk as a "never retrieved" future;
+  # the failure itself reaches the user as one error line.
+  logging.getLogger("asyncio").setLevel(logging.CRITICAL)

@@ -4,6 +4,7 @@ Any config value can be overridden on the command line (--config.batch=64). Reru
 the same command resumes from the last checkpoint in the workdir.
 """
 
+import errno
 import os
 import sys
 
@@ -28,7 +29,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 # Mistakes a user can fix: shown as one `error:` line instead of a traceback.
 USER_ERRORS = (ValueError, FileNotFoundError, FloatingPointError,
-               checkpointing.CheckpointRestoreError)
+               checkpointing.CheckpointRestoreError, checkpointing.DiskFullError)
 CONFIG_ERRORS = (flags.Error, AttributeError, KeyError, TypeError, ValueError, OSError)
 
 
@@ -89,6 +90,13 @@ def main(argv):
     train.train_and_evaluate(config, FLAGS.workdir)
   except USER_ERRORS as e:
     exit_with_error(e, "")
+  except OSError as e:
+    if e.errno != errno.ENOSPC:
+      raise
+    where = e.filename or FLAGS.workdir
+    exit_with_error(RuntimeError(f"disk full writing {where} ({e.strerror}): free some space "
+                                 "and rerun the same command; finished checkpoints are intact"),
+                    "")
 
 
 if __name__ == "__main__":
