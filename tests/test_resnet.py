@@ -8,8 +8,11 @@ import pytest
 from vit_jax.models import resnet
 
 
-def test_weight_standardisation_uses_population_std_plus_eps():
-  kernel = jax.random.normal(jax.random.PRNGKey(0), (3, 3, 4, 5)) * 3 + 1
+@pytest.mark.parametrize("scale", [3.0, 1e-2, 1e-3])
+def test_weight_standardisation_uses_population_std_plus_eps(scale):
+  """Small scales pin the 1e-5: real checkpoints have convs whose per-channel std is ~1e-2
+  and below, where eps moves the standardised kernel by 1e-3 relative (1e-8 would not)."""
+  kernel = (jax.random.normal(jax.random.PRNGKey(0), (3, 3, 4, 5)) + 1 / 3) * scale
   out = resnet.standardize_weight(kernel)
   k = np.asarray(kernel, np.float64)
   centred = k - k.mean(axis=(0, 1, 2))
@@ -53,3 +56,17 @@ def test_unit_without_projection_when_shapes_match():
 @pytest.mark.parametrize("stages,stride", [((), 4), ((3, 4, 9), 16), ((2, 2, 2, 2), 32)])
 def test_stem_stride(stages, stride):
   assert resnet.stem_stride(stages) == stride
+
+
+def test_group_norm_is_32_groups_with_eps_1e_6():
+  """Features with std ~1e-3 (variance ~ eps) make both the eps and the grouping visible
+  against a float64 formula; O(1) features would hide the eps."""
+  x = jax.random.normal(jax.random.PRNGKey(0), (2, 4, 4, 64)) * 1e-3
+  x = x * jnp.linspace(0.5, 2, 64)  # channels of a group differ: the grouping matters
+  norm = resnet.group_norm("gn", jnp.float32)
+  out = norm.apply(norm.init(jax.random.PRNGKey(1), x), x)
+  groups = np.asarray(x, np.float64).reshape(2, 4, 4, 32, 2)
+  mean = groups.mean(axis=(1, 2, 4), keepdims=True)
+  var = groups.var(axis=(1, 2, 4), keepdims=True)
+  expected = ((groups - mean) / np.sqrt(var + 1e-6)).reshape(x.shape)
+  np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
