@@ -282,3 +282,32 @@ def test_unknown_fast_path_names():
     tiny_model(attention_impl="flash").init(jax.random.PRNGKey(0), images())
   with pytest.raises(ValueError, match="unknown remat_policy 'some'"):
     tiny_model(remat_policy="some").init(jax.random.PRNGKey(0), images())
+
+
+def assert_xavier_uniform(kernel, fan_in, fan_out):
+  """Bounded by sqrt(6 / (fan_in + fan_out)) with a uniform's std: a normal init of the
+  same std (lecun_normal when fan_in == fan_out) exceeds the bound."""
+  limit = np.sqrt(6 / (fan_in + fan_out))
+  assert np.abs(kernel).max() <= limit
+  assert abs(np.std(kernel) / (limit / np.sqrt(3)) - 1) < 0.05
+
+
+def test_block_initialisers_are_the_references():
+  """vit_facts.md section 2: xavier-uniform attention and MLP kernels, zero attention
+  biases, normal(1e-6) MLP biases (these only matter when training from scratch)."""
+  module = tiny_model(hidden_size=64, mlp_dim=256, num_heads=4)
+  params = module.init(jax.random.PRNGKey(0), images())["params"]
+  block = params["Transformer"]["encoderblock_0"]
+  attention, mlp = block["MultiHeadDotProductAttention_1"], block["MlpBlock_3"]
+  for name in ("query", "key", "value", "out"):
+    assert_xavier_uniform(attention[name]["kernel"], 64, 64)
+    assert not np.any(attention[name]["bias"])
+  assert_xavier_uniform(mlp["Dense_0"]["kernel"], 64, 256)
+  assert_xavier_uniform(mlp["Dense_1"]["kernel"], 256, 64)
+  for dense in ("Dense_0", "Dense_1"):
+    assert 0.5e-6 < np.std(mlp[dense]["bias"]) < 2e-6
+
+
+def test_position_embedding_init_is_normal_0_02():
+  posemb = vit.AddPositionEmbs().init(jax.random.PRNGKey(0), jnp.zeros((1, 1025, 64)))
+  assert abs(np.std(posemb["params"]["pos_embedding"]) / 0.02 - 1) < 0.02
