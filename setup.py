@@ -41,8 +41,8 @@ setuptools.setup(
     packages=setuptools.find_packages(include=["vit_jax", "vit_jax.*"]),
     install_requires=INSTALL_REQUIRES,
     extras_require={
-        "test": ["pytest>=8", "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6",
-                 "nbconvert>=7"],  # jupyter nbconvert --execute notebooks/vit_jax.ipynb
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "nbclient>=0.10", "nbformat>=5.10",
+                 "ipykernel>=6", "nbconvert>=7"],  # jupyter nbconvert --execute notebooks/vit_jax.ipynb
         "tpu": ["jax[tpu]>=0.10.2,<0.11"],
         "cuda": ["jax[cuda12]>=0.10.2,<0.11"],
     },

@@ -2,8 +2,16 @@
 
 import os
 import pathlib
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# Many tests (and the main-job subprocesses they start, which inherit the environment)
+# compile the same small train and eval steps: XLA's persistent cache shares them between
+# tests, pytest-xdist workers and processes. Keyed by the program and compiler, so a hit
+# is the same executable; set before jax is imported.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                      os.path.join(tempfile.gettempdir(), "vit_jax_tests_xla_cache"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
 import jax
 import jax.numpy as jnp

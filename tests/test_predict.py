@@ -150,7 +150,8 @@ def test_predict_command_refuses_nonfinite_weights(images, tiny_checkpoint, valu
   line = one_error_line(run_predict(f"--checkpoint={path}", images["rgb"]))
   assert line.startswith(f"error: {path} has NaN/Inf weights in 1 of 40 arrays: head/bias "
                          f"(1 {name}); ")
-  assert line.endswith("(commands: --allow_nonfinite)")
+  assert line.endswith("(commands: --allow_nonfinite; training: "
+                       "--config.allow_nonfinite_pretrained=True)")
 
 
 def test_predict_command_loads_nonfinite_weights_when_allowed(images, tiny_checkpoint):

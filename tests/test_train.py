@@ -15,7 +15,7 @@ from PIL import Image
 from conftest import RELEASED_FIXTURES
 from test_configs import load_module
 from vit_jax import config_defaults as common
-from vit_jax import data, load_npz, sharding, train, train_step
+from vit_jax import data, load_npz, save_npz, sharding, train, train_step
 from vit_jax import workdir as workdir_lib
 
 demo = load_module("demo.py")  # configs/ holds files loaded by path, not a package
@@ -266,3 +266,21 @@ def test_a_corrupt_eval_image_keeps_the_steps_trained_so_far(tmp_path, caplog):
   with caplog.at_level(logging.INFO):
     result = train.train_and_evaluate(config, workdir)
   assert "resumed from step 2" in caplog.text and result["eval/examples"] == 12
+
+
+def test_a_pretrained_file_with_nan_weights_is_refused_unless_allowed(tmp_path):
+  params = load_npz(RELEASED_FIXTURES / "vit-ti16.npz")[1]
+  params["Transformer"]["encoder_norm"]["scale"][0] = np.nan
+  save_npz(params, tmp_path / "nan.npz")
+  config = demo_config(pretrained=str(tmp_path / "nan.npz"), total_steps=1, warmup_steps=0)
+  config.unlock()
+  config.model_name = "ViT-Ti_16"
+  config.model = common.get_config().model
+  config.pp.update(dict(preset="inception", crop=32, resize=None))
+  with pytest.raises(ValueError, match="NaN/Inf weights in 1 of .*: Transformer/encoder_norm/"
+                     "scale .*allow_nonfinite_pretrained=True"):
+    train.train_and_evaluate(config, str(tmp_path / "run"))
+  assert not (tmp_path / "run").exists()
+  config.allow_nonfinite_pretrained = True
+  with pytest.raises(FloatingPointError, match="is nan at step 1"):
+    train.train_and_evaluate(config, str(tmp_path / "run"))

@@ -51,6 +51,8 @@ def get_config() -> ml_collections.ConfigDict:
   # Released checkpoint to start from: local path, gs:// URL, `FAMILY/NAME` or a
   # released name (resolved to gs://vit_models/imagenet21k/NAME.npz). None: from scratch.
   config.pretrained = ml_collections.FieldReference(None, field_type=str)
+  # A pretrained file with NaN/Inf weights is refused (naming the arrays); True loads it.
+  config.allow_nonfinite_pretrained = False
 
   # Data.
   config.dataset = "cifar10"  # TFDS name, image directory, or 'digits' (embedded)

@@ -223,7 +223,8 @@ def check_finite(flat: Dict[str, np.ndarray], path: str) -> None:
     raise CheckpointError(
         f"{path} has NaN/Inf weights in {len(bad)} of {len(flat)} arrays: {shown}{more}; the "
         "file is damaged or saved from a diverged run: use another checkpoint, or load it "
-        "anyway with allow_nonfinite=True (commands: --allow_nonfinite)")
+        "anyway with allow_nonfinite=True (commands: --allow_nonfinite; training: "
+        "--config.allow_nonfinite_pretrained=True)")
 
 
 def native_image_size(module: vit.VisionTransformer, params: Any) -> int:

@@ -66,7 +66,9 @@ def build_model(config, num_classes: int, *, load_pretrained: bool
   if load_pretrained:
     return npz.load_npz(released.resolve(config.pretrained), image_size=config.pp.crop,
                         num_classes=num_classes, model_name=config.model_name,
-                        pre_logits=wants_pre_logits, **model_overrides(config))
+                        pre_logits=wants_pre_logits,
+                        allow_nonfinite=config.get("allow_nonfinite_pretrained", False),
+                        **model_overrides(config))
   module = zoo.create_model(config.model_name, num_classes=num_classes,
                             representation_size=config.model.representation_size,
                             **model_overrides(config))
