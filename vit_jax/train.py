@@ -1,12 +1,11 @@
-"""train_and_evaluate(config, workdir): the whole main job as one linear function.
+"""train_and_evaluate(config, workdir): the whole main job, read top to bottom.
 
-Order matters for users: everything that can fail on bad input (mesh, batch split,
-dataset, pretrained file, existing checkpoint) is checked before anything slow
-(compilation, training) starts, and nothing in the workdir is written until then.
+Order matters for users: everything that can fail on bad input (counts and choices, mesh,
+batch split, the workdir and its lock, dataset, pretrained file, existing checkpoints) is
+checked before anything slow (compilation, training) starts, and nothing in the workdir
+is written until then. A finished run is reported, not repeated.
 """
 
-import contextlib
-import json
 import math
 import os
 import time
@@ -15,12 +14,10 @@ from typing import Dict, Optional, Tuple
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
-from clu import parameter_overview
 from jax.experimental import multihost_utils
 
 from vit_jax import (checkpointing, config_checks, data, fewshot, metrics, npz, optim,
-                     preemption, released, sharding, train_step)
+                     preemption, released, run_files, sharding, train_step)
 from vit_jax import workdir as workdir_lib
 from vit_jax.console import log
 from vit_jax.models import vit, zoo
@@ -155,70 +152,6 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   check_pretrained(config)
 
 
-@contextlib.contextmanager
-def workdir_for_this_job(workdir: str):
-  """Creates/checks the workdir and holds its lock (process 0, for the whole job); a run
-  that fails before writing anything leaves no empty workdir behind."""
-  lock, error, created = None, None, False
-  if jax.process_index() == 0:
-    try:
-      created = workdir_lib.prepare(workdir)
-      lock = workdir_lib.WorkdirLock(workdir).acquire()
-    except workdir_lib.WorkdirError as e:
-      error = e
-  if jax.process_count() > 1:  # every process must learn that process 0 gave up
-    all_ok = bool(multihost_utils.broadcast_one_to_all(np.int32(error is None)))
-    if not all_ok and error is None:
-      error = workdir_lib.WorkdirError(f"process 0 cannot use --workdir={workdir}; see its log")
-  if error is not None:
-    if created:
-      workdir_lib.remove_if_empty(workdir)
-    raise error
-  try:
-    yield
-  finally:
-    if lock is not None:
-      lock.release()
-    if created:
-      workdir_lib.remove_if_empty(workdir)
-
-
-def finished_results(workdir: str, latest_step: Optional[int],
-                     total_steps: int) -> Optional[Dict[str, float]]:
-  """The final metrics of a run that already completed in `workdir`, else None."""
-  final = os.path.join(workdir, "final_metrics.json")
-  if (latest_step is None or latest_step < total_steps or not os.path.exists(final)
-      or not os.path.exists(os.path.join(workdir, "params.npz"))):
-    return None
-  with open(final, encoding="utf-8") as f:
-    return json.load(f)
-
-
-def save_config(config, workdir: str, resume_step: Optional[int]) -> None:
-  """config.json at the start; a resumed run with changed settings keeps it and writes
-  config.resumed-<step>.json next to it, naming the changes."""
-  text = config.to_json_best_effort(indent=2, sort_keys=True)
-  path = os.path.join(workdir, "config.json")
-  if resume_step is not None and os.path.exists(path):
-    with open(path, encoding="utf-8") as f:
-      saved = json.load(f)
-    changed = metrics.changed_keys(saved, json.loads(text))
-    if not changed:
-      return
-    path = os.path.join(workdir, f"config.resumed-{resume_step}.json")
-    log.warning("resuming with changed settings (%s); the original config.json is kept, "
-                "this run's config is in %s", ", ".join(changed), path)
-  with open(path, "w", encoding="utf-8") as f:
-    f.write(text)
-
-
-def write_parameter_table(params, workdir: str) -> int:
-  """The parameter table goes to a file (70 lines are too many for the console)."""
-  with open(os.path.join(workdir, "parameters.txt"), "w", encoding="utf-8") as f:
-    f.write(parameter_overview.get_parameter_overview(params) + "\n")
-  return sum(int(np.prod(p.shape)) for p in jax.tree.leaves(params))
-
-
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
   """Fine-tunes or pre-trains per `config`, resuming from `workdir` if it has a checkpoint.
 
@@ -227,7 +160,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   started = time.time()
   mesh = sharding.make_mesh(config.mesh)
   check_config(config, mesh)
-  with workdir_for_this_job(workdir):
+  with workdir_lib.held_for_this_job(workdir):
     return _train_in_workdir(config, workdir, mesh, started)
 
 
@@ -248,7 +181,7 @@ def _train_in_workdir(config, workdir: str, mesh, started: float) -> Dict[str, f
 def _run(config, workdir: str, mesh, started: float, dataset: data.Dataset,
          checkpointer: checkpointing.Checkpointer, is_main: bool) -> Dict[str, float]:
   latest_step = checkpointer.latest_step()
-  finished = finished_results(workdir, latest_step, config.total_steps)
+  finished = run_files.finished_results(workdir, latest_step, config.total_steps)
   if finished is not None:
     log.info("already finished at step %d; results in %s (params.npz, metrics.jsonl, "
              "final_metrics.json): pass a larger --config.total_steps to train on, or use a "
@@ -286,9 +219,9 @@ def _run(config, workdir: str, mesh, started: float, dataset: data.Dataset,
 
   writer = metrics.create_writer(workdir, is_main_process=is_main, resume_step=resume_step)
   if is_main:
-    save_config(config, workdir, resume_step)
+    run_files.save_config(config, workdir, resume_step)
     if resume_step is None:
-      num_params = write_parameter_table(state.params, workdir)
+      num_params = run_files.write_parameter_table(state.params, workdir)
       log.info("%s parameters (table in %s)", f"{num_params:,}",
                os.path.join(workdir, "parameters.txt"))
       writer.write_hparams({"num_params": num_params})
@@ -365,9 +298,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: data.Dataset,
     eval_metrics = evaluate(eval_fn, state.params, dataset, config, batch_sharding)
   final_params = multihost_utils.process_allgather(state.params, tiled=True)  # collective
   if is_main:
-    npz.save_npz(final_params, os.path.join(workdir, "params.npz"))
-    with open(os.path.join(workdir, "final_metrics.json"), "w", encoding="utf-8") as f:
-      json.dump(eval_metrics, f, indent=2)
+    run_files.write_final(final_params, eval_metrics, workdir)
   writer.flush()
   writer.close()
   checkpointer.wait()

@@ -11,12 +11,17 @@ run takes it over:
     HEARTBEAT_S by the holder) is older than STALE_AFTER_S.
 """
 
+import contextlib
 import json
 import os
 import socket
 import threading
 import time
 from typing import Optional
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
 
 LOCK_NAME = "run.lock"
 HEARTBEAT_S = 30.0
@@ -187,3 +192,31 @@ class WorkdirLock:
 
   def __exit__(self, *exc):
     self.release()
+
+
+@contextlib.contextmanager
+def held_for_this_job(workdir: str):
+  """Creates/checks the workdir and holds its lock (process 0, for the whole job); a run
+  that fails before writing anything leaves no empty workdir behind."""
+  lock, error, created = None, None, False
+  if jax.process_index() == 0:
+    try:
+      created = prepare(workdir)
+      lock = WorkdirLock(workdir).acquire()
+    except WorkdirError as e:
+      error = e
+  if jax.process_count() > 1:  # every process must learn that process 0 gave up
+    all_ok = bool(multihost_utils.broadcast_one_to_all(np.int32(error is None)))
+    if not all_ok and error is None:
+      error = WorkdirError(f"process 0 cannot use --workdir={workdir}; see its log")
+  if error is not None:
+    if created:
+      remove_if_empty(workdir)
+    raise error
+  try:
+    yield
+  finally:
+    if lock is not None:
+      lock.release()
+    if created:
+      remove_if_empty(workdir)
