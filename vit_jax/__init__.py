@@ -2,8 +2,11 @@
 
 Public API:
   create_model(name, *, num_classes, **overrides) -> flax module
-  load_npz(path, *, image_size=None, num_classes=None, model_name=None) -> (module, params)
+  load_npz(path, *, image_size=None, num_classes=None, model_name=None, pre_logits=None,
+           allow_nonfinite=False, strict_image_size=False) -> (module, params)
   save_npz(params, path)
+Errors a user can fix are ValueErrors with one-line messages: CheckpointError (the file)
+and ImageSizeError (an image size the model cannot run at).
 """
 
 import os
@@ -15,6 +18,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 from vit_jax.models.zoo import create_model  # pylint: disable=wrong-import-position
-from vit_jax.npz import CheckpointError, load_npz, save_npz  # pylint: disable=wrong-import-position
+from vit_jax.npz import (  # pylint: disable=wrong-import-position
+    CheckpointError, ImageSizeError, load_npz, save_npz)
 
-__all__ = ["CheckpointError", "create_model", "load_npz", "save_npz"]
+__all__ = ["CheckpointError", "ImageSizeError", "create_model", "load_npz", "save_npz"]
