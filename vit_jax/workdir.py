@@ -24,8 +24,8 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 LOCK_NAME = "run.lock"
-HEARTBEAT_S = 30.0
-STALE_AFTER_S = 300.0
+HEARTBEAT_S = 15.0
+STALE_AFTER_S = 90.0  # six missed heartbeats: a restarted job waits at most this long
 
 
 class WorkdirError(ValueError):
