@@ -64,15 +64,19 @@ def test_nothing_is_created_before_the_first_save(tmp_path):
   assert not (tmp_path / "run").exists()
 
 
-def write_steps(directory, values):
-  """Checkpoints step -> value, written without the finite gate (as older versions did)."""
+def write_tree(directory, step, tree):
   import orbax.checkpoint as ocp
   manager = ocp.CheckpointManager(os.path.join(directory, "checkpoints"),
                                   options=ocp.CheckpointManagerOptions(create=True))
-  for step, value in values.items():
-    manager.save(step, args=ocp.args.StandardSave(state(value)))
+  manager.save(step, args=ocp.args.StandardSave(tree))
   manager.wait_until_finished()
   manager.close()
+
+
+def write_steps(directory, values):
+  """Checkpoints step -> value, written without the finite gate (as older versions did)."""
+  for step, value in values.items():
+    write_tree(directory, step, state(value))
 
 
 def damage(step_dir, how):
@@ -134,3 +138,31 @@ def test_refused_only_when_no_checkpoint_is_usable(tmp_path):
   assert "\n" not in str(e.value) and "nothing was deleted" in str(e.value)
   assert checkpointer.all_steps() == [100, 150]
   checkpointer.close()
+
+
+def test_train_states_keep_one_layout_with_or_without_the_polyak_average(tmp_path):
+  """A state saved without the polyak field (as before Polyak averaging existed)
+  restores into today's TrainState with averaging off; with it on, the average
+  round-trips."""
+  import optax
+  from vit_jax import train_step
+  optimizer = optax.sgd(0.1, momentum=0.9)
+  params = {"w": jnp.arange(3.0)}
+  plain = train_step.create_train_state(params, optimizer)
+  write_tree(str(tmp_path / "old"), 5, {"step": plain.step, "params": plain.params,
+                                        "opt_state": plain.opt_state})
+  checkpointer = checkpointing.Checkpointer(str(tmp_path / "old"))
+  restored, step = checkpointer.restore_latest(jax.eval_shape(lambda: plain))
+  assert step == 5 and restored.polyak is None
+  np.testing.assert_array_equal(restored.params["w"], [0.0, 1.0, 2.0])
+  checkpointer.close()
+
+  averaged = train_step.create_train_state(params, optimizer, polyak=True)
+  averaged = averaged.replace(polyak={"w": jnp.full(3, 7.0)})
+  checkpointer = checkpointing.Checkpointer(str(tmp_path / "new"))
+  checkpointer.save(1, averaged)
+  checkpointer.wait()
+  restored, _ = checkpointer.restore_latest(jax.eval_shape(lambda: averaged))
+  np.testing.assert_array_equal(restored.polyak["w"], 7.0)
+  checkpointer.close()
+

@@ -174,6 +174,7 @@ def test_a_resumed_run_with_changed_settings_keeps_the_original_config(tmp_path)
     (dict(optimizer="adamm"), "unknown config.optimizer='adamm'"),
     (dict(decay_type="cosin"), "unknown config.decay_type='cosin'"),
     (dict(dtype="bf16"), "unknown config.dtype='bf16'"),
+    (dict(polyak_decay=1.0), "polyak_decay=1.0 must be in \\[0, 1\\)"),
     (dict(mesh=dict(data=1, fsdp=1, tensor=3)), "has 3 devices but 1 are available"),
     (dict(model=dict(attention="fused")), "unknown model option\\(s\\) attention"),
 ], ids=lambda x: "-".join(map(str, x.items())) if isinstance(x, dict) else None)
@@ -284,3 +285,25 @@ def test_a_pretrained_file_with_nan_weights_is_refused_unless_allowed(tmp_path):
   config.allow_nonfinite_pretrained = True
   with pytest.raises(FloatingPointError, match="is nan at step 1"):
     train.train_and_evaluate(config, str(tmp_path / "run"))
+
+
+def test_polyak_averaging_evaluates_exports_and_resumes_exactly(tmp_path):
+  polyak = dict(polyak_decay=0.9, total_steps=4, eval_every=2, checkpoint_every=2)
+  straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+  result = train.train_and_evaluate(demo_config(**polyak), str(straight))
+  assert {"eval/accuracy", "eval_raw/accuracy", "eval_raw/loss"} <= set(result)
+  assert result["eval/loss"] != result["eval_raw/loss"]  # two different parameter sets
+  train.train_and_evaluate(demo_config(**{**polyak, "total_steps": 2}), str(resumed))
+  train.train_and_evaluate(demo_config(**polyak), str(resumed))  # resumes at step 2
+  exported = dict(np.load(straight / "params.npz"))
+  for key, value in np.load(resumed / "params.npz").items():
+    np.testing.assert_array_equal(value, exported[key], err_msg=key)
+  # params.npz holds the average (what eval/* measured), not the raw parameters.
+  module, params = load_npz(straight / "params.npz")
+  mesh = sharding.make_mesh({"data": 1}, jax.devices()[:1])
+  exported_eval = train.evaluate(jax.jit(train_step.make_eval_step(module)), params,
+                                 data.open_dataset(demo_config()), demo_config(),
+                                 sharding.batch_sharding(mesh))
+  assert exported_eval["eval/loss"] == pytest.approx(result["eval/loss"], rel=1e-5)
+  last_eval = [r for r in read_metrics(straight) if "eval/loss" in r][-1]
+  assert last_eval["eval_raw/loss"] == result["eval_raw/loss"]

@@ -140,3 +140,22 @@ def test_eval_sums_count_only_unmasked_rows():
   assert sums["examples"] == 4.0
   assert sums["correct"] == np.sum(np.argmax(logits, axis=-1) == labels)
   assert sums["loss_sum"] == pytest.approx(expected_loss, rel=1e-5)
+
+
+def test_polyak_average_is_the_exponential_moving_average_of_the_params():
+  config = make_config(polyak_decay=0.75)
+  model = tiny_model(NUM_CLASSES)
+  optimizer = optim.make_optimizer(config)
+  state = train_step.create_train_state(init_params(model), optimizer, polyak=True)
+  step_fn = jax.jit(train_step.make_train_step(model, optimizer, config), donate_argnums=0)
+  expected = jax.device_get(state.params)
+  for seed in range(3):
+    state, _ = step_fn(state, make_batch(seed=seed), jax.random.PRNGKey(1))
+    expected = jax.tree.map(lambda e, p: 0.75 * e + 0.25 * p, expected,
+                            jax.device_get(state.params))
+  assert max_abs_diff(state.polyak, expected) < 1e-6
+  assert max_abs_diff(state.eval_params, expected) < 1e-6
+  assert max_abs_diff(state.params, expected) > 1e-4  # the average lags the raw params
+  # Off: no average is kept, and the raw parameters are what gets evaluated.
+  plain = train_step.create_train_state(init_params(model), optimizer)
+  assert plain.polyak is None and plain.eval_params is plain.params

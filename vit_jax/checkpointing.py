@@ -9,6 +9,7 @@ latest checkpoint is set aside and the newest intact one is used instead.
 """
 
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -81,6 +82,20 @@ _MISMATCH_HINT = ("it was written by a different model/optimizer config or is da
                   "deleted)")
 
 
+def _stored_fields(state: Any) -> Any:
+  """A train state as saved: a dict of its fields without the None ones (features that are
+  off, such as the Polyak average), so turning a feature off keeps the checkpoint layout
+  of versions that did not have it."""
+  if not dataclasses.is_dataclass(state):
+    return state
+  return {field.name: getattr(state, field.name) for field in dataclasses.fields(state)
+          if getattr(state, field.name) is not None}
+
+
+def _rebuilt(abstract_state: Any, restored: Any) -> Any:
+  return abstract_state.replace(**restored) if dataclasses.is_dataclass(abstract_state) else restored
+
+
 def _reason(error: BaseException) -> str:
   text = str(error).strip()
   return text.splitlines()[0][:300] if text else type(error).__name__
@@ -124,7 +139,9 @@ class Checkpointer:
     step = self.latest_step() if step is None else step
     try:
       with _silenced_library_logs():
-        return self._open().restore(step, args=ocp.args.StandardRestore(abstract_state))
+        restored = self._open().restore(
+            step, args=ocp.args.StandardRestore(_stored_fields(abstract_state)))
+      return _rebuilt(abstract_state, restored)
     except Exception as e:  # orbax raises many types; all mean "does not fit".
       self.close()  # a failed restore can leave the manager unusable for other steps
       raise CheckpointRestoreError(
@@ -184,7 +201,7 @@ class Checkpointer:
     self._check_space(step, state)
     self._pending_step = step
     with self._disk_full_as_one_line(step):
-      self._open().save(step, args=ocp.args.StandardSave(state), force=True)
+      self._open().save(step, args=ocp.args.StandardSave(_stored_fields(state)), force=True)
 
   def _check_space(self, step: int, state: Any) -> None:
     """Refuses a save that cannot fit, before orbax fails half-way in a background thread

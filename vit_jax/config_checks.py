@@ -42,6 +42,13 @@ def check_warmup_fits(config: ml_collections.ConfigDict) -> None:
                      "set config.total_steps")
 
 
+def check_polyak(config: ml_collections.ConfigDict) -> None:
+  decay = config.get("polyak_decay", 0.0)
+  if not 0.0 <= decay < 1.0:
+    raise ValueError(f"config.polyak_decay={decay!r} must be in [0, 1): 0 turns Polyak "
+                     "averaging off, the paper used 0.9999")
+
+
 def check_choices(config: ml_collections.ConfigDict) -> None:
   """Named choices that would otherwise fail deep inside model or optimizer code."""
   for key in ("dtype", "optim_dtype"):
@@ -53,3 +60,4 @@ def check_choices(config: ml_collections.ConfigDict) -> None:
 def check(config: ml_collections.ConfigDict) -> None:
   check_counts(config)
   check_choices(config)
+  check_polyak(config)

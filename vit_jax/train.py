@@ -72,7 +72,8 @@ def build_model(config, num_classes: int, *, load_pretrained: bool
   return module, None
 
 
-def evaluate(eval_step, params, dataset, config, batch_sharding) -> Dict[str, float]:
+def evaluate(eval_step, params, dataset, config, batch_sharding,
+             prefix: str = "eval") -> Dict[str, float]:
   """Loss and accuracy over the whole eval split, every example counted exactly once."""
   totals = None
   for batch in dataset.eval_batches(batch_size=config.batch_eval,
@@ -82,9 +83,25 @@ def evaluate(eval_step, params, dataset, config, batch_sharding) -> Dict[str, fl
     totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
   totals = jax.device_get(totals)
   examples = float(totals["examples"])
-  return {"eval/loss": float(totals["loss_sum"]) / examples,
-          "eval/accuracy": float(totals["correct"]) / examples,
-          "eval/examples": examples}
+  return {f"{prefix}/loss": float(totals["loss_sum"]) / examples,
+          f"{prefix}/accuracy": float(totals["correct"]) / examples,
+          f"{prefix}/examples": examples}
+
+
+def evaluate_state(eval_step, state: train_step.TrainState, dataset, config, batch_sharding,
+                   step: int) -> Dict[str, float]:
+  """eval/* of the evaluated parameters (the Polyak average when on, logged), plus
+  eval_raw/* of the raw parameters when they differ."""
+  results = evaluate(eval_step, state.eval_params, dataset, config, batch_sharding)
+  log.info("step %d: eval accuracy %.4f, loss %.4f on %d examples%s", step,
+           results["eval/accuracy"], results["eval/loss"], results["eval/examples"],
+           " (Polyak average)" if state.polyak is not None else "")
+  if state.polyak is not None:
+    raw = evaluate(eval_step, state.params, dataset, config, batch_sharding, "eval_raw")
+    log.info("step %d: raw parameters: eval accuracy %.4f, loss %.4f", step,
+             raw["eval_raw/accuracy"], raw["eval_raw/loss"])
+    results.update(raw)
+  return results
 
 
 
@@ -194,11 +211,12 @@ def _run(config, workdir: str, mesh, started: float, dataset: data.Dataset,
 
   # --- State, created directly with its shardings -------------------------------------
   optimizer = optim.make_optimizer(config)
+  polyak = config.get("polyak_decay", 0.0) > 0
   image_shape = (1, config.pp.crop, config.pp.crop, 3)
 
   def init_state(rng):
     params = module.init(rng, jnp.zeros(image_shape, jnp.float32))["params"]
-    return train_step.create_train_state(params, optimizer)
+    return train_step.create_train_state(params, optimizer, polyak=polyak)
 
   abstract_state = jax.eval_shape(init_state, jax.random.PRNGKey(config.seed))
   state_shardings = sharding.param_shardings(abstract_state, mesh)
@@ -210,7 +228,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: data.Dataset,
     log.info("resumed from step %d (checkpoint in %s)", resume_step, checkpointer.directory)
   elif host_params is not None:
     params = jax.device_put(host_params, state_shardings.params)
-    state = jax.jit(lambda p: train_step.create_train_state(p, optimizer),
+    state = jax.jit(lambda p: train_step.create_train_state(p, optimizer, polyak=polyak),
                     out_shardings=state_shardings)(params)
     log.info("starting from pretrained %s", config.pretrained)
   else:
@@ -269,13 +287,10 @@ def _run(config, workdir: str, mesh, started: float, dataset: data.Dataset,
         if is_progress_step:
           write_train_metrics(writer, step, host_metrics, progress)
       if step % config.eval_every == 0 or step == total_steps:
-        eval_metrics = evaluate(eval_fn, state.params, dataset, config, batch_sharding)
-        log.info("step %d: eval accuracy %.4f, loss %.4f on %d examples", step,
-                 eval_metrics["eval/accuracy"], eval_metrics["eval/loss"],
-                 eval_metrics["eval/examples"])
+        eval_metrics = evaluate_state(eval_fn, state, dataset, config, batch_sharding, step)
         writer.write_scalars(step, eval_metrics)
       if fewshot_eval.due(step, total_steps):
-        writer.write_scalars(step, fewshot_eval(state.params))
+        writer.write_scalars(step, fewshot_eval(state.eval_params))
       if is_checkpoint_step or preempted:
         checkpointer.save(step, state)
       if preempted:
@@ -295,8 +310,8 @@ def _run(config, workdir: str, mesh, started: float, dataset: data.Dataset,
     writer.close()
     return {"preempted_at_step": preempted_at, **eval_metrics}
   if not eval_metrics:  # resumed at the end: report the final state anyway
-    eval_metrics = evaluate(eval_fn, state.params, dataset, config, batch_sharding)
-  final_params = multihost_utils.process_allgather(state.params, tiled=True)  # collective
+    eval_metrics = evaluate_state(eval_fn, state, dataset, config, batch_sharding, total_steps)
+  final_params = multihost_utils.process_allgather(state.eval_params, tiled=True)  # collective
   if is_main:
     run_files.write_final(final_params, eval_metrics, workdir)
   writer.flush()

@@ -21,15 +21,30 @@ Metrics = Dict[str, jax.Array]
 
 @flax.struct.dataclass
 class TrainState:
-  """Everything a checkpoint must hold to resume training exactly."""
+  """Everything a checkpoint must hold to resume training exactly. `polyak` is the
+  exponential moving average of `params` (None when config.polyak_decay is 0)."""
   step: jax.Array
   params: Any
   opt_state: Any
+  polyak: Any = None
+
+  @property
+  def eval_params(self):
+    """What is evaluated and exported: the average when there is one (paper, 4.1)."""
+    return self.params if self.polyak is None else self.polyak
 
 
-def create_train_state(params, optimizer: optax.GradientTransformation) -> TrainState:
+def create_train_state(params, optimizer: optax.GradientTransformation, *,
+                       polyak: bool = False) -> TrainState:
+  """The state at step 0; the Polyak average, if kept, starts at the initial params."""
   return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                    opt_state=optimizer.init(params))
+                    opt_state=optimizer.init(params),
+                    polyak=jax.tree.map(jnp.copy, params) if polyak else None)
+
+
+def polyak_update(average, params, decay: float):
+  """average <- decay * average + (1 - decay) * params, leaf by leaf."""
+  return jax.tree.map(lambda a, p: decay * a + (1.0 - decay) * p, average, params)
 
 
 def targets(labels: jax.Array, num_classes: int) -> jax.Array:
@@ -134,8 +149,11 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation,
     loss, grads = accumulate_gradients(loss_and_grad, state.params, micro_batches,
                                        jax.random.fold_in(rng, state.step))
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    new_state = state.replace(step=state.step + 1, opt_state=opt_state,
-                              params=optax.apply_updates(state.params, updates))
+    params = optax.apply_updates(state.params, updates)
+    polyak = (None if state.polyak is None
+              else polyak_update(state.polyak, params, config.get("polyak_decay", 0.0)))
+    new_state = state.replace(step=state.step + 1, opt_state=opt_state, params=params,
+                              polyak=polyak)
     metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads),
                "lr": schedule(state.step)}
     return new_state, metrics
