@@ -15,8 +15,6 @@ import json
 import os
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
 import jax
 import ml_collections
 import numpy as np

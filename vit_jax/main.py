@@ -8,8 +8,6 @@ import errno
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
 from absl import app, flags, logging
 from ml_collections import config_flags
 

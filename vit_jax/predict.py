@@ -12,8 +12,6 @@ import re
 import urllib.request
 from typing import List, Optional, Sequence, Tuple
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
 import jax
 import numpy as np
 import tensorflow as tf

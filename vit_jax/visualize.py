@@ -9,8 +9,6 @@ position_similarity.png and attention_distance.png (computations: vit_jax.intros
 import os
 from typing import List, Sequence
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no display needed
