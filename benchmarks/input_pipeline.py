@@ -3,7 +3,7 @@
   python benchmarks/input_pipeline.py --images=256 --size=500x375 --crop=384
 
 Writes a generated JPEG folder, then runs the project's real training pipeline
-(vit_jax.data) over it for each preprocessing preset and prints throughput.
+(vit_jax.data.pipeline) over it for each preprocessing preset and prints throughput.
 """
 
 import argparse
@@ -15,7 +15,7 @@ import numpy as np
 from PIL import Image
 
 from vit_jax import config_defaults as common
-from vit_jax import data
+from vit_jax.data import pipeline
 
 
 def write_jpegs(root: str, count: int, width: int, height: int, classes: int = 4) -> None:
@@ -35,7 +35,7 @@ def measure(root: str, preset: str, crop: int, batch: int, steps: int) -> float:
   config = common.get_config()
   config.dataset, config.pp.preset, config.pp.crop = root, preset, crop
   config.pp.resize = None
-  dataset = data.open_dataset(config)
+  dataset = pipeline.open_dataset(config)
   batches = dataset.train_batches(batch_size=batch, start_step=0, num_steps=steps + 1, seed=0,
                                   process_index=0, process_count=1)
   next(batches)

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+import helpers
 from vit_jax import create_model
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -43,3 +44,16 @@ def init_params(module, image_size=16, seed=0):
   head = params["head"]
   head["kernel"] = jax.random.normal(jax.random.PRNGKey(seed + 1), head["kernel"].shape)
   return params
+
+
+@pytest.fixture(name="folder")
+def fixture_folder(tmp_path):
+  """train/ with mixed extensions, cases, grayscale and RGBA; test/ with both classes."""
+  helpers.write_image(tmp_path / "train/dog/a.JPG", fmt="JPEG")
+  helpers.write_image(tmp_path / "train/dog/b.png", mode="L")
+  helpers.write_image(tmp_path / "train/cat/c.Png", mode="RGBA", size=(30, 20))
+  helpers.write_image(tmp_path / "train/cat/d.jpeg", mode="L", fmt="JPEG")
+  (tmp_path / "train/cat/notes.txt").write_text("not an image")
+  helpers.write_image(tmp_path / "test/cat/e.png")
+  helpers.write_image(tmp_path / "test/dog/f.jpg", fmt="JPEG")
+  return tmp_path

@@ -1,12 +1,12 @@
 """Every config file builds, is complete, and says what the paper says."""
 
-import importlib.util
 import pathlib
 import runpy
 
 import pytest
 import setuptools
 
+from helpers import load_module
 from vit_jax import config_defaults
 from vit_jax.models import zoo
 
@@ -18,13 +18,6 @@ REFERENCE_KEYS = ["dataset", "pretrained", "total_steps", "warmup_steps", "base_
                   "decay_type", "batch", "batch_eval", "accum_steps", "grad_norm_clip",
                   "pp.crop", "eval_every", "checkpoint_every", "progress_every", "seed"]
 
-
-def load_module(file):
-  """configs/FILE as a module, loaded by path like config_flags does (not a package)."""
-  module_spec = importlib.util.spec_from_file_location("config_under_test", CONFIG_DIR / file)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module
 
 
 def load(spec):

@@ -12,9 +12,11 @@ from absl import flags
 from PIL import Image
 
 from conftest import init_params, tiny_model
-from test_data import write_unicode_folder
-from test_train import demo_config, read_metrics
-from vit_jax import data, fewshot, npz, sharding, train
+from helpers import demo_config, read_metrics, write_unicode_folder
+from vit_jax import fewshot, sharding, train
+from vit_jax.checkpoints import npz
+from vit_jax.data import pipeline
+from vit_jax.evaluators import fewshot as probes
 
 
 def ridge_reference(x, labels, num_classes, l2_reg):
@@ -29,12 +31,12 @@ def ridge_reference(x, labels, num_classes, l2_reg):
 @pytest.mark.parametrize("num, dim, num_classes", [(300, 12, 5), (9, 40, 4), (60, 7, 900)],
                          ids=["primal", "dual", "many-classes"])
 def test_solver_matches_least_squares(monkeypatch, num, dim, num_classes):
-  monkeypatch.setattr(fewshot, "_ROWS_PER_CHUNK", 64)  # several row chunks in the primal
-  monkeypatch.setattr(fewshot, "_SCORES_PER_CHUNK", 2000)  # a few test rows per chunk
+  monkeypatch.setattr(probes, "_ROWS_PER_CHUNK", 64)  # several row chunks in the primal
+  monkeypatch.setattr(probes, "_SCORES_PER_CHUNK", 2000)  # a few test rows per chunk
   rng = np.random.default_rng(num)
   x = rng.normal(size=(num, dim)).astype(np.float32)
   labels = rng.integers(0, num_classes, num)
-  weights = fewshot.ridge_weights(x, labels, num_classes, 3.0)
+  weights = probes.ridge_weights(x, labels, num_classes, 3.0)
   assert weights.shape == (dim + 1, num_classes)
   np.testing.assert_allclose(weights, ridge_reference(x, labels, num_classes, 3.0),
                              rtol=1e-8, atol=1e-10)
@@ -43,20 +45,20 @@ def test_solver_matches_least_squares(monkeypatch, num, dim, num_classes):
   scores = np.concatenate([test_x, np.ones((50, 1))], axis=1) @ weights
   test_labels = np.where(rng.random(50) < 0.5, scores.argmax(1), rng.integers(0, num_classes, 50))
   expected = np.mean(scores.argmax(1) == test_labels)
-  assert fewshot.accuracy(weights, test_x, test_labels) == pytest.approx(expected)
+  assert probes.accuracy(weights, test_x, test_labels) == pytest.approx(expected)
   with pytest.raises(ValueError, match="l2_reg=0 must be > 0"):
-    fewshot.ridge_weights(x, labels, num_classes, 0)
+    probes.ridge_weights(x, labels, num_classes, 0)
 
 
 def test_class_ranks_draw_nested_sets_of_k_per_class(caplog):
   labels = np.repeat(np.arange(4), [6, 6, 6, 2])
-  ranks = fewshot.class_ranks(labels, np.random.default_rng(0))
+  ranks = probes.class_ranks(labels, np.random.default_rng(0))
   for k in (1, 5):
     assert list(np.bincount(labels[ranks < k])) == [k, k, k, min(k, 2)]
-  assert not np.array_equal(ranks, fewshot.class_ranks(labels, np.random.default_rng(1)))
+  assert not np.array_equal(ranks, probes.class_ranks(labels, np.random.default_rng(1)))
   x = np.eye(4)[labels] * 10
   with caplog.at_level(logging.WARNING):
-    fewshot.fewshot_accuracies(x, labels, x, labels, shots=(1, 5), seeds=(0, 1))
+    probes.fewshot_accuracies(x, labels, x, labels, shots=(1, 5), seeds=(0, 1))
   assert caplog.text.count("1 of 4 classes have fewer than 5 training examples") == 1
 
 
@@ -70,13 +72,13 @@ def test_separable_classes_are_learnt_and_random_labels_are_not():
   rng = np.random.default_rng(0)
   x, labels = clusters(rng, 10, 60, 32, spread=3.0)
   test_x, test_labels = clusters(np.random.default_rng(0), 10, 30, 32, spread=3.0)
-  result = fewshot.evaluate_fewshot(x, labels, test_x, test_labels, shots=(1, 5, 25),
+  result = probes.evaluate_fewshot(x, labels, test_x, test_labels, shots=(1, 5, 25),
                                     seeds=(0, 1))
   assert set(result) == {"1shot", "1shot_std", "5shot", "5shot_std", "25shot", "25shot_std"}
   assert result["5shot"] >= 0.99 and result["25shot"] >= 0.99
 
   noise = rng.normal(size=(2000, 32)).astype(np.float32)
-  result = fewshot.evaluate_fewshot(noise[:1000], rng.integers(0, 10, 1000), noise[1000:],
+  result = probes.evaluate_fewshot(noise[:1000], rng.integers(0, 10, 1000), noise[1000:],
                                     rng.integers(0, 10, 1000), shots=(5, 25), seeds=(0, 1, 2),
                                     num_classes=10)
   assert abs(result["25shot"] - 0.1) < 0.04 and abs(result["5shot"] - 0.1) < 0.04
@@ -86,17 +88,17 @@ def test_device_features_equal_the_model_and_drop_padding():
   module = tiny_model(num_classes=5, representation_size=8)
   params = init_params(module)
   rng = np.random.default_rng(0)
-  split = lambda n: data.IndexedSplit(rng.integers(0, 256, (n, 8, 8, 3), dtype=np.uint8),
+  split = lambda n: pipeline.IndexedSplit(rng.integers(0, 256, (n, 8, 8, 3), dtype=np.uint8),
                                       np.arange(n, dtype=np.int32) % 5, "pixels")
-  dataset = data.Dataset(split(10), split(7), list("abcde"),
+  dataset = pipeline.Dataset(split(10), split(7), list("abcde"),
                          fewshot.data_config("digits", 16).pp, 1)
   mesh = sharding.make_mesh({"data": -1})
   shardings = sharding.param_shardings(params, mesh)
-  feature_fn = fewshot.feature_function(module, mesh, shardings)
+  feature_fn = probes.feature_function(module, mesh, shardings)
   params = jax.device_put(params, shardings)
   batch_size = 4 * sharding.batch_parallelism(mesh)
   for split_name, size in (("train", 10), ("eval", 7)):
-    features, labels = fewshot.dataset_features(feature_fn, params, dataset, split_name,
+    features, labels = probes.dataset_features(feature_fn, params, dataset, split_name,
                                                 batch_size, mesh)
     images = np.concatenate([b["image"] for b in dataset.eval_batches(
         batch_size=batch_size, process_index=0, process_count=1, split=split_name)])[:size]

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from conftest import REPO, RELEASED_FIXTURES, init_params, tiny_model
-from test_released import serve_from
+from helpers import serve_from
 from vit_jax import predict, save_npz
 
 

@@ -13,26 +13,13 @@ import pytest
 from PIL import Image
 
 from conftest import RELEASED_FIXTURES
-from test_configs import load_module
+from helpers import corrupt_jpeg, demo_config, read_metrics
 from vit_jax import config_defaults as common
-from vit_jax import data, load_npz, save_npz, sharding, train, train_step
-from vit_jax import workdir as workdir_lib
-
-demo = load_module("demo.py")  # configs/ holds files loaded by path, not a package
-
-
-def demo_config(**overrides):
-  config = demo.get_config()
-  config.update(dict(total_steps=6, batch=32, batch_eval=128, progress_every=2,
-                     eval_every=3, checkpoint_every=3, warmup_steps=2))
-  config.update(overrides)
-  config.lock()
-  return config
+from vit_jax import load_npz, save_npz, sharding, train, train_step
+from vit_jax.data import pipeline
+from vit_jax.runs import workdir as workdir_lib
 
 
-def read_metrics(workdir):
-  lines = pathlib.Path(workdir, "metrics.jsonl").read_text().splitlines()
-  return [json.loads(line) for line in lines]
 
 
 def test_demo_run_writes_everything_and_resumes(tmp_path, caplog):
@@ -204,7 +191,7 @@ def test_a_second_run_on_a_busy_workdir_is_refused(tmp_path):
 
 def sigterm_at_step(step):
   """prefetch_to_device that sends this process a real SIGTERM before batch `step`."""
-  original = data.prefetch_to_device
+  original = pipeline.prefetch_to_device
 
   def prefetch(iterator, sharding, size=2):
     batches = original(iterator, sharding, size)
@@ -241,7 +228,7 @@ def test_sigterm_never_saves_a_diverged_state(tmp_path, monkeypatch, poison_loss
   workdir = str(tmp_path / "run")
   config = demo_config(total_steps=50, checkpoint_every=3, progress_every=50, eval_every=50,
                        keep_checkpoints=1)
-  monkeypatch.setattr(data, "prefetch_to_device", sigterm_at_step(5))
+  monkeypatch.setattr(pipeline, "prefetch_to_device", sigterm_at_step(5))
   monkeypatch.setattr(train_step, "make_train_step", diverging_from(5, poison_loss))
   with pytest.raises(FloatingPointError, match="at step 5|of step 5 has NaN"):
     train.train_and_evaluate(config, workdir)
@@ -252,7 +239,6 @@ def test_sigterm_never_saves_a_diverged_state(tmp_path, monkeypatch, poison_loss
 
 
 def test_a_corrupt_eval_image_keeps_the_steps_trained_so_far(tmp_path, caplog):
-  from test_data import corrupt_jpeg
   write_image_folder(tmp_path / "images")
   bad = tmp_path / "images" / "test" / "dog" / "1.JPG"
   good = bad.read_bytes()
@@ -260,7 +246,7 @@ def test_a_corrupt_eval_image_keeps_the_steps_trained_so_far(tmp_path, caplog):
   workdir = str(tmp_path / "run")
   config = demo_config(dataset=str(tmp_path / "images"), total_steps=4, batch=4, batch_eval=4,
                        eval_every=2, checkpoint_every=100)
-  with pytest.raises(data.CorruptImageError, match=f"corrupt image {bad}"):
+  with pytest.raises(pipeline.CorruptImageError, match=f"corrupt image {bad}"):
     train.train_and_evaluate(config, workdir)
   assert checkpoint_steps(workdir) == [2]  # the first evaluation failed after step 2
   bad.write_bytes(good)
@@ -302,7 +288,7 @@ def test_polyak_averaging_evaluates_exports_and_resumes_exactly(tmp_path):
   module, params = load_npz(straight / "params.npz")
   mesh = sharding.make_mesh({"data": 1}, jax.devices()[:1])
   exported_eval = train.evaluate(jax.jit(train_step.make_eval_step(module)), params,
-                                 data.open_dataset(demo_config()), demo_config(),
+                                 pipeline.open_dataset(demo_config()), demo_config(),
                                  sharding.batch_sharding(mesh))
   assert exported_eval["eval/loss"] == pytest.approx(result["eval/loss"], rel=1e-5)
   last_eval = [r for r in read_metrics(straight) if "eval/loss" in r][-1]

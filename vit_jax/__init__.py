@@ -18,7 +18,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 from vit_jax.models.zoo import create_model  # pylint: disable=wrong-import-position
-from vit_jax.npz import (  # pylint: disable=wrong-import-position
+from vit_jax.checkpoints.npz import (  # pylint: disable=wrong-import-position
     CheckpointError, ImageSizeError, load_npz, save_npz)
 
 __all__ = ["CheckpointError", "ImageSizeError", "create_model", "load_npz", "save_npz"]

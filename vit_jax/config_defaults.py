@@ -104,7 +104,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.fewshot.eval_split = "test"  # imagenet2012); directories use train/ and test/
   config.fewshot.shots = (1, 5, 10, 25)
   config.fewshot.seeds = 3  # draws of the k-shot sets, averaged
-  config.fewshot.l2_reg = 2.0**10  # ridge; see vit_jax.fewshot.DEFAULT_L2_REG
+  config.fewshot.l2_reg = 2.0**10  # ridge; see vit_jax.evaluators.fewshot.DEFAULT_L2_REG
   config.fewshot.every_steps = 1_000  # and at the last step
   config.fewshot.batch_size = 512
 

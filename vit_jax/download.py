@@ -21,7 +21,8 @@ from typing import Callable, Iterator, NoReturn, Optional, Tuple
 import tqdm
 from absl import app, flags
 
-from vit_jax import cli, released
+from vit_jax import cli
+from vit_jax.checkpoints import released
 
 CHUNK_BYTES = 1 << 20
 TIMEOUT_S = 60  # per blocking network operation, not for the whole download

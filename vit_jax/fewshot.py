@@ -1,262 +1,21 @@
-"""Few-shot linear evaluation of frozen features (ViT paper, section 4.1 "Metrics").
+"""python -m vit_jax.fewshot --checkpoint=CHECKPOINT --dataset=NAME_OR_DIR [--shots=1,5,10,25]
 
-python -m vit_jax.fewshot --checkpoint=CHECKPOINT --dataset=NAME_OR_DIR [--shots=1,5,10,25]
-
-For each seed and each k in shots: take k train examples per class, fit closed-form
-L2-regularised least squares from the features to {-1, 1}^K targets (+1 for the true
-class), and report the test accuracy of the argmax. Features are the model's
-representation (the head's input), computed on all devices; the solve runs on the host
-in float64 with bounded memory: the [N, K] target matrix is never built (X^T Y = 2 *
-per-class sums - column sums) and test scores are made a chunk of rows at a time, so
-ImageNet-21k's K = 21,843 classes fit.
+Few-shot linear probes (paper section 4.1) of a checkpoint's frozen representation,
+printed as a table (and written as JSON with --json); the probes themselves are in
+vit_jax.evaluators.fewshot.
 """
 
 import json
-import os
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
 
 import jax
 import ml_collections
-import numpy as np
-import scipy.linalg
-from absl import app, flags, logging
-from jax.experimental import multihost_utils
+from absl import app, flags
 
-from vit_jax import cli, data, download, npz, sharding
-
-# big_vision's few-shot default. Features are O(1) per dimension, so a feature vector's
-# squared norm is O(D) ~ 10^3: the ridge then matters at 1-5 shots (a stable,
-# centroid-like solution) and fades as the shots add data. Override with l2_reg=.
-DEFAULT_L2_REG = 2.0**10
-DEFAULT_SHOTS = (1, 5, 10, 25)
-_ROWS_PER_CHUNK = 4096  # train rows augmented to float64 at a time (primal solve)
-_SCORES_PER_CHUNK = 1 << 22  # float64 test scores held at once: 32 MiB
-
-
-# --- Ridge regression -------------------------------------------------------------------------
-
-
-def _augmented(features: np.ndarray) -> np.ndarray:
-  """[X, 1] in float64: the bias is one more weight row."""
-  return np.concatenate([np.asarray(features, np.float64),
-                         np.ones((len(features), 1))], axis=1)
-
-
-def _targets_product(class_sums: np.ndarray) -> np.ndarray:
-  """Y^T X [K, R] for Y in {-1, 1}^{N x K}, from the class sums of X's rows: 2 * class
-  sums - total (every row is in exactly one class). In place: Y is never built."""
-  total = class_sums.sum(axis=0)
-  class_sums *= 2
-  class_sums -= total
-  return class_sums
-
-
-def ridge_weights(features: np.ndarray, labels: np.ndarray, num_classes: int,
-                  l2_reg: float) -> np.ndarray:
-  """W [D+1, K] (bias row last) minimising ||[X, 1] W - Y||^2 + l2_reg ||W||^2.
-
-  Solves the smaller system: primal (D+1)^2 when N >= D+1, dual N^2 otherwise; memory
-  is O(D^2 + D K) in the primal case, however many examples there are.
-  """
-  if l2_reg <= 0:
-    raise ValueError(f"l2_reg={l2_reg} must be > 0: the ridge makes the system solvable")
-  labels = np.asarray(labels)
-  if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
-    raise ValueError(f"labels must lie in [0, {num_classes}): got {labels.min()}..{labels.max()}")
-  num, dim = features.shape[0], features.shape[1] + 1
-  if num >= dim:
-    gram, sums = np.zeros((dim, dim)), np.zeros((num_classes, dim))
-    for start in range(0, num, _ROWS_PER_CHUNK):
-      rows = _augmented(features[start:start + _ROWS_PER_CHUNK])
-      gram += rows.T @ rows
-      np.add.at(sums, labels[start:start + _ROWS_PER_CHUNK], rows)
-    gram[np.diag_indices(dim)] += l2_reg
-    return scipy.linalg.solve(gram, _targets_product(sums).T, assume_a="pos")
-  rows = _augmented(features)  # dual: W = X^T G^-1 Y = (Y^T (G^-1 X))^T, G = X X^T + l2 I
-  kernel = rows @ rows.T
-  kernel[np.diag_indices(num)] += l2_reg
-  mapped = scipy.linalg.solve(kernel, rows, assume_a="pos")
-  sums = np.zeros((num_classes, dim))
-  np.add.at(sums, labels, mapped)
-  return _targets_product(sums).T
-
-
-def accuracy(weights: np.ndarray, features: np.ndarray, labels: np.ndarray) -> float:
-  """Top-1 accuracy of argmax([X, 1] W), scoring a bounded number of rows at a time."""
-  rows = max(1, _SCORES_PER_CHUNK // weights.shape[1])
-  correct = 0
-  for start in range(0, len(features), rows):
-    scores = _augmented(features[start:start + rows]) @ weights
-    correct += int(np.sum(scores.argmax(axis=1) == labels[start:start + rows]))
-  return correct / len(features)
-
-
-# --- Few-shot protocol ------------------------------------------------------------------------
-
-
-def class_ranks(labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-  """Each example's place in a random order of its class: k shots = ranks < k, so the
-  k-shot sets of one seed are nested (less noise along the shots curve)."""
-  order = rng.permutation(len(labels))
-  order = order[np.argsort(labels[order], kind="stable")]
-  grouped = labels[order]
-  ranks = np.empty(len(labels), np.int64)
-  ranks[order] = np.arange(len(labels)) - np.searchsorted(grouped, grouped)
-  return ranks
-
-
-def _warn_small_classes(labels: np.ndarray, num_classes: int, shots: int) -> None:
-  counts = np.bincount(labels, minlength=num_classes)
-  short = counts < shots
-  if short.any():
-    logging.warning("%d of %d classes have fewer than %d training examples (fewest: %d): "
-                    "their few-shot sets use all they have", short.sum(), num_classes, shots,
-                    counts.min())
-
-
-def fewshot_accuracies(train_features: np.ndarray, train_labels: np.ndarray,
-                       test_features: np.ndarray, test_labels: np.ndarray, *,
-                       shots: Sequence[int] = DEFAULT_SHOTS, seeds: Sequence[int] = (0, 1, 2),
-                       l2_reg: float = DEFAULT_L2_REG,
-                       num_classes: Optional[int] = None) -> Dict[int, List[float]]:
-  """{k: [test accuracy per seed]}. Classes with fewer than k train examples use all of
-  theirs (one warning); num_classes defaults to the largest label + 1."""
-  if not shots or min(shots) < 1:
-    raise ValueError(f"shots={tuple(shots)} must be positive integers, e.g. 1,5,10,25")
-  if not seeds:
-    raise ValueError("no seeds: give at least one, e.g. seeds=(0, 1, 2)")
-  train_labels, test_labels = np.asarray(train_labels), np.asarray(test_labels)
-  if num_classes is None:
-    num_classes = int(max(train_labels.max(), test_labels.max())) + 1
-  _warn_small_classes(train_labels, num_classes, max(shots))
-  results = {k: [] for k in shots}
-  for seed in seeds:
-    ranks = class_ranks(train_labels, np.random.default_rng(seed))
-    for k in shots:
-      chosen = ranks < k
-      weights = ridge_weights(train_features[chosen], train_labels[chosen], num_classes, l2_reg)
-      results[k].append(accuracy(weights, test_features, test_labels))
-  return results
-
-
-def summarize(per_seed: Dict[int, List[float]]) -> Dict[str, float]:
-  """{'<k>shot': mean accuracy, '<k>shot_std': std over seeds, ...}."""
-  summary = {}
-  for k, accuracies in per_seed.items():
-    summary[f"{k}shot"] = float(np.mean(accuracies))
-    summary[f"{k}shot_std"] = float(np.std(accuracies))
-  return summary
-
-
-def evaluate_fewshot(train_features, train_labels, test_features, test_labels, *,
-                     shots: Sequence[int] = DEFAULT_SHOTS, seeds: Sequence[int] = (0, 1, 2),
-                     l2_reg: float = DEFAULT_L2_REG,
-                     num_classes: Optional[int] = None) -> Dict[str, float]:
-  """Mean and std over seeds of the k-shot test accuracy: {'1shot': ..., '1shot_std': ...}."""
-  return summarize(fewshot_accuracies(train_features, train_labels, test_features, test_labels,
-                                      shots=shots, seeds=seeds, l2_reg=l2_reg,
-                                      num_classes=num_classes))
-
-
-# --- Features on devices ----------------------------------------------------------------------
-
-
-def feature_function(module, mesh: jax.sharding.Mesh, param_shardings: Any):
-  """Jitted (params, batch) -> (features [B, D] float32, labels, mask), batch-sharded."""
-  batch_sharding = sharding.batch_sharding(mesh)
-
-  def features(params, batch):
-    x = module.apply({"params": params}, batch["image"], representation=True)
-    return x, batch["label"], batch["mask"]
-
-  return jax.jit(features, in_shardings=(param_shardings, batch_sharding),
-                 out_shardings=batch_sharding)
-
-
-def compute_features(feature_fn, params, batches: Iterator[dict],
-                     mesh: jax.sharding.Mesh) -> Tuple[np.ndarray, np.ndarray]:
-  """Host features [N, D] and labels [N] of every real (unpadded) example; every process
-  gets all of them, gathered batch by batch."""
-  features, labels = [], []
-  for batch in data.prefetch_to_device(batches, sharding.batch_sharding(mesh)):
-    x, y, mask = multihost_utils.process_allgather(feature_fn(params, batch), tiled=True)
-    features.append(x[mask > 0])
-    labels.append(y[mask > 0])
-  return np.concatenate(features), np.concatenate(labels).astype(np.int64)
-
-
-def dataset_features(feature_fn, params, dataset: data.Dataset, split: str, batch_size: int,
-                     mesh: jax.sharding.Mesh) -> Tuple[np.ndarray, np.ndarray]:
-  """compute_features over one split ('train' or 'eval'), unaugmented."""
-  batches = dataset.eval_batches(batch_size=batch_size, process_index=jax.process_index(),
-                                 process_count=jax.process_count(), split=split)
-  return compute_features(feature_fn, params, batches, mesh)
-
-
-def split_features(feature_fn, params, dataset: data.Dataset, batch_size: int,
-                   mesh: jax.sharding.Mesh) -> Tuple[np.ndarray, ...]:
-  """(train features, train labels, test features, test labels): the probes' inputs."""
-  train = dataset_features(feature_fn, params, dataset, "train", batch_size, mesh)
-  test = dataset_features(feature_fn, params, dataset, "eval", batch_size, mesh)
-  return (*train, *test)
-
-
-# --- During training --------------------------------------------------------------------------
-
-
-def dataset_key(name: str) -> str:
-  """Metric name of a dataset: its TFDS name, or a directory's base name."""
-  return os.path.basename(os.path.normpath(os.path.expanduser(name)))
-
-
-class Evaluator:
-  """config.fewshot probes during training: datasets opened (and checked) once, up front;
-  the feature function is compiled once, on the first call."""
-
-  def __init__(self, config: ml_collections.ConfigDict, module, mesh: jax.sharding.Mesh):
-    settings = config.fewshot
-    self.module, self.mesh = module, mesh
-    self.shots, self.seeds = tuple(settings.shots), tuple(range(settings.seeds))
-    self.l2_reg, self.every_steps = settings.l2_reg, settings.every_steps
-    self.batch_size = settings.batch_size
-    self.datasets = {}
-    if settings.datasets:
-      sharding.check_batch_size(self.batch_size, mesh, "fewshot.batch_size")
-    for name in settings.datasets:
-      key = dataset_key(name)
-      if key in self.datasets:
-        raise ValueError(f"config.fewshot.datasets names {key!r} twice; give each dataset once")
-      self.datasets[key] = data.open_dataset(self._data_config(config, name))
-    self._feature_fn = None
-
-  @staticmethod
-  def _data_config(config, name: str) -> ml_collections.ConfigDict:
-    copy = config.copy_and_resolve_references()
-    with copy.unlocked():
-      copy.dataset = name
-      copy.train_split, copy.eval_split = config.fewshot.train_split, config.fewshot.eval_split
-    return copy
-
-  def due(self, step: int, total_steps: int) -> bool:
-    return bool(self.datasets) and (step % self.every_steps == 0 or step == total_steps)
-
-  def __call__(self, params) -> Dict[str, float]:
-    """{'fewshot/<dataset>_<k>shot': mean test accuracy over the seeds, ...}."""
-    if self._feature_fn is None:
-      shardings = jax.tree.map(lambda x: x.sharding, params)
-      self._feature_fn = feature_function(self.module, self.mesh, shardings)
-    results = {}
-    for key, dataset in self.datasets.items():
-      features = split_features(self._feature_fn, params, dataset, self.batch_size, self.mesh)
-      summary = evaluate_fewshot(*features, shots=self.shots, seeds=self.seeds,
-                                 l2_reg=self.l2_reg, num_classes=dataset.info.num_classes)
-      logging.info("few-shot %s: %s", key, ", ".join(
-          f"{k}-shot {summary[f'{k}shot']:.4f}" for k in self.shots))
-      results.update({f"fewshot/{key}_{k}shot": summary[f"{k}shot"] for k in self.shots})
-    return results
-
-
-# --- Command line -----------------------------------------------------------------------------
+from vit_jax import cli, download, sharding
+from vit_jax.checkpoints import npz
+from vit_jax.data import pipeline
+from vit_jax.evaluators import fewshot as probes
 
 
 def data_config(dataset: str, crop: int, train_split: str = "train", eval_split: str = "test",
@@ -296,7 +55,7 @@ def run(flag_values) -> Dict[str, Any]:
   module, params, image_size = npz.load_for_inference(
       flag_values.checkpoint, flag_values.image_size,
       allow_nonfinite=flag_values.allow_nonfinite)
-  dataset = data.open_dataset(data_config(flag_values.dataset, image_size,
+  dataset = pipeline.open_dataset(data_config(flag_values.dataset, image_size,
                                           flag_values.train_split, flag_values.eval_split,
                                           flag_values.tfds_data_dir))
   mesh = sharding.make_mesh({"data": -1})
@@ -304,17 +63,17 @@ def run(flag_values) -> Dict[str, Any]:
   batch_size = -(-flag_values.batch_size // parallel) * parallel  # whole rows per device
   shardings = sharding.param_shardings(params, mesh)
   params = jax.device_put(params, shardings)
-  feature_fn = feature_function(module, mesh, shardings)
-  features = split_features(feature_fn, params, dataset, batch_size, mesh)
+  feature_fn = probes.feature_function(module, mesh, shardings)
+  features = probes.split_features(feature_fn, params, dataset, batch_size, mesh)
   seeds = list(range(flag_values.seeds))
-  per_seed = fewshot_accuracies(*features, shots=shots, seeds=seeds,
+  per_seed = probes.fewshot_accuracies(*features, shots=shots, seeds=seeds,
                                 l2_reg=flag_values.l2_reg, num_classes=dataset.info.num_classes)
   train_features, train_labels, _, test_labels = features
   return {"checkpoint": flag_values.checkpoint, "dataset": flag_values.dataset,
           "feature_dim": int(train_features.shape[1]), "num_classes": dataset.info.num_classes,
           "num_train": len(train_labels), "num_test": len(test_labels),
           "l2_reg": flag_values.l2_reg,
-          "seeds": seeds, **summarize(per_seed),
+          "seeds": seeds, **probes.summarize(per_seed),
           "per_seed": {str(k): v for k, v in per_seed.items()}}
 
 
@@ -340,10 +99,10 @@ def define_flags(flag_values=flags.FLAGS) -> None:
                       **define)
   flags.DEFINE_string("dataset", None, "'digits', an image directory (train/ and test/ with "
                       "one folder per class) or a TFDS name.", **define)
-  flags.DEFINE_list("shots", [str(k) for k in DEFAULT_SHOTS], "Examples per class.", **define)
+  flags.DEFINE_list("shots", [str(k) for k in probes.DEFAULT_SHOTS], "Examples per class.", **define)
   flags.DEFINE_integer("seeds", 3, "Random draws of the few-shot sets (seeds 0..n-1).",
                        lower_bound=1, **define)
-  flags.DEFINE_float("l2_reg", DEFAULT_L2_REG, "Ridge regularisation (> 0).", **define)
+  flags.DEFINE_float("l2_reg", probes.DEFAULT_L2_REG, "Ridge regularisation (> 0).", **define)
   flags.DEFINE_integer("image_size", None, "Input side in pixels; default: the checkpoint's.",
                        lower_bound=1, **define)
   flags.DEFINE_boolean("allow_nonfinite", False, npz.ALLOW_NONFINITE_HELP, **define)

@@ -11,7 +11,8 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from vit_jax import checkpointing, cli, console
+from vit_jax import cli, console
+from vit_jax.checkpoints import train_state
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py[:arg]).",
@@ -27,7 +28,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 # Mistakes a user can fix: shown as one `error:` line instead of a traceback.
 USER_ERRORS = (ValueError, FileNotFoundError, FloatingPointError,
-               checkpointing.CheckpointRestoreError, checkpointing.DiskFullError)
+               train_state.CheckpointRestoreError, train_state.DiskFullError)
 CONFIG_ERRORS = (flags.Error, AttributeError, KeyError, TypeError, ValueError, OSError)
 
 

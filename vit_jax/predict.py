@@ -17,7 +17,9 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from vit_jax import cli, download, npz, preprocess, released
+from vit_jax import cli, download
+from vit_jax.checkpoints import npz, released
+from vit_jax.data import preprocess
 from vit_jax.models import vit
 
 IMAGENET_LABELS_URL = "https://storage.googleapis.com/bit_models/ilsvrc2012_wordnet_lemmas.txt"

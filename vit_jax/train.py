@@ -16,11 +16,14 @@ import jax.numpy as jnp
 import ml_collections
 from jax.experimental import multihost_utils
 
-from vit_jax import (checkpointing, config_checks, data, fewshot, metrics, npz, optim,
-                     preemption, released, run_files, sharding, train_step)
-from vit_jax import workdir as workdir_lib
+from vit_jax import config_checks, optim, sharding, train_step
+from vit_jax.checkpoints import npz, released, train_state
 from vit_jax.console import log
+from vit_jax.data import pipeline
+from vit_jax.evaluators import fewshot
 from vit_jax.models import vit, zoo
+from vit_jax.runs import metrics, outputs, preemption
+from vit_jax.runs import workdir as workdir_lib
 
 
 def hyperrule_steps(num_train: int) -> int:
@@ -29,7 +32,7 @@ def hyperrule_steps(num_train: int) -> int:
 
 
 def resolve_config(config: ml_collections.ConfigDict,
-                   info: data.DatasetInfo) -> ml_collections.ConfigDict:
+                   info: pipeline.DatasetInfo) -> ml_collections.ConfigDict:
   """A copy with values that depend on the data filled in (total_steps = -1)."""
   config = config.copy_and_resolve_references()
   if config.total_steps == -1:
@@ -79,7 +82,7 @@ def evaluate(eval_step, params, dataset, config, batch_sharding,
   for batch in dataset.eval_batches(batch_size=config.batch_eval,
                                     process_index=jax.process_index(),
                                     process_count=jax.process_count()):
-    sums = eval_step(params, data.to_global(batch, batch_sharding))
+    sums = eval_step(params, pipeline.to_global(batch, batch_sharding))
     totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
   totals = jax.device_get(totals)
   examples = float(totals["examples"])
@@ -105,7 +108,7 @@ def evaluate_state(eval_step, state: train_step.TrainState, dataset, config, bat
 
 
 
-def check_finite(step: int, step_metrics: dict, checkpointer: checkpointing.Checkpointer) -> None:
+def check_finite(step: int, step_metrics: dict, checkpointer: train_state.Checkpointer) -> None:
   """Stops on a non-finite loss or gradient, before that step's state can be saved."""
   for name in ("loss", "grad_norm"):
     value = float(step_metrics[name])
@@ -117,7 +120,7 @@ def check_finite(step: int, step_metrics: dict, checkpointer: checkpointing.Chec
           "resume from it")
 
 
-def save_before_stopping(checkpointer: checkpointing.Checkpointer, step: int, state,
+def save_before_stopping(checkpointer: train_state.Checkpointer, step: int, state,
                          start_step: int) -> None:
   """A bad file found mid-run (e.g. at the first evaluation) must not cost the steps
   trained so far: their state is checkpointed, if finite, before the error is shown."""
@@ -125,7 +128,7 @@ def save_before_stopping(checkpointer: checkpointing.Checkpointer, step: int, st
     return
   try:
     checkpointer.save(step, state)
-  except checkpointing.NonFiniteStateError:
+  except train_state.NonFiniteStateError:
     return
   checkpointer.wait()
   log.warning("saved the checkpoint of step %d before stopping: fix the file named below "
@@ -183,11 +186,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
 
 def _train_in_workdir(config, workdir: str, mesh, started: float) -> Dict[str, float]:
   # --- Checks that read data and files, before anything slow or any write -------------
-  dataset = data.open_dataset(config)
+  dataset = pipeline.open_dataset(config)
   config = resolve_config(config, dataset.info)
   config_checks.check_warmup_fits(config)
   is_main = jax.process_index() == 0
-  checkpointer = checkpointing.Checkpointer(workdir, keep=config.keep_checkpoints)
+  checkpointer = train_state.Checkpointer(workdir, keep=config.keep_checkpoints)
   try:
     return _run(config, workdir, mesh, started, dataset, checkpointer, is_main)
   finally:  # pending async saves complete even when training fails
@@ -195,10 +198,10 @@ def _train_in_workdir(config, workdir: str, mesh, started: float) -> Dict[str, f
     checkpointer.close()
 
 
-def _run(config, workdir: str, mesh, started: float, dataset: data.Dataset,
-         checkpointer: checkpointing.Checkpointer, is_main: bool) -> Dict[str, float]:
+def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
+         checkpointer: train_state.Checkpointer, is_main: bool) -> Dict[str, float]:
   latest_step = checkpointer.latest_step()
-  finished = run_files.finished_results(workdir, latest_step, config.total_steps)
+  finished = outputs.finished_results(workdir, latest_step, config.total_steps)
   if finished is not None:
     log.info("already finished at step %d; results in %s (params.npz, metrics.jsonl, "
              "final_metrics.json): pass a larger --config.total_steps to train on, or use a "
@@ -237,9 +240,9 @@ def _run(config, workdir: str, mesh, started: float, dataset: data.Dataset,
 
   writer = metrics.create_writer(workdir, is_main_process=is_main, resume_step=resume_step)
   if is_main:
-    run_files.save_config(config, workdir, resume_step)
+    outputs.save_config(config, workdir, resume_step)
     if resume_step is None:
-      num_params = run_files.write_parameter_table(state.params, workdir)
+      num_params = outputs.write_parameter_table(state.params, workdir)
       log.info("%s parameters (table in %s)", f"{num_params:,}",
                os.path.join(workdir, "parameters.txt"))
       writer.write_hparams({"num_params": num_params})
@@ -261,7 +264,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: data.Dataset,
     log.info("process %d of %d reads rows [%d, %d) of every global batch of %d",
              jax.process_index(), jax.process_count(), jax.process_index() * rows,
              (jax.process_index() + 1) * rows, config.batch)
-  batches = data.prefetch_to_device(dataset.train_batches(
+  batches = pipeline.prefetch_to_device(dataset.train_batches(
       batch_size=config.batch, start_step=start_step, num_steps=total_steps, seed=config.seed,
       process_index=jax.process_index(), process_count=jax.process_count()), batch_sharding)
   dropout_rng = jax.device_put(jax.random.PRNGKey(config.seed + 1), replicated)
@@ -296,7 +299,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: data.Dataset,
       if preempted:
         preempted_at = step
         break
-  except (data.CorruptImageError, FileNotFoundError):
+  except (pipeline.CorruptImageError, FileNotFoundError):
     save_before_stopping(checkpointer, done_step, state, start_step)
     raise
   finally:
@@ -313,7 +316,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: data.Dataset,
     eval_metrics = evaluate_state(eval_fn, state, dataset, config, batch_sharding, total_steps)
   final_params = multihost_utils.process_allgather(state.eval_params, tiled=True)  # collective
   if is_main:
-    run_files.write_final(final_params, eval_metrics, workdir)
+    outputs.write_final(final_params, eval_metrics, workdir)
   writer.flush()
   writer.close()
   checkpointer.wait()

@@ -3,7 +3,7 @@
 CHECKPOINT is a path, a URL, FAMILY/NAME or a released name (as for vit_jax.predict);
 images are preprocessed like evaluation. Writes four PNGs into DIR, after the paper's
 Figs. 6, 7 and 14: attention_rollout.png, embedding_filters.png,
-position_similarity.png and attention_distance.png (computations: vit_jax.introspect).
+position_similarity.png and attention_distance.png (computations: vit_jax.models.introspect).
 """
 
 import os
@@ -17,7 +17,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 from absl import flags
 
-from vit_jax import cli, download, introspect, npz, predict
+from vit_jax import cli, download, predict
+from vit_jax.checkpoints import npz
+from vit_jax.models import introspect
 from vit_jax.models import vit, zoo
 
 FLAGS = flags.FLAGS

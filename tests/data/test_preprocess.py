@@ -8,7 +8,7 @@ import scipy.stats
 import tensorflow as tf
 from PIL import Image
 
-from vit_jax import preprocess
+from vit_jax.data import preprocess
 
 
 def encode(pixels: np.ndarray, fmt: str, **options) -> tf.Tensor:

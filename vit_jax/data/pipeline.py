@@ -31,8 +31,8 @@ import jax
 import numpy as np
 import tensorflow as tf
 
-from vit_jax import data_sources, preprocess
-from vit_jax.data_sources import (  # CorruptImageError: raised by the batch iterators
+from vit_jax.data import preprocess, sources
+from vit_jax.data.sources import (  # CorruptImageError: raised by the batch iterators
     CorruptImageError, IndexedSplit, StreamingSplit, read_tfds)
 
 @dataclasses.dataclass
@@ -287,7 +287,7 @@ def open_dataset(config) -> Dataset:
   the splits apply to TFDS only (default 'train' / 'test').
   """
   _check_pp(config.pp)
-  train, eval_split, class_names = data_sources.open_source(config)
+  train, eval_split, class_names = sources.open_source(config)
   return Dataset(train, eval_split, class_names, config.pp, config.shuffle_buffer)
 
 

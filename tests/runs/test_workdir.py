@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from vit_jax import workdir
+from vit_jax.runs import workdir
 
 HOLD_LOCK = """
 import sys, time
-from vit_jax import workdir
+from vit_jax.runs import workdir
 lock = workdir.WorkdirLock(sys.argv[1]).acquire()
 print("held", flush=True)
 time.sleep(120)

@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from vit_jax import download, released
+from helpers import serve_from
+from vit_jax import download
+from vit_jax.checkpoints import released
 from vit_jax.models import zoo
 
 B16 = "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0"
@@ -98,15 +100,6 @@ def npz_file(tmp_path):
 def small_chunks(monkeypatch):
   monkeypatch.setattr(download, "CHUNK_BYTES", 1 << 16)
 
-
-def serve_from(path):
-  """An urlopen that serves `path` for every URL and records the URLs asked for."""
-  asked = []
-
-  def urlopen(url, timeout):
-    asked.append(url)
-    return urllib.request.urlopen(path.as_uri(), timeout=timeout)
-  return urlopen, asked
 
 
 def test_download_released_name_over_https_atomically(tmp_path, npz_file, small_chunks, capsys):

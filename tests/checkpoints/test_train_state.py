@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vit_jax import checkpointing
+from vit_jax.checkpoints import train_state
 
 
 def state(value=1.0):
@@ -17,7 +17,7 @@ def state(value=1.0):
 
 
 def test_save_then_restore(tmp_path):
-  checkpointer = checkpointing.Checkpointer(str(tmp_path), keep=2)
+  checkpointer = train_state.Checkpointer(str(tmp_path), keep=2)
   assert checkpointer.latest_step() is None
   for step in (1, 2, 3):
     checkpointer.save(step, state(float(step)))
@@ -26,30 +26,30 @@ def test_save_then_restore(tmp_path):
   restored = checkpointer.restore(jax.eval_shape(state))
   np.testing.assert_array_equal(restored["params"]["w"], 3.0)
   checkpointer.close()
-  reopened = checkpointing.Checkpointer(str(tmp_path), keep=2)
+  reopened = train_state.Checkpointer(str(tmp_path), keep=2)
   assert reopened.latest_step() == 3
   np.testing.assert_array_equal(reopened.restore(jax.eval_shape(state), step=2)["params"]["w"],
                                 2.0)
 
 
 def test_mismatched_state_is_refused_and_kept(tmp_path):
-  checkpointer = checkpointing.Checkpointer(str(tmp_path))
+  checkpointer = train_state.Checkpointer(str(tmp_path))
   checkpointer.save(5, state())
   checkpointer.wait()
   wrong = {"step": jax.ShapeDtypeStruct((), jnp.int32),
            "params": {"w": jax.ShapeDtypeStruct((8, 8), jnp.float32)}}
-  with pytest.raises(checkpointing.CheckpointRestoreError, match="cannot resume from") as e:
+  with pytest.raises(train_state.CheckpointRestoreError, match="cannot resume from") as e:
     checkpointer.restore(wrong)
   assert "\n" not in str(e.value)
   assert checkpointer.latest_step() == 5
 
 
 def test_a_non_finite_state_is_never_saved(tmp_path):
-  checkpointer = checkpointing.Checkpointer(str(tmp_path), keep=1)
+  checkpointer = train_state.Checkpointer(str(tmp_path), keep=1)
   checkpointer.save(1, state(1.0))
   checkpointer.wait()
   for bad in (float("nan"), float("inf")):
-    with pytest.raises(checkpointing.NonFiniteStateError, match="good checkpoint \\(1\\) is kept"):
+    with pytest.raises(train_state.NonFiniteStateError, match="good checkpoint \\(1\\) is kept"):
       checkpointer.save(2, state(bad))
   checkpointer.wait()
   assert checkpointer.all_steps() == [1]  # keep=1: retention had nothing newer to keep
@@ -57,7 +57,7 @@ def test_a_non_finite_state_is_never_saved(tmp_path):
 
 
 def test_nothing_is_created_before_the_first_save(tmp_path):
-  checkpointer = checkpointing.Checkpointer(str(tmp_path / "run"))
+  checkpointer = train_state.Checkpointer(str(tmp_path / "run"))
   assert checkpointer.latest_step() is None
   assert checkpointer.restore_latest(jax.eval_shape(state)) == (None, None)
   checkpointer.close()
@@ -102,7 +102,7 @@ def damage(step_dir, how):
 def test_damaged_latest_falls_back_to_the_newest_intact_one(tmp_path, how, capfd):
   write_steps(str(tmp_path), {100: 1.0, 150: 2.0})
   damage(tmp_path / "checkpoints" / "150", how)
-  checkpointer = checkpointing.Checkpointer(str(tmp_path))
+  checkpointer = train_state.Checkpointer(str(tmp_path))
   restored, step = checkpointer.restore_latest(jax.eval_shape(state))
   assert step == 100
   np.testing.assert_array_equal(restored["params"]["w"], 1.0)
@@ -121,7 +121,7 @@ def test_damaged_latest_falls_back_to_the_newest_intact_one(tmp_path, how, capfd
 
 def test_a_non_finite_latest_checkpoint_is_skipped(tmp_path):
   write_steps(str(tmp_path), {3: 1.0, 4: float("nan")})
-  checkpointer = checkpointing.Checkpointer(str(tmp_path))
+  checkpointer = train_state.Checkpointer(str(tmp_path))
   restored, step = checkpointer.restore_latest(jax.eval_shape(state))
   assert step == 3 and np.isfinite(restored["params"]["w"]).all()
   checkpointer.close()
@@ -131,8 +131,8 @@ def test_refused_only_when_no_checkpoint_is_usable(tmp_path):
   write_steps(str(tmp_path), {100: 1.0, 150: 2.0})
   for step in (100, 150):
     damage(tmp_path / "checkpoints" / str(step), "truncated")
-  checkpointer = checkpointing.Checkpointer(str(tmp_path))
-  with pytest.raises(checkpointing.CheckpointRestoreError,
+  checkpointer = train_state.Checkpointer(str(tmp_path))
+  with pytest.raises(train_state.CheckpointRestoreError,
                      match="no checkpoint in .* \\(steps 150, 100\\) can be used") as e:
     checkpointer.restore_latest(jax.eval_shape(state))
   assert "\n" not in str(e.value) and "nothing was deleted" in str(e.value)
@@ -151,7 +151,7 @@ def test_train_states_keep_one_layout_with_or_without_the_polyak_average(tmp_pat
   plain = train_step.create_train_state(params, optimizer)
   write_tree(str(tmp_path / "old"), 5, {"step": plain.step, "params": plain.params,
                                         "opt_state": plain.opt_state})
-  checkpointer = checkpointing.Checkpointer(str(tmp_path / "old"))
+  checkpointer = train_state.Checkpointer(str(tmp_path / "old"))
   restored, step = checkpointer.restore_latest(jax.eval_shape(lambda: plain))
   assert step == 5 and restored.polyak is None
   np.testing.assert_array_equal(restored.params["w"], [0.0, 1.0, 2.0])
@@ -159,7 +159,7 @@ def test_train_states_keep_one_layout_with_or_without_the_polyak_average(tmp_pat
 
   averaged = train_step.create_train_state(params, optimizer, polyak=True)
   averaged = averaged.replace(polyak={"w": jnp.full(3, 7.0)})
-  checkpointer = checkpointing.Checkpointer(str(tmp_path / "new"))
+  checkpointer = train_state.Checkpointer(str(tmp_path / "new"))
   checkpointer.save(1, averaged)
   checkpointer.wait()
   restored, _ = checkpointer.restore_latest(jax.eval_shape(lambda: averaged))

@@ -22,7 +22,8 @@ import orbax.checkpoint as ocp
 from etils import epath
 from jax.experimental import multihost_utils
 
-from vit_jax import console, released
+from vit_jax import console
+from vit_jax.checkpoints import released
 from vit_jax.console import log
 
 

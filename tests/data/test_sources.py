@@ -8,8 +8,8 @@ import pytest
 import requests
 import tensorflow_datasets as tfds
 
-from test_data import fixture_folder, make_config, train  # pylint: disable=unused-import
-from vit_jax import data, data_sources
+from helpers import make_config, train
+from vit_jax.data import pipeline, sources
 
 
 def overwrite(path, content: bytes) -> None:
@@ -36,13 +36,13 @@ def test_image_folder_errors(folder, name):
   damage, match = DAMAGES[name]
   root = damage(folder) or folder
   with pytest.raises((ValueError, FileNotFoundError), match=match):
-    data.open_dataset(make_config(str(root)))
+    pipeline.open_dataset(make_config(str(root)))
 
 
 def test_tfds_mock_is_indexed():
   with tfds.testing.mock_data(num_examples=12, policy=tfds.testing.MockPolicy.USE_CODE):
-    dataset = data.open_dataset(make_config("cifar10"))
-  assert isinstance(dataset.train, data.IndexedSplit) and dataset.train.kind == "encoded"
+    dataset = pipeline.open_dataset(make_config("cifar10"))
+  assert isinstance(dataset.train, pipeline.IndexedSplit) and dataset.train.kind == "encoded"
   assert dataset.info.num_classes == 10
   assert dataset.info.num_train == 12
   batch = train(dataset, num_steps=1, batch_size=4)[0]
@@ -54,7 +54,7 @@ def test_tfds_missing_fails_fast(tmp_path):
   config.tfds_data_dir = str(tmp_path)
   start = time.time()
   with pytest.raises(FileNotFoundError, match="not prepared.*tfds build cifar10 --data_dir"):
-    data.open_dataset(config)
+    pipeline.open_dataset(config)
   assert time.time() - start < 5
 
 
@@ -76,7 +76,7 @@ def test_tfds_download_offline_fails_fast(tmp_path, monkeypatch):
   with pytest.raises(FileNotFoundError, match=r"^cannot download TFDS dataset cifar10: no "
                      r"network connection to https://www\.cs\.toronto\.edu/ \(ConnectionError\)"
                      r", .*tfds build cifar10 --data_dir=DIR.*config\.tfds_data_dir"):
-    data.open_dataset(tfds_download_config(tmp_path))
+    pipeline.open_dataset(tfds_download_config(tmp_path))
   assert time.time() - start < 5
 
 
@@ -97,7 +97,7 @@ def test_tfds_download_with_network_downloads(tmp_path, monkeypatch):
   config.tfds_manual_dir = str(tmp_path / "manual")
   with pytest.raises(FileNotFoundError, match=r"^downloading TFDS dataset cifar10 failed: "
                      r"Connection reset by peer \(traceback\); check the network and rerun"):
-    data.open_dataset(config)
+    pipeline.open_dataset(config)
   assert calls == [("cifar10", str(tmp_path / "manual"))]
 
 
@@ -111,23 +111,23 @@ def test_tfds_manual_download_names_the_manual_dir(tmp_path):
       "and TFDS cannot download it by itself: manual_dir should contain two files: "
       f"ILSVRC2012_img_train.tar .* config.tfds_manual_dir \\(default {manual}\\), then set "
       "config.tfds_download=True")):
-    data.open_dataset(config)
+    pipeline.open_dataset(config)
   config.tfds_download = True
   with pytest.raises(FileNotFoundError, match=(
       "^TFDS dataset imagenet2012 needs files downloaded by hand: manual_dir should contain "
       f".* Put them in {manual} \\(or set config.tfds_manual_dir")):
-    data.open_dataset(config)
+    pipeline.open_dataset(config)
 
 
-@pytest.mark.parametrize("limit", [data_sources.IN_MEMORY_LIMIT_BYTES, 0], ids=["memory", "stream"])
+@pytest.mark.parametrize("limit", [sources.IN_MEMORY_LIMIT_BYTES, 0], ids=["memory", "stream"])
 def test_tfds_prepared(tmp_path, monkeypatch, limit):
   """A real prepared dataset (tfds's offline dummy_mnist: 20 + 20 grayscale PNGs)."""
   tfds.testing.DummyMnist(data_dir=str(tmp_path)).download_and_prepare()
-  monkeypatch.setattr(data_sources, "IN_MEMORY_LIMIT_BYTES", limit)
+  monkeypatch.setattr(sources, "IN_MEMORY_LIMIT_BYTES", limit)
   config = make_config("dummy_mnist")
   config.tfds_data_dir, config.train_split = str(tmp_path), "train[:18]"
-  dataset = data.open_dataset(config)
-  assert isinstance(dataset.train, data.StreamingSplit) == (limit == 0)
+  dataset = pipeline.open_dataset(config)
+  assert isinstance(dataset.train, pipeline.StreamingSplit) == (limit == 0)
   assert (dataset.info.num_train, dataset.info.num_eval) == (18, 20)
   batches = train(dataset, process_count=2, num_steps=3, batch_size=4)
   assert [b["image"].shape for b in batches] == [(2, 16, 16, 3)] * 3

@@ -3,7 +3,7 @@
 import json
 import os
 
-from vit_jax import metrics
+from vit_jax.runs import metrics
 
 
 def test_jsonl_and_tensorboard(tmp_path):

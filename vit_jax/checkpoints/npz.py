@@ -19,7 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
-from vit_jax import npz_layout, posemb, released
+from vit_jax.checkpoints import npz_layout, released
+from vit_jax.models import posemb
 from vit_jax.models import vit, zoo
 
 ImageSize = Union[int, Sequence[int]]

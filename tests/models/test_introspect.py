@@ -1,10 +1,10 @@
-"""vit_jax.introspect: attention collection, rollout, attention distance, posemb and filter PCA."""
+"""vit_jax.models.introspect: attention collection, rollout, attention distance, posemb and filter PCA."""
 
 import numpy as np
 import pytest
 
 from conftest import init_params, tiny_model
-from vit_jax import introspect
+from vit_jax.models import introspect
 from vit_jax.models import vit
 
 

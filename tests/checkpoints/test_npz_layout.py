@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from vit_jax import CheckpointError, load_npz
-from vit_jax import npz_layout
+from vit_jax.checkpoints import npz_layout
 
 LINEN_NAMES = {"MultiHeadDotProductAttention_1": "MultiHeadDotProductAttention_0",
                "LayerNorm_2": "LayerNorm_1", "MlpBlock_3": "MlpBlock_0"}

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from conftest import init_params, tiny_model
-from vit_jax import load_npz, npz, save_npz
+from vit_jax import load_npz, save_npz
+from vit_jax.checkpoints import npz
 
 FIXTURE_CASES = [  # checkpoint, images, expected, image_size (fixtures README)
     ("vit-ti16.npz", "images-224.npy", "expected-vit-ti16-224.npz", None),

@@ -4,45 +4,15 @@ import io
 import os
 
 import jax
-import ml_collections
 import numpy as np
 import pytest
 import tensorflow as tf
 from PIL import Image
 
-from test_train import demo_config
-from vit_jax import data, preprocess
+from helpers import UNICODE_CLASSES, UNICODE_FILES, corrupt_jpeg, demo_config, make_config, train, write_unicode_folder
+from vit_jax.data import pipeline, preprocess
 from vit_jax import train as train_lib
 
-
-def make_config(dataset="digits", **pp) -> ml_collections.ConfigDict:
-  """The keys open_dataset reads; small BiT crops keep the tests fast."""
-  return ml_collections.ConfigDict({
-      "dataset": dataset, "train_split": None, "eval_split": None, "tfds_data_dir": None,
-      "tfds_manual_dir": None, "tfds_download": False, "shuffle_buffer": 16,
-      "pp": {"preset": "bit", "crop": 16, "resize": 20, "flip": True, "mixup_alpha": 0.0,
-             **pp}})
-
-
-def write_image(path, mode="RGB", size=(12, 10), fmt=None):
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  channels = {"L": (), "RGB": (3,), "RGBA": (4,)}[mode]
-  pixels = np.random.default_rng(len(str(path))).integers(0, 256, (size[1], size[0], *channels),
-                                                          dtype=np.uint8)
-  Image.fromarray(pixels, mode).save(path, fmt)
-
-
-@pytest.fixture(name="folder")
-def fixture_folder(tmp_path):
-  """train/ with mixed extensions, cases, grayscale and RGBA; test/ with both classes."""
-  write_image(tmp_path / "train/dog/a.JPG", fmt="JPEG")
-  write_image(tmp_path / "train/dog/b.png", mode="L")
-  write_image(tmp_path / "train/cat/c.Png", mode="RGBA", size=(30, 20))
-  write_image(tmp_path / "train/cat/d.jpeg", mode="L", fmt="JPEG")
-  (tmp_path / "train/cat/notes.txt").write_text("not an image")
-  write_image(tmp_path / "test/cat/e.png")
-  write_image(tmp_path / "test/dog/f.jpg", fmt="JPEG")
-  return tmp_path
 
 
 def indexed_dataset(num_train, num_eval, **pp):
@@ -53,9 +23,9 @@ def indexed_dataset(num_train, num_eval, **pp):
     pixels = np.zeros((n, 8, 8, 3), np.uint8)
     pixels[..., 0] = (index // 256)[:, None, None]
     pixels[..., 1] = (index % 256)[:, None, None]
-    return data.IndexedSplit(pixels, (index % 3).astype(np.int32), "pixels")
+    return pipeline.IndexedSplit(pixels, (index % 3).astype(np.int32), "pixels")
   config = make_config(**pp)
-  return data.Dataset(split(num_train), split(num_eval), ["a", "b", "c"], config.pp, 16)
+  return pipeline.Dataset(split(num_train), split(num_eval), ["a", "b", "c"], config.pp, 16)
 
 
 def indices_of(images: np.ndarray) -> np.ndarray:
@@ -63,14 +33,9 @@ def indices_of(images: np.ndarray) -> np.ndarray:
   return values[:, 0] * 256 + values[:, 1]
 
 
-def train(dataset, process_count=1, process_index=0, start_step=0, num_steps=4, batch_size=8):
-  return list(dataset.train_batches(batch_size=batch_size, start_step=start_step,
-                                    num_steps=num_steps, seed=3, process_index=process_index,
-                                    process_count=process_count))
-
 
 def test_digits_source():
-  dataset = data.open_dataset(make_config())
+  dataset = pipeline.open_dataset(make_config())
   assert (dataset.info.num_train, dataset.info.num_eval, dataset.info.num_classes) == (
       1497, 300, 10)
   assert dataset.train.data.shape == (1497, 8, 8, 3) and dataset.train.data.dtype == np.uint8
@@ -82,7 +47,7 @@ def test_digits_source():
 @pytest.mark.parametrize("pp", [{}, {"mixup_alpha": 0.1},
                                 {"preset": "inception", "resize": None}])
 def test_global_batches_do_not_depend_on_process_count(pp):
-  dataset = data.open_dataset(make_config(**pp))
+  dataset = pipeline.open_dataset(make_config(**pp))
   whole = train(dataset)
   halves = [train(dataset, process_count=2, process_index=p) for p in range(2)]
   for step, batch in enumerate(whole):
@@ -111,9 +76,9 @@ def test_each_epoch_visits_every_example_once():
 def test_train_flips_follow_pp_flip(flip):
   """Images dark on the left, bright on the right: a mirrored one is bright on the left."""
   columns = np.arange(0, 256, 32, dtype=np.uint8)[None, None, :, None]
-  split = data.IndexedSplit(np.broadcast_to(columns, (16, 8, 8, 3)).copy(),
+  split = pipeline.IndexedSplit(np.broadcast_to(columns, (16, 8, 8, 3)).copy(),
                             np.zeros(16, np.int32), "pixels")
-  dataset = data.Dataset(split, split, ["a"], make_config(resize=16, flip=flip).pp, 16)
+  dataset = pipeline.Dataset(split, split, ["a"], make_config(resize=16, flip=flip).pp, 16)
   images = train(dataset, num_steps=1, batch_size=16)[0]["image"]
   mirrored = images[:, 0, 0, 0] > images[:, 0, -1, 0]
   assert 0 < mirrored.sum() < 16 if flip else not mirrored.any()
@@ -146,36 +111,23 @@ def test_eval_batches_of_the_train_split():
 
 
 def test_image_folder(folder):
-  dataset = data.open_dataset(make_config(str(folder)))
+  dataset = pipeline.open_dataset(make_config(str(folder)))
   assert dataset.info.class_names == ["cat", "dog"]
   assert (dataset.info.num_train, dataset.info.num_eval) == (4, 2)
   assert list(dataset.train.labels) == [0, 0, 1, 1]
   batch = train(dataset, num_steps=1, batch_size=4)[0]
   assert batch["image"].shape == (4, 16, 16, 3)
   assert np.abs(batch["image"]).max() <= 1.0
-  inception = data.open_dataset(make_config(str(folder), preset="inception", resize=None))
+  inception = pipeline.open_dataset(make_config(str(folder), preset="inception", resize=None))
   assert train(inception, num_steps=1, batch_size=4)[0]["image"].shape == (4, 16, 16, 3)
   evaluation = list(dataset.eval_batches(batch_size=4, process_index=0, process_count=1))
   assert [list(b["mask"]) for b in evaluation] == [[1, 1, 0, 0]]
 
 
-UNICODE_CLASSES = ("café", "猫 cat", "🐶")
-UNICODE_FILES = ("été 1.png", "写真.jpg", "a b.png")
-
-
-def write_unicode_folder(root):
-  """train/ and test/ whose class folders and files are named with accents, CJK, emoji
-  and spaces: every name a filesystem allows must be readable."""
-  for split in ("train", "test"):
-    for name in UNICODE_CLASSES:
-      for file in UNICODE_FILES:
-        write_image(root / split / name / file, fmt="JPEG" if file.endswith("jpg") else None)
-  return root
-
 
 def test_image_folder_with_non_ascii_names(tmp_path):
   root = write_unicode_folder(tmp_path / "données 🖼")
-  dataset = data.open_dataset(make_config(str(root)))
+  dataset = pipeline.open_dataset(make_config(str(root)))
   assert dataset.info.class_names == sorted(UNICODE_CLASSES)
   batches = train(dataset, num_steps=2, batch_size=9)  # 9 images: each step is one epoch
   assert [b["image"].shape for b in batches] == [(9, 16, 16, 3)] * 2
@@ -202,26 +154,16 @@ def test_training_on_non_ascii_names(tmp_path):
 
 def test_image_folder_uses_validation_without_test(folder):
   os.rename(folder / "test", folder / "validation")
-  assert data.open_dataset(make_config(str(folder))).info.num_eval == 2
+  assert pipeline.open_dataset(make_config(str(folder))).info.num_eval == 2
 
 
-def corrupt_jpeg() -> bytes:
-  """A JPEG that passes check_image_file (SOI header, EOI end marker) but whose
-  entropy-coded data is cut to a third: progressive, so that every crop window fails."""
-  image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 48, 3), np.uint8))
-  encoded = io.BytesIO()
-  image.save(encoded, "JPEG", progressive=True)
-  encoded = encoded.getvalue()
-  scan = encoded.index(b"\xff\xda")
-  scan += 2 + int.from_bytes(encoded[scan + 2:scan + 4], "big")  # the scan header's end
-  return encoded[:scan + (len(encoded) - scan) // 3] + b"\xff\xd9"
 
 
 @pytest.mark.parametrize("preset", ["bit", "inception"])
 def test_corrupt_image_is_named_in_train_and_eval(folder, preset):
   (folder / "train/dog/a.JPG").write_bytes(corrupt_jpeg())
   (folder / "test/dog/f.jpg").write_bytes(corrupt_jpeg())
-  dataset = data.open_dataset(make_config(str(folder), preset=preset,
+  dataset = pipeline.open_dataset(make_config(str(folder), preset=preset,
                                           resize=20 if preset == "bit" else None))
   failures = {
       "train": lambda: train(dataset, num_steps=2, batch_size=4),
@@ -231,7 +173,7 @@ def test_corrupt_image_is_named_in_train_and_eval(folder, preset):
   }
   for name, path in (("train", "train/dog/a.JPG"), ("eval", "test/dog/f.jpg"),
                      ("features", "train/dog/a.JPG")):
-    with pytest.raises(data.CorruptImageError) as error:
+    with pytest.raises(pipeline.CorruptImageError) as error:
       failures[name]()
     message = str(error.value)
     assert message.startswith(f"corrupt image {folder / path}: ") and "\n" not in message
@@ -243,15 +185,15 @@ def test_corrupt_encoded_image_is_named():
   buffer = io.BytesIO()
   Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(buffer, "PNG")
   encoded = np.array([buffer.getvalue(), corrupt_jpeg(), buffer.getvalue()], object)
-  split = data.IndexedSplit(encoded, np.zeros(3, np.int32), "encoded", "TFDS x split 'test'")
-  dataset = data.Dataset(split, split, ["a"], make_config().pp, 16)
-  with pytest.raises(data.CorruptImageError, match=r"^corrupt image: example 1 of TFDS x "
+  split = pipeline.IndexedSplit(encoded, np.zeros(3, np.int32), "encoded", "TFDS x split 'test'")
+  dataset = pipeline.Dataset(split, split, ["a"], make_config().pp, 16)
+  with pytest.raises(pipeline.CorruptImageError, match=r"^corrupt image: example 1 of TFDS x "
                      "split 'test': .*; rebuild the dataset$"):
     list(dataset.eval_batches(batch_size=2, process_index=0, process_count=1))
 
 
 def test_image_deleted_after_opening_is_named(folder):
-  dataset = data.open_dataset(make_config(str(folder)))
+  dataset = pipeline.open_dataset(make_config(str(folder)))
   os.remove(folder / "test/cat/e.png")
   with pytest.raises(FileNotFoundError, match=r"^image .*e.png disappeared after the dataset "
                      "was opened; restore it, or rerun to scan the folder again$"):
@@ -260,11 +202,11 @@ def test_image_deleted_after_opening_is_named(folder):
 
 def test_bad_preset_and_name():
   with pytest.raises(ValueError, match="choose one of inception, bit"):
-    data.open_dataset(make_config(preset="random"))
+    pipeline.open_dataset(make_config(preset="random"))
   with pytest.raises(ValueError, match="pp.resize=20 applies to the bit preset only"):
-    data.open_dataset(make_config(preset="inception"))
+    pipeline.open_dataset(make_config(preset="inception"))
   with pytest.raises(ValueError, match="did you mean cifar10"):
-    data.open_dataset(make_config("cifar-10"))
+    pipeline.open_dataset(make_config("cifar-10"))
 
 
 def test_to_global_and_prefetch():
@@ -274,14 +216,14 @@ def test_to_global_and_prefetch():
   rows = 2 * len(devices)
   batches = [{"image": np.full((rows, 4, 4, 3), i, np.float32),
               "label": np.arange(rows, dtype=np.int32)} for i in range(3)]
-  global_batch = data.to_global(batches[0], sharding)
+  global_batch = pipeline.to_global(batches[0], sharding)
   assert global_batch["image"].shape == (rows * jax.process_count(), 4, 4, 3)
   assert global_batch["image"].sharding == sharding
-  fetched = list(data.prefetch_to_device(iter(batches), sharding))
+  fetched = list(pipeline.prefetch_to_device(iter(batches), sharding))
   assert [float(b["image"][0, 0, 0, 0]) for b in fetched] == [0.0, 1.0, 2.0]
 
   def failing():
     yield batches[0]
     raise RuntimeError("reader broke")
   with pytest.raises(RuntimeError, match="reader broke"):
-    list(data.prefetch_to_device(failing(), sharding))
+    list(pipeline.prefetch_to_device(failing(), sharding))

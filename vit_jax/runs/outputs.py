@@ -10,7 +10,8 @@ import jax
 import numpy as np
 from clu import parameter_overview
 
-from vit_jax import metrics, npz
+from vit_jax.checkpoints import npz
+from vit_jax.runs import metrics
 from vit_jax.console import log
 
 PARAMS = "params.npz"

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import scipy.ndimage
 
-from vit_jax import posemb
+from vit_jax.models import posemb
 
 
 @pytest.mark.parametrize("old,new", [(14, 24), (24, 14), (7, 7), (3, 10), (1, 4)])
