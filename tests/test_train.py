@@ -17,6 +17,7 @@ from helpers import corrupt_jpeg, demo_config, read_metrics
 from vit_jax import config_defaults as common
 from vit_jax import load_npz, save_npz, sharding, train, train_step
 from vit_jax.data import pipeline
+from vit_jax.evaluators import classification
 from vit_jax.runs import workdir as workdir_lib
 
 
@@ -287,9 +288,9 @@ def test_polyak_averaging_evaluates_exports_and_resumes_exactly(tmp_path):
   # params.npz holds the average (what eval/* measured), not the raw parameters.
   module, params = load_npz(straight / "params.npz")
   mesh = sharding.make_mesh({"data": 1}, jax.devices()[:1])
-  exported_eval = train.evaluate(jax.jit(train_step.make_eval_step(module)), params,
-                                 pipeline.open_dataset(demo_config()), demo_config(),
-                                 sharding.batch_sharding(mesh))
+  evaluator = classification.Evaluator(demo_config(), module, mesh,
+                                       pipeline.open_dataset(demo_config()))
+  exported_eval = evaluator(jax.device_put(params, sharding.replicated(mesh)), step=4)
   assert exported_eval["eval/loss"] == pytest.approx(result["eval/loss"], rel=1e-5)
   last_eval = [r for r in read_metrics(straight) if "eval/loss" in r][-1]
   assert last_eval["eval_raw/loss"] == result["eval_raw/loss"]

@@ -25,6 +25,16 @@ DATASET_PRESETS = {
 }
 # Any other TFDS name or an image directory: 'train' / 'test' and BiT's HyperRule length.
 HYPERRULE = -1
+# Extra evaluation sets of a preset (config.evals), evaluated when their data is present:
+# ImageNet fine-tuning also reports ReaL (paper Table 2) and ImageNet-V2.
+EVAL_PRESETS = {
+    "imagenet2012": {
+        "real": {"dataset": "imagenet2012_real", "split": "validation", "metric": "real",
+                 "optional": True},
+        "v2": {"dataset": "imagenet_v2", "split": "test", "metric": "accuracy",
+               "optional": True},
+    },
+}
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -58,6 +68,13 @@ def get_config() -> ml_collections.ConfigDict:
   config.dataset = "cifar10"  # TFDS name, image directory, or 'digits' (embedded)
   config.train_split = "train[:98%]"
   config.eval_split = "test"
+  # More evaluation sets, each logged as eval/<name>/{accuracy,loss,examples} next to the
+  # dataset's own eval split (named after it: 'test', 'validation'): name -> {dataset (TFDS
+  # name, directory or 'digits'), split, metric ('accuracy' | 'real': ImageNet ReaL labels),
+  # optional (True: skipped with a note when its data is absent)}. The primary set
+  # (eval_primary; '' = the dataset's own split) also writes the plain eval/accuracy.
+  config.evals = ml_collections.ConfigDict()
+  config.eval_primary = ""
   config.tfds_data_dir = ml_collections.FieldReference(None, field_type=str)
   config.tfds_manual_dir = ml_collections.FieldReference(None, field_type=str)
   config.tfds_download = False  # True: download_and_prepare missing TFDS data
@@ -124,6 +141,7 @@ def with_dataset(config: ml_collections.ConfigDict, dataset: str) -> ml_collecti
       dataset, ("train", "test", HYPERRULE))
   config.train_split, config.eval_split, config.total_steps = (
       train_split, eval_split, total_steps)
+  config.evals = ml_collections.ConfigDict(EVAL_PRESETS.get(dataset, {}))
   return config
 
 

@@ -20,7 +20,7 @@ from vit_jax import config_checks, optim, sharding, train_step
 from vit_jax.checkpoints import npz, released, train_state
 from vit_jax.console import log
 from vit_jax.data import pipeline
-from vit_jax.evaluators import fewshot
+from vit_jax.evaluators import classification, fewshot
 from vit_jax.models import vit, zoo
 from vit_jax.runs import metrics, outputs, preemption
 from vit_jax.runs import workdir as workdir_lib
@@ -75,39 +75,6 @@ def build_model(config, num_classes: int, *, load_pretrained: bool
   return module, None
 
 
-def evaluate(eval_step, params, dataset, config, batch_sharding,
-             prefix: str = "eval") -> Dict[str, float]:
-  """Loss and accuracy over the whole eval split, every example counted exactly once."""
-  totals = None
-  for batch in dataset.eval_batches(batch_size=config.batch_eval,
-                                    process_index=jax.process_index(),
-                                    process_count=jax.process_count()):
-    sums = eval_step(params, pipeline.to_global(batch, batch_sharding))
-    totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
-  totals = jax.device_get(totals)
-  examples = float(totals["examples"])
-  return {f"{prefix}/loss": float(totals["loss_sum"]) / examples,
-          f"{prefix}/accuracy": float(totals["correct"]) / examples,
-          f"{prefix}/examples": examples}
-
-
-def evaluate_state(eval_step, state: train_step.TrainState, dataset, config, batch_sharding,
-                   step: int) -> Dict[str, float]:
-  """eval/* of the evaluated parameters (the Polyak average when on, logged), plus
-  eval_raw/* of the raw parameters when they differ."""
-  results = evaluate(eval_step, state.eval_params, dataset, config, batch_sharding)
-  log.info("step %d: eval accuracy %.4f, loss %.4f on %d examples%s", step,
-           results["eval/accuracy"], results["eval/loss"], results["eval/examples"],
-           " (Polyak average)" if state.polyak is not None else "")
-  if state.polyak is not None:
-    raw = evaluate(eval_step, state.params, dataset, config, batch_sharding, "eval_raw")
-    log.info("step %d: raw parameters: eval accuracy %.4f, loss %.4f", step,
-             raw["eval_raw/accuracy"], raw["eval_raw/loss"])
-    results.update(raw)
-  return results
-
-
-
 def check_finite(step: int, step_metrics: dict, checkpointer: train_state.Checkpointer) -> None:
   """Stops on a non-finite loss or gradient, before that step's state can be saved."""
   for name in ("loss", "grad_norm"):
@@ -160,6 +127,7 @@ def check_pretrained(config) -> None:
 def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   """Everything about the config that can be refused without reading data or files."""
   config_checks.check(config)
+  classification.check_evals(config)
   check_batch_split(config, mesh)
   optim.check_choices(config)
   try:
@@ -210,6 +178,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   load_pretrained = latest_step is None and config.pretrained is not None
   module, host_params = build_model(config, dataset.info.num_classes,
                                     load_pretrained=load_pretrained)
+  evaluator = classification.Evaluator(config, module, mesh, dataset)  # opens its sets now
   fewshot_eval = fewshot.Evaluator(config, module, mesh)  # opens its datasets now
 
   # --- State, created directly with its shardings -------------------------------------
@@ -253,9 +222,6 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   step_fn = jax.jit(train_step.make_train_step(module, optimizer, config),
                     in_shardings=(state_shardings, batch_sharding, replicated),
                     out_shardings=(state_shardings, replicated), donate_argnums=(0,))
-  eval_fn = jax.jit(train_step.make_eval_step(module),
-                    in_shardings=(state_shardings.params, batch_sharding),
-                    out_shardings=replicated)
 
   # --- Loop -------------------------------------------------------------------------------
   start_step, total_steps = int(state.step), config.total_steps
@@ -290,7 +256,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
         if is_progress_step:
           write_train_metrics(writer, step, host_metrics, progress)
       if step % config.eval_every == 0 or step == total_steps:
-        eval_metrics = evaluate_state(eval_fn, state, dataset, config, batch_sharding, step)
+        eval_metrics = evaluator.of_state(state, step)
         writer.write_scalars(step, eval_metrics)
       if fewshot_eval.due(step, total_steps):
         writer.write_scalars(step, fewshot_eval(state.eval_params))
@@ -313,7 +279,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
     writer.close()
     return {"preempted_at_step": preempted_at, **eval_metrics}
   if not eval_metrics:  # resumed at the end: report the final state anyway
-    eval_metrics = evaluate_state(eval_fn, state, dataset, config, batch_sharding, total_steps)
+    eval_metrics = evaluator.of_state(state, total_steps)
   final_params = multihost_utils.process_allgather(state.eval_params, tiled=True)  # collective
   if is_main:
     outputs.write_final(final_params, eval_metrics, workdir)

@@ -94,7 +94,7 @@ def _read_rows(split: IndexedSplit, row_indices, batch_ids: tf.data.Dataset) -> 
         gather, [batch_id], [tf.int64, dtype, tf.int32], stateful=False)
     return (tf.ensure_shape(positions, [None]),
             tf.ensure_shape(data, [None, *split.data.shape[1:]]),
-            tf.ensure_shape(labels, [None]))
+            tf.ensure_shape(labels, [None, *split.labels.shape[1:]]))
 
   return batch_ids.map(read).unbatch()
 
@@ -143,14 +143,16 @@ def _rows_per_process(batch_size: int, process_count: int) -> int:
 
 
 class Dataset:
-  """A train and an eval split with the preprocessing of config.pp."""
+  """A train and an eval split with the preprocessing of config.pp (train is None for
+  an evaluation-only set)."""
 
   def __init__(self, train, eval_split, class_names: List[str], pp, shuffle_buffer: int):
     self.train = train
     self.eval = eval_split
     self.pp = pp
     self.shuffle_buffer = shuffle_buffer
-    self.info = DatasetInfo(len(class_names), len(train), len(eval_split), class_names)
+    self.info = DatasetInfo(len(class_names), len(train) if train is not None else 0,
+                            len(eval_split), class_names)
 
   def _payload(self, split, data: tf.Tensor) -> tf.Tensor:
     """Pixels or encoded bytes of one example (files are read here, in parallel)."""
@@ -213,7 +215,7 @@ class Dataset:
     data = read_tfds(split.builder, part, shuffle_files=True,
                      read_config=tfds.ReadConfig(shuffle_seed=shuffle_seed))
     data = data.repeat().shuffle(self.shuffle_buffer, seed=shuffle_seed)
-    return data.map(lambda ex: (ex["image"], tf.cast(ex["label"], tf.int32)))
+    return data.map(lambda ex: (ex["image"], split.label_fn(ex)))
 
   # --- eval ---
 
@@ -256,11 +258,12 @@ class Dataset:
     data = read_tfds(split.builder, parts[process_index], shuffle_files=False)
     examples = data.map(lambda ex: {
         "image": preprocess.eval_resize(ex["image"], self.pp.crop),
-        "label": tf.cast(ex["label"], tf.int32), "mask": tf.constant(1.0)},
+        "label": split.label_fn(ex), "mask": tf.constant(1.0)},
                         num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    label_spec = examples.element_spec["label"]
     padding = tf.data.Dataset.from_tensors({
-        "image": tf.zeros([self.pp.crop, self.pp.crop, 3]), "label": tf.constant(0),
-        "mask": tf.constant(0.0)}).repeat()
+        "image": tf.zeros([self.pp.crop, self.pp.crop, 3]),
+        "label": tf.zeros(label_spec.shape, label_spec.dtype), "mask": tf.constant(0.0)}).repeat()
     return examples.concatenate(padding), -(-longest // rows)
 
 
@@ -289,6 +292,14 @@ def open_dataset(config) -> Dataset:
   _check_pp(config.pp)
   train, eval_split, class_names = sources.open_source(config)
   return Dataset(train, eval_split, class_names, config.pp, config.shuffle_buffer)
+
+
+def open_eval_dataset(config, dataset: str, split: str, label_feature: str = "label") -> Dataset:
+  """An evaluation-only Dataset (eval_batches only) of `dataset`'s `split`, with the
+  eval preprocessing of config.pp; see sources.open_eval_source."""
+  _check_pp(config.pp)
+  eval_split, class_names = sources.open_eval_source(dataset, split, config, label_feature)
+  return Dataset(None, eval_split, class_names, config.pp, config.shuffle_buffer)
 
 
 # --- Device batches ---------------------------------------------------------------------------

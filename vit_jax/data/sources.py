@@ -11,7 +11,7 @@ import difflib
 import os
 import re
 import urllib.parse
-from typing import ClassVar, List, Optional
+from typing import Callable, ClassVar, List, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -37,7 +37,7 @@ class IndexedSplit:
   bytes, object array: tf.string takes bytes, and any name the filesystem allows
   round-trips, which numpy unicode arrays do not)."""
   data: np.ndarray
-  labels: np.ndarray  # int32 [N]
+  labels: np.ndarray  # int32 [N], or multi-hot int32 [N, K] (several correct classes)
   kind: str
   source: str = ""  # what the examples are, for error messages (files name themselves)
 
@@ -59,13 +59,29 @@ class IndexedSplit:
     return CorruptImageError(f"corrupt image {path}: {reason}; replace or remove it")
 
 
+def class_label(example: dict) -> tf.Tensor:
+  """The label of a TFDS classification example: its 'label' feature."""
+  return tf.cast(example["label"], tf.int32)
+
+
+def multi_hot(feature: str, num_classes: int) -> Callable[[dict], tf.Tensor]:
+  """The label of an example with a list of correct classes (e.g. ImageNet ReaL's
+  'real_label'): int32 [num_classes], 1 at each listed class; all 0 for an empty list."""
+  def label(example: dict) -> tf.Tensor:
+    listed = tf.one_hot(tf.cast(example[feature], tf.int32), num_classes) > 0  # [n, K]
+    return tf.cast(tf.reduce_any(listed, axis=0), tf.int32)  # reduce_max of n = 0 is -2^31
+  return label
+
+
 @dataclasses.dataclass
 class StreamingSplit:
-  """A TFDS split too large for memory, read as file shards of encoded images."""
+  """A TFDS split too large for memory, read as file shards of encoded images;
+  label_fn(example) -> label (class_label, or multi_hot for lists of classes)."""
   kind: ClassVar[str] = "encoded"
   builder: object
   split: str
   num_examples: int
+  label_fn: Callable[[dict], tf.Tensor] = class_label
 
   def __len__(self):
     return self.num_examples
@@ -269,10 +285,10 @@ def _download_and_prepare(builder, manual_dir: Optional[str]) -> None:
                             f"run `tfds build {builder.name}` where it works") from e
 
 
-def _tfds_in_memory(builder, split: str) -> IndexedSplit:
+def _tfds_in_memory(builder, split: str, label_fn=class_label) -> IndexedSplit:
   """A whole split as encoded bytes: decoding stays per example, after the gather."""
   data = read_tfds(builder, split, shuffle_files=False)
-  data = data.map(lambda ex: (ex["image"], tf.cast(ex["label"], tf.int32)))
+  data = data.map(lambda ex: (ex["image"], label_fn(ex)))
   images, labels = [], []
   for image_batch, label_batch in data.batch(_TFDS_READ_BATCH).as_numpy_iterator():
     images.append(image_batch)
@@ -281,24 +297,53 @@ def _tfds_in_memory(builder, split: str) -> IndexedSplit:
                       f"TFDS {builder.name} split {split!r} in {builder.data_dir}")
 
 
+def _tfds_builder_with(name: str, label_feature: str, *, data_dir, manual_dir, download):
+  """The builder of a TFDS image dataset with `label_feature`, prepared if asked."""
+  builder = _tfds_builder(name, data_dir)
+  if download and not builder.is_prepared():
+    _download_and_prepare(builder, manual_dir)
+  missing = {"image", label_feature} - set(builder.info.features)
+  if missing:
+    raise ValueError(f"TFDS dataset {name} lacks the feature(s) {', '.join(sorted(missing))}; "
+                     f"only image classification datasets with 'image' and '{label_feature}' "
+                     "work")
+  return builder
+
+
+def _tfds_splits(builder, splits: List[str], label_fn=class_label) -> list:
+  """Each split in memory, or streamed when the dataset is too large for memory."""
+  if (builder.info.dataset_size or 0) > IN_MEMORY_LIMIT_BYTES:
+    read_tfds(builder, splits[0])  # fails fast if absent
+    return [StreamingSplit(builder, split, builder.info.splits[split].num_examples, label_fn)
+            for split in splits]
+  return [_tfds_in_memory(builder, split, label_fn) for split in splits]
+
+
+def _class_names(builder, label_feature: str) -> List[str]:
+  feature = builder.info.features[label_feature]
+  return list(getattr(feature, "feature", feature).names)  # a Sequence holds its ClassLabel
+
+
 def tfds_source(name: str, train_split: str, eval_split: str, *, data_dir=None,
                 manual_dir=None, download=False):
   """A TFDS dataset; touches the network only with download=True (then it may take
   minutes; offline it fails in seconds), otherwise a missing dataset fails at once."""
-  builder = _tfds_builder(name, data_dir)
-  if download and not builder.is_prepared():
-    _download_and_prepare(builder, manual_dir)
-  missing = {"image", "label"} - set(builder.info.features)
-  if missing:
-    raise ValueError(f"TFDS dataset {name} lacks the feature(s) {', '.join(sorted(missing))}; "
-                     "only image classification datasets with 'image' and 'label' work")
-  if (builder.info.dataset_size or 0) > IN_MEMORY_LIMIT_BYTES:
-    read_tfds(builder, train_split)  # fails fast if absent
-    splits = [StreamingSplit(builder, split, builder.info.splits[split].num_examples)
-              for split in (train_split, eval_split)]
-  else:
-    splits = [_tfds_in_memory(builder, split) for split in (train_split, eval_split)]
-  return splits[0], splits[1], list(builder.info.features["label"].names)
+  builder = _tfds_builder_with(name, "label", data_dir=data_dir, manual_dir=manual_dir,
+                               download=download)
+  train, evaluation = _tfds_splits(builder, [train_split, eval_split])
+  return train, evaluation, _class_names(builder, "label")
+
+
+def tfds_eval_source(name: str, split: str, *, label_feature: str = "label", data_dir=None,
+                     manual_dir=None, download=False):
+  """(split, class names) of a TFDS dataset used for evaluation only. A label_feature
+  other than 'label' is a list of correct classes (e.g. 'real_label'), read as multi-hot."""
+  builder = _tfds_builder_with(name, label_feature, data_dir=data_dir, manual_dir=manual_dir,
+                               download=download)
+  names = _class_names(builder, label_feature)
+  label_fn = (class_label if label_feature == "label"
+              else multi_hot(label_feature, len(names)))
+  return _tfds_splits(builder, [split], label_fn)[0], names
 
 
 def _is_path(name: str) -> bool:
@@ -316,3 +361,18 @@ def open_source(config):
   return tfds_source(name, config.train_split or "train", config.eval_split or "test",
                      data_dir=config.tfds_data_dir, manual_dir=config.tfds_manual_dir,
                      download=config.tfds_download)
+
+
+def open_eval_source(name: str, split: str, config, label_feature: str = "label"):
+  """(split, class names) of an evaluation-only set: a TFDS split, or the eval split of
+  'digits' or of a directory (whose test/ or validation/ folder is used; `split` is then
+  ignored). TFDS location and download settings come from config.tfds_*."""
+  if name == "digits" or _is_path(name):
+    if label_feature != "label":
+      raise ValueError(f"{name}: a list of labels ({label_feature!r}) needs a TFDS dataset "
+                       "with that feature")
+    _, evaluation, class_names = digits_source() if name == "digits" else directory_source(name)
+    return evaluation, class_names
+  return tfds_eval_source(name, split, label_feature=label_feature,
+                          data_dir=config.tfds_data_dir, manual_dir=config.tfds_manual_dir,
+                          download=config.tfds_download)

@@ -1,0 +1,189 @@
+"""Top-1 accuracy and loss over named evaluation sets, every example counted once.
+
+A run evaluates its dataset's own eval split plus the sets of `config.evals`
+(name -> {dataset, split, metric, optional}), e.g. ImageNet's validation split, ReaL and
+ImageNet-V2 in one fine-tuning run (paper Table 2). Each set is logged as
+eval/<name>/{accuracy,loss,examples}; the primary set (`config.eval_primary`, default the
+dataset's own split) also writes the plain eval/accuracy, eval/loss and eval/examples
+that dashboards and the end-of-run summary read.
+
+Metrics: 'accuracy' (the top-1 class is the label) and 'real' (ImageNet ReaL, Beyer et al.
+2020: the top-1 class is one of the example's re-assessed labels; examples without any
+label are left out and counted as eval/<name>/excluded).
+"""
+
+import dataclasses
+import re
+from typing import Callable, Dict, List, Optional
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from vit_jax import sharding, train_step
+from vit_jax.console import log
+from vit_jax.data import pipeline
+
+# metric -> the TFDS feature holding the labels it scores.
+LABEL_FEATURES = {"accuracy": "label", "real": "real_label"}
+SET_KEYS = ("dataset", "split", "metric", "optional")
+_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def make_real_eval_step(model):
+  """eval_step(params, batch) -> sums for batch['label'] multi-hot [B, K] (ReaL).
+
+  Correct: the argmax class is among the example's labels. Examples with no label are
+  `excluded` and count nowhere else. `loss_sum` is the cross-entropy against the labels
+  spread evenly over the listed classes.
+  """
+  def eval_step(params, batch):
+    logits = model.apply({"params": params}, batch["image"], train=False)
+    labels = batch["label"].astype(jnp.float32)
+    num_labels = jnp.sum(labels, axis=-1)
+    real = batch["mask"] > 0
+    counted = real & (num_labels > 0)
+    top1 = jnp.argmax(logits, axis=-1)
+    correct = jnp.take_along_axis(labels, top1[:, None], axis=-1)[:, 0] > 0
+    target = labels / jnp.maximum(num_labels, 1.0)[:, None]
+    masked_sum = lambda x: jnp.sum(jnp.where(counted, x, 0.0))
+    return {"loss_sum": masked_sum(train_step.softmax_xent(logits, target)),
+            "correct": masked_sum(correct.astype(jnp.float32)),
+            "examples": jnp.sum(counted, dtype=jnp.float32),
+            "excluded": jnp.sum(real & (num_labels == 0), dtype=jnp.float32)}
+
+  return eval_step
+
+
+def own_set_name(config: ml_collections.ConfigDict) -> str:
+  """The name of the dataset's own eval split: its TFDS split name ('test',
+  'validation'; slicing dropped), 'test' for the digits and image directories."""
+  if config.dataset == "digits" or not config.eval_split:
+    return "test"
+  return re.sub(r"\W+", "_", config.eval_split.split("[")[0]).strip("_") or "test"
+
+
+def check_evals(config: ml_collections.ConfigDict) -> None:
+  """config.evals / eval_primary mistakes, refused before anything is read."""
+  names = [own_set_name(config)]
+  for name, spec in config.get("evals", {}).items():
+    where = f"config.evals.{name}"
+    if not _NAME.match(name):
+      raise ValueError(f"{where}: set names may hold letters, digits, '_' and '-' only "
+                       "(they become metric names eval/<name>/accuracy)")
+    if name in names:
+      raise ValueError(f"{where}: the name {name!r} is taken by the dataset's own eval split; "
+                       "pick another name")
+    names.append(name)
+    unknown = sorted(set(spec.keys()) - set(SET_KEYS))
+    if unknown:
+      raise ValueError(f"{where} has unknown key(s) {', '.join(unknown)}; its keys are "
+                       f"{', '.join(SET_KEYS)}")
+    if not spec.get("dataset"):
+      raise ValueError(f"{where}.dataset is missing: a TFDS name, a directory or 'digits'")
+    metric = spec.get("metric", "accuracy")
+    if metric not in LABEL_FEATURES:
+      raise ValueError(f"{where}.metric={metric!r} is not one of "
+                       f"{', '.join(LABEL_FEATURES)}")
+  primary = config.get("eval_primary", "")
+  if primary and primary not in names:
+    raise ValueError(f"config.eval_primary={primary!r} names no eval set; choose one of "
+                     f"{', '.join(names)}")
+
+
+@dataclasses.dataclass
+class EvalSet:
+  name: str
+  dataset: pipeline.Dataset
+  metric: str
+
+
+def _absent(error: Exception) -> bool:
+  """Data that is not prepared (an optional set is then skipped), not a broken setting."""
+  return isinstance(error, FileNotFoundError)
+
+
+def open_sets(config: ml_collections.ConfigDict, dataset: pipeline.Dataset) -> List[EvalSet]:
+  """The dataset's own eval split first, then config.evals in name order; an optional set
+  whose data is absent is skipped with a note. Each must have the training classes."""
+  sets = [EvalSet(own_set_name(config), dataset, "accuracy")]
+  for name, spec in sorted(config.get("evals", {}).items()):
+    metric = spec.get("metric", "accuracy")
+    try:
+      opened = pipeline.open_eval_dataset(config, spec.dataset, spec.get("split", "test"),
+                                          LABEL_FEATURES[metric])
+    except (FileNotFoundError, ValueError) as e:
+      if spec.get("optional", False) and _absent(e):
+        log.info("eval set %s skipped: %s", name, " ".join(str(e).split()))
+        continue
+      raise type(e)(f"config.evals.{name}: {e}") from None
+    if opened.info.class_names != dataset.info.class_names:
+      raise ValueError(
+          f"config.evals.{name}: {spec.dataset} has {opened.info.num_classes} classes that "
+          f"differ from the training set's {dataset.info.num_classes} ({config.dataset}); "
+          "evaluate only on sets labelled with the same classes")
+    sets.append(EvalSet(name, opened, metric))
+  return sets
+
+
+class Evaluator:
+  """config.evals during training: the sets are opened (and checked) up front, each
+  metric's step is compiled on first use. `eval_step` replaces the 'accuracy' step (an
+  objective other than classification brings its own)."""
+
+  def __init__(self, config: ml_collections.ConfigDict, module, mesh,
+               dataset: pipeline.Dataset, eval_step: Optional[Callable] = None):
+    check_evals(config)
+    self.config, self.mesh = config, mesh
+    self.sets = open_sets(config, dataset)
+    self.primary = config.get("eval_primary", "") or self.sets[0].name
+    if self.primary not in [s.name for s in self.sets]:
+      raise ValueError(f"config.eval_primary={self.primary!r}: that set was skipped (its data "
+                       "is absent); prepare it or choose another primary set")
+    self._steps = {"accuracy": eval_step or train_step.make_eval_step(module),
+                   "real": make_real_eval_step(module)}
+    self._compiled = {}
+
+  def _step(self, metric: str):
+    if metric not in self._compiled:
+      self._compiled[metric] = jax.jit(self._steps[metric],
+                                       out_shardings=sharding.replicated(self.mesh))
+    return self._compiled[metric]
+
+  def evaluate(self, params, eval_set: EvalSet) -> Dict[str, float]:
+    """Sums over the whole split, then {'accuracy', 'loss', 'examples'[, 'excluded']}."""
+    step, batch_sharding = self._step(eval_set.metric), sharding.batch_sharding(self.mesh)
+    totals = None
+    for batch in eval_set.dataset.eval_batches(batch_size=self.config.batch_eval,
+                                               process_index=jax.process_index(),
+                                               process_count=jax.process_count()):
+      sums = step(params, pipeline.to_global(batch, batch_sharding))
+      totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+    totals = {k: float(v) for k, v in jax.device_get(totals).items()}
+    examples = totals.pop("examples")
+    results = {"accuracy": totals.pop("correct") / max(examples, 1.0),
+               "loss": totals.pop("loss_sum") / max(examples, 1.0), "examples": examples}
+    return {**results, **totals}
+
+  def __call__(self, params, step: int, prefix: str = "eval") -> Dict[str, float]:
+    """eval/<set>/<metric> for every set, plus eval/<metric> of the primary set."""
+    metrics = {}
+    for eval_set in self.sets:
+      results = self.evaluate(params, eval_set)
+      metrics.update({f"{prefix}/{eval_set.name}/{k}": v for k, v in results.items()})
+      if eval_set.name == self.primary:
+        metrics.update({f"{prefix}/{k}": results[k] for k in ("accuracy", "loss", "examples")})
+      excluded = (f", {results['excluded']:.0f} without a label left out"
+                  if "excluded" in results else "")
+      log.info("step %d: %s %s accuracy %.4f, loss %.4f on %d examples%s", step, prefix,
+               eval_set.name, results["accuracy"], results["loss"], results["examples"],
+               excluded)
+    return metrics
+
+  def of_state(self, state: train_step.TrainState, step: int) -> Dict[str, float]:
+    """eval/* of the evaluated parameters (the Polyak average when on), plus eval_raw/*
+    of the raw parameters when they differ."""
+    metrics = self(state.eval_params, step)
+    if state.polyak is not None:
+      metrics.update(self(state.params, step, prefix="eval_raw"))
+    return metrics
