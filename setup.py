@@ -19,6 +19,7 @@ INSTALL_REQUIRES = [
     "clu>=0.0.12,<0.1",
     "tensorboard>=2.21,<2.22",
     "numpy>=2.0,<3",
+    "ml_dtypes>=0.5",  # reads bfloat16 .npz files (a jax dependency too)
     "pillow>=10",
     "scikit-learn>=1.5",  # ships the embedded demo dataset (digits)
     "scipy>=1.11",  # few-shot ridge solves

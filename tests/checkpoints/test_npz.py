@@ -6,6 +6,7 @@ import os
 import zipfile
 
 import jax
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -63,8 +64,9 @@ def test_round_trip_keeps_arrays_and_the_released_key_set(released_fixtures, tmp
     save_npz(params, tmp_path / name)
     saved = np.load(tmp_path / name)
     assert set(saved.files) == set(original.files)
-    for key in original.files:  # GroupNorm may come back as (C,) instead of (1, 1, 1, C)
-      np.testing.assert_array_equal(saved[key], original[key].reshape(saved[key].shape))
+    for key in original.files:  # the same shapes, GroupNorm's (1, 1, 1, C) included
+      assert saved[key].shape == original[key].shape, key
+      np.testing.assert_array_equal(saved[key], original[key])
     module_again, params_again = load_npz(tmp_path / name)
     assert module_again == module
     jax.tree.map(np.testing.assert_array_equal, params_again, params)
@@ -333,3 +335,22 @@ def test_tiny_model_round_trip_infers_a_non_zoo_architecture(tmp_path):
   x = np.random.default_rng(0).uniform(-1, 1, (2, 16, 16, 3)).astype(np.float32)
   np.testing.assert_allclose(loaded_module.apply({"params": loaded}, x),
                              module.apply({"params": params}, x), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_files_load_as_float32_with_a_note(released_fixtures, tmp_path, caplog,
+                                                          dtype):
+  """big_vision writes bfloat16 .npz files, which numpy stores as 2-byte void ('|V2')."""
+  original = dict(np.load(released_fixtures / "vit-ti16.npz"))
+  half = {k: v.astype(getattr(ml_dtypes, dtype) if dtype == "bfloat16" else np.float16)
+          for k, v in original.items()}
+  np.savez(tmp_path / "half.npz", **half)
+  assert np.load(tmp_path / "half.npz")["cls"].dtype.str == ("|V2" if dtype == "bfloat16"
+                                                              else "<f2")
+  with caplog.at_level(logging.INFO, logger="vit_jax"):
+    _, params = load_npz(tmp_path / "half.npz")
+  assert f"holds {len(original)} {dtype} arrays: read as float32" in caplog.text
+  assert params["cls"].dtype == np.float32
+  np.testing.assert_array_equal(params["cls"], half["cls"].astype(np.float32))
+  np.testing.assert_allclose(params["cls"], original["cls"], rtol=1e-2, atol=1e-2)
+

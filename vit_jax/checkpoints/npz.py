@@ -16,9 +16,11 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 from flax import traverse_util
 
+from vit_jax import console
 from vit_jax.checkpoints import npz_layout, released
 from vit_jax.models import posemb
 from vit_jax.models import vit, zoo
@@ -69,15 +71,33 @@ def _read_bytes(path: str) -> bytes:
                           "(check the URL, your network and credentials)") from None
 
 
+def _upcast_half_precision(arrays: Dict[str, np.ndarray], path: str) -> Dict[str, np.ndarray]:
+  """bfloat16 arrays (numpy stores them as 2-byte void, '|V2': big_vision writes such
+  files) and float16 ones, as float32 values, with a note that precision was lower."""
+  found = {}
+  for key, value in arrays.items():
+    if value.dtype.kind == "V" and value.dtype.itemsize == 2 and value.dtype.names is None:
+      arrays[key] = value.view(ml_dtypes.bfloat16).astype(np.float32)
+      found["bfloat16"] = found.get("bfloat16", 0) + 1
+    elif value.dtype == np.float16:
+      arrays[key] = value.astype(np.float32)
+      found["float16"] = found.get("float16", 0) + 1
+  if found:
+    console.log.info("%s holds %s arrays: read as float32", path,
+             " and ".join(f"{count} {dtype}" for dtype, count in sorted(found.items())))
+  return arrays
+
+
 def read_npz(path: str) -> Dict[str, np.ndarray]:
-  """All arrays of an .npz as a flat dict, read eagerly so truncation shows up here."""
+  """All arrays of an .npz as a flat dict, read eagerly so truncation shows up here;
+  bfloat16 and float16 arrays come back as float32."""
   data = _read_bytes(os.fspath(path))
   if not data.startswith((b"PK\x03\x04", b"PK\x05\x06")):  # np.load would try unpickling
     raise CheckpointError(f"{path} is not a valid .npz (not a zip archive); the file is "
                           "truncated, corrupt or of another format: download or save it again")
   try:
     with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-      return {key: archive[key] for key in archive.files}
+      arrays = {key: archive[key] for key in archive.files}
   except ValueError as e:
     if "allow_pickle" in str(e):
       raise CheckpointError(
@@ -88,6 +108,7 @@ def read_npz(path: str) -> Dict[str, np.ndarray]:
   except (zipfile.BadZipFile, EOFError, OSError, zlib.error, KeyError) as e:
     raise CheckpointError(f"{path} is not a valid .npz ({type(e).__name__}: {e}); the file is "
                           "truncated or corrupt: download or save it again") from None
+  return _upcast_half_precision(arrays, path)
 
 
 def _atomic_write(data: bytes, path: str) -> None:
@@ -117,7 +138,8 @@ def save_npz(params: Any, path: str) -> None:
   also for scan_layers models), atomically."""
   if set(params) == {"params"}:
     params = params["params"]
-  flat = traverse_util.flatten_dict(vit.to_block_layout(params), sep="/")
+  flat = npz_layout.to_saved_layout(
+      traverse_util.flatten_dict(vit.to_block_layout(params), sep="/"))
   buffer = io.BytesIO()
   np.savez(buffer, **{key: np.asarray(value, np.float32) for key, value in flat.items()})
   _atomic_write(buffer.getvalue(), os.fspath(path))

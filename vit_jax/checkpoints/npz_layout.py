@@ -96,11 +96,21 @@ def _move_big_vision_posemb(flat: Flat) -> Flat:
   return flat
 
 
+_GROUP_NORM = re.compile(r"(^|/)gn[^/]*/(scale|bias)$")
+
+
 def _squeeze_group_norm(flat: Flat) -> Flat:
   """(1, 1, 1, C) GroupNorm scale/bias -> (C,)."""
   def fix(key, value):
-    is_gn = re.search(r"(^|/)gn[^/]*/(scale|bias)$", key)
-    return value.reshape(-1) if is_gn and value.ndim == 4 else value
+    return value.reshape(-1) if _GROUP_NORM.search(key) and value.ndim == 4 else value
+  return {key: fix(key, value) for key, value in flat.items()}
+
+
+def to_saved_layout(flat: Flat) -> Flat:
+  """Our flat params -> the released files' shapes: GroupNorm scale/bias as (1, 1, 1, C),
+  as the original code and the converters written for its files expect."""
+  def fix(key, value):
+    return value.reshape(1, 1, 1, -1) if _GROUP_NORM.search(key) and value.ndim == 1 else value
   return {key: fix(key, value) for key, value in flat.items()}
 
 
