@@ -11,7 +11,7 @@ import difflib
 import os
 import re
 import urllib.parse
-from typing import ClassVar, List, Optional
+from typing import Callable, ClassVar, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -59,13 +59,21 @@ class IndexedSplit:
     return CorruptImageError(f"corrupt image {path}: {reason}; replace or remove it")
 
 
+def image_and_label(example: dict) -> Tuple[tf.Tensor, tf.Tensor]:
+  """(encoded image, int32 label) of a TFDS example: what every split holds per example.
+  Sources whose label is derived from other features (VTAB's tasks) pass their own."""
+  return example["image"], tf.cast(example["label"], tf.int32)
+
+
 @dataclasses.dataclass
 class StreamingSplit:
-  """A TFDS split too large for memory, read as file shards of encoded images."""
+  """A TFDS split too large for memory, read as file shards of encoded images;
+  `features` maps each TFDS example to its (encoded image, int32 label)."""
   kind: ClassVar[str] = "encoded"
   builder: object
   split: str
   num_examples: int
+  features: Callable[[dict], Tuple[tf.Tensor, tf.Tensor]] = image_and_label
 
   def __len__(self):
     return self.num_examples
@@ -269,10 +277,10 @@ def _download_and_prepare(builder, manual_dir: Optional[str]) -> None:
                             f"run `tfds build {builder.name}` where it works") from e
 
 
-def _tfds_in_memory(builder, split: str) -> IndexedSplit:
+def _tfds_in_memory(builder, split: str, features=image_and_label) -> IndexedSplit:
   """A whole split as encoded bytes: decoding stays per example, after the gather."""
   data = read_tfds(builder, split, shuffle_files=False)
-  data = data.map(lambda ex: (ex["image"], tf.cast(ex["label"], tf.int32)))
+  data = data.map(features, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   images, labels = [], []
   for image_batch, label_batch in data.batch(_TFDS_READ_BATCH).as_numpy_iterator():
     images.append(image_batch)
@@ -281,13 +289,34 @@ def _tfds_in_memory(builder, split: str) -> IndexedSplit:
                       f"TFDS {builder.name} split {split!r} in {builder.data_dir}")
 
 
+def prepared_builder(name: str, *, data_dir=None, manual_dir=None, download=False):
+  """The TFDS builder of `name`, prepared first with download=True (touches the network
+  only then: it may take minutes; offline it fails in seconds)."""
+  builder = _tfds_builder(name, data_dir)
+  if download and not builder.is_prepared():
+    _download_and_prepare(builder, manual_dir)
+  return builder
+
+
+def tfds_split(builder, split: str, features=image_and_label):
+  """One split (any TFDS split string) in memory, or streamed when its share of the
+  dataset's size is over IN_MEMORY_LIMIT_BYTES; absent data fails at once."""
+  info = builder.info
+  if (info.dataset_size or 0) > IN_MEMORY_LIMIT_BYTES:
+    num_examples = info.splits[split].num_examples
+    total = sum(s.num_examples for s in info.splits.values())
+    if info.dataset_size * num_examples / max(total, 1) > IN_MEMORY_LIMIT_BYTES:
+      read_tfds(builder, split)  # fails fast if absent
+      return StreamingSplit(builder, split, num_examples, features)
+  return _tfds_in_memory(builder, split, features)
+
+
 def tfds_source(name: str, train_split: str, eval_split: str, *, data_dir=None,
                 manual_dir=None, download=False):
   """A TFDS dataset; touches the network only with download=True (then it may take
   minutes; offline it fails in seconds), otherwise a missing dataset fails at once."""
-  builder = _tfds_builder(name, data_dir)
-  if download and not builder.is_prepared():
-    _download_and_prepare(builder, manual_dir)
+  builder = prepared_builder(name, data_dir=data_dir, manual_dir=manual_dir,
+                             download=download)
   missing = {"image", "label"} - set(builder.info.features)
   if missing:
     raise ValueError(f"TFDS dataset {name} lacks the feature(s) {', '.join(sorted(missing))}; "
@@ -307,7 +336,11 @@ def _is_path(name: str) -> bool:
 
 def open_source(config):
   """(train split, eval split, class names) of config.dataset: 'digits', a directory or
-  a TFDS name (config.train_split / eval_split apply to TFDS only)."""
+  a TFDS name (config.train_split / eval_split apply to TFDS only), or a VTAB-1k task
+  ('vtab/<task>', or a directory with VTAB split names: see vit_jax.data.vtab)."""
+  from vit_jax.data import vtab  # builds on this module
+  if vtab.handles(config):
+    return vtab.open_task(config)
   name = config.dataset
   if name == "digits":
     return digits_source()
