@@ -110,7 +110,7 @@ def fake_training(accuracies, calls):
   def train_fn(config, workdir):
     task = os.path.basename(config.dataset)
     calls.append({"task": task, "workdir": workdir, **{k: config[k] for k in (
-        "train_split", "eval_split", "base_lr", "total_steps", "warmup_steps")},
+        "train_split", "eval_split", "base_lr", "total_steps", "warmup_steps", "eval_every")},
                   "resize": config.pp.resize, "flip": config.pp.flip})
     key = (task, config.eval_split, config.base_lr, config.total_steps)
     return {"eval/accuracy": accuracies.get(key, accuracies.get(task)), "eval/loss": 1.0,
@@ -140,7 +140,7 @@ def test_group_means_and_the_table(tmp_path):
   assert by_task["dtd"] == {"task": "dtd", "workdir": str(tmp_path / "w" / "dtd"),
                             "train_split": "train800val200", "eval_split": "test",
                             "base_lr": 0.01, "total_steps": 2500, "warmup_steps": 500,
-                            "resize": None, "flip": True}
+                            "eval_every": 2500, "resize": None, "flip": True}
   assert (by_task["clevr_count"]["resize"], by_task["clevr_count"]["flip"]) == (384, True)
   assert (by_task["dsprites_location"]["resize"], by_task["dsprites_location"]["flip"]) == (
       384, False)

@@ -80,6 +80,17 @@ def test_the_19_tasks_and_their_groups():
   assert vtab.TASKS["diabetic_retinopathy"].tfds_name.endswith("/btgraham-300")
 
 
+def test_class_counts_match_the_tfds_features(tmp_path):
+  """Tasks labelled by a TFDS class feature have that feature's class count."""
+  for task in vtab.TASKS.values():
+    if task.label_fn is None:
+      builder = tfds.builder(task.tfds_name, data_dir=str(tmp_path))
+      assert len(vtab.class_names(task, builder)) == task.num_classes, task.name
+  wrong = dataclasses.replace(vtab.TASKS["dtd"], num_classes=40)
+  with pytest.raises(ValueError, match="TFDS dtd feature 'label' has 47 classes, expected 40"):
+    vtab.class_names(wrong, tfds.builder("dtd", data_dir=str(tmp_path)))
+
+
 COUNTS = {  # TFDS split sizes of the prepared datasets
     "cifar100": {"train": 50_000, "test": 10_000},
     "oxford_iiit_pet": {"train": 3_680, "test": 3_669},

@@ -50,7 +50,7 @@ def base_config() -> ml_collections.ConfigDict:
   the dataset, splits and checkpoint, and --config.KEY=VALUE overrides any other key."""
   config = config_defaults.with_dataset(config_defaults.get_config(), "vtab/caltech101")
   config.pp.preset = "bit"  # resize (448) + random crop (384); no crop: resize == crop
-  config.eval_every = config.total_steps  # test sets are large: evaluate at the end only
+  config.eval_every = config.total_steps  # each run evaluates once, at its end
   return config
 
 
@@ -140,8 +140,9 @@ def task_config(base: ml_collections.ConfigDict, run: TaskRun, *, checkpoint: st
                 eval_split: str, overrides: Mapping[str, Any]) -> ml_collections.ConfigDict:
   """One run's config: the base, the task and setting, the model, the user's overrides,
   then what follows from them unless overridden too: warm-up (WARMUP_FRACTION of the
-  steps), the task's flip, and for pp.preset 'bit' the task's crop (pp.resize None:
-  HyperRule resize and random crop; = pp.crop: the whole image)."""
+  steps), one evaluation at the end (test sets are large), the task's flip, and for
+  pp.preset 'bit' the task's crop (pp.resize None: HyperRule resize and random crop;
+  = pp.crop: the whole image)."""
   config = base.copy_and_resolve_references()
   config.unlock()
   config.dataset, config.train_split, config.eval_split = run.dataset, train_split, eval_split
@@ -149,7 +150,8 @@ def task_config(base: ml_collections.ConfigDict, run: TaskRun, *, checkpoint: st
   config.base_lr, config.total_steps = lr, steps
   for key, value in {**model, **overrides}.items():
     set_key(config, key, value)
-  derived = {"warmup_steps": round(WARMUP_FRACTION * config.total_steps), "pp.flip": run.flip}
+  derived = {"warmup_steps": round(WARMUP_FRACTION * config.total_steps),
+             "eval_every": config.total_steps, "pp.flip": run.flip}
   if config.pp.preset == "bit":
     derived["pp.resize"] = None if run.crop else config.pp.crop
   for key, value in derived.items():
