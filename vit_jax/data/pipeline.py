@@ -254,6 +254,7 @@ class Dataset:
     parts = tfds.even_splits(split.split, n=process_count)
     longest = max(split.builder.info.splits[part].num_examples for part in parts)
     data = read_tfds(split.builder, parts[process_index], shuffle_files=False)
+
     def prepare(example):
       image, label = split.features(example)
       return {"image": preprocess.eval_resize(image, self.pp.crop), "label": label,
