@@ -35,6 +35,11 @@ EVAL_PRESETS = {
                "optional": True},
     },
 }
+# VTAB-1k tasks ('vtab/<task>', see vit_jax.data.vtab): the paper's setting for all 19
+# (App. B.1.1): train on the 1,000 examples, evaluate on test, lr 0.01, 2,500 steps.
+VTAB_PREFIX = "vtab/"
+VTAB_PRESET = ("train800val200", "test", 2_500)
+VTAB_LR = 0.01
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -135,10 +140,13 @@ def get_config() -> ml_collections.ConfigDict:
 
 
 def with_dataset(config: ml_collections.ConfigDict, dataset: str) -> ml_collections.ConfigDict:
-  """Points `config` at a dataset: a preset, any other TFDS name, or a directory."""
+  """Points `config` at a dataset: a preset, a VTAB task, any other TFDS name, or a
+  directory."""
   config.dataset = dataset
   train_split, eval_split, total_steps = DATASET_PRESETS.get(
       dataset, ("train", "test", HYPERRULE))
+  if dataset.startswith(VTAB_PREFIX):
+    (train_split, eval_split, total_steps), config.base_lr = VTAB_PRESET, VTAB_LR
   config.train_split, config.eval_split, config.total_steps = (
       train_split, eval_split, total_steps)
   config.evals = ml_collections.ConfigDict(EVAL_PRESETS.get(dataset, {}))

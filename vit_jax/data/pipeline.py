@@ -215,7 +215,7 @@ class Dataset:
     data = read_tfds(split.builder, part, shuffle_files=True,
                      read_config=tfds.ReadConfig(shuffle_seed=shuffle_seed))
     data = data.repeat().shuffle(self.shuffle_buffer, seed=shuffle_seed)
-    return data.map(lambda ex: (ex["image"], split.label_fn(ex)))
+    return data.map(split.features)
 
   # --- eval ---
 
@@ -256,10 +256,13 @@ class Dataset:
     parts = tfds.even_splits(split.split, n=process_count)
     longest = max(split.builder.info.splits[part].num_examples for part in parts)
     data = read_tfds(split.builder, parts[process_index], shuffle_files=False)
-    examples = data.map(lambda ex: {
-        "image": preprocess.eval_resize(ex["image"], self.pp.crop),
-        "label": split.label_fn(ex), "mask": tf.constant(1.0)},
-                        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+    def prepare(example):
+      image, label = split.features(example)
+      return {"image": preprocess.eval_resize(image, self.pp.crop), "label": label,
+              "mask": tf.constant(1.0)}
+
+    examples = data.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     label_spec = examples.element_spec["label"]
     padding = tf.data.Dataset.from_tensors({
         "image": tf.zeros([self.pp.crop, self.pp.crop, 3]),

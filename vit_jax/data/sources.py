@@ -11,7 +11,7 @@ import difflib
 import os
 import re
 import urllib.parse
-from typing import Callable, ClassVar, List, Optional
+from typing import Callable, ClassVar, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -59,29 +59,31 @@ class IndexedSplit:
     return CorruptImageError(f"corrupt image {path}: {reason}; replace or remove it")
 
 
-def class_label(example: dict) -> tf.Tensor:
-  """The label of a TFDS classification example: its 'label' feature."""
-  return tf.cast(example["label"], tf.int32)
+def image_and_label(example: dict) -> Tuple[tf.Tensor, tf.Tensor]:
+  """(encoded image, int32 label) of a TFDS example: what every split holds per example.
+  Sources whose label is derived from other features (VTAB's tasks) pass their own."""
+  return example["image"], tf.cast(example["label"], tf.int32)
 
 
-def multi_hot(feature: str, num_classes: int) -> Callable[[dict], tf.Tensor]:
-  """The label of an example with a list of correct classes (e.g. ImageNet ReaL's
-  'real_label'): int32 [num_classes], 1 at each listed class; all 0 for an empty list."""
-  def label(example: dict) -> tf.Tensor:
+def image_and_labels(feature: str, num_classes: int):
+  """features() of an example with a list of correct classes (e.g. ImageNet ReaL's
+  'real_label'): the label is multi-hot int32 [num_classes], all 0 for an empty list."""
+  def features(example: dict) -> Tuple[tf.Tensor, tf.Tensor]:
     listed = tf.one_hot(tf.cast(example[feature], tf.int32), num_classes) > 0  # [n, K]
-    return tf.cast(tf.reduce_any(listed, axis=0), tf.int32)  # reduce_max of n = 0 is -2^31
-  return label
+    any_listed = tf.reduce_any(listed, axis=0)  # not reduce_max: it is -2^31 for n = 0
+    return example["image"], tf.cast(any_listed, tf.int32)
+  return features
 
 
 @dataclasses.dataclass
 class StreamingSplit:
   """A TFDS split too large for memory, read as file shards of encoded images;
-  label_fn(example) -> label (class_label, or multi_hot for lists of classes)."""
+  `features` maps each TFDS example to its (encoded image, int32 label)."""
   kind: ClassVar[str] = "encoded"
   builder: object
   split: str
   num_examples: int
-  label_fn: Callable[[dict], tf.Tensor] = class_label
+  features: Callable[[dict], Tuple[tf.Tensor, tf.Tensor]] = image_and_label
 
   def __len__(self):
     return self.num_examples
@@ -285,10 +287,10 @@ def _download_and_prepare(builder, manual_dir: Optional[str]) -> None:
                             f"run `tfds build {builder.name}` where it works") from e
 
 
-def _tfds_in_memory(builder, split: str, label_fn=class_label) -> IndexedSplit:
+def _tfds_in_memory(builder, split: str, features=image_and_label) -> IndexedSplit:
   """A whole split as encoded bytes: decoding stays per example, after the gather."""
   data = read_tfds(builder, split, shuffle_files=False)
-  data = data.map(lambda ex: (ex["image"], label_fn(ex)))
+  data = data.map(features, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   images, labels = [], []
   for image_batch, label_batch in data.batch(_TFDS_READ_BATCH).as_numpy_iterator():
     images.append(image_batch)
@@ -297,26 +299,34 @@ def _tfds_in_memory(builder, split: str, label_fn=class_label) -> IndexedSplit:
                       f"TFDS {builder.name} split {split!r} in {builder.data_dir}")
 
 
-def _tfds_builder_with(name: str, label_feature: str, *, data_dir, manual_dir, download):
-  """The builder of a TFDS image dataset with `label_feature`, prepared if asked."""
+def prepared_builder(name: str, *, data_dir=None, manual_dir=None, download=False):
+  """The TFDS builder of `name`, prepared first with download=True (touches the network
+  only then: it may take minutes; offline it fails in seconds)."""
   builder = _tfds_builder(name, data_dir)
   if download and not builder.is_prepared():
     _download_and_prepare(builder, manual_dir)
-  missing = {"image", label_feature} - set(builder.info.features)
-  if missing:
-    raise ValueError(f"TFDS dataset {name} lacks the feature(s) {', '.join(sorted(missing))}; "
-                     f"only image classification datasets with 'image' and '{label_feature}' "
-                     "work")
   return builder
 
 
-def _tfds_splits(builder, splits: List[str], label_fn=class_label) -> list:
-  """Each split in memory, or streamed when the dataset is too large for memory."""
-  if (builder.info.dataset_size or 0) > IN_MEMORY_LIMIT_BYTES:
-    read_tfds(builder, splits[0])  # fails fast if absent
-    return [StreamingSplit(builder, split, builder.info.splits[split].num_examples, label_fn)
-            for split in splits]
-  return [_tfds_in_memory(builder, split, label_fn) for split in splits]
+def tfds_split(builder, split: str, features=image_and_label):
+  """One split (any TFDS split string) in memory, or streamed when its share of the
+  dataset's size is over IN_MEMORY_LIMIT_BYTES; absent data fails at once."""
+  info = builder.info
+  if (info.dataset_size or 0) > IN_MEMORY_LIMIT_BYTES:
+    num_examples = info.splits[split].num_examples
+    total = sum(s.num_examples for s in info.splits.values())
+    if info.dataset_size * num_examples / max(total, 1) > IN_MEMORY_LIMIT_BYTES:
+      read_tfds(builder, split)  # fails fast if absent
+      return StreamingSplit(builder, split, num_examples, features)
+  return _tfds_in_memory(builder, split, features)
+
+
+def _check_features(builder, label_feature: str) -> None:
+  missing = {"image", label_feature} - set(builder.info.features)
+  if missing:
+    raise ValueError(f"TFDS dataset {builder.name} lacks the feature(s) "
+                     f"{', '.join(sorted(missing))}; only image classification datasets with "
+                     f"'image' and '{label_feature}' work")
 
 
 def _class_names(builder, label_feature: str) -> List[str]:
@@ -328,22 +338,29 @@ def tfds_source(name: str, train_split: str, eval_split: str, *, data_dir=None,
                 manual_dir=None, download=False):
   """A TFDS dataset; touches the network only with download=True (then it may take
   minutes; offline it fails in seconds), otherwise a missing dataset fails at once."""
-  builder = _tfds_builder_with(name, "label", data_dir=data_dir, manual_dir=manual_dir,
-                               download=download)
-  train, evaluation = _tfds_splits(builder, [train_split, eval_split])
-  return train, evaluation, _class_names(builder, "label")
+  builder = prepared_builder(name, data_dir=data_dir, manual_dir=manual_dir,
+                             download=download)
+  _check_features(builder, "label")
+  if (builder.info.dataset_size or 0) > IN_MEMORY_LIMIT_BYTES:
+    read_tfds(builder, train_split)  # fails fast if absent
+    splits = [StreamingSplit(builder, split, builder.info.splits[split].num_examples)
+              for split in (train_split, eval_split)]
+  else:
+    splits = [_tfds_in_memory(builder, split) for split in (train_split, eval_split)]
+  return splits[0], splits[1], _class_names(builder, "label")
 
 
 def tfds_eval_source(name: str, split: str, *, label_feature: str = "label", data_dir=None,
                      manual_dir=None, download=False):
   """(split, class names) of a TFDS dataset used for evaluation only. A label_feature
   other than 'label' is a list of correct classes (e.g. 'real_label'), read as multi-hot."""
-  builder = _tfds_builder_with(name, label_feature, data_dir=data_dir, manual_dir=manual_dir,
-                               download=download)
+  builder = prepared_builder(name, data_dir=data_dir, manual_dir=manual_dir,
+                             download=download)
+  _check_features(builder, label_feature)
   names = _class_names(builder, label_feature)
-  label_fn = (class_label if label_feature == "label"
-              else multi_hot(label_feature, len(names)))
-  return _tfds_splits(builder, [split], label_fn)[0], names
+  features = (image_and_label if label_feature == "label"
+              else image_and_labels(label_feature, len(names)))
+  return tfds_split(builder, split, features), names
 
 
 def _is_path(name: str) -> bool:
@@ -352,7 +369,11 @@ def _is_path(name: str) -> bool:
 
 def open_source(config):
   """(train split, eval split, class names) of config.dataset: 'digits', a directory or
-  a TFDS name (config.train_split / eval_split apply to TFDS only)."""
+  a TFDS name (config.train_split / eval_split apply to TFDS only), or a VTAB-1k task
+  ('vtab/<task>', or a directory with VTAB split names: see vit_jax.data.vtab)."""
+  from vit_jax.data import vtab  # builds on this module
+  if vtab.handles(config):
+    return vtab.open_task(config)
   name = config.dataset
   if name == "digits":
     return digits_source()
