@@ -106,9 +106,9 @@ def define_flags(flag_values=flags.FLAGS) -> None:
                     "of the sweep.", **define)
   flags.DEFINE_list("sweep_steps", [str(s) for s in vtab.SWEEP_STEPS], "Schedule lengths "
                     "(steps) of the sweep.", **define)
-  flags.DEFINE_enum("sweep_select", "task", vtab.SELECTIONS, "task: the best setting per "
-                    "task; mean: the setting with the best mean val200 accuracy, for all "
-                    "tasks (the paper's choice).", **define)
+  flags.DEFINE_enum("sweep_select", "mean", vtab.SELECTIONS, "mean: the setting with the "
+                    "best mean val200 accuracy, for all tasks (the paper's choice); task: the "
+                    "best setting per task.", **define)
   flags.mark_flags_as_required(["checkpoint", "workdir"], flag_values=flag_values)
 
 
