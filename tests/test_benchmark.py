@@ -97,3 +97,46 @@ def test_out_of_memory_is_a_row_and_the_suite_goes_on(tmp_path, capsys, monkeypa
   rows = [json.loads(line) for line in out.read_text().splitlines()]
   assert rows[0]["error"] == "out of memory" and rows[1]["img_per_sec"] > 0
   assert len(calls) == 2
+
+
+def test_config_times_exactly_the_configs_step(tmp_path, capsys, monkeypatch):
+  """--config takes the model, its fast paths, batch, crop, dtype, mesh, accumulation and
+  optimizer from a training config (plus --config.KEY overrides), as vit_jax.main would."""
+  seen = {}
+  real_step_function = benchmark._step_function
+
+  def spy(module, mode, mesh, batch, image_size, config):
+    seen.update(module=module, batch=batch, image_size=image_size, config=config)
+    return real_step_function(module, mode, mesh, batch, image_size, config)
+
+  monkeypatch.setattr(benchmark, "_step_function", spy)
+  out = tmp_path / "results.jsonl"
+  benchmark.main(["--config=configs/demo.py", "--config.batch=16", "--config.accum_steps=2",
+                  "--config.model.remat_policy=full", "--steps=2", "--peak_tflops=1",
+                  f"--json={out}"])
+  printed = capsys.readouterr().out
+  assert "ViT-Ti_16 train, batch 16 in 2 micro-batch(es), 16 px, float32" in printed
+  row = table(printed)
+  assert (row["model"], row["size"], row["batch"]) == ("ViT-Ti_16", "16", "16")
+  result = json.loads(out.read_text())
+  assert result["accum_steps"] == 2 and result["remat_policy"] == "full"
+  module = seen["module"]
+  assert (module.num_layers, module.hidden_size, module.patch_size) == (4, 64, 4)
+  assert module.num_classes == 10  # the digits' classes, from the dataset's metadata
+  assert seen["config"].optimizer == "adamw" and seen["config"].accum_steps == 2
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (["--config=configs/demo.py", "--batch=8"], "--batch cannot go with --config"),
+    (["--config=configs/demo.py", "--config.bach=8"],
+     "cannot load --config=configs/demo.py: 'bach' Did you mean \"batch\""),
+    (["--config=configs/demo.py", "--config.batch=7", "--config.accum_steps=2"],
+     "config.accum_steps=2 does not divide config.batch=7"),
+    (["--config.batch=8"], "unrecognized arguments: --config.batch=8"),
+])
+def test_config_mistakes_are_one_error_line(capsys, argv, problem):
+  with pytest.raises(SystemExit) as exit_info:
+    benchmark.main(argv)
+  assert exit_info.value.code == 2
+  err = capsys.readouterr().err
+  assert err.startswith("error: ") and problem in err and err.count("\n") == 1

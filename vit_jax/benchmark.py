@@ -1,7 +1,14 @@
 """Throughput of the real train step or inference on synthetic data: img/s and MFU.
 
   python -m vit_jax.benchmark --model=ViT-B_16 --mode=train --batch=256 --dtype=bfloat16
+  python -m vit_jax.benchmark --config=configs/vit_b16.py:cifar10 --config.batch=256
   python -m vit_jax.benchmark --suite --json=results.jsonl
+
+--config=FILE[:ARG] (with any --config.KEY=VALUE override, as for vit_jax.main) times
+exactly the step a training config runs: its model and fast paths (attention, remat,
+scan), batch (batch_eval for --mode=infer), crop, dtype, mesh, gradient accumulation and
+optimizer; the head has the dataset's class count (from its metadata, no data read). So
+"how fast will my run be" is one line, and main's train/img_per_sec compares with it.
 
 Compile time is excluded from the step times and reported on its own. MFU divides
 model FLOPs (analytic, cross-checked with XLA's cost analysis) by a peak measured on the
@@ -17,15 +24,20 @@ temporaries of the compiled step). `-`: not measured (--steps=0).
 import argparse
 import json
 import statistics
+import sys
 import textwrap
 import time
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 
-from vit_jax import console, optim, sharding, train_step
+from absl import flags
+from ml_collections import config_flags
+
+from vit_jax import cli, console, optim, sharding, train_step
+from vit_jax.data import sources
 from vit_jax.models import vit, zoo
 
 SUITE = [(model, mode, size) for model in ("ViT-Ti_16", "ViT-B_16", "ViT-L_16")
@@ -69,8 +81,9 @@ def benchmark_config() -> ml_collections.ConfigDict:
       adam_b1=0.9, adam_b2=0.999, accum_steps=1, loss="softmax_xent", label_smoothing=0.0))
 
 
-def _step_function(module, mode, mesh, batch, image_size):
-  """(jitted fn, args) of a train step or of inference, state placed on the mesh."""
+def _step_function(module, mode, mesh, batch, image_size, config):
+  """(jitted fn, args) of a train step (optimizer, accumulation and loss of `config`) or
+  of inference, state placed on the mesh."""
   images = jax.random.uniform(jax.random.PRNGKey(2), (batch, image_size, image_size, 3),
                               minval=-1, maxval=1)  # not zeros: those can run faster
   batch_sharding = sharding.batch_sharding(mesh)
@@ -82,7 +95,6 @@ def _step_function(module, mode, mesh, batch, image_size):
     fn = jax.jit(lambda p, x: module.apply({"params": p}, x),
                  in_shardings=(param_sharding, batch_sharding))
     return fn, (params, jax.device_put(images, batch_sharding))
-  config = benchmark_config()
   optimizer = optim.make_optimizer(config)
   init = lambda r: train_step.create_train_state(module.init(r, images[:1])["params"], optimizer)
   state_sharding = sharding.param_shardings(jax.eval_shape(init, jax.random.PRNGKey(0)), mesh)
@@ -103,7 +115,28 @@ def run(model: str, mode: str, batch: int, image_size: int, dtype: str = "float3
   mesh = sharding.make_mesh(mesh_config or {"data": -1})
   sharding.check_batch_size(batch, mesh)
   module = zoo.create_model(model, num_classes=1000, dtype=jnp.dtype(dtype), **model_overrides)
-  fn, args = _step_function(module, mode, mesh, batch, image_size)
+  return measure(module, mode, mesh, batch, image_size, benchmark_config(), steps, peak_flops,
+                 model_name=model)
+
+
+def run_config(config: ml_collections.ConfigDict, mode: str = "train", steps: int = 10,
+               peak_flops: Optional[float] = None) -> dict:
+  """Benchmarks the step a training config runs (see the module docstring)."""
+  mesh = sharding.make_mesh(config.mesh)
+  sharding.check_config_batches(config, mesh)
+  module = zoo.model_from_config(config, sources.class_count(config))
+  batch = config.batch if mode == "train" else config.batch_eval
+  result = measure(module, mode, mesh, batch, config.pp.crop, config, steps, peak_flops,
+                   model_name=config.model_name)
+  return {**result, "accum_steps": config.accum_steps if mode == "train" else 1}
+
+
+def measure(module: vit.VisionTransformer, mode: str, mesh, batch: int, image_size: int,
+            config: ml_collections.ConfigDict, steps: int, peak_flops: Optional[float],
+            model_name: str) -> dict:
+  """Compiles and times `steps` steps of `module`; the numbers as a dict."""
+  dtype = jnp.dtype(module.dtype).name
+  fn, args = _step_function(module, mode, mesh, batch, image_size, config)
   start = time.perf_counter()
   compiled = fn.lower(*args).compile()
   compile_s = time.perf_counter() - start
@@ -127,7 +160,8 @@ def run(model: str, mode: str, batch: int, image_size: int, dtype: str = "float3
                 memory.temp_size_in_bytes - memory.alias_size_in_bytes) / 2**20
   img_per_sec = batch / step_s if step_s else None
   return {
-      "model": model, "mode": mode, "batch": batch, "image_size": image_size, "dtype": dtype,
+      "model": model_name, "mode": mode, "batch": batch, "image_size": image_size,
+      "dtype": dtype,
       "attention_impl": vit.attention_backend(module.attention_impl, module.dtype),
       "remat_policy": module.remat_policy,
       "scan_layers": module.scan_layers,
@@ -233,6 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="nn.scan over the blocks: one compiled block, faster compiles")
   parser.add_argument("--peak_tflops", type=float, default=None,
                       help="device peak TFLOP/s for MFU instead of measuring a matmul")
+  parser.add_argument("--config", default=None, metavar="FILE[:ARG]",
+                      help="time the step of this training config (configs/*.py[:arg]) instead "
+                      "of --model/--batch/--image-size/--dtype/--mesh/--attention/--remat/"
+                      "--scan; override its values with --config.KEY=VALUE")
   parser.add_argument("--suite", action="store_true",
                       help="ViT-Ti/B/L_16 at 224 and 384 px, train and infer, instead of "
                       "--model/--mode/--image-size")
@@ -244,40 +282,104 @@ def build_parser() -> argparse.ArgumentParser:
   return parser
 
 
+# Flags that --config replaces (its model, batch, crop, dtype, mesh and fast paths).
+CONFIG_REPLACES = ("--model", "--batch", "--image-size", "--image_size", "--dtype", "--mesh",
+                   "--attention", "--remat", "--scan", "--suite")
+
+
+def load_config(path: str, overrides: List[str]) -> ml_collections.ConfigDict:
+  """A training config as vit_jax.main loads it: FILE[:ARG], then --config.KEY=VALUE."""
+  argv = ["benchmark", f"--config={path}", *overrides]
+  flag_values = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "training config", flag_values=flag_values,
+                                  lock_config=True, sys_argv=argv)  # defines --config.KEY
+  flag_values(argv)
+  config = flag_values.config
+  config.get("dataset")  # a config that failed to load raises only when touched
+  return config
+
+
+def _config_from_args(parser, args, extra: List[str], argv: List[str]):
+  """The --config of the command line, or None; any mistake is one `error:` line."""
+  if args.config is None:
+    if extra:
+      parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return None
+  unknown = [a for a in extra if not a.startswith("--config.")]
+  replaced = [a.split("=")[0] for a in argv if a.split("=")[0] in CONFIG_REPLACES]
+  if unknown or replaced:
+    parser.error(f"{' '.join(unknown or replaced)} cannot go with --config, which sets the "
+                 "model, batch, size, dtype, mesh and fast paths: override them with "
+                 "--config.KEY=VALUE")
+  try:
+    return load_config(args.config, extra)
+  except (flags.Error, AttributeError, KeyError, TypeError, ValueError, OSError) as e:
+    parser.error(f"cannot load --config={args.config}: {cli.one_line(e)}")
+
+
 def main(argv=None):
   parser = build_parser()
-  args = parser.parse_args(argv)
+  argv = sys.argv[1:] if argv is None else list(argv)
+  args, extra = parser.parse_known_args(argv)
+  config = _config_from_args(parser, args, extra, argv)
   console.quiet_libraries(verbosity_flag_present=False)  # argparse: no --verbosity flag
   try:  # a --mesh or --batch these devices cannot take: one line, before any output
-    sharding.check_batch_size(args.batch, sharding.make_mesh(args.mesh))
-  except sharding.ShardingError as e:
+    if config is None:
+      sharding.check_batch_size(args.batch, sharding.make_mesh(args.mesh))
+    else:
+      sharding.check_config_batches(config, sharding.make_mesh(config.mesh))
+  except (sharding.ShardingError, ValueError) as e:
     parser.error(" ".join(str(e).split()))
   peak = args.peak_tflops * 1e12 if args.peak_tflops else None
-  configs = SUITE if args.suite else [(args.model, args.mode, args.image_size)]
   print(f"{jax.device_count()} x {jax.devices()[0].device_kind}, jax {jax.__version__}")
+  if config is not None:
+    print(f"--config={args.config}: {describe_config(config, args.mode)}")
+    print(HEADER)
+    batch = config.batch if args.mode == "train" else config.batch_eval
+    key = dict(model=config.model_name, mode=args.mode, batch=batch, image_size=config.pp.crop,
+               dtype=config.dtype)
+    run_and_print(lambda: run_config(config, args.mode, args.steps, peak), key, args.json)
+    return
+  configs = SUITE if args.suite else [(args.model, args.mode, args.image_size)]
   print(HEADER)
   started = time.time()
   for model, mode, size in configs:
     if time.time() - started > args.time_budget:
       print(f"time budget of {args.time_budget:.0f} s spent; skipping the rest")
       break
-    try:
-      result = run(model, mode, args.batch, size, args.dtype, args.steps, args.mesh, peak,
-                   attention_impl=args.attention, remat_policy=args.remat,
-                   scan_layers=args.scan)
-    except jax.errors.JaxRuntimeError as e:
-      if "RESOURCE_EXHAUSTED" not in str(e):
-        raise
-      # One configuration too big for the device: say so and go on with the rest.
-      result = {"model": model, "mode": mode, "batch": args.batch, "image_size": size,
-                "dtype": args.dtype, "error": "out of memory"}
-      print(f"{_key_columns(model, mode, size, args.batch, args.dtype)} out of memory "
-            "(try --remat=full, --dtype=bfloat16 or a smaller --batch)", flush=True)
-    else:
-      print(format_row(result), flush=True)
-    if args.json:
-      with open(args.json, "a", encoding="utf-8") as f:
-        f.write(json.dumps(result) + "\n")
+    key = dict(model=model, mode=mode, batch=args.batch, image_size=size, dtype=args.dtype)
+    run_and_print(lambda: run(model, mode, args.batch, size, args.dtype, args.steps, args.mesh,
+                              peak, attention_impl=args.attention, remat_policy=args.remat,
+                              scan_layers=args.scan), key, args.json)
+
+
+def run_and_print(measure_fn, key: dict, json_path: Optional[str]) -> None:
+  """Measures one configuration and prints its row; one too big for the device prints an
+  out-of-memory line instead, and the caller goes on with the rest."""
+  try:
+    result = measure_fn()
+  except jax.errors.JaxRuntimeError as e:
+    if "RESOURCE_EXHAUSTED" not in str(e):
+      raise
+    result = {**key, "error": "out of memory"}
+    print(f"{_key_columns(key['model'], key['mode'], key['image_size'], key['batch'], key['dtype'])}"
+          " out of memory (try --remat=full, --dtype=bfloat16 "
+          "or a smaller batch)", flush=True)
+  else:
+    print(format_row(result), flush=True)
+  if json_path:
+    with open(json_path, "a", encoding="utf-8") as f:
+      f.write(json.dumps(result) + "\n")
+
+
+def describe_config(config: ml_collections.ConfigDict, mode: str) -> str:
+  """What --config makes the benchmark time, on one line."""
+  batch = (f"batch {config.batch} in {config.accum_steps} micro-batch(es)" if mode == "train"
+           else f"batch_eval {config.batch_eval}")
+  backend = vit.attention_backend(config.model.attention_impl, jnp.dtype(config.dtype))
+  return (f"{config.model_name} {mode}, {batch}, {config.pp.crop} px, {config.dtype}, mesh "
+          f"{dict(config.mesh)}, attention {backend}, remat {config.model.remat_policy}, "
+          f"scan {config.model.scan_layers}, optimizer {config.optimizer}")
 
 
 if __name__ == "__main__":

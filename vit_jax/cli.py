@@ -15,6 +15,14 @@ from vit_jax import console
 HELP_FLAGS = (app.HelpFlag, app.HelpshortFlag, app.HelpfullFlag, app.HelpXMLFlag)
 
 
+def one_line(error: BaseException) -> str:
+  """An error's message on one line; config_dict nests the real error as the first arg
+  (a mistyped --config.KEY: "'bach'\nDid you mean "batch"...")."""
+  while error.args and isinstance(error.args[0], BaseException):
+    error = error.args[0]
+  return " ".join(str(error.args[0] if error.args else error).split())
+
+
 class _ExitZero:
   """Mixed into an absl help flag: the same text, then exit status 0."""
 

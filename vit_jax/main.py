@@ -34,11 +34,8 @@ CONFIG_ERRORS = (flags.Error, AttributeError, KeyError, TypeError, ValueError, O
 
 def exit_with_error(error: BaseException, what: str, code: int = 1):
   """Prints `error: <what><message>` on one line and exits."""
-  while error.args and isinstance(error.args[0], BaseException):  # config_dict nests errors
-    error = error.args[0]
-  message = " ".join(str(error.args[0] if error.args else error).split())
   logging.debug("full traceback", exc_info=True)
-  print(f"error: {what}{message}", file=sys.stderr)
+  print(f"error: {what}{cli.one_line(error)}", file=sys.stderr)
   sys.exit(code)
 
 

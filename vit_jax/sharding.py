@@ -84,6 +84,18 @@ def check_batch_size(batch_size: int, mesh: Mesh, name: str = "batch") -> None:
                         f"{jax.process_count()} processes: use a multiple of it")
 
 
+def check_config_batches(config, mesh: Mesh) -> None:
+  """config.batch, batch_eval and the micro-batch (batch / accum_steps) must each split
+  evenly over the devices and processes."""
+  check_batch_size(config.batch, mesh, "batch")
+  check_batch_size(config.batch_eval, mesh, "batch_eval")
+  if config.batch % config.accum_steps:
+    raise ShardingError(f"config.accum_steps={config.accum_steps} does not divide "
+                        f"config.batch={config.batch}: pick a divisor of the batch")
+  check_batch_size(config.batch // config.accum_steps, mesh,
+                   "batch / config.accum_steps (the micro-batch)")
+
+
 # Parameter-name pattern -> the mesh axis of each dimension (Megatron-style splits).
 TENSOR_RULES = (
     (r"MultiHeadDotProductAttention_1/(query|key|value)/kernel$", (None, "tensor", None)),

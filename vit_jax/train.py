@@ -43,22 +43,6 @@ def resolve_config(config: ml_collections.ConfigDict,
   return config
 
 
-def check_batch_split(config: ml_collections.ConfigDict, mesh) -> None:
-  """Global batch and its micro-batches must split evenly over devices and processes."""
-  sharding.check_batch_size(config.batch, mesh, "batch")
-  sharding.check_batch_size(config.batch_eval, mesh, "batch_eval")
-  if config.batch % config.accum_steps:
-    raise sharding.ShardingError(f"config.accum_steps={config.accum_steps} does not divide "
-                                 f"config.batch={config.batch}: pick a divisor of the batch")
-  sharding.check_batch_size(config.batch // config.accum_steps, mesh,
-                            "batch / config.accum_steps (the micro-batch)")
-
-
-def model_overrides(config: ml_collections.ConfigDict) -> dict:
-  overrides = {k: v for k, v in config.model.items() if k != "representation_size"}
-  return {**overrides, "dtype": jnp.dtype(config.dtype)}
-
-
 def build_model(config, num_classes: int, *, load_pretrained: bool
                 ) -> Tuple[vit.VisionTransformer, Optional[dict]]:
   """The module, plus host params when starting from a released checkpoint."""
@@ -68,11 +52,21 @@ def build_model(config, num_classes: int, *, load_pretrained: bool
                         num_classes=num_classes, model_name=config.model_name,
                         pre_logits=wants_pre_logits,
                         allow_nonfinite=config.get("allow_nonfinite_pretrained", False),
-                        **model_overrides(config))
-  module = zoo.create_model(config.model_name, num_classes=num_classes,
-                            representation_size=config.model.representation_size,
-                            **model_overrides(config))
-  return module, None
+                        **zoo.config_overrides(config))
+  return zoo.model_from_config(config, num_classes), None
+
+
+def describe_devices(config) -> str:
+  """What the run computes on, so that a missing accelerator or an unused fast path
+  (cuDNN flash attention needs a GPU and bfloat16/float16) shows before the first step."""
+  backend = vit.attention_backend(config.model.attention_impl, jnp.dtype(config.dtype))
+  hint = ""
+  if (jax.default_backend() == "gpu" and backend == "xla"
+      and config.model.attention_impl == "dot_product"):
+    hint = " (cuDNN flash attention needs --config.dtype=bfloat16)"
+  return (f"{jax.device_count()} x {jax.devices()[0].device_kind} ({jax.default_backend()}, "
+          f"jax {jax.__version__}, {jax.process_count()} process(es)); attention: "
+          f"{backend}{hint}")
 
 
 def check_finite(step: int, step_metrics: dict, checkpointer: train_state.Checkpointer) -> None:
@@ -128,12 +122,10 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   """Everything about the config that can be refused without reading data or files."""
   config_checks.check(config)
   classification.check_evals(config)
-  check_batch_split(config, mesh)
+  sharding.check_config_batches(config, mesh)
   optim.check_choices(config)
   try:
-    module = zoo.create_model(config.model_name, num_classes=1,
-                              representation_size=config.model.representation_size,
-                              **model_overrides(config))
+    module = zoo.model_from_config(config, num_classes=1)
   except TypeError as e:  # an unknown config.model.<option>
     raise ValueError(f"config.model: {e}") from None
   sharding.check_tensor_parallel(module.num_heads, module.mlp_dim, mesh)
@@ -175,6 +167,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
              "final_metrics.json): pass a larger --config.total_steps to train on, or use a "
              "new --workdir", latest_step, workdir)
     return finished
+  log.info("devices: %s", describe_devices(config))
   load_pretrained = latest_step is None and config.pretrained is not None
   module, host_params = build_model(config, dataset.info.num_classes,
                                     load_pretrained=load_pretrained)

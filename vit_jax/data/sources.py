@@ -384,6 +384,22 @@ def open_source(config):
                      download=config.tfds_download)
 
 
+def class_count(config) -> int:
+  """The number of classes of config.dataset from its metadata alone (no example is
+  read): 10 digits, a directory's train/ class folders, a VTAB task's, TFDS's 'label'."""
+  from vit_jax.data import vtab  # builds on this module
+  name = config.dataset
+  if name == "digits":
+    return 10
+  if name.startswith(vtab.PREFIX):
+    return vtab.get_task(name[len(vtab.PREFIX):]).num_classes
+  if _is_path(name):
+    return len(_class_folders(os.path.join(os.path.expanduser(name), "train")))
+  builder = _tfds_builder(name, config.tfds_data_dir)
+  _check_features(builder, "label")
+  return builder.info.features["label"].num_classes
+
+
 def open_eval_source(name: str, split: str, config, label_feature: str = "label"):
   """(split, class names) of an evaluation-only set: a TFDS split, or the eval split of
   'digits' or of a directory (whose test/ or validation/ folder is used; `split` is then

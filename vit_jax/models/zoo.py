@@ -8,6 +8,8 @@ import dataclasses
 import difflib
 from typing import Optional, Tuple
 
+import jax.numpy as jnp
+
 from vit_jax.models import resnet, vit
 
 
@@ -112,6 +114,20 @@ def create_model(name: str, *, num_classes: int, **overrides) -> vit.VisionTrans
                     f"valid options: {', '.join(_MODEL_FIELDS)}")
   kwargs.update(overrides)
   return vit.VisionTransformer(num_classes=num_classes, **kwargs)
+
+
+def config_overrides(config) -> dict:
+  """The VisionTransformer attributes a training config sets: config.model.* (but the
+  representation size, which depends on the checkpoint) and the compute dtype."""
+  overrides = {k: v for k, v in config.model.items() if k != "representation_size"}
+  return {**overrides, "dtype": jnp.dtype(config.dtype)}
+
+
+def model_from_config(config, num_classes: int) -> vit.VisionTransformer:
+  """The model a training config builds from scratch (what the main job trains)."""
+  return create_model(config.model_name, num_classes=num_classes,
+                      representation_size=config.model.representation_size,
+                      **config_overrides(config))
 
 
 def model_stride(module: vit.VisionTransformer) -> int:

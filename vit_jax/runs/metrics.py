@@ -155,6 +155,13 @@ def changed_keys(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "
   return changed
 
 
+def _eval_set_names(eval_metrics: Mapping[str, float]) -> list:
+  """The named evaluation sets of eval/<name>/accuracy keys, when there are several."""
+  names = [key.split("/")[1] for key in eval_metrics
+           if key.startswith("eval/") and key.endswith("/accuracy") and key.count("/") == 2]
+  return names if len(names) > 1 else []
+
+
 def final_summary(*, workdir: str, steps: tuple, seconds: float, img_per_sec: Optional[float],
                   eval_metrics: Mapping[str, float], checkpoint_steps: list) -> str:
   """The lines a finished run ends with: the result and where everything was written."""
@@ -166,6 +173,9 @@ def final_summary(*, workdir: str, steps: tuple, seconds: float, img_per_sec: Op
       f"done: {trained} in {format_duration(seconds)}{rate}",
       f"  eval accuracy {eval_metrics['eval/accuracy']:.4f}, loss {eval_metrics['eval/loss']:.4f}"
       f" on {int(eval_metrics['eval/examples'])} examples",
+      *[f"    {name}: accuracy {eval_metrics[f'eval/{name}/accuracy']:.4f} on "
+        f"{int(eval_metrics[f'eval/{name}/examples'])} examples"
+        for name in _eval_set_names(eval_metrics)],
       f"  params:      {os.path.join(workdir, 'params.npz')}",
       f"  metrics:     {os.path.join(workdir, 'metrics.jsonl')} (final: final_metrics.json)",
       f"  tensorboard: tensorboard --logdir={workdir}",
