@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import ml_collections
 from jax.experimental import multihost_utils
 
-from vit_jax import config_checks, optim, sharding, train_step
+from vit_jax import config_checks, objectives, optim, sharding, train_step
 from vit_jax.checkpoints import npz, released, train_state
 from vit_jax.console import log
 from vit_jax.data import pipeline
@@ -62,6 +62,9 @@ def model_overrides(config: ml_collections.ConfigDict) -> dict:
 def build_model(config, num_classes: int, *, load_pretrained: bool
                 ) -> Tuple[vit.VisionTransformer, Optional[dict]]:
   """The module, plus host params when starting from a released checkpoint."""
+  create_model = objectives.get(config).create_model
+  if create_model is not None:  # another objective's model, from scratch
+    return create_model(config, model_overrides(config)), None
   wants_pre_logits = config.model.representation_size is not None
   if load_pretrained:
     return npz.load_npz(released.resolve(config.pretrained), image_size=config.pp.crop,
@@ -160,6 +163,7 @@ def check_pretrained(config) -> None:
 def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   """Everything about the config that can be refused without reading data or files."""
   config_checks.check(config)
+  objectives.get(config).check(config)
   check_batch_split(config, mesh)
   optim.check_choices(config)
   try:
@@ -250,10 +254,11 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   # --- Compiled steps -------------------------------------------------------------------
   batch_sharding = sharding.batch_sharding(mesh)
   replicated = sharding.replicated(mesh)
-  step_fn = jax.jit(train_step.make_train_step(module, optimizer, config),
+  objective = objectives.get(config)
+  step_fn = jax.jit(objective.make_train_step(module, optimizer, config),
                     in_shardings=(state_shardings, batch_sharding, replicated),
                     out_shardings=(state_shardings, replicated), donate_argnums=(0,))
-  eval_fn = jax.jit(train_step.make_eval_step(module),
+  eval_fn = jax.jit(objective.make_eval_step(module, config),
                     in_shardings=(state_shardings.params, batch_sharding),
                     out_shardings=replicated)
 
@@ -314,7 +319,8 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
     return {"preempted_at_step": preempted_at, **eval_metrics}
   if not eval_metrics:  # resumed at the end: report the final state anyway
     eval_metrics = evaluate_state(eval_fn, state, dataset, config, batch_sharding, total_steps)
-  final_params = multihost_utils.process_allgather(state.eval_params, tiled=True)  # collective
+  final_params = objective.export_params(  # all-gather: a collective
+      multihost_utils.process_allgather(state.eval_params, tiled=True))
   if is_main:
     outputs.write_final(final_params, eval_metrics, workdir)
   writer.flush()
