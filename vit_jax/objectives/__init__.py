@@ -36,7 +36,9 @@ class Objective:
 OBJECTIVES = {
     "classification": Objective(
         "classification", check=lambda config: None, create_model=None,
-        make_train_step=train_step.make_train_step,
+        # Looked up at each call, not bound at import, so that wrappers of
+        # train_step's functions (tests, user patches) reach the main job.
+        make_train_step=lambda *args: train_step.make_train_step(*args),
         make_eval_step=lambda module, config: train_step.make_eval_step(module),
         export_params=lambda params: params),
     "mpp": Objective(
