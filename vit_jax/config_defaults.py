@@ -114,6 +114,18 @@ def get_config() -> ml_collections.ConfigDict:
   config.polyak_decay = 0.0
   config.label_smoothing = 0.0
 
+  # Objective: classification (the labels) | mpp (masked patch prediction, paper 4.6:
+  # self-supervised, labels unused; params.npz holds the backbone with a zero 1-class head).
+  # See vit_jax/objectives/mpp.py for the exact corruption and targets.
+  config.objective = "classification"
+  config.mpp = ml_collections.ConfigDict()
+  config.mpp.target = "mean_color"  # mean_color | downsized_4x4 | l2_patch
+  config.mpp.corrupt_rate = 0.5  # share of each image's patches corrupted (BERT: 0.15)
+  config.mpp.replace_mask = 0.8  # corrupted patches given the learned [mask] embedding,
+  config.mpp.replace_random = 0.1  # another patch's embedding (same image),
+  config.mpp.keep = 0.1  # or left unchanged
+  config.mpp.color_bits = 3  # per RGB channel: 3 bits = 512 colour classes
+
   # Devices: sizes of the mesh axes (-1 = all remaining devices).
   config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
 

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import ml_collections
 from jax.experimental import multihost_utils
 
-from vit_jax import config_checks, optim, sharding, train_step
+from vit_jax import config_checks, objectives, optim, sharding, train_step
 from vit_jax.checkpoints import npz, released, train_state
 from vit_jax.console import log
 from vit_jax.data import pipeline
@@ -46,6 +46,9 @@ def resolve_config(config: ml_collections.ConfigDict,
 def build_model(config, num_classes: int, *, load_pretrained: bool
                 ) -> Tuple[vit.VisionTransformer, Optional[dict]]:
   """The module, plus host params when starting from a released checkpoint."""
+  create_model = objectives.get(config).create_model
+  if create_model is not None:  # another objective's model, from scratch
+    return create_model(config, zoo.config_overrides(config)), None
   wants_pre_logits = config.model.representation_size is not None
   if load_pretrained:
     return npz.load_npz(released.resolve(config.pretrained), image_size=config.pp.crop,
@@ -122,6 +125,7 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   """Everything about the config that can be refused without reading data or files."""
   config_checks.check(config)
   classification.check_evals(config)
+  objectives.get(config).check(config)
   sharding.check_config_batches(config, mesh)
   optim.check_choices(config)
   try:
@@ -171,7 +175,9 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   load_pretrained = latest_step is None and config.pretrained is not None
   module, host_params = build_model(config, dataset.info.num_classes,
                                     load_pretrained=load_pretrained)
-  evaluator = classification.Evaluator(config, module, mesh, dataset)  # opens its sets now
+  objective = objectives.get(config)
+  evaluator = classification.Evaluator(  # opens its sets now
+      config, module, mesh, dataset, eval_step=objective.make_eval_step(module, config))
   fewshot_eval = fewshot.Evaluator(config, module, mesh)  # opens its datasets now
 
   # --- State, created directly with its shardings -------------------------------------
@@ -212,7 +218,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   # --- Compiled steps -------------------------------------------------------------------
   batch_sharding = sharding.batch_sharding(mesh)
   replicated = sharding.replicated(mesh)
-  step_fn = jax.jit(train_step.make_train_step(module, optimizer, config),
+  step_fn = jax.jit(objective.make_train_step(module, optimizer, config),
                     in_shardings=(state_shardings, batch_sharding, replicated),
                     out_shardings=(state_shardings, replicated), donate_argnums=(0,))
 
@@ -273,7 +279,8 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
     return {"preempted_at_step": preempted_at, **eval_metrics}
   if not eval_metrics:  # resumed at the end: report the final state anyway
     eval_metrics = evaluator.of_state(state, total_steps)
-  final_params = multihost_utils.process_allgather(state.eval_params, tiled=True)  # collective
+  final_params = objective.export_params(  # all-gather: a collective
+      multihost_utils.process_allgather(state.eval_params, tiled=True))
   if is_main:
     outputs.write_final(final_params, eval_metrics, workdir)
   writer.flush()

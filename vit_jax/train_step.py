@@ -124,24 +124,35 @@ def accumulate_gradients(loss_and_grad, params, micro_batches, rng):
   return jax.tree.map(lambda x: x / num_micro, total)
 
 
-def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation,
-                    config: ml_collections.ConfigDict):
-  """train_step(state, batch, rng) -> (state, metrics) for batch {'image', 'label'}.
-
-  `rng` may stay the same every step: the dropout key is fold_in(rng, state.step).
-  metrics: `loss` (batch mean), `grad_norm` (of the mean gradient, before clipping),
-  `lr` (the schedule's value used by this update).
-  """
+def classification_loss(model: nn.Module, config: ml_collections.ConfigDict):
+  """batch_loss(params, batch, rng) -> the mean of the configured loss over the batch's
+  labels; `rng` is the dropout key."""
   loss_fn = make_loss_fn(config)
-  schedule = optim.make_schedule(config)
-  accum_steps = config.get("accum_steps", 1)
 
   def mean_loss(params, batch, rng):
     logits = model.apply({"params": params}, batch["image"], train=True,
                          rngs={"dropout": rng})
     return jnp.mean(loss_fn(logits, batch["label"]))
 
-  loss_and_grad = jax.value_and_grad(mean_loss)
+  return mean_loss
+
+
+def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation,
+                    config: ml_collections.ConfigDict, batch_loss=None):
+  """train_step(state, batch, rng) -> (state, metrics) for batch {'image', 'label'}.
+
+  `rng` may stay the same every step: the key of a micro-batch is
+  fold_in(fold_in(rng, state.step), micro-batch index).
+  metrics: `loss` (batch mean), `grad_norm` (of the mean gradient, before clipping),
+  `lr` (the schedule's value used by this update).
+  batch_loss(params, micro_batch, key) -> scalar mean loss is what is minimised; default
+  classification_loss(model, config). Other objectives (vit_jax.objectives) pass theirs.
+  """
+  if batch_loss is None:
+    batch_loss = classification_loss(model, config)
+  schedule = optim.make_schedule(config)
+  accum_steps = config.get("accum_steps", 1)
+  loss_and_grad = jax.value_and_grad(batch_loss)
 
   def train_step(state: TrainState, batch, rng):
     micro_batches = split_micro_batches(

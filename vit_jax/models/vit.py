@@ -298,6 +298,22 @@ class VisionTransformer(nn.Module):
     """Logits (float32 [B, num_classes]); with representation=True the input of the
     head instead (pre_logits output, or the pooled token when there is none): the
     frozen features that few-shot probes and linear evaluation use."""
+    x = self.pool(self.encode(self.embed_patches(images), train=train))
+    if self.representation_size is not None:
+      x = nn.tanh(nn.Dense(self.representation_size, dtype=self.dtype, name="pre_logits")(x))
+    if representation:
+      return x.astype(jnp.float32)
+    logits = nn.Dense(self.num_classes, dtype=self.dtype, name="head",
+                      kernel_init=nn.initializers.zeros,
+                      bias_init=nn.initializers.constant(self.head_bias_init))(x)
+    return logits.astype(jnp.float32)
+
+  # The pieces of __call__, also called from the compact __call__ of subclasses that
+  # reuse the backbone under the same parameter names (vit_jax.models.mpp).
+
+  def embed_patches(self, images):
+    """Patch embeddings [B, patches, D] (row-major grid): the `embedding` conv on the
+    image, or on the ResNet stem's feature map for hybrids."""
     if self.classifier not in ("token", "gap"):
       raise ValueError(f"classifier must be 'token' or 'gap', got {self.classifier!r}")
     x = images.astype(self.dtype)
@@ -307,23 +323,20 @@ class VisionTransformer(nn.Module):
     x = nn.Conv(self.hidden_size, patches, strides=patches, padding="VALID",
                 dtype=self.dtype, name="embedding")(x)
     batch, height, width, channels = x.shape
-    x = x.reshape(batch, height * width, channels)
+    return x.reshape(batch, height * width, channels)
 
+  def encode(self, x, *, train: bool):
+    """Output tokens [B, tokens, D] after `encoder_norm`; the class token (`cls`) is
+    prepended (index 0) when classifier='token', position embeddings added inside."""
     if self.classifier == "token":
+      batch, _, channels = x.shape
       cls = self.param("cls", nn.initializers.zeros, (1, 1, channels), jnp.float32)
       x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (batch, 1, 1)), x], axis=1)
-
     options = BlockOptions(self.mlp_dim, self.num_heads, self.dropout_rate,
                            self.attention_dropout_rate, self.dtype, self.attention_impl)
-    x = Encoder(self.num_layers, options, self.remat_policy, self.scan_layers,
-                name="Transformer")(x, train=train)
-    x = x[:, 0] if self.classifier == "token" else jnp.mean(x, axis=1)
+    return Encoder(self.num_layers, options, self.remat_policy, self.scan_layers,
+                   name="Transformer")(x, train=train)
 
-    if self.representation_size is not None:
-      x = nn.tanh(nn.Dense(self.representation_size, dtype=self.dtype, name="pre_logits")(x))
-    if representation:
-      return x.astype(jnp.float32)
-    logits = nn.Dense(self.num_classes, dtype=self.dtype, name="head",
-                      kernel_init=nn.initializers.zeros,
-                      bias_init=nn.initializers.constant(self.head_bias_init))(x)
-    return logits.astype(jnp.float32)
+  def pool(self, tokens):
+    """The image's token [B, D]: the class token, or the mean of all tokens ('gap')."""
+    return tokens[:, 0] if self.classifier == "token" else jnp.mean(tokens, axis=1)

@@ -1,0 +1,58 @@
+"""The main job with config.objective='mpp': pre-training on the digits with evaluation,
+few-shot probes, Polyak averaging and resume, then fine-tuning from its params.npz."""
+
+import logging
+import math
+import os
+
+import numpy as np
+
+from helpers import demo_config, load_module, read_metrics
+from vit_jax import load_npz, train
+
+
+def mpp_digits(**overrides):
+  config = load_module("mpp.py").get_config("digits")
+  config.update(dict(total_steps=12, batch=32, batch_eval=128, progress_every=3,
+                     eval_every=6, checkpoint_every=6, warmup_steps=2, base_lr=3e-3,
+                     polyak_decay=0.5))
+  config.fewshot.update(dict(shots=(1, 5), seeds=1, every_steps=6, batch_size=256))
+  config.update(overrides)
+  config.lock()
+  return config
+
+
+def test_mpp_pretraining_then_finetuning_from_its_params(tmp_path, caplog):
+  workdir = str(tmp_path / "mpp")
+  with caplog.at_level(logging.INFO):
+    result = train.train_and_evaluate(mpp_digits(), workdir)
+  rows = read_metrics(workdir)
+  evals = [r for r in rows if "eval/loss" in r]
+  assert [r["step"] for r in evals] == [6, 12]
+  # 300 test digits, 16 patches each, half corrupted: a per-patch evaluation.
+  assert result["eval/examples"] == evals[0]["eval/examples"] == 300 * 8
+  assert "eval_raw/loss" in evals[0]  # Polyak average and raw parameters both evaluated
+  # The loss starts at ln(512) (zero prediction head) and goes down.
+  assert evals[1]["eval/loss"] < evals[0]["eval/loss"] < math.log(512) - 0.1
+  fewshot = [r for r in rows if "fewshot/digits_1shot" in r]
+  assert [r["step"] for r in fewshot] == [6, 12]
+  assert all(0.1 < r["fewshot/digits_5shot"] <= 1 for r in fewshot)
+
+  module, params = load_npz(os.path.join(workdir, "params.npz"))
+  assert set(params) == {"embedding", "cls", "Transformer", "head"}
+  assert module.num_classes == 1 and not params["head"]["kernel"].any()
+  assert (module.hidden_size, module.patch_size, module.num_layers) == (64, 4, 4)
+
+  train.train_and_evaluate(mpp_digits(total_steps=13), workdir)  # resume
+  assert "resumed from step 12" in caplog.text
+
+  config = demo_config(pretrained=os.path.join(workdir, "params.npz"), total_steps=2,
+                       eval_every=2, checkpoint_every=2, base_lr=1e-6)
+  finetuned = train.train_and_evaluate(config, str(tmp_path / "finetune"))
+  assert finetuned["eval/examples"] == 300
+  _, tuned = load_npz(tmp_path / "finetune" / "params.npz")
+  assert tuned["head"]["kernel"].shape == (64, 10)
+  # Started from the MPP backbone (lr 1e-6 barely moves it), not from a fresh init.
+  _, pretrained = load_npz(os.path.join(workdir, "params.npz"))
+  np.testing.assert_allclose(tuned["embedding"]["kernel"], pretrained["embedding"]["kernel"],
+                             atol=1e-4)
