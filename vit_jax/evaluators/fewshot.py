@@ -18,10 +18,10 @@ import jax
 import ml_collections
 import numpy as np
 import scipy.linalg
-from absl import logging
 from jax.experimental import multihost_utils
 
 from vit_jax import sharding
+from vit_jax.console import log
 from vit_jax.data import pipeline
 
 # big_vision's few-shot default. Features are O(1) per dimension, so a feature vector's
@@ -109,7 +109,7 @@ def _warn_small_classes(labels: np.ndarray, num_classes: int, shots: int) -> Non
   counts = np.bincount(labels, minlength=num_classes)
   short = counts < shots
   if short.any():
-    logging.warning("%d of %d classes have fewer than %d training examples (fewest: %d): "
+    log.warning("%d of %d classes have fewer than %d training examples (fewest: %d): "
                     "their few-shot sets use all they have", short.sum(), num_classes, shots,
                     counts.min())
 
@@ -250,7 +250,7 @@ class Evaluator:
       features = split_features(self._feature_fn, params, dataset, self.batch_size, self.mesh)
       summary = evaluate_fewshot(*features, shots=self.shots, seeds=self.seeds,
                                  l2_reg=self.l2_reg, num_classes=dataset.info.num_classes)
-      logging.info("few-shot %s: %s", key, ", ".join(
+      log.info("few-shot %s: %s", key, ", ".join(
           f"{k}-shot {summary[f'{k}shot']:.4f}" for k in self.shots))
       results.update({f"fewshot/{key}_{k}shot": summary[f"{k}shot"] for k in self.shots})
     return results
