@@ -4,7 +4,7 @@ import setuptools
 
 # Ranges tested in CI (Python 3.11, CPU): jax 0.10.2, flax 0.12.8, optax 0.2.8,
 # orbax-checkpoint 0.12.8, tensorflow-cpu 2.21.0, tensorflow-datasets 4.9.10,
-# ml-collections 1.1.0, clu 0.0.12, numpy 2.4.
+# ml-collections 1.1.0, clu 0.0.12, numpy 2.4, safetensors 0.8.0.
 INSTALL_REQUIRES = [
     "jax>=0.10.2,<0.11",
     "flax>=0.12.8,<0.13",
@@ -26,7 +26,14 @@ INSTALL_REQUIRES = [
     "matplotlib>=3.8",
     "tqdm>=4.60",
     "absl-py>=2.1",
+    "safetensors>=0.8,<0.9",  # timm / Hugging Face checkpoints (its numpy API: no torch)
 ]
+# Checks against the libraries themselves (tests/checkpoints/test_interop.py skips without
+# them). timm imports torchvision, and PyPI's x86_64 torchvision wheels need the torch build
+# they were made with: torch 2.14.1 with torchvision 0.29.1 (the CPU-only torch 2.13.0 wheel
+# has no torchvision that imports beside it).
+INTEROP_REQUIRES = ["torch==2.14.1", "torchvision==0.29.1", "timm==1.0.31",
+                    "transformers==5.23.0"]
 
 setuptools.setup(
     name="vit_jax",
@@ -46,5 +53,6 @@ setuptools.setup(
                  "ipykernel>=6", "nbconvert>=7"],  # jupyter nbconvert --execute notebooks/vit_jax.ipynb
         "tpu": ["jax[tpu]>=0.10.2,<0.11"],
         "cuda": ["jax[cuda12]>=0.10.2,<0.11"],
+        "interop": INTEROP_REQUIRES,
     },
 )

@@ -21,6 +21,8 @@ COMMANDS = {
     "vit_jax.fewshot": ["--checkpoint: Path, URL", "--dataset: 'digits', an image directory",
                         "--shots: Examples per class"],
     "vit_jax.download": ["--dir: Root folder", "--[no]force: Download again"],
+    "vit_jax.convert": ["--to: <npz|timm|hf>: Target format", "--pre_logits: <drop|pooler>",
+                        "--model: Released model name"],
     "vit_jax.benchmark": ["--model MODEL model to time", "--batch BATCH global batch",
                           "--steps STEPS timed steps", "--mesh MESH device mesh",
                           "models (--model): ViT-Ti_16, ViT-S_16"],

@@ -15,7 +15,7 @@ without one, the head count follows the width (768 -> 12, 1280 -> 16, else width
 
 import json
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Tuple
 
 import ml_dtypes
 import numpy as np
@@ -194,8 +194,3 @@ def read_foreign(path: str) -> Flat:
     raise FormatError(str(e)) from None
   raise FormatError("is neither a timm VisionTransformer nor a Hugging Face ViT state dict: "
                     f"it holds {npz_layout.describe(state)}")
-
-
-def config_of(path: str) -> Optional[Dict[str, Any]]:
-  """The model config that goes with a foreign checkpoint, if any (for image sizes)."""
-  return _locate(os.fspath(path))[1] or None

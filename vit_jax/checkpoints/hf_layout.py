@@ -104,8 +104,9 @@ def notes(cfg: Dict[str, Any]) -> List[str]:
   act = cfg.get("hidden_act", "gelu")
   if act not in TANH_GELUS:
     found.append(f"the model's hidden_act is {act!r}; vit_jax computes the tanh-approximate "
-                 "GELU of the original ViT code (transformers' conversions of the released "
-                 "ViTs say 'gelu' although those were trained with the tanh one)")
+                 "GELU of the original ViT code (logits move by ~1e-4 relative; transformers' "
+                 "conversions of the released ViTs say 'gelu' although those were trained "
+                 "with the tanh one)")
   eps = cfg.get("layer_norm_eps", 1e-12)
   if eps != LAYER_NORM_EPS:
     found.append(f"the model's layer_norm_eps is {eps:g}; vit_jax's LayerNorms use 1e-6 "

@@ -64,3 +64,10 @@ def sincos_2d(grid: Tuple[int, int], width: int, temperature: float = 10_000.0) 
   x = np.outer(cols.reshape(-1), omega)
   table = np.concatenate([np.sin(x), np.cos(x), np.sin(y), np.cos(y)], axis=1)
   return table[None].astype(np.float32)
+
+
+def sincos_2d_with_cls(grid: Tuple[int, int], width: int, has_cls: bool) -> np.ndarray:
+  """sincos_2d with a zero row first for a class token (big_vision adds the embedding to
+  the patches before prepending the token): a table in the learned embedding's layout."""
+  table = sincos_2d(grid, width)
+  return np.concatenate([np.zeros_like(table[:, :1]), table], axis=1) if has_cls else table

@@ -192,10 +192,7 @@ def position_embedding(x, kind: str, grid: Tuple[int, int], has_cls: bool):
   included), or the fixed sincos2d table (the class token, if any, gets none)."""
   if kind == "learn":
     return AddPositionEmbs(name="posembed_input")(x)
-  table = posemb_lib.sincos_2d(grid, x.shape[-1])
-  if has_cls:
-    table = np.concatenate([np.zeros_like(table[:, :1]), table], axis=1)
-  return x + jnp.asarray(table, x.dtype)
+  return x + jnp.asarray(posemb_lib.sincos_2d_with_cls(grid, x.shape[-1], has_cls), x.dtype)
 
 
 class MAPHead(nn.Module):
