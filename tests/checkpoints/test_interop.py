@@ -315,6 +315,11 @@ def import_or_skip(name):
 
 @pytest.fixture(name="torch")
 def fixture_torch():
+  # torchvision (which timm imports) imports torch._dynamo, which imports triton if it is
+  # installed (torch's CUDA builds); triton's LLVM crashes the process when TensorFlow,
+  # which other tests in this worker import, is loaded. These tests need neither.
+  if "triton" not in sys.modules:
+    sys.modules["triton"] = None  # `import triton` raises ImportError: torch does without
   return import_or_skip("torch")
 
 
@@ -430,3 +435,11 @@ def test_training_accepts_model_folders_as_pretrained(tmp_path):
   (tmp_path / "empty").mkdir()
   with pytest.raises(FileNotFoundError, match="a directory, not an .npz file or a model folder"):
     train.check_pretrained(ml_collections.ConfigDict({"pretrained": str(tmp_path / "empty")}))
+
+
+def test_pytorch_files_without_pytorch_say_how_to_read_them(tmp_path, monkeypatch):
+  (tmp_path / "model.pth").write_bytes(b"PK\x03\x04")
+  monkeypatch.setitem(sys.modules, "torch", None)  # import torch fails
+  with pytest.raises(CheckpointError, match=r"model.pth is a PyTorch file, and reading one "
+                     r"needs PyTorch \(pip install torch\); or convert it to .safetensors"):
+    load_npz(tmp_path / "model.pth")
