@@ -4,7 +4,7 @@ import setuptools
 
 # Ranges tested in CI (Python 3.11, CPU): jax 0.10.2, flax 0.12.8, optax 0.2.8,
 # orbax-checkpoint 0.12.8, tensorflow-cpu 2.21.0, tensorflow-datasets 4.9.10,
-# ml-collections 1.1.0, clu 0.0.12, numpy 2.4.
+# ml-collections 1.1.0, clu 0.0.12, numpy 2.4, safetensors 0.8.0.
 INSTALL_REQUIRES = [
     "jax>=0.10.2,<0.11",
     "flax>=0.12.8,<0.13",
@@ -26,7 +26,15 @@ INSTALL_REQUIRES = [
     "matplotlib>=3.8",
     "tqdm>=4.60",
     "absl-py>=2.1",
+    "safetensors>=0.8,<0.9",  # timm / Hugging Face checkpoints (its numpy API: no torch)
 ]
+# Checks against the libraries themselves (tests/checkpoints/test_interop.py skips without
+# them). torch 2.13.0 resolves to the CPU-only wheel here (never leave torch unpinned: that
+# pulls CUDA); timm imports torchvision, whose PyPI wheel is built against CUDA torch: its
+# compiled detection ops do not load beside CPU torch, which the tests work around (timm's
+# ViTs never call them).
+INTEROP_REQUIRES = ["torch==2.13.0", "torchvision==0.28.0", "timm==1.0.31",
+                    "transformers==5.23.0"]
 
 setuptools.setup(
     name="vit_jax",
@@ -46,5 +54,6 @@ setuptools.setup(
                  "ipykernel>=6", "nbconvert>=7"],  # jupyter nbconvert --execute notebooks/vit_jax.ipynb
         "tpu": ["jax[tpu]>=0.10.2,<0.11"],
         "cuda": ["jax[cuda12]>=0.10.2,<0.11"],
+        "interop": INTEROP_REQUIRES,
     },
 )

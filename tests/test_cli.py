@@ -24,6 +24,8 @@ COMMANDS = {
     "vit_jax.vtab": ["--checkpoint: Path, URL", "--tasks: Tasks to run: VTAB task names",
                      "--workdir: Where each task's run", "--[no]lr_sweep", "--sweep_select",
                      "--config: The settings every task starts from"],
+    "vit_jax.convert": ["--to: <npz|timm|hf>: Target format", "--pre_logits: <drop|pooler>",
+                        "--model: Released model name"],
     "vit_jax.benchmark": ["--model MODEL model to time", "--batch BATCH global batch",
                           "--steps STEPS timed steps", "--mesh MESH device mesh",
                           "models (--model): ViT-Ti_16, ViT-S_16"],

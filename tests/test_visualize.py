@@ -50,7 +50,8 @@ def test_rollout_heat_map_covers_exactly_the_image():
 
 
 @pytest.mark.parametrize("overrides,image_size", [
-    (dict(), 16), (dict(classifier="gap", resnet_stages=(), resnet_width=0.5, patch_size=2), 32)])
+    (dict(), 16), (dict(classifier="gap", resnet_stages=(), resnet_width=0.5, patch_size=2), 32),
+    (dict(classifier="map", posemb="sincos2d"), 16)])  # big_vision's variants
 def test_write_figures_writes_four_non_blank_pngs(tmp_path, overrides, image_size):
   module = tiny_model(**overrides)
   params = init_params(module, image_size)

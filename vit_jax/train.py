@@ -17,7 +17,7 @@ import ml_collections
 from jax.experimental import multihost_utils
 
 from vit_jax import config_checks, objectives, optim, sharding, train_step
-from vit_jax.checkpoints import npz, released, train_state
+from vit_jax.checkpoints import formats, npz, released, train_state
 from vit_jax.console import log
 from vit_jax.data import pipeline
 from vit_jax.evaluators import classification, fewshot
@@ -115,8 +115,9 @@ def check_pretrained(config) -> None:
   if config.pretrained is None:
     return
   path = released.resolve(config.pretrained)
-  if not released.has_scheme(path) and not os.path.isfile(path):
-    kind = "a directory, not an .npz file" if os.path.isdir(path) else "not found"
+  if not released.has_scheme(path) and not (os.path.isfile(path) or formats.is_foreign(path)):
+    kind = ("a directory, not an .npz file or a model folder (with config.json)"
+            if os.path.isdir(path) else "not found")
     raise FileNotFoundError(f"config.pretrained={config.pretrained}: {path} is {kind} (check "
                             "the path, or fetch a released file with python -m vit_jax.download)")
 

@@ -20,6 +20,7 @@ from absl import flags
 from vit_jax import cli, download, predict
 from vit_jax.checkpoints import npz
 from vit_jax.models import introspect
+from vit_jax.models import posemb as posemb_lib
 from vit_jax.models import vit, zoo
 
 FLAGS = flags.FLAGS
@@ -142,7 +143,8 @@ def write_figures(module: vit.VisionTransformer, params, images: np.ndarray,
   maps = introspect.rollout_maps(introspect.attention_rollout(weights), side, has_cls)
   kernel, what = introspect.rgb_filters(module, params)
   components, explained = introspect.filter_pca(kernel, NUM_COMPONENTS)
-  posemb = params["Transformer"]["posembed_input"]["pos_embedding"]
+  posemb = (params["Transformer"]["posembed_input"]["pos_embedding"] if module.posemb == "learn"
+            else posemb_lib.sincos_2d_with_cls(side, module.hidden_size, has_cls))
   path = lambda name: os.path.join(out_dir, name)
   return [
       plot_rollout(images, maps, names, stride, path("attention_rollout.png")),

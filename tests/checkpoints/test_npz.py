@@ -147,7 +147,8 @@ def test_directory_names_the_npz_files_in_it(tmp_path):
   with pytest.raises(npz.CheckpointError) as e:
     load_npz(tmp_path)
   assert one_line(e) == (f"{tmp_path} is a directory, not an .npz checkpoint: pass the path "
-                         "of an .npz file")
+                         "of an .npz file, or of a Hugging Face or timm model folder (with "
+                         "config.json and model.safetensors)")
   save_npz(init_params(tiny_model()), tmp_path / "params.npz")
   with pytest.raises(npz.CheckpointError) as e:
     load_npz(tmp_path)

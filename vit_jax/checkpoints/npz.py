@@ -3,8 +3,11 @@
 Files are read from local paths or any URL tf.io.gfile understands (gs://...), are
 never unpickled, and are validated key by key against the module they build, so a
 wrong file fails with one line that names the problem instead of producing junk.
+timm and Hugging Face checkpoints (`.safetensors`, `.pth`/`.bin`, model folders) are read
+through vit_jax.checkpoints.formats into the same arrays.
 """
 
+import dataclasses
 import io
 import logging
 import math
@@ -21,7 +24,7 @@ import numpy as np
 from flax import traverse_util
 
 from vit_jax import console
-from vit_jax.checkpoints import npz_layout, released
+from vit_jax.checkpoints import formats, npz_layout, released
 from vit_jax.models import posemb
 from vit_jax.models import vit, zoo
 
@@ -42,7 +45,8 @@ def _directory_hint(path: str) -> str:
   except OSError:
     files = []
   if not files:
-    return "pass the path of an .npz file"
+    return ("pass the path of an .npz file, or of a Hugging Face or timm model folder "
+            f"(with {formats.CONFIG} and model.safetensors)")
   return "pass one of its .npz files: " + ", ".join(os.path.join(path, f) for f in files[:3]) + (
       f" (+{len(files) - 3} more)" if len(files) > 3 else "")
 
@@ -250,8 +254,15 @@ def check_finite(flat: Dict[str, np.ndarray], path: str) -> None:
         "--config.allow_nonfinite_pretrained=True)")
 
 
+# sincos2d models hold no table to read a resolution from: big_vision trains them at 224.
+SINCOS_IMAGE_SIZE = 224
+
+
 def native_image_size(module: vit.VisionTransformer, params: Any) -> int:
-  """Input side the params' position embedding was made for (224, 384, ...)."""
+  """Input side the params' position embedding was made for (224, 384, ...); for a
+  sincos2d model, which works at any size, SINCOS_IMAGE_SIZE."""
+  if module.posemb == "sincos2d":
+    return SINCOS_IMAGE_SIZE
   num_tokens = params["Transformer"]["posembed_input"]["pos_embedding"].shape[1]
   side = posemb.square_grid_side(num_tokens - (module.classifier == "token"))
   return side * zoo.model_stride(module)
@@ -263,6 +274,82 @@ def _not_square(path: str) -> CheckpointError:
       f"resized or read as an image size: pass the image_size (height, width) it was saved at")
 
 
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+  """A checkpoint's float32 arrays in the released layout, and what they hold."""
+  flat: Dict[str, np.ndarray]
+  architecture: zoo.Architecture
+  num_classes: Optional[int]  # None: no head
+  representation_size: Optional[int]  # None: no pre_logits layer
+
+  def image_size(self, module: vit.VisionTransformer) -> Tuple[int, int]:
+    """The (height, width) the file's position embedding was made for (square grids)."""
+    if module.posemb == "sincos2d":
+      return SINCOS_IMAGE_SIZE, SINCOS_IMAGE_SIZE
+    side = native_image_size(module, {"Transformer": {"posembed_input": {
+        "pos_embedding": self.flat[POSEMB_KEY]}}})
+    return side, side
+
+
+def read_arrays(path: str) -> Dict[str, np.ndarray]:
+  """A checkpoint's arrays as stored: an .npz (see read_npz), or a timm / Hugging Face
+  file or folder already mapped to the released layout (see formats)."""
+  if formats.is_foreign(path):
+    try:
+      return formats.read_foreign(path)
+    except formats.FormatError as e:
+      raise CheckpointError(f"{path} {e}") from None
+  return read_npz(path)
+
+
+def read_checkpoint(path: str, *, model_name: Optional[str] = None) -> Checkpoint:
+  """The arrays of any checkpoint load_npz reads, with the architecture they imply.
+
+  model_name: a released name whose sizes the file must have (its pooling and position
+  embedding are still the file's: a big_vision MAP or sincos2d B/16 is a ViT-B_16).
+  Raises CheckpointError (one line) for a file that is no ViT checkpoint, naming what it
+  holds, or whose arrays fit no layout.
+  """
+  arrays = read_arrays(path)
+  try:
+    flat = npz_layout.to_released_layout(arrays)
+    npz_layout.check_dtypes(flat)
+    flat = {k: np.asarray(v, np.float32) for k, v in flat.items()}
+    architecture, file_classes, file_representation = npz_layout.infer_architecture(flat)
+  except KeyError as e:
+    raise CheckpointError(f"{path} is not a ViT checkpoint: key {e.args[0]} is missing (the "
+                          f"file holds {npz_layout.describe(arrays)})") from None
+  except npz_layout.LayoutError as e:
+    raise CheckpointError(f"{path} is not a usable ViT checkpoint: {e} (the file is damaged "
+                          "or was edited: save it again from the model)") from None
+  if architecture.posemb == "sincos2d":
+    console.log.info("%s has no position-embedding table: a big_vision posemb='sincos2d' "
+                     "model (fixed 2-D sin-cos embeddings, any image size)", path)
+  if model_name is not None:
+    architecture = dataclasses.replace(zoo.get_architecture(model_name),
+                                       classifier=architecture.classifier,
+                                       posemb=architecture.posemb)
+  return Checkpoint(flat, architecture, file_classes, file_representation)
+
+
+def check_checkpoint(checkpoint: Checkpoint, path: str, model_name: Optional[str] = None
+                     ) -> vit.VisionTransformer:
+  """The module a checkpoint holds as it is (head and pre_logits included, one class when
+  it has no head), after checking every array against it; see check_against."""
+  module = vit.VisionTransformer(num_classes=checkpoint.num_classes or 1,
+                                 representation_size=checkpoint.representation_size,
+                                 **checkpoint.architecture.as_kwargs())
+  try:
+    size = checkpoint.image_size(module)
+  except ValueError:
+    raise _not_square(path) from None
+  shapes = expected_shapes(module, size)
+  if checkpoint.num_classes is None:
+    shapes = {k: v for k, v in shapes.items() if not k.startswith("head/")}
+  check_against(checkpoint.flat, shapes, path, model_name)
+  return module
+
+
 def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
              num_classes: Optional[int] = None, model_name: Optional[str] = None,
              pre_logits: Optional[bool] = None, allow_nonfinite: bool = False,
@@ -271,12 +358,16 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
   """Loads a released-format .npz as (module, params).
 
   Args:
-    path: local path or tf.io.gfile URL (gs://vit_models/...).
+    path: local path or tf.io.gfile URL (gs://vit_models/...) of an .npz; or a local
+      timm / Hugging Face `.safetensors` or `.pth`/`.bin` file, or model folder (see
+      vit_jax.checkpoints.formats).
     image_size: input side (or (h, w)) to build for; the position embedding is
       resized when it differs from the file's. None keeps the file's grid.
     num_classes: None keeps the file's head (and pre_logits). Another count
       replaces the head by a zero-initialised one (the fine-tuning setup).
     model_name: released name to build; None infers the architecture from shapes.
+      Pooling (token, gap, map) and position embedding (learned, sincos2d) are always
+      the file's.
     pre_logits: keep the representation layer; default: keep it iff the head is kept.
     allow_nonfinite: load weights holding NaN or Inf instead of refusing the file
       (for experts inspecting a diverged run).
@@ -292,19 +383,9 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
     CheckpointError (one line) for a file that cannot be used; ImageSizeError for an
     image_size the model cannot run at.
   """
-  arrays = read_npz(path)
-  try:
-    flat = npz_layout.to_released_layout(arrays)
-    npz_layout.check_dtypes(flat)
-    flat = {k: np.asarray(v, np.float32) for k, v in flat.items()}
-    architecture, file_classes, file_representation = npz_layout.infer_architecture(flat)
-  except KeyError as e:
-    raise CheckpointError(f"{path} is not a ViT checkpoint: key {e.args[0]} is missing") from None
-  except npz_layout.LayoutError as e:
-    raise CheckpointError(f"{path} is not a usable ViT checkpoint: {e} (the file is damaged "
-                          "or was edited: save it again from the model)") from None
-  if model_name is not None:
-    architecture = zoo.get_architecture(model_name)
+  checkpoint = read_checkpoint(path, model_name=model_name)
+  flat, architecture = dict(checkpoint.flat), checkpoint.architecture
+  file_classes, file_representation = checkpoint.num_classes, checkpoint.representation_size
 
   keep_head = num_classes is None or num_classes == file_classes
   if file_classes is None and num_classes is None:
@@ -326,8 +407,7 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
 
   if image_size is None:
     try:
-      image_size = native_image_size(module, {"Transformer": {"posembed_input": {
-          "pos_embedding": flat[POSEMB_KEY]}}})
+      image_size = checkpoint.image_size(module)
     except ValueError:
       raise _not_square(path) from None
   else:
@@ -337,7 +417,7 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
   if not keep_head:
     flat["head/kernel"] = np.zeros(shapes["head/kernel"], np.float32)
     flat["head/bias"] = np.full(shapes["head/bias"], module.head_bias_init, np.float32)
-  if flat[POSEMB_KEY].shape != shapes[POSEMB_KEY]:
+  if POSEMB_KEY in shapes and flat[POSEMB_KEY].shape != shapes[POSEMB_KEY]:
     new_grid = (zoo.token_grid(module, height), zoo.token_grid(module, width))
     logging.info("resizing position embedding %s -> %s", flat[POSEMB_KEY].shape,
                  shapes[POSEMB_KEY])

@@ -2,17 +2,23 @@
 
 Our module names are the released (pre-Linen) names, so the released layout needs
 no mapping. The variants seen in the wild do:
-  * `opt/target/` (old Flax optimizer) or `params/` prefixes;
+  * `opt/target/` (old Flax optimizer), `params/` or `params/img/` (the image tower of a
+    big_vision two-tower model) prefixes;
   * Linen numbering inside a block (`LayerNorm_1`, `MultiHeadDotProductAttention_0`,
     `MlpBlock_0`) as written by Linen-era code;
   * big_vision scan-stacked blocks `Transformer/encoderblock/...` (leading depth axis)
-    and its top-level `pos_embedding`, which it adds before prepending the class token;
+    and its top-level `pos_embedding`, which it adds before prepending the class token
+    (older big_vision files: `Transformer/pos_embedding`, or a table that already has
+    the class-token row; a MAP head inlined at the top level instead of `MAPHead_0`);
+  * big_vision's other ViT variants, which need no mapping: `MAPHead_0` (classifier
+    'map'), no position-embedding table (posemb 'sincos2d'), no class token ('gap').
   * GroupNorm scale/bias stored as (1, 1, 1, C) by old code.
 
 Keys whose rank or dtype fits no layout raise LayoutError naming the key and what a
 checkpoint holds there, so a damaged file never reaches numpy as an IndexError.
 """
 
+import math
 import re
 from typing import Dict, Optional, Tuple
 
@@ -32,7 +38,9 @@ _LINEN_TO_RELEASED = {
     "LayerNorm_1": "LayerNorm_2",
     "MlpBlock_0": "MlpBlock_3",
 }
-_PREFIXES = ("opt/target/", "params/")
+_PREFIXES = ("opt/target/", "params/img/", "params/")
+MAP_HEAD = "MAPHead_0"
+_INLINED_MAP_HEAD = ("probe", "MlpBlock_0", "MultiHeadDotProductAttention_0", "LayerNorm_0")
 _WEIGHT_KINDS = "fiu"  # float, int, unsigned: numbers that float32 holds
 
 
@@ -85,15 +93,32 @@ def _renumber_linen_blocks(flat: Flat) -> Flat:
 
 
 def _move_big_vision_posemb(flat: Flat) -> Flat:
-  """big_vision's top-level posemb skips the class token: give that token a zero row."""
-  if "pos_embedding" not in flat:
+  """big_vision's top-level posemb skips the class token: give that token a zero row.
+
+  Its older files keep it in `Transformer/pos_embedding`, and the oldest ones already
+  hold a class-token row (1 + a square number of rows): kept as it is, or dropped, as
+  big_vision does, when there is no class token."""
+  key = next((k for k in ("pos_embedding", "Transformer/pos_embedding") if k in flat), None)
+  if key is None:
     return flat
   flat = dict(flat)
-  posemb = _expect_rank("pos_embedding", flat.pop("pos_embedding"), 3, "(1, patches, hidden) table")
-  if "cls" in flat:
+  posemb = _expect_rank(key, flat.pop(key), 3, "(1, patches, hidden) table")
+  rows = posemb.shape[1]
+  has_cls_row = rows > 1 and math.isqrt(rows - 1)**2 == rows - 1
+  if "cls" in flat and not has_cls_row:
     posemb = np.concatenate([np.zeros_like(posemb[:, :1]), posemb], axis=1)
+  elif "cls" not in flat and has_cls_row:
+    posemb = posemb[:, 1:]
   flat[POSEMB] = posemb
   return flat
+
+
+def _nest_inlined_map_head(flat: Flat) -> Flat:
+  """A MAP head written at the top level (big_vision during ViT-G) -> `MAPHead_0/`."""
+  if "probe" not in flat:
+    return flat
+  inlined = lambda key: key.split("/", 1)[0] in _INLINED_MAP_HEAD
+  return {f"{MAP_HEAD}/{k}" if inlined(k) else k: v for k, v in flat.items()}
 
 
 _GROUP_NORM = re.compile(r"(^|/)gn[^/]*/(scale|bias)$")
@@ -117,7 +142,7 @@ def to_saved_layout(flat: Flat) -> Flat:
 def to_released_layout(flat: Flat) -> Flat:
   """Any supported variant -> the released key set (what our params flatten to)."""
   for step in (_strip_prefix, _unstack_blocks, _renumber_linen_blocks,
-               _move_big_vision_posemb, _squeeze_group_norm):
+               _move_big_vision_posemb, _nest_inlined_map_head, _squeeze_group_norm):
     flat = step(flat)
   return flat
 
@@ -156,10 +181,18 @@ def infer_architecture(flat: Flat) -> Tuple[zoo.Architecture, Optional[int], Opt
     raise LayoutError(f"{query_key} has shape {query.shape}, expected (hidden, heads, "
                       f"hidden / heads) with the embedding's hidden size {hidden}")
   mlp = _require(flat, f"{first_block}/MlpBlock_3/Dense_0/kernel", 2, "(hidden, mlp_dim) kernel")
-  posemb = _require(flat, POSEMB, 3, "(1, tokens, hidden) table")
-  if posemb.shape[0] != 1 or posemb.shape[2] != hidden or posemb.shape[1] <= ("cls" in flat):
-    raise LayoutError(f"{POSEMB} has shape {posemb.shape}, expected (1, tokens, {hidden}) "
-                      "with at least one patch token")
+  if POSEMB in flat:
+    posemb = _expect_rank(POSEMB, flat[POSEMB], 3, "(1, tokens, hidden) table")
+    if posemb.shape[0] != 1 or posemb.shape[2] != hidden or posemb.shape[1] <= ("cls" in flat):
+      raise LayoutError(f"{POSEMB} has shape {posemb.shape}, expected (1, tokens, {hidden}) "
+                        "with at least one patch token")
+  elif hidden % 4 or hidden < 8:  # no table: big_vision's fixed sincos2d embedding
+    raise LayoutError(f"the file has no {POSEMB} (a big_vision posemb='sincos2d' model has "
+                      f"none), but sincos2d needs a hidden size that is a multiple of 4 and at "
+                      f"least 8, not {hidden}")
+  if "cls" in flat and any(key.startswith(MAP_HEAD + "/") for key in flat):
+    raise LayoutError(f"the file has both a class token (cls) and a MAP head ({MAP_HEAD}); "
+                      "a ViT pools with one of them")
 
   resnet_stages, resnet_width = None, 1
   if "conv_root/kernel" in flat:
@@ -181,11 +214,34 @@ def infer_architecture(flat: Flat) -> Tuple[zoo.Architecture, Optional[int], Opt
       patch_size=embedding.shape[0], hidden_size=embedding.shape[-1],
       mlp_dim=mlp.shape[-1], num_heads=query.shape[1], num_layers=num_layers,
       resnet_stages=resnet_stages, resnet_width=resnet_width,
-      classifier="token" if "cls" in flat else "gap")
+      classifier=classifier(flat), posemb="learn" if POSEMB in flat else "sincos2d")
   known = zoo.find_name(architecture)
   if known:  # keep the reference default dropout of the released model
     architecture = zoo.RELEASED[known]
   return architecture, _features(flat, "head"), _features(flat, "pre_logits")
+
+
+def classifier(flat: Flat) -> str:
+  """How released-layout arrays pool the tokens: a class token, a MAP head, or the mean."""
+  if "cls" in flat:
+    return "token"
+  return "map" if any(key.startswith(MAP_HEAD + "/") for key in flat) else "gap"
+
+
+def describe(flat: Flat, limit: int = 6) -> str:
+  """What a file holds, for messages about one that is no ViT: its top-level names with
+  their array counts, e.g. 'Transformer/ (150 arrays), head/ (2 arrays), cls' (PyTorch
+  names split at the first '.')."""
+  groups: Dict[str, int] = {}
+  for key in flat:
+    parts = re.split(r"([/.])", key, maxsplit=1)
+    top, sep = parts[0], parts[1] if len(parts) > 1 else ""
+    groups[top + sep] = groups.get(top + sep, 0) + 1
+  names = sorted(groups)
+  shown = [f"{name} ({groups[name]} arrays)" if name.endswith(("/", ".")) else name
+           for name in names[:limit]]
+  more = f" (+{len(names) - limit} more)" if len(names) > limit else ""
+  return ", ".join(shown) + more if shown else "no arrays"
 
 
 def _features(flat: Flat, dense: str) -> Optional[int]:

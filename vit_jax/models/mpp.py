@@ -64,13 +64,13 @@ class MaskedPatchPredictor(vit.VisionTransformer):
     if self.representation_size is not None:
       raise ValueError("masked patch prediction has no pre_logits layer: leave "
                        "representation_size None")
-    x = self.embed_patches(images)
+    x, grid = self.embed_patches(images)
     batch, patches, hidden = x.shape
     mask_embedding = self.param(MASK_EMBEDDING, nn.initializers.normal(stddev=0.02),
                                 (1, 1, hidden), jnp.float32)
     if corruption is not None:
       x = apply_corruption(x, corruption, mask_embedding)
-    tokens = self.encode(x, train=train)
+    tokens = self.encode(x, grid, train=train)
     if representation:
       return self.pool(tokens).astype(jnp.float32)
     patch_tokens = tokens[:, 1:] if self.classifier == "token" else tokens

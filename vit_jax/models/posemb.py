@@ -1,4 +1,5 @@
-"""Position-embedding resizing for fine-tuning at another resolution (facts section 4).
+"""Position embeddings: resizing a learned table for fine-tuning at another resolution
+(facts section 4), and big_vision's fixed 2-D sin-cos table.
 
 The patch rows are laid out on their (h, w) grid and resampled with align-corners
 bilinear interpolation (output index o samples input o*(old-1)/(new-1), as
@@ -44,3 +45,29 @@ def resize_posemb(posemb: np.ndarray, new_hw: Tuple[int, int], has_cls: bool) ->
   side = square_grid_side(patches.shape[0])
   grid = resize_grid(patches.reshape(side, side, -1), new_hw)
   return np.concatenate([extra, grid.reshape(1, new_hw[0] * new_hw[1], -1)], axis=1)
+
+
+def sincos_2d(grid: Tuple[int, int], width: int, temperature: float = 10_000.0) -> np.ndarray:
+  """big_vision's fixed `posemb='sincos2d'` table, (1, h*w, width) float32 (no parameter).
+
+  Tokens in row-major (h, then w) order; the channels are [sin(x*w_k), cos(x*w_k),
+  sin(y*w_k), cos(y*w_k)] with w_k = temperature**(-k / (width/4 - 1)), k < width/4, where
+  x is the column and y the row index (the MoCo v3 embedding). Computed in float64.
+  """
+  if width % 4 or width < 8:
+    raise ValueError(f"sincos2d position embeddings need a hidden size that is a multiple of 4 "
+                     f"and at least 8, got {width}")
+  quarter = width // 4
+  omega = 1.0 / temperature**(np.arange(quarter) / (quarter - 1))
+  rows, cols = np.mgrid[:grid[0], :grid[1]]
+  y = np.outer(rows.reshape(-1), omega)
+  x = np.outer(cols.reshape(-1), omega)
+  table = np.concatenate([np.sin(x), np.cos(x), np.sin(y), np.cos(y)], axis=1)
+  return table[None].astype(np.float32)
+
+
+def sincos_2d_with_cls(grid: Tuple[int, int], width: int, has_cls: bool) -> np.ndarray:
+  """sincos_2d with a zero row first for a class token (big_vision adds the embedding to
+  the patches before prepending the token): a table in the learned embedding's layout."""
+  table = sincos_2d(grid, width)
+  return np.concatenate([np.zeros_like(table[:, :1]), table], axis=1) if has_cls else table

@@ -9,16 +9,21 @@ Introspection: every block sows its attention weights (`attention_weights`) and
 its output (`block_output`) into the `intermediates` collection. Sowing is a no-op
 unless the caller passes `mutable=['intermediates']`, so the default path is unchanged.
 With scan_layers=True they sit under `Transformer/encoderblock`, stacked by depth.
+
+big_vision's ViT variants are the same modules with its names: `classifier='map'`
+(multi-head attention pooling, `MAPHead_0`, no class token) and `posemb='sincos2d'`
+(a fixed 2-D sin-cos table instead of the learned `pos_embedding`).
 """
 
 import dataclasses
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vit_jax.models import posemb as posemb_lib
 from vit_jax.models import resnet
 
 LAYER_NORM_EPS = 1e-6
@@ -100,6 +105,8 @@ class SelfAttention(nn.Module):
   the query is scaled by 1/sqrt(head_dim) and the softmax runs in float32.
   The fused implementations (see ATTENTION_IMPLS) fall back to the explicit softmax
   when the attention weights are needed (introspection, attention dropout in training).
+  With `inputs_kv` the queries come from `x` and the keys and values from `inputs_kv`
+  (the MAP head's probe attending to the tokens), always with the explicit softmax.
   """
   num_heads: int
   dropout_rate: float = 0.0
@@ -107,7 +114,7 @@ class SelfAttention(nn.Module):
   attention_impl: str = "softmax"
 
   @nn.compact
-  def __call__(self, x, *, deterministic: bool):
+  def __call__(self, x, *, deterministic: bool, inputs_kv=None):
     hidden = x.shape[-1]
     if hidden % self.num_heads:
       raise ValueError(f"hidden size {hidden} is not divisible by num_heads={self.num_heads}")
@@ -118,9 +125,11 @@ class SelfAttention(nn.Module):
     if self.attention_impl not in ATTENTION_IMPLS:
       raise ValueError(f"unknown attention_impl {self.attention_impl!r}; choose one of "
                        f"{', '.join(ATTENTION_IMPLS)}")
-    query, key, value = (projection(name)(x) for name in ("query", "key", "value"))
+    kv = x if inputs_kv is None else inputs_kv
+    query, key, value = (projection(name)(inputs)
+                         for name, inputs in (("query", x), ("key", kv), ("value", kv)))
     needs_weights = self.is_mutable_collection("intermediates") or (
-        self.dropout_rate > 0 and not deterministic)
+        self.dropout_rate > 0 and not deterministic) or inputs_kv is not None
     if self.attention_impl != "softmax" and not needs_weights:
       mixed = fused_attention(query, key, value, attention_backend(self.attention_impl,
                                                                    self.dtype))
@@ -178,6 +187,34 @@ class AddPositionEmbs(nn.Module):
     return x + posemb.astype(x.dtype)
 
 
+def position_embedding(x, kind: str, grid: Tuple[int, int], has_cls: bool):
+  """x + the position embedding: the learned `posembed_input` table (its class-token row
+  included), or the fixed sincos2d table (the class token, if any, gets none)."""
+  if kind == "learn":
+    return AddPositionEmbs(name="posembed_input")(x)
+  return x + jnp.asarray(posemb_lib.sincos_2d_with_cls(grid, x.shape[-1], has_cls), x.dtype)
+
+
+class MAPHead(nn.Module):
+  """big_vision's multi-head attention pooling: a learned `probe` query attends to all
+  tokens, then a residual pre-LN MLP; returns [B, D]. Same names as big_vision
+  (`MultiHeadDotProductAttention_0`, `LayerNorm_0`, `MlpBlock_0`)."""
+  mlp_dim: int
+  num_heads: int
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    probe = self.param("probe", nn.initializers.xavier_uniform(), (1, 1, x.shape[-1]),
+                       jnp.float32)
+    probe = jnp.tile(probe.astype(x.dtype), (x.shape[0], 1, 1))
+    y = SelfAttention(self.num_heads, dtype=self.dtype, name="MultiHeadDotProductAttention_0")(
+        probe, deterministic=True, inputs_kv=x)
+    z = layer_norm("LayerNorm_0", self.dtype)(y)
+    y = y + MlpBlock(self.mlp_dim, dtype=self.dtype, name="MlpBlock_0")(z, deterministic=True)
+    return y[:, 0]
+
+
 class ScannedBlock(Encoder1DBlock):
   """An encoder block as an nn.scan body: (carry, deterministic) -> (carry, None)."""
 
@@ -189,7 +226,8 @@ SCANNED_BLOCKS = "encoderblock"  # name of the stacked blocks under `Transformer
 
 
 class Encoder(nn.Module):
-  """Position embedding + dropout, `num_layers` blocks, final LayerNorm.
+  """Position embedding (see position_embedding) + dropout, `num_layers` blocks, final
+  LayerNorm.
 
   scan_layers=True runs the blocks as one nn.scan body, so XLA compiles one block
   instead of num_layers (much faster compiles for deep models); their parameters are
@@ -200,9 +238,10 @@ class Encoder(nn.Module):
   options: BlockOptions
   remat_policy: str = "none"
   scan_layers: bool = False
+  posemb: str = "learn"
 
   @nn.compact
-  def __call__(self, x, *, train: bool):
+  def __call__(self, x, *, train: bool, grid: Tuple[int, int] = (0, 0), has_cls: bool = True):
     if self.remat_policy not in REMAT_POLICIES:
       raise ValueError(f"unknown remat_policy {self.remat_policy!r}; choose one of "
                        f"{', '.join(REMAT_POLICIES)}")
@@ -210,7 +249,7 @@ class Encoder(nn.Module):
     if self.remat_policy != "none":  # same parameters, activations recomputed in backprop
       block = nn.remat(block, policy=REMAT_POLICIES[self.remat_policy],
                        static_argnums=(2,), prevent_cse=not self.scan_layers)
-    x = AddPositionEmbs(name="posembed_input")(x)
+    x = position_embedding(x, self.posemb, grid, has_cls)
     x = nn.Dropout(self.options.dropout_rate)(x, deterministic=not train)
     if self.scan_layers:
       stack = nn.scan(block, variable_axes={"params": 0, "intermediates": 0},
@@ -249,6 +288,10 @@ def to_block_layout(params: Dict[str, Any]) -> Dict[str, Any]:
   return {**params, "Transformer": encoder}
 
 
+CLASSIFIERS = ("token", "gap", "map")
+POSEMBS = ("learn", "sincos2d")
+
+
 class VisionTransformer(nn.Module):
   """ViT classifier, optionally on top of a ResNet stem (the hybrid models).
 
@@ -261,8 +304,11 @@ class VisionTransformer(nn.Module):
     resnet_stages: units per ResNet stage, `()` for the root conv only, None for
       no stem (plain ViT).
     resnet_width: ResNet width factor (stage widths 64, 128, ... times it).
-    classifier: 'token' (class token, index 0) or 'gap' (mean of the tokens after
-      `encoder_norm`, no class token).
+    classifier: 'token' (class token, index 0), 'gap' (mean of the tokens after
+      `encoder_norm`, no class token) or 'map' (big_vision's multi-head attention
+      pooling `MAPHead_0` over the tokens after `encoder_norm`, no class token).
+    posemb: 'learn' (the learned `Transformer/posembed_input/pos_embedding`) or
+      'sincos2d' (big_vision's fixed 2-D sin-cos table: no parameter, any grid).
     representation_size: if set, a `pre_logits` Dense + tanh before the head.
     dropout_rate, attention_dropout_rate: only active with `train=True`.
     head_bias_init: constant head bias (-10 was used for i21k pre-training).
@@ -284,6 +330,7 @@ class VisionTransformer(nn.Module):
   resnet_stages: Optional[Sequence[int]] = None
   resnet_width: float = 1
   classifier: str = "token"
+  posemb: str = "learn"
   representation_size: Optional[int] = None
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
@@ -298,7 +345,7 @@ class VisionTransformer(nn.Module):
     """Logits (float32 [B, num_classes]); with representation=True the input of the
     head instead (pre_logits output, or the pooled token when there is none): the
     frozen features that few-shot probes and linear evaluation use."""
-    x = self.pool(self.encode(self.embed_patches(images), train=train))
+    x = self.pool(self.encode(*self.embed_patches(images), train=train))
     if self.representation_size is not None:
       x = nn.tanh(nn.Dense(self.representation_size, dtype=self.dtype, name="pre_logits")(x))
     if representation:
@@ -312,10 +359,13 @@ class VisionTransformer(nn.Module):
   # reuse the backbone under the same parameter names (vit_jax.models.mpp).
 
   def embed_patches(self, images):
-    """Patch embeddings [B, patches, D] (row-major grid): the `embedding` conv on the
-    image, or on the ResNet stem's feature map for hybrids."""
-    if self.classifier not in ("token", "gap"):
-      raise ValueError(f"classifier must be 'token' or 'gap', got {self.classifier!r}")
+    """(patch embeddings [B, patches, D] in row-major order, the patch grid (rows,
+    columns)): the `embedding` conv on the image, or on the ResNet stem's feature map."""
+    if self.classifier not in CLASSIFIERS:
+      raise ValueError(f"classifier must be one of {', '.join(CLASSIFIERS)}, got "
+                       f"{self.classifier!r}")
+    if self.posemb not in POSEMBS:
+      raise ValueError(f"posemb must be one of {', '.join(POSEMBS)}, got {self.posemb!r}")
     x = images.astype(self.dtype)
     if self.resnet_stages is not None:
       x = resnet.apply_stem(x, self.resnet_stages, self.resnet_width, self.dtype)
@@ -323,9 +373,9 @@ class VisionTransformer(nn.Module):
     x = nn.Conv(self.hidden_size, patches, strides=patches, padding="VALID",
                 dtype=self.dtype, name="embedding")(x)
     batch, height, width, channels = x.shape
-    return x.reshape(batch, height * width, channels)
+    return x.reshape(batch, height * width, channels), (height, width)
 
-  def encode(self, x, *, train: bool):
+  def encode(self, x, grid, *, train: bool):
     """Output tokens [B, tokens, D] after `encoder_norm`; the class token (`cls`) is
     prepended (index 0) when classifier='token', position embeddings added inside."""
     if self.classifier == "token":
@@ -334,9 +384,15 @@ class VisionTransformer(nn.Module):
       x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (batch, 1, 1)), x], axis=1)
     options = BlockOptions(self.mlp_dim, self.num_heads, self.dropout_rate,
                            self.attention_dropout_rate, self.dtype, self.attention_impl)
-    return Encoder(self.num_layers, options, self.remat_policy, self.scan_layers,
-                   name="Transformer")(x, train=train)
+    return Encoder(self.num_layers, options, self.remat_policy, self.scan_layers, self.posemb,
+                   name="Transformer")(x, train=train, grid=grid,
+                                       has_cls=self.classifier == "token")
 
   def pool(self, tokens):
-    """The image's token [B, D]: the class token, or the mean of all tokens ('gap')."""
-    return tokens[:, 0] if self.classifier == "token" else jnp.mean(tokens, axis=1)
+    """The image's representation [B, D]: the class token, the mean of all tokens
+    ('gap'), or their attention pooling ('map')."""
+    if self.classifier == "token":
+      return tokens[:, 0]
+    if self.classifier == "gap":
+      return jnp.mean(tokens, axis=1)
+    return MAPHead(self.mlp_dim, self.num_heads, self.dtype, name="MAPHead_0")(tokens)

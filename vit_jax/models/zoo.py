@@ -23,7 +23,8 @@ class Architecture:
   num_layers: int
   resnet_stages: Optional[Tuple[int, ...]] = None
   resnet_width: float = 1
-  classifier: str = "token"
+  classifier: str = "token"  # token | gap | map (big_vision's attention pooling)
+  posemb: str = "learn"  # learn | sincos2d (big_vision's fixed table)
   dropout_rate: float = 0.0  # the reference configs' default for this model
 
   def as_kwargs(self) -> dict:

@@ -1,0 +1,470 @@
+"""Conversions to and from timm and Hugging Face transformers (vit_jax.checkpoints.convert).
+
+Without PyTorch: the written safetensors files have timm's / transformers' documented key
+names and shapes, configs say what makes them compute our function, round trips are
+bit-identical, and unfaithful conversions are refused. With the `interop` extra (torch,
+timm, transformers): their models compute our logits (1e-5 relative for plain ViTs, 2e-4
+for hybrids, whose stem timm standardises with another epsilon), and their checkpoints
+come back bit-identical through ours.
+"""
+
+import glob
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from flax import traverse_util
+from safetensors import safe_open
+from safetensors.numpy import load_file, save_file
+
+from conftest import REPO, TINY, init_params, tiny_model
+from vit_jax import CheckpointError, create_model, load_npz, save_npz
+from vit_jax.checkpoints import convert, timm_layout, torch_layout
+from vit_jax.models import zoo
+
+D, LAYERS, PATCH = TINY["hidden_size"], TINY["num_layers"], TINY["patch_size"]
+IMAGE = 16
+
+
+def noisy(params, seed=0):
+  """Non-trivial weights: every array moved off its initial value (LayerNorm scales
+  and biases included), so that a wrongly mapped array changes the logits."""
+  rng = np.random.default_rng(seed)
+  return jax.tree.map(lambda a: (np.asarray(a) + rng.normal(0, 0.1, a.shape)).astype(np.float32),
+                      params)
+
+
+def random_params(module, image_size, seed=0):
+  """Random params for a large model without running its init: N(0, 1/fan_in) kernels,
+  scales 1 + N(0, 0.1), biases and embeddings N(0, 0.1)."""
+  shapes = jax.eval_shape(module.init, jax.random.PRNGKey(0),
+                          jnp.zeros((1, image_size, image_size, 3)))["params"]
+  rng = np.random.default_rng(seed)
+  flat = {}
+  for key, shape in traverse_util.flatten_dict(shapes, sep="/").items():
+    shape = shape.shape
+    if key.endswith("/kernel"):
+      fan_in = shape[0] if len(shape) == 3 and "/out/" not in key else np.prod(shape[:-1])
+      value = rng.normal(0, 1 / np.sqrt(fan_in), shape)
+    else:
+      value = (1 if key.endswith("/scale") else 0) + rng.normal(0, 0.1, shape)
+    flat[key] = value.astype(np.float32)
+  return traverse_util.unflatten_dict(flat, sep="/")
+
+
+def saved(module, params, path):
+  save_npz(params, path)
+  return path
+
+
+def tiny_file(tmp_path, name="tiny.npz", seed=0, **overrides):
+  module = tiny_model(**overrides)
+  return saved(module, noisy(init_params(module, IMAGE, seed), seed), tmp_path / name)
+
+
+def logits(path, x):
+  module, params = load_npz(path)
+  return np.asarray(jax.jit(module.apply)({"params": params}, x))
+
+
+def images(side=IMAGE, batch=2, seed=0):
+  return np.random.default_rng(seed).uniform(-1, 1, (batch, side, side, 3)).astype(np.float32)
+
+
+def relative_error(ours, truth):
+  return float(np.max(np.abs(ours - truth)) / np.max(np.abs(truth)))
+
+
+def shapes(path):
+  return {k: v.shape for k, v in load_file(str(path)).items()}
+
+
+# ---- without PyTorch: names, shapes, configs, round trips, refusals ----
+
+def block_keys(template, pairs):
+  return {template.format(i=i, name=name): shape for i in range(LAYERS)
+          for name, shape in pairs.items()}
+
+
+# timm's VisionTransformer state dict (timm/models/vision_transformer.py), tiny sizes.
+TIMM_BLOCK = {"norm1.weight": (D,), "norm1.bias": (D,), "attn.qkv.weight": (3 * D, D),
+              "attn.qkv.bias": (3 * D,), "attn.proj.weight": (D, D), "attn.proj.bias": (D,),
+              "norm2.weight": (D,), "norm2.bias": (D,), "mlp.fc1.weight": (64, D),
+              "mlp.fc1.bias": (64,), "mlp.fc2.weight": (D, 64), "mlp.fc2.bias": (D,)}
+TIMM_TOP = {"patch_embed.proj.weight": (D, 3, PATCH, PATCH), "patch_embed.proj.bias": (D,),
+            "norm.weight": (D,), "norm.bias": (D,), "head.weight": (5, D), "head.bias": (5,)}
+TIMM_MAP = {"attn_pool.latent": (1, 1, D), "attn_pool.q.weight": (D, D), "attn_pool.q.bias": (D,),
+            "attn_pool.kv.weight": (2 * D, D), "attn_pool.kv.bias": (2 * D,),
+            "attn_pool.proj.weight": (D, D), "attn_pool.proj.bias": (D,),
+            "attn_pool.norm.weight": (D,), "attn_pool.norm.bias": (D,),
+            "attn_pool.mlp.fc1.weight": (64, D), "attn_pool.mlp.fc1.bias": (64,),
+            "attn_pool.mlp.fc2.weight": (D, 64), "attn_pool.mlp.fc2.bias": (D,)}
+# transformers' ViTForImageClassification as its files store it (modeling_vit.py).
+HF_BLOCK = {"layernorm_before.weight": (D,), "layernorm_before.bias": (D,),
+            **{f"attention.attention.{n}.{p}": (D, D) if p == "weight" else (D,)
+               for n in ("query", "key", "value") for p in ("weight", "bias")},
+            "attention.output.dense.weight": (D, D), "attention.output.dense.bias": (D,),
+            "layernorm_after.weight": (D,), "layernorm_after.bias": (D,),
+            "intermediate.dense.weight": (64, D), "intermediate.dense.bias": (64,),
+            "output.dense.weight": (D, 64), "output.dense.bias": (D,)}
+HF_TOP = {"vit.embeddings.cls_token": (1, 1, D), "vit.embeddings.position_embeddings": (1, 17, D),
+          "vit.embeddings.patch_embeddings.projection.weight": (D, 3, PATCH, PATCH),
+          "vit.embeddings.patch_embeddings.projection.bias": (D,),
+          "vit.layernorm.weight": (D,), "vit.layernorm.bias": (D,),
+          "classifier.weight": (5, D), "classifier.bias": (5,)}
+
+
+@pytest.mark.parametrize("classifier,extra", [
+    ("token", {"cls_token": (1, 1, D), "pos_embed": (1, 17, D)}),
+    ("gap", {"pos_embed": (1, 16, D)}),
+    ("map", {"pos_embed": (1, 16, D), **TIMM_MAP})])
+def test_timm_names_shapes_and_create_model_arguments(tmp_path, classifier, extra):
+  lines = convert.convert(tiny_file(tmp_path, classifier=classifier), tmp_path / "timm",
+                          to="timm")
+  assert shapes(tmp_path / "timm/model.safetensors") == {
+      **block_keys("blocks.{i}.{name}", TIMM_BLOCK), **TIMM_TOP, **extra}
+  config = json.loads((tmp_path / "timm/config.json").read_text())
+  assert config["architecture"] == "vit_base_patch16_224"  # a registered name, then sizes
+  expected_args = dict(img_size=16, patch_size=PATCH, embed_dim=D, depth=LAYERS, num_heads=2,
+                       mlp_ratio=2.0, num_classes=5, act_layer="gelu_tanh",
+                       global_pool={"gap": "avg"}.get(classifier, classifier),
+                       class_token=classifier == "token")
+  if classifier == "gap":
+    expected_args["fc_norm"] = False
+  assert config["model_args"] == expected_args
+  assert config["pretrained_cfg"]["mean"] == config["pretrained_cfg"]["std"] == [0.5] * 3
+  assert any("timm.create_model('local-dir:" in line for line in lines)
+
+
+def test_hf_names_shapes_and_configs(tmp_path):
+  convert.convert(tiny_file(tmp_path), tmp_path / "hf", to="hf")
+  assert shapes(tmp_path / "hf/model.safetensors") == {
+      **block_keys("vit.encoder.layer.{i}.{name}", HF_BLOCK), **HF_TOP}
+  config = json.loads((tmp_path / "hf/config.json").read_text())
+  assert config["architectures"] == ["ViTForImageClassification"]
+  assert (config["hidden_act"], config["layer_norm_eps"], config["num_attention_heads"],
+          config["intermediate_size"], config["image_size"], len(config["id2label"])) == (
+              "gelu_pytorch_tanh", 1e-6, 2, 64, 16, 5)
+  pre = json.loads((tmp_path / "hf/preprocessor_config.json").read_text())
+  assert (pre["image_mean"], pre["image_std"], pre["size"], pre["resample"]) == (
+      [0.5] * 3, [0.5] * 3, {"height": 16, "width": 16}, 2)
+  assert pre["rescale_factor"] == 1 / 255
+
+
+def test_names_of_the_real_models():
+  for name, size, expected in [("ViT-B_16", 384, "vit_base_patch16_384"),
+                               ("ViT-B_16", 224, "vit_base_patch16_224"),
+                               ("ViT-L_16", 512, "vit_large_patch16_224"),
+                               ("R50+ViT-B_16", 384, "vit_base_r50_s16_384"),
+                               ("R+ViT-Ti_16", 224, "vit_tiny_r_s16_p8_224"),
+                               ("R26+ViT-S_32", 384, "vit_small_r26_s32_384")]:
+    timm_name, args = timm_layout.model_name_and_args(zoo.get_architecture(name), 1000,
+                                                      (size, size))
+    assert (timm_name, args["img_size"]) == (expected, size)
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(), dict(classifier="gap"), dict(classifier="map"), dict(representation_size=8)])
+def test_npz_timm_npz_and_npz_hf_npz_are_bit_identical(tmp_path, overrides):
+  src = tiny_file(tmp_path, **overrides)
+  original = dict(np.load(src))
+  targets = ["timm", "hf"] if overrides.get("classifier", "token") == "token" else ["timm"]
+  pre_logits = {"timm": "drop", "hf": "pooler"} if overrides.get("representation_size") else {}
+  for to in targets:
+    convert.convert(src, tmp_path / to, to=to, pre_logits=pre_logits.get(to))
+    convert.convert(tmp_path / to, tmp_path / f"back-{to}.npz")
+    back = dict(np.load(tmp_path / f"back-{to}.npz"))
+    kept = {k: v for k, v in original.items() if k in back}
+    assert set(original) - set(back) <= {"head/kernel", "head/bias", "pre_logits/kernel",
+                                         "pre_logits/bias"}
+    jax.tree.map(np.testing.assert_array_equal, back, kept)
+    # and again to the library: the same tensors, bit for bit
+    convert.convert(tmp_path / f"back-{to}.npz", tmp_path / f"again-{to}", to=to,
+                    pre_logits=pre_logits.get(to))
+    jax.tree.map(np.testing.assert_array_equal,
+                 load_file(str(tmp_path / f"again-{to}/model.safetensors")),
+                 load_file(str(tmp_path / f"{to}/model.safetensors")))
+
+
+def test_hybrid_rules_round_trip():
+  """Our stem arrays -> timm ResNetV2 names -> ours, bit-identical, for every kind of array
+  (timm builds only its own stems, so this 2-stage one goes through the rules alone)."""
+  module = tiny_model(resnet_stages=(2, 1), patch_size=1)
+  flat = traverse_util.flatten_dict(random_params(module, 32), sep="/")
+  state = torch_layout.to_torch(flat, timm_layout.rules(), "timm")
+  assert state["patch_embed.backbone.stem.conv.weight"].shape == (64, 3, 7, 7)
+  assert state["patch_embed.backbone.stages.1.blocks.0.downsample.conv.weight"].shape == (
+      512, 256, 1, 1)
+  assert state["patch_embed.backbone.stages.0.blocks.1.norm3.weight"].shape == (256,)
+  back = torch_layout.from_torch(state, timm_layout.rules(), 2, "timm")
+  jax.tree.map(np.testing.assert_array_equal, back, flat)
+
+
+def test_load_npz_reads_safetensors_and_folders_directly(tmp_path):
+  src = tiny_file(tmp_path, classifier="map")
+  convert.convert(src, tmp_path / "one.safetensors")
+  convert.convert(src, tmp_path / "folder", to="timm")
+  x = images()
+  truth = logits(src, x)
+  for path in (tmp_path / "one.safetensors", tmp_path / "folder"):
+    np.testing.assert_array_equal(logits(path, x), truth)
+  module, params = load_npz(tmp_path / "folder", num_classes=3, image_size=24)  # fine-tuning
+  assert module.classifier == "map" and params["head"]["kernel"].shape == (D, 3)
+
+
+def test_sincos2d_becomes_a_table_of_the_same_values(tmp_path):
+  src = tiny_file(tmp_path, classifier="gap", posemb="sincos2d")
+  lines = convert.convert(src, tmp_path / "timm", to="timm", image_size=IMAGE)
+  assert any("sincos2d position embedding was written as a table" in line for line in lines)
+  convert.convert(tmp_path / "timm", tmp_path / "back.npz")
+  np.testing.assert_allclose(logits(tmp_path / "back.npz", images()), logits(src, images()),
+                             rtol=1e-6, atol=1e-6)
+
+
+def resave(original, path, state):
+  """state written to path with original's metadata (the timm config our converter
+  stores there, which holds the head count)."""
+  with safe_open(str(original), "numpy") as f:
+    save_file(state, str(path), f.metadata())
+
+
+def test_half_precision_safetensors_read_as_float32(tmp_path):
+  convert.convert(tiny_file(tmp_path), tmp_path / "f32.safetensors")
+  state = load_file(str(tmp_path / "f32.safetensors"))
+  resave(tmp_path / "f32.safetensors", tmp_path / "bf16.safetensors",
+         {k: v.astype(ml_dtypes.bfloat16) for k, v in state.items()})
+  _, params = load_npz(tmp_path / "bf16.safetensors")
+  assert params["cls"].dtype == np.float32
+  np.testing.assert_allclose(params["cls"], state["cls_token"], rtol=1e-2)
+
+
+def test_pre_logits_is_refused_unless_told_what_to_do(tmp_path):
+  src = tiny_file(tmp_path, representation_size=8)
+  for to in ("timm", "hf"):
+    with pytest.raises(convert.ConversionError, match="has a pre_logits layer .* pass "
+                       "--pre_logits=drop .* --pre_logits=pooler"):
+      convert.convert(src, tmp_path / to, to=to)
+  with pytest.raises(convert.ConversionError, match="timm's VisionTransformer does not have"):
+    convert.convert(src, tmp_path / "t", to="timm", pre_logits="pooler")
+  convert.convert(src, tmp_path / "timm", to="timm", pre_logits="drop")
+  assert json.loads((tmp_path / "timm/config.json").read_text())["model_args"]["num_classes"] == 0
+  assert "head.weight" not in load_file(str(tmp_path / "timm/model.safetensors"))
+  convert.convert(src, tmp_path / "hf", to="hf", pre_logits="pooler")
+  assert shapes(tmp_path / "hf/model.safetensors")["pooler.dense.weight"] == (8, D)
+  assert json.loads((tmp_path / "hf/config.json").read_text())["architectures"] == ["ViTModel"]
+
+
+@pytest.mark.parametrize("overrides,to,message", [
+    (dict(classifier="gap"), "hf", "always classifies a class token.*--to=timm"),
+    (dict(classifier="map"), "hf", "always classifies a class token"),
+    (dict(resnet_stages=(), patch_size=1), "hf", "no ViT with a ResNet stem"),
+    (dict(resnet_stages=(1,), patch_size=1), "timm", r"timm builds ResNetV2 stems of stages "
+                                                      r"\(\), \(2, 2, 2, 2\).* this hybrid has "
+                                                      r"stages \(1,\)"),
+])
+def test_conversions_no_library_computes_are_refused(tmp_path, overrides, to, message):
+  with pytest.raises(convert.ConversionError, match=message):
+    convert.convert(tiny_file(tmp_path, **overrides), tmp_path / "out", to=to)
+
+
+def test_foreign_files_that_are_no_vit_say_what_they_hold(tmp_path):
+  convert.convert(tiny_file(tmp_path, classifier="gap"), tmp_path / "gap.safetensors")
+  state = load_file(str(tmp_path / "gap.safetensors"))
+  resave(tmp_path / "gap.safetensors", tmp_path / "fc.safetensors",
+         {**state, "fc_norm.weight": np.ones(D, np.float32)})
+  with pytest.raises(CheckpointError, match="vit_jax has no place for these timm arrays: "
+                     r"fc_norm.weight \(a LayerNorm after pooling"):
+    load_npz(tmp_path / "fc.safetensors")
+  save_file({"conv1.weight": np.ones((2, 3, 1, 1), np.float32)}, str(tmp_path / "r.safetensors"))
+  with pytest.raises(CheckpointError, match=r"neither a timm VisionTransformer nor a Hugging "
+                     r"Face ViT state dict: it holds conv1. \(1 arrays\)"):
+    load_npz(tmp_path / "r.safetensors")
+  (tmp_path / "junk.safetensors").write_bytes(b"\x00" * 5)
+  with pytest.raises(CheckpointError, match="not a readable .safetensors file"):
+    load_npz(tmp_path / "junk.safetensors")
+
+
+def test_command(tmp_path):
+  src = tiny_file(tmp_path)
+  run = lambda *args: subprocess.run([sys.executable, "-m", "vit_jax.convert", *map(str, args)],
+                                     cwd=REPO, capture_output=True, text=True, check=False)
+  done = run(src, tmp_path / "hf", "--to=hf")
+  assert done.returncode == 0, done.stderr
+  assert "wrote transformers ViTForImageClassification" in done.stdout
+  refused = run(src, tmp_path / "out")
+  assert refused.returncode == 1 and refused.stderr.count("\n") == 1
+  assert "cannot tell the target format" in refused.stderr
+  usage = run(src)
+  assert usage.returncode == 2 and "pass SRC and DST" in usage.stderr
+
+
+# ---- with the interop extra: the libraries compute our logits ----
+
+def import_or_skip(name):
+  """pytest.importorskip, also for a library that fails as it imports (timm with a
+  torchvision built for another torch raises RuntimeError)."""
+  try:
+    return pytest.importorskip(name)
+  except Exception as e:  # pylint: disable=broad-except
+    pytest.skip(f"{name} does not import: {type(e).__name__}: {e}")
+
+
+@pytest.fixture(name="torch")
+def fixture_torch():
+  # torchvision (which timm imports) imports torch._dynamo, which imports triton if it is
+  # installed (torch's CUDA builds); triton's LLVM crashes the process when TensorFlow,
+  # which other tests in this worker import, is loaded. These tests need neither.
+  if "triton" not in sys.modules:
+    sys.modules["triton"] = None  # `import triton` raises ImportError: torch does without
+  return import_or_skip("torch")
+
+
+_DECLARED_TORCHVISION_OPS = []  # keeps the Library alive: its schemas die with it
+
+
+def declare_missing_torchvision_ops(torch) -> None:
+  """timm imports torchvision, whose PyPI wheels are built against CUDA torch: beside the
+  CPU-only torch (the interop extra) its compiled operators do not load, and its import
+  fails registering fakes for nms and qnms. timm's ViTs never call them, so their schemas
+  are declared here, and only when torchvision's own library cannot load."""
+  spec = importlib.util.find_spec("torchvision")
+  if spec is None or _DECLARED_TORCHVISION_OPS:
+    return
+  library = next(iter(glob.glob(os.path.join(os.path.dirname(spec.origin), "_C*.so"))), None)
+  try:
+    torch.ops.load_library(library)
+  except (OSError, RuntimeError, TypeError):
+    declared = torch.library.Library("torchvision", "DEF")
+    for op in ("nms", "qnms"):
+      declared.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    _DECLARED_TORCHVISION_OPS.append(declared)
+
+
+@pytest.fixture(name="timm")
+def fixture_timm(torch):
+  declare_missing_torchvision_ops(torch)
+  return import_or_skip("timm")
+
+
+@pytest.fixture(name="transformers")
+def fixture_transformers(torch):  # pylint: disable=unused-argument
+  return import_or_skip("transformers")
+
+
+def run_torch(torch, model, x):
+  with torch.no_grad():
+    out = model(torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))))
+  return getattr(out, "logits", out).numpy()
+
+
+def timm_model(timm, folder):
+  return timm.create_model(f"local-dir:{folder}", pretrained=True).eval()
+
+
+CASES = {  # id: (released name, overrides, image size, tolerance)
+    "Ti16-depth2": ("ViT-Ti_16", dict(num_layers=2), 224, 1e-5),
+    "B16-384": ("ViT-B_16", {}, 384, 1e-5),
+    "gap": ("ViT-Ti_16", dict(TINY, classifier="gap"), IMAGE, 1e-5),
+    "map-sincos2d": ("ViT-Ti_16", dict(TINY, classifier="map", posemb="sincos2d"), IMAGE, 1e-5),
+    # timm's stem standardises kernels with another epsilon (see timm_layout): 5e-5 to
+    # 1.1e-4 measured over random weights and inputs; 2e-4 keeps clear of that spread.
+    "R50+B16-384": ("R50+ViT-B_16", {}, 384, 2e-4),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_timm_and_hf_compute_our_logits(tmp_path, timm, transformers, torch, case):
+  name, overrides, side, tolerance = CASES[case]
+  module = create_model(name, num_classes=10, **overrides)
+  params = random_params(module, side)
+  src = saved(module, params, tmp_path / "ours.npz")
+  x = images(side, batch=1 if side > 224 else 2)
+  ours = np.asarray(jax.jit(module.apply)({"params": params}, x))
+  convert.convert(src, tmp_path / "timm", to="timm", image_size=side)
+  assert relative_error(run_torch(torch, timm_model(timm, tmp_path / "timm"), x), ours) <= tolerance
+  if module.classifier == "token" and module.resnet_stages is None:
+    convert.convert(src, tmp_path / "hf", to="hf")
+    hf = transformers.ViTForImageClassification.from_pretrained(tmp_path / "hf").eval()
+    assert relative_error(run_torch(torch, hf, x), ours) <= tolerance
+
+
+def test_pre_logits_model(tmp_path, timm, transformers, torch):
+  """--pre_logits=pooler: ViTModel's pooler_output is our representation; =drop: timm's
+  features are our pooled token (the representation of the model without pre_logits)."""
+  src = tiny_file(tmp_path, representation_size=24)
+  x = images()
+  module, params = load_npz(src)
+  representation = np.asarray(module.apply({"params": params}, x, representation=True))
+  convert.convert(src, tmp_path / "hf", to="hf", pre_logits="pooler")
+  hf = transformers.ViTModel.from_pretrained(tmp_path / "hf").eval()
+  with torch.no_grad():
+    pooled = hf(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2))).pooler_output.numpy()
+  assert relative_error(pooled, representation) <= 1e-5
+  convert.convert(src, tmp_path / "timm", to="timm", pre_logits="drop")
+  module, params = load_npz(src, num_classes=1, pre_logits=False)
+  features = np.asarray(module.apply({"params": params}, x, representation=True))
+  assert relative_error(run_torch(torch, timm_model(timm, tmp_path / "timm"), x),
+                        features) <= 1e-5
+
+
+def test_their_checkpoints_round_trip_bit_identical_and_compute_their_logits(
+    tmp_path, timm, transformers, torch):
+  """timm and HF models (their own random init, tanh GELU, LayerNorm eps 1e-6) -> ours
+  -> theirs: the same tensors; our logits match theirs."""
+  from safetensors.torch import save_file as save_torch  # pylint: disable=import-outside-toplevel
+  torch.manual_seed(0)
+  x = images(32)
+  theirs = {}
+  timm_vit = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2,
+                               num_classes=7, act_layer="gelu_tanh").eval()
+  theirs["timm"] = timm_vit.state_dict()
+  save_torch(theirs["timm"], str(tmp_path / "timm.safetensors"))
+  torch.save(theirs["timm"], tmp_path / "timm.pth")
+  config = transformers.ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=128, image_size=32, patch_size=8,
+                                  num_labels=7, hidden_act="gelu_pytorch_tanh",
+                                  layer_norm_eps=1e-6)
+  hf_vit = transformers.ViTForImageClassification(config).eval()
+  hf_vit.save_pretrained(tmp_path / "hf")
+  for name, model, src in (("timm", timm_vit, tmp_path / "timm.safetensors"),
+                           ("timm", timm_vit, tmp_path / "timm.pth"),
+                           ("hf", hf_vit, tmp_path / "hf")):
+    truth = run_torch(torch, model, x)
+    assert relative_error(logits(src, x), truth) <= 1e-5, src
+    convert.convert(src, tmp_path / "ours.npz")
+    convert.convert(tmp_path / "ours.npz", tmp_path / f"back-{name}", to=name)
+    back = load_file(str(tmp_path / f"back-{name}/model.safetensors"))
+    original = {k: v.numpy() for k, v in (theirs["timm"] if name == "timm" else
+                                          load_file_torch(tmp_path / "hf")).items()}
+    assert set(back) == set(original)
+    jax.tree.map(np.testing.assert_array_equal, back, original)
+
+
+def load_file_torch(folder):
+  from safetensors.torch import load_file as load_torch  # pylint: disable=import-outside-toplevel
+  return load_torch(str(folder / "model.safetensors"))
+
+
+def test_training_accepts_model_folders_as_pretrained(tmp_path):
+  import ml_collections  # pylint: disable=import-outside-toplevel
+  from vit_jax import train  # pylint: disable=import-outside-toplevel
+  convert.convert(tiny_file(tmp_path), tmp_path / "hf", to="hf")
+  train.check_pretrained(ml_collections.ConfigDict({"pretrained": str(tmp_path / "hf")}))
+  (tmp_path / "empty").mkdir()
+  with pytest.raises(FileNotFoundError, match="a directory, not an .npz file or a model folder"):
+    train.check_pretrained(ml_collections.ConfigDict({"pretrained": str(tmp_path / "empty")}))
+
+
+def test_pytorch_files_without_pytorch_say_how_to_read_them(tmp_path, monkeypatch):
+  (tmp_path / "model.pth").write_bytes(b"PK\x03\x04")
+  monkeypatch.setitem(sys.modules, "torch", None)  # import torch fails
+  with pytest.raises(CheckpointError, match=r"model.pth is a PyTorch file, and reading one "
+                     r"needs PyTorch \(pip install torch\); or convert it to .safetensors"):
+    load_npz(tmp_path / "model.pth")

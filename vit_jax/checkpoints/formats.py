@@ -1,0 +1,196 @@
+"""timm and Hugging Face checkpoints as released-layout arrays, so that load_npz (and so
+`--config.pretrained`, predict, fewshot, ...) reads them like a released .npz.
+
+Accepted (local paths):
+  * a `.safetensors` file: a timm VisionTransformer or an HF ViT state dict (bfloat16 and
+    float16 arrays are read as float32);
+  * a `.pth`, `.pt` or `.bin` file (needs PyTorch; read with weights_only=True, never
+    unpickling arbitrary objects);
+  * a folder with `config.json` and `model.safetensors` (or sharded `*.index.json`, or
+    `pytorch_model.bin`): an HF ViT folder (`model_type: vit`) or a timm hub folder
+    (`architecture`, `model_args`), as `python -m vit_jax.convert` writes them.
+The config says what the weights cannot (the head count, timm's pooling and activation);
+without one, the head count follows the width (768 -> 12, 1280 -> 16, else width / 64).
+"""
+
+import json
+import os
+from typing import Any, Dict, Tuple
+
+import ml_dtypes
+import numpy as np
+
+from vit_jax import console
+from vit_jax.checkpoints import hf_layout, npz_layout, timm_layout, torch_layout
+
+Flat = Dict[str, np.ndarray]
+SAFETENSORS = ".safetensors"
+TORCH_SUFFIXES = (".pth", ".pt", ".bin")
+CONFIG = "config.json"
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json", "model.pth", "pytorch_model.pth")
+# safetensors metadata written by vit_jax.convert for a bare timm file: what a timm
+# config.json would say (architecture and model_args), as JSON.
+TIMM_METADATA = "vit_jax.timm_config"
+
+
+class FormatError(ValueError):
+  """A timm/HF file that cannot be read as a ViT; the message names the problem."""
+
+
+def is_foreign(path: str) -> bool:
+  """A local path this module reads (a folder only with a config.json)."""
+  path = os.fspath(path)
+  if "://" in path:
+    return False
+  if os.path.isdir(path):
+    return os.path.isfile(os.path.join(path, CONFIG))
+  return path.endswith((SAFETENSORS,) + TORCH_SUFFIXES)
+
+
+def _as_float32(value: np.ndarray) -> np.ndarray:
+  if value.dtype == ml_dtypes.bfloat16 or value.dtype == np.float16:
+    return value.astype(np.float32)
+  return value
+
+
+def _read_safetensors(path: str) -> Tuple[Flat, Dict[str, str]]:
+  from safetensors import SafetensorError, safe_open  # pylint: disable=import-outside-toplevel
+  try:
+    with safe_open(path, framework="numpy") as f:
+      return {key: _as_float32(f.get_tensor(key)) for key in f.keys()}, f.metadata() or {}
+  except (SafetensorError, OSError, ValueError) as e:
+    raise FormatError(f"is not a readable .safetensors file ({e}); the file is truncated or "
+                      "corrupt: download or save it again") from None
+
+
+def _unwrap(state: Any) -> Dict[str, Any]:
+  """The state dict inside a training checkpoint ({'state_dict': ...}, {'model': ...}),
+  without DistributedDataParallel's `module.` prefix."""
+  for key in ("state_dict", "model", "model_state_dict", "module"):
+    if isinstance(state, dict) and isinstance(state.get(key), dict):
+      state = state[key]
+  if not isinstance(state, dict):
+    raise FormatError(f"holds a {type(state).__name__}, not a state dict")
+  if state and all(key.startswith("module.") for key in state):
+    state = {key[len("module."):]: value for key, value in state.items()}
+  return state
+
+
+def _read_torch(path: str) -> Flat:
+  try:
+    import torch  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    raise FormatError("is a PyTorch file, and reading one needs PyTorch (pip install torch); "
+                      "or convert it to .safetensors where PyTorch is installed") from None
+  try:
+    state = _unwrap(torch.load(path, map_location="cpu", weights_only=True))
+  except FormatError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except  # torch's unpickler raises many kinds
+    raise FormatError(f"is not a readable PyTorch state dict ({type(e).__name__}: "
+                      f"{str(e).splitlines()[0] if str(e) else ''})") from None
+  return {key: value.detach().float().numpy() for key, value in state.items()
+          if hasattr(value, "detach") and value.is_floating_point()}
+
+
+def _read_weights(path: str) -> Tuple[Flat, Dict[str, str]]:
+  if path.endswith(".index.json"):  # sharded: {"weight_map": {key: shard file}}
+    with open(path, encoding="utf-8") as f:
+      shards = sorted(set(json.load(f).get("weight_map", {}).values()))
+    state, metadata = {}, {}
+    for shard in shards:
+      part, metadata = _read_weights(os.path.join(os.path.dirname(path), shard))
+      state.update(part)
+    return state, metadata
+  if path.endswith(SAFETENSORS):
+    return _read_safetensors(path)
+  return _read_torch(path), {}
+
+
+def _read_config(path: str) -> Dict[str, Any]:
+  try:
+    with open(path, encoding="utf-8") as f:
+      config = json.load(f)
+  except (OSError, ValueError) as e:
+    raise FormatError(f"{path} is not a readable JSON config ({e})") from None
+  if not isinstance(config, dict):
+    raise FormatError(f"{path} holds no JSON object")
+  return config
+
+
+def _is_model_config(config: Dict[str, Any]) -> bool:
+  return "architecture" in config or "model_type" in config
+
+
+def _locate(path: str) -> Tuple[str, Dict[str, Any]]:
+  """(weights file, config) of a folder or a file (with a model config beside it, if any)."""
+  if os.path.isdir(path):
+    config = _read_config(os.path.join(path, CONFIG))
+    for name in WEIGHT_FILES:
+      if os.path.isfile(os.path.join(path, name)):
+        return os.path.join(path, name), config
+    raise FormatError(f"has {CONFIG} but none of the weight files {', '.join(WEIGHT_FILES)}")
+  beside = os.path.join(os.path.dirname(os.path.abspath(path)), CONFIG)
+  config = _read_config(beside) if os.path.isfile(beside) else {}
+  return path, config if _is_model_config(config) else {}
+
+
+def _timm_to_released(state: Flat, config: Dict[str, Any]) -> Flat:
+  args = {**{k: config[k] for k in ("global_pool",) if k in config},
+          **config.get("model_args", {})}
+  if "attn_pool.latent" in state:
+    args.setdefault("global_pool", "map")
+  has_cls = "cls_token" in state
+  timm_layout.check_pooling(args, has_cls)
+  if args.get("class_token") is False and has_cls:
+    raise FormatError("has a cls_token although its model_args say class_token=False")
+  posemb = state.get("pos_embed")
+  if has_cls and posemb is not None and posemb.ndim == 3 and posemb.shape[1] > 1 and (
+      np.sqrt(posemb.shape[1]) % 1 == 0):  # no_embed_class: no row for the class token
+    state = {**state, "pos_embed": np.concatenate([np.zeros_like(posemb[:, :1]), posemb], 1)}
+  width = state["patch_embed.proj.weight"].shape[0]
+  heads = timm_layout.heads_for(args, config.get("architecture"), width)
+  stem_only = f"{timm_layout.BACKBONE}.conv.weight" in state
+  try:
+    flat = torch_layout.from_torch(state, timm_layout.rules(stem_only), heads, "timm")
+  except torch_layout.LayoutMismatch as e:
+    raise FormatError(f"{e}{timm_layout.explain(e.keys)}") from None
+  note = timm_layout.gelu_note(args.get("act_layer"))
+  if note:
+    console.log.warning(note)
+  return flat
+
+
+def _hf_to_released(state: Flat, config: Dict[str, Any]) -> Flat:
+  for note in hf_layout.notes(config):
+    console.log.warning(note)
+  width = state[hf_layout.prefix_of(state) +
+                "embeddings.patch_embeddings.projection.weight"].shape[0]
+  heads = config.get("num_attention_heads") or timm_layout.heads_for({}, None, width)
+  try:
+    return torch_layout.from_torch(state, hf_layout.rules(hf_layout.prefix_of(state)), heads,
+                                   "Hugging Face")
+  except torch_layout.LayoutMismatch as e:
+    raise FormatError(str(e)) from None
+
+
+def read_foreign(path: str) -> Flat:
+  """Released-layout float32 arrays of a timm or HF checkpoint (see the module docstring).
+
+  Raises FormatError (one line, without the path) for anything else."""
+  path = os.fspath(path)
+  weights, config = _locate(path)
+  state, metadata = _read_weights(weights)
+  if TIMM_METADATA in metadata and not config:
+    config = json.loads(metadata[TIMM_METADATA])
+  try:
+    if any(".patch_embeddings.projection." in key or key.startswith("embeddings.patch_embeddings")
+           for key in state):
+      return _hf_to_released(state, config)
+    if "patch_embed.proj.weight" in state:
+      return _timm_to_released(state, config)
+  except (timm_layout.Unsupported, hf_layout.Unsupported) as e:
+    raise FormatError(str(e)) from None
+  raise FormatError("is neither a timm VisionTransformer nor a Hugging Face ViT state dict: "
+                    f"it holds {npz_layout.describe(state)}")

@@ -1,0 +1,50 @@
+"""python -m vit_jax.convert SRC DST [--to=timm|hf|npz] [--model=NAME] [--image_size=PX]
+    [--pre_logits=drop|pooler]
+
+Converts a checkpoint between our released .npz layout, timm and Hugging Face transformers
+(see vit_jax.checkpoints.convert): SRC is anything load_npz reads (a released, big_vision
+or params.npz file, a timm / HF .safetensors, .pth or .bin file, or a model folder); the
+target follows DST's name (.npz: npz, .safetensors: timm) unless --to says it. Prints what
+it read and wrote and the call that loads the result.
+"""
+
+from absl import app, flags
+
+from vit_jax import cli, download
+from vit_jax.checkpoints import convert
+
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+  if len(argv) != 3:
+    raise app.UsageError("pass SRC and DST, e.g. python -m vit_jax.convert params.npz "
+                         "out/ --to=hf")
+  try:
+    lines = convert.convert(argv[1], argv[2], to=FLAGS.to, model_name=FLAGS.model,
+                            pre_logits=FLAGS.pre_logits, image_size=FLAGS.image_size)
+  except (ValueError, FileNotFoundError) as e:  # CheckpointError and ConversionError included
+    download.fail(" ".join(str(e).split()))
+  print("\n".join(lines))
+
+
+def define_flags(flag_values=flags.FLAGS) -> None:
+  """The command's flags; not defined on import, so importers' flags stay their own."""
+  define = dict(flag_values=flag_values)
+  flags.DEFINE_enum("to", None, list(convert.TARGETS), "Target format: npz (released layout), "
+                    "timm (folder for timm.create_model('local-dir:DST'), or one .safetensors "
+                    "file), hf (transformers ViT folder). Default: from DST's name.", **define)
+  flags.DEFINE_string("model", None, "Released model name (ViT-B_16, R50+ViT-B_16, ...) that "
+                      "SRC must be; default: inferred from its shapes.", **define)
+  flags.DEFINE_integer("image_size", None, "Input side of the written model: the position "
+                       "embedding is resized (or, for sincos2d, computed) for it. Default: "
+                       "SRC's (224 for sincos2d).", lower_bound=1, **define)
+  flags.DEFINE_enum("pre_logits", None, list(convert.PRE_LOGITS), "For a SRC with a pre_logits "
+                    "layer, which timm and ViTForImageClassification lack: drop (it and the "
+                    "head: a feature extractor) or pooler (hf only: ViTModel's pooler is that "
+                    "layer). Default: refuse.", **define)
+
+
+if __name__ == "__main__":
+  define_flags()
+  cli.run(main)
