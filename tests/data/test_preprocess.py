@@ -190,3 +190,23 @@ def test_resizes_are_bilinear_without_antialias_and_train_flips_mirror(pixels, m
     np.testing.assert_allclose(output, expected[:, ::-1] if mirrored[-1] else expected,
                                atol=1e-5)
   assert not any(mirrored) if name == "eval" else 0 < sum(mirrored) < 12
+
+
+def test_bit_crop_batch_is_each_rows_resized_window():
+  """The batched BiT crop (same-sized pixel images): row b is the window of the resized
+  image at floor(u * (resize - crop + 1)), mirrored when u_flip < 0.5."""
+  images = np.random.default_rng(0).integers(0, 256, (4, 8, 8, 3), dtype=np.uint8)
+  uniforms = np.array([[0.0, 0.0, 0.9], [0.999, 0.999, 0.1], [0.5, 0.2, 0.49],
+                       [0.3, 0.8, 0.5]], np.float32)
+  out = preprocess.bit_crop_batch(tf.constant(images), 16, tf.constant(uniforms), resize=18)
+  resized = tf.image.resize(images, [18, 18], method="bilinear", antialias=False).numpy()
+  for b, (u_row, u_col, u_flip) in enumerate(uniforms):
+    row, col = int(u_row * 3), int(u_col * 3)  # resize - crop + 1 = 3 offsets
+    window = resized[b, row:row + 16, col:col + 16]
+    if u_flip < 0.5:
+      window = window[:, ::-1]
+    np.testing.assert_allclose(out[b].numpy(), (window - 127.5) / 127.5, atol=1e-6)
+  unflipped = preprocess.bit_crop_batch(tf.constant(images), 16, tf.constant(uniforms),
+                                        resize=18, flip=False)
+  np.testing.assert_allclose(unflipped[1].numpy(), (resized[1, 2:, 2:] - 127.5) / 127.5,
+                             atol=1e-6)

@@ -74,13 +74,24 @@ def example_seed(seed: int, position: tf.Tensor) -> tf.Tensor:
   return tf.random.experimental.stateless_fold_in(tf.constant([seed, 0], tf.int64), position)
 
 
+def batch_uniforms_seed(seed: int, step: tf.Tensor) -> tf.Tensor:
+  """Seed of the per-row uniforms of a step's global batch (batched augmentation)."""
+  return tf.random.experimental.stateless_fold_in(tf.constant([seed, 2], tf.int64), step)
+
+
 def mixup_seed(seed: int, step: tf.Tensor) -> tf.Tensor:
   """MixUp seed of a step: the same in every process."""
   return tf.random.experimental.stateless_fold_in(tf.constant([seed, 1], tf.int64), step)
 
 
 def _read_rows(split: IndexedSplit, row_indices, batch_ids: tf.data.Dataset) -> tf.data.Dataset:
-  """Examples (position, data, label) of the batches `batch_ids`; row_indices(batch_id)
+  """Examples (position, data, label) of the batches `batch_ids`; see _read_batches."""
+  return _read_batches(split, row_indices, batch_ids).unbatch()
+
+
+def _read_batches(split: IndexedSplit, row_indices,
+                  batch_ids: tf.data.Dataset) -> tf.data.Dataset:
+  """The rows (positions, data, labels) of each batch of `batch_ids`; row_indices(batch_id)
   gives their (positions, indices). The gather runs in numpy, once per batch, so the
   split never becomes a (size-limited) constant in the TF graph."""
   dtype = tf.uint8 if split.kind == "pixels" else tf.string
@@ -96,7 +107,7 @@ def _read_rows(split: IndexedSplit, row_indices, batch_ids: tf.data.Dataset) -> 
             tf.ensure_shape(data, [None, *split.data.shape[1:]]),
             tf.ensure_shape(labels, [None, *split.labels.shape[1:]]))
 
-  return batch_ids.map(read).unbatch()
+  return batch_ids.map(read)
 
 
 # What a bad input image makes tf.data raise: undecodable bytes, a file gone missing.
@@ -175,19 +186,20 @@ class Dataset:
     if self.pp.mixup_alpha and rows % 2:
       raise ValueError(f"MixUp mixes pairs of rows: the per-process batch {rows} "
                        f"(batch {batch_size} / {process_count} processes) must be even")
-    if isinstance(self.train, StreamingSplit):
-      examples = self._streaming_train(start_step, seed, process_index, process_count)
-      examples = examples.enumerate().map(lambda i, example: (  # as in row_positions
-          (start_step + i // rows) * batch_size + process_index * rows + i % rows, *example))
-    else:
-      def rows_of_step(step):
-        positions = row_positions(step, batch_size, process_index, process_count)
-        return positions, stream_indices(seed, positions, len(self.train))
-      examples = _read_rows(self.train, rows_of_step, tf.data.Dataset.range(start_step, num_steps))
-
     def augment(position, data, label):
       image = self._augment(self._payload(self.train, data), example_seed(seed, position))
       return {"image": image, "label": label, "position": position}
+
+    def augment_batch(positions, pixels, labels):
+      """The batched path: the uniforms of a row depend on (seed, its stream position)
+      only, so the rows a process reads are augmented as in any other topology."""
+      step = positions[0] // batch_size
+      uniforms = tf.random.stateless_uniform([batch_size, 3],
+                                             batch_uniforms_seed(seed, step))
+      uniforms = tf.gather(uniforms, positions - step * batch_size)
+      images = preprocess.bit_crop_batch(pixels, self.pp.crop, uniforms,
+                                         resize=self.pp.resize, flip=self.pp.flip)
+      return {"image": images, "label": labels, "position": positions}
 
     def finish(batch):
       position = batch.pop("position")
@@ -198,12 +210,33 @@ class Dataset:
             mixup_seed(seed, position[0] // batch_size))
       return batch
 
-    batches = examples.map(augment, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    batches = batches.batch(rows, drop_remainder=True).map(finish)
+    parallel = dict(num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if isinstance(self.train, StreamingSplit):
+      examples = self._streaming_train(start_step, seed, process_index, process_count)
+      examples = examples.enumerate().map(lambda i, example: (  # as in row_positions
+          (start_step + i // rows) * batch_size + process_index * rows + i % rows, *example))
+      batches = examples.map(augment, **parallel).batch(rows, drop_remainder=True)
+    else:
+      def rows_of_step(step):
+        positions = row_positions(step, batch_size, process_index, process_count)
+        return positions, stream_indices(seed, positions, len(self.train))
+      steps = tf.data.Dataset.range(start_step, num_steps)
+      if self._batched_augmentation():
+        batches = _read_batches(self.train, rows_of_step, steps).map(augment_batch, **parallel)
+      else:
+        examples = _read_rows(self.train, rows_of_step, steps)
+        batches = examples.map(augment, **parallel).batch(rows, drop_remainder=True)
+    batches = batches.map(finish)
     batches = batches.take(max(0, num_steps - start_step)).prefetch(2).as_numpy_iterator()
     if isinstance(self.train, StreamingSplit):
       return batches
     return _naming_bad_images(batches, self.train, rows_of_step, start_step, augment)
+
+  def _batched_augmentation(self) -> bool:
+    """Same-sized pixel images (the digits) with the BiT crop are augmented a batch at a
+    time; encoded images decode one by one (sizes differ, JPEGs decode their window)."""
+    return (isinstance(self.train, IndexedSplit) and self.train.kind == "pixels"
+            and self.pp.preset == "bit")
 
   def _streaming_train(self, start_step: int, seed: int, process_index: int,
                        process_count: int) -> tf.data.Dataset:

@@ -107,6 +107,24 @@ def bit_crop(image: tf.Tensor, crop: int, seed: tf.Tensor, *, resize: int = None
   return to_model_range(_maybe_flip(image, flip_seed, flip))
 
 
+def bit_crop_batch(images: tf.Tensor, crop: int, uniforms: tf.Tensor, *, resize: int = None,
+                   flip: bool = True) -> tf.Tensor:
+  """bit_crop for a batch of same-sized uint8 pixel images [B, H, W, 3] in a handful of
+  batched ops (the per-example path costs the digits' demo ~7% of a 2-core CPU's step
+  time): resize all, then crop and flip row b by uniforms[b] = (u_row, u_col, u_flip)
+  in [0, 1), drawn by the caller per example."""
+  resize = bit_resize(crop, resize)
+  images = tf.image.resize(images, [resize, resize], method="bilinear", antialias=False)
+  offsets = tf.cast(tf.floor(uniforms[:, :2] * (resize - crop + 1)), tf.int32)  # [B, 2]
+  window = tf.range(crop)
+  images = tf.gather(images, offsets[:, :1] + window, axis=1, batch_dims=1)  # rows
+  images = tf.gather(images, offsets[:, 1:] + window, axis=2, batch_dims=1)  # columns
+  if flip:
+    mirrored = uniforms[:, 2] < 0.5
+    images = tf.where(mirrored[:, None, None, None], tf.reverse(images, axis=[2]), images)
+  return to_model_range(images)
+
+
 def _swap_pairs(x: tf.Tensor) -> tf.Tensor:
   """Rows (0, 1), (2, 3), ... exchanged: the batch reversed within pairs."""
   pairs = tf.reshape(x, tf.concat([[-1, 2], tf.shape(x)[1:]], axis=0))
