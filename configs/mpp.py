@@ -56,4 +56,7 @@ def get_config(dataset="imagenet2012"):
     config.checkpoint_every = 2_000
   config.pretrained = None
   config.objective = "mpp"
+  # The fine-tuning presets' extra sets (ImageNet ReaL, V2) judge class predictions,
+  # which pre-training does not make; its loss and accuracy come from the eval split.
+  config.evals = {}
   return config

@@ -189,18 +189,21 @@ def test_a_set_with_other_classes_is_refused(tmp_path, folder):
     classification.open_sets(config, pipeline.open_dataset(config))
 
 
-@pytest.mark.parametrize("evals, primary, message", [
-    ({"re al": {"dataset": "x"}}, "", "set names may hold letters"),
-    ({"test": {"dataset": "x"}}, "", "the name 'test' is taken by the dataset's own"),
-    ({"real": {"dataset": "x", "metrics": "real"}}, "", "unknown key\\(s\\) metrics"),
-    ({"real": {"split": "test"}}, "", "config.evals.real.dataset is missing"),
-    ({"real": {"dataset": "x", "metric": "top5"}}, "", "metric='top5' is not one of"),
-    ({}, "real", "config.eval_primary='real' names no eval set; choose one of test"),
+@pytest.mark.parametrize("evals, primary, message, objective", [
+    ({"re al": {"dataset": "x"}}, "", "set names may hold letters", None),
+    ({"test": {"dataset": "x"}}, "", "the name 'test' is taken by the dataset's own", None),
+    ({"real": {"dataset": "x", "metrics": "real"}}, "", "unknown key\\(s\\) metrics", None),
+    ({"real": {"split": "test"}}, "", "config.evals.real.dataset is missing", None),
+    ({"real": {"dataset": "x", "metric": "top5"}}, "", "metric='top5' is not one of", None),
+    ({}, "real", "config.eval_primary='real' names no eval set; choose one of test", None),
+    ({"real": {"dataset": "x", "metric": "real"}}, "", "objective='mpp' does not make", "mpp"),
 ])
-def test_eval_mistakes_are_refused_before_anything_runs(tmp_path, evals, primary, message):
+def test_eval_mistakes_are_refused_before_anything_runs(tmp_path, evals, primary, message,
+                                                         objective):
   config = demo_config(eval_primary=primary)
   with config.unlocked():
     config.evals = ml_collections.ConfigDict(evals)
+    config.objective = objective or config.objective
   with pytest.raises(ValueError, match=message):
     train.train_and_evaluate(config, str(tmp_path / "run"))
   assert not (tmp_path / "run").exists()

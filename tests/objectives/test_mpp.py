@@ -11,6 +11,7 @@ import pytest
 
 from helpers import load_module
 from vit_jax import objectives
+from vit_jax.evaluators import classification
 from vit_jax.models import mpp as mpp_model
 from vit_jax.objectives import mpp
 
@@ -252,6 +253,8 @@ def test_paper_config():
   assert (config.mpp.target, config.mpp.corrupt_rate, config.mpp.color_bits) == (
       "mean_color", 0.5, 3)
   assert (config.mpp.replace_mask, config.mpp.replace_random, config.mpp.keep) == (0.8, 0.1, 0.1)
+  assert not config.evals  # ImageNet's ReaL / V2 sets judge class predictions
+  classification.check_evals(config)
   digits = load_module("mpp.py").get_config("digits")
   demo = load_module("demo.py").get_config()
   assert digits.model == demo.model and digits.dataset == "digits"

@@ -85,6 +85,11 @@ def check_evals(config: ml_collections.ConfigDict) -> None:
     if metric not in LABEL_FEATURES:
       raise ValueError(f"{where}.metric={metric!r} is not one of "
                        f"{', '.join(LABEL_FEATURES)}")
+    objective = config.get("objective", "classification")
+    if metric == "real" and objective != "classification":
+      raise ValueError(f"{where}.metric='real' needs class predictions, which "
+                       f"config.objective={objective!r} does not make: drop the set "
+                       f"(--config.evals.{name}.metric=accuracy evaluates its objective)")
   primary = config.get("eval_primary", "")
   if primary and primary not in names:
     raise ValueError(f"config.eval_primary={primary!r} names no eval set; choose one of "
