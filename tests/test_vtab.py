@@ -104,6 +104,29 @@ def test_three_folders_end_to_end_then_rerun_skips(folders, checkpoint, tmp_path
   assert "task 3 of 3: gamma (custom)" in caplog.text
 
 
+def test_rerun_with_other_settings_trains_anew_and_keeps_the_old_run(folders, checkpoint,
+                                                                      tmp_path, caplog):
+  """Settings that differ from a task's finished run (here the steps) must not reuse or
+  resume it: the old run moves to superseded/1 untouched and the task trains anew."""
+  workdir, spec = tmp_path / "work", [str(folders / "alpha")]
+  first = vtab.run_benchmark(vtab.base_config(), spec, checkpoint=checkpoint,
+                             workdir=str(workdir), overrides=TINY)
+  old_files = {p.name: p.read_bytes() for p in (workdir / "alpha").iterdir() if p.is_file()
+               and p.name != "run.lock"}
+  with caplog.at_level(logging.WARNING, logger="vit_jax"):
+    second = vtab.run_benchmark(vtab.base_config(), spec, checkpoint=checkpoint,
+                                workdir=str(workdir), overrides={**TINY, "total_steps": 6})
+  assert "holds a run with other settings (eval_every, total_steps)" in caplog.text
+  kept = workdir / "alpha" / "superseded" / "1"
+  assert {p.name: p.read_bytes() for p in kept.iterdir() if p.is_file()} == old_files
+  assert (kept / "checkpoints").is_dir()
+  assert second["tasks"]["alpha"]["total_steps"] == 6
+  assert read_json(workdir, "alpha", "config.json")["total_steps"] == 6
+  rows = [json.loads(line) for line in open(workdir / "alpha" / "metrics.jsonl")]
+  assert max(row["step"] for row in rows) == 6 and min(row["step"] for row in rows) <= 2
+  assert first["tasks"]["alpha"]["total_steps"] == 4
+
+
 def fake_training(accuracies, calls):
   """A train_fn returning accuracies[(task, eval split, lr, steps)] (or [task]) without
   training, recording each call's config."""
@@ -242,7 +265,16 @@ USAGE = {  # argv -> the start of the UsageError's message
     ("--lr_sweep", "--config.total_steps=3"): "--config.total_steps is swept with --lr_sweep: "
     "set the grid with --sweep_lrs and --sweep_steps",
     ("--lr_sweep", "--sweep_steps=0,10"): "--sweep_steps=0,10 must be positive numbers",
+    ("--sweep_lrs=0.1,0.3",): "--sweep_lrs need --lr_sweep",
 }
+
+
+def test_tasks_take_config_dataset_names_and_a_directory_once(tmp_path):
+  (tmp_path / "mine").mkdir()
+  runs = vtab.resolve_tasks(["vtab/dtd", "dtd", str(tmp_path / "mine"),
+                             str(tmp_path / "mine") + "/"])
+  assert [(run.name, run.dataset) for run in runs] == [
+      ("dtd", "vtab/dtd"), ("mine", str(tmp_path / "mine"))]
 
 
 @pytest.mark.parametrize("argv", USAGE, ids=lambda argv: argv[-1].split("=")[0])

@@ -63,6 +63,11 @@ def main(argv, flag_values=flags.FLAGS):
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   overrides = config_flags.get_override_values(flag_values["config"])
   sweep = None
+  stray = [f"--{name}" for name in ("sweep_lrs", "sweep_steps", "sweep_select")
+           if flag_values[name].present]
+  if stray and not flag_values.lr_sweep:
+    raise app.UsageError(f"{' and '.join(stray)} need --lr_sweep (without it every task "
+                         "runs the config's lr and steps)")
   if flag_values.lr_sweep:
     sweep = (_numbers(flag_values.sweep_lrs, float, "sweep_lrs"),
              _numbers(flag_values.sweep_steps, int, "sweep_steps"))

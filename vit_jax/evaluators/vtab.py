@@ -31,6 +31,7 @@ from vit_jax.console import log
 from vit_jax.data import vtab as tasks_lib
 from vit_jax.models import zoo
 from vit_jax.runs import metrics, outputs
+from vit_jax.runs import workdir as workdir_lib
 
 SWEEP_LRS = (0.001, 0.01)
 SWEEP_STEPS = (500, 2_500)  # the two schedules: BiT's HyperRule length and the paper's
@@ -38,6 +39,8 @@ SELECTIONS = ("task", "mean")  # best setting per task | one setting, best mean 
 WARMUP_FRACTION = 0.2  # of the steps: the recipe's 500 at 2,500 steps, 100 at 500
 # Keys each task's run sets itself; the checkpoint is --checkpoint, the tasks --tasks.
 RUNNER_KEYS = ("dataset", "train_split", "eval_split", "pretrained")
+SWEEP_DIR = "sweep"  # WORKDIR/<task>/sweep/<setting>/: the sweep's runs
+SUPERSEDED = "superseded"  # WORKDIR/<task>/superseded/<n>/: runs of earlier settings
 SWEPT_KEYS = ("base_lr", "total_steps")  # with a sweep: --sweep_lrs and --sweep_steps
 REPORT_JSON, REPORT_MD = "vtab.json", "vtab.md"
 GROUP_TITLES = {"natural": "Natural", "specialized": "Specialized",
@@ -71,14 +74,17 @@ def resolve_tasks(specs: Sequence[str]) -> List[TaskRun]:
   for spec in (s.strip() for s in specs):
     if not spec:
       continue
+    if spec.startswith(tasks_lib.PREFIX) and spec[len(tasks_lib.PREFIX):] in tasks_lib.TASKS:
+      spec = spec[len(tasks_lib.PREFIX):]  # the config's dataset name, vtab/<task>
     if spec in tasks_lib.GROUPS:
       chosen.update(tasks_lib.group_tasks(spec))
     elif spec in tasks_lib.TASKS:
       chosen.add(spec)
     elif os.path.isdir(os.path.expanduser(spec)):
       path = os.path.abspath(os.path.expanduser(spec))
-      directories.append(TaskRun(os.path.basename(path.rstrip(os.sep)),
-                                 tasks_lib.CUSTOM_GROUP, path))
+      if path not in [run.dataset for run in directories]:
+        directories.append(TaskRun(os.path.basename(path.rstrip(os.sep)),
+                                   tasks_lib.CUSTOM_GROUP, path))
     else:
       raise ValueError(f"unknown task {spec!r} in --tasks: not a VTAB task, a group "
                        f"({', '.join(tasks_lib.GROUPS)}) or an image directory; tasks: "
@@ -160,20 +166,45 @@ def task_config(base: ml_collections.ConfigDict, run: TaskRun, *, checkpoint: st
   return config
 
 
-def finished_metrics(workdir: str, config: ml_collections.ConfigDict) -> Optional[dict]:
-  """The final metrics of a run that finished in `workdir` with this same config."""
+def _read_json(path: str) -> Optional[dict]:
   try:
-    with open(os.path.join(workdir, outputs.FINAL_METRICS), encoding="utf-8") as f:
-      final = json.load(f)
-    with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
-      saved = json.load(f)
+    with open(path, encoding="utf-8") as f:
+      return json.load(f)
   except (OSError, ValueError):
     return None
-  wanted = json.loads(config.to_json_best_effort(sort_keys=True))
-  if metrics.changed_keys(saved, wanted) or not os.path.exists(
+
+
+def changed_settings(workdir: str, config: ml_collections.ConfigDict) -> Optional[List[str]]:
+  """The config keys in which the run in `workdir` differs from `config` (None: no run)."""
+  saved = _read_json(os.path.join(workdir, "config.json"))
+  if saved is None:
+    return None
+  return metrics.changed_keys(saved, json.loads(config.to_json_best_effort(sort_keys=True)))
+
+
+def finished_metrics(workdir: str, config: ml_collections.ConfigDict) -> Optional[dict]:
+  """The final metrics of a run that finished in `workdir` with this same config."""
+  final = _read_json(os.path.join(workdir, outputs.FINAL_METRICS))
+  if final is None or changed_settings(workdir, config) != [] or not os.path.exists(
       os.path.join(workdir, outputs.PARAMS)):
     return None
   return final
+
+
+def set_aside(workdir: str) -> str:
+  """Moves the run in `workdir` (all but the sweep runs and earlier set-asides) to
+  workdir/superseded/<n>/ and returns that folder: the main job would otherwise report
+  that run's results, or resume it, under other settings. Nothing is deleted; a live run
+  in the folder (its lock) is refused."""
+  with workdir_lib.WorkdirLock(workdir):
+    parent = os.path.join(workdir, SUPERSEDED)
+    os.makedirs(parent, exist_ok=True)
+    dest = os.path.join(parent, str(len(os.listdir(parent)) + 1))
+    os.makedirs(dest)
+    for name in sorted(os.listdir(workdir)):
+      if name not in (SWEEP_DIR, SUPERSEDED, workdir_lib.LOCK_NAME):
+        os.replace(os.path.join(workdir, name), os.path.join(dest, name))
+  return dest
 
 
 class Preempted(Exception):
@@ -209,6 +240,10 @@ class Runner:
       log.info("  %s: skipped, already finished (top-1 %.4f in %s)", what,
                done["eval/accuracy"], workdir)
       return done, config
+    changed = changed_settings(workdir, config)
+    if changed:
+      log.warning("  %s: %s holds a run with other settings (%s); moved to %s, training "
+                  "anew", what, workdir, ", ".join(changed), set_aside(workdir))
     log.info("  %s: lr %g, %d steps, %s -> %s, in %s", what, config.base_lr,
              config.total_steps, splits[0], splits[1], workdir)
     try:
@@ -314,7 +349,7 @@ def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, chec
       val[run.name] = {}
       for lr, steps in grid:
         name = setting_name(lr, steps)
-        result, _ = runner(run, os.path.join(workdir, run.name, "sweep", name), lr=lr,
+        result, _ = runner(run, os.path.join(workdir, run.name, SWEEP_DIR, name), lr=lr,
                            steps=steps, splits=("train800", "val200"), what=f"sweep {name}")
         val[run.name][name] = result["eval/accuracy"]
     by_name = {setting_name(lr, steps): (lr, steps) for lr, steps in grid}
