@@ -1,7 +1,10 @@
 """Fine-tune ViT-H_14 from its ImageNet-21k checkpoint.
 
-  python -m vit_jax.main --config=configs/vit_h14.py --workdir=DIR          # ImageNet, 518 px, Polyak 0.9999 (Table 2)
-  python -m vit_jax.main --config=configs/vit_h14.py:cifar10 --workdir=DIR  # any dataset, 384 px
+  python -m vit_jax.main --config=configs/vit_h14.py --workdir=DIR          # ImageNet
+  python -m vit_jax.main --config=configs/vit_h14.py:cifar10 --workdir=DIR  # any dataset
+
+As in the paper's Table 2: ImageNet, CIFAR-10/100, Pets and Flowers at 518 px with
+Polyak averaging 0.9999; other datasets at 384 px without averaging.
 """
 
 from vit_jax import config_defaults

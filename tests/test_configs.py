@@ -38,7 +38,8 @@ def test_model_config_headline_and_dataset_argument(name):
   assert zoo.canonical_name(headline.model_name) == headline.model_name
   assert headline.dataset == "imagenet2012" and headline.total_steps == 20_000
   cifar = load(f"{name}:cifar10")
-  assert (cifar.dataset, cifar.train_split, cifar.pp.crop) == ("cifar10", "train[:98%]", 384)
+  assert (cifar.dataset, cifar.train_split, cifar.pp.crop) == (
+      "cifar10", "train[:98%]", headline.pp.crop)  # Table 2's datasets share the resolution
   folder = load(f"{name}:/data/my_images")
   assert folder.dataset == "/data/my_images" and folder.total_steps == config_defaults.HYPERRULE
 
@@ -58,9 +59,13 @@ def test_finetuning_recipe_matches_the_paper():
   assert (config.decay_type, config.warmup_steps, config.total_steps) == ("cosine", 500, 10_000)
   assert load("vit_l16.py").pp.crop == 512 and load("vit_h14.py").pp.crop == 518
   assert load("vit_l16.py").model.dropout_rate == 0.1
-  # Polyak averaging 0.9999 in the headline L/16 and H/14 runs only (paper, Table 2).
-  assert load("vit_l16.py").polyak_decay == load("vit_h14.py").polyak_decay == 0.9999
-  assert load("vit_l16.py:cifar10").polyak_decay == load("vit_b16.py").polyak_decay == 0.0
+  # Table 2: L/16 and H/14 at 512 / 518 px with Polyak averaging 0.9999 on its datasets.
+  for dataset in ("", ":cifar10", ":cifar100", ":oxford_iiit_pet", ":oxford_flowers102"):
+    assert load(f"vit_l16.py{dataset}").polyak_decay == 0.9999
+    assert load(f"vit_h14.py{dataset}").pp.crop == 518
+  for other in ("vit_l16.py:svhn_cropped", "vit_l16.py:/data/my_images", "vit_b16.py"):
+    assert load(other).polyak_decay == 0.0
+  assert load("vit_l16.py:svhn_cropped").pp.crop == load("vit_b16.py").pp.crop == 384
 
 
 def test_pretraining_recipe_matches_the_paper():

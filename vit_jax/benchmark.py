@@ -163,6 +163,7 @@ def measure(module: vit.VisionTransformer, mode: str, mesh, batch: int, image_si
       "model": model_name, "mode": mode, "batch": batch, "image_size": image_size,
       "dtype": dtype,
       "attention_impl": vit.attention_backend(module.attention_impl, module.dtype),
+      "unpadded_inference": module.unpadded_inference,
       "remat_policy": module.remat_policy,
       "scan_layers": module.scan_layers,
       "devices": jax.device_count(), "platform": jax.devices()[0].platform,
@@ -261,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "remaining devices (default data=-1)")
   parser.add_argument("--attention", choices=vit.ATTENTION_IMPLS, default="dot_product",
                       help="attention implementation (default %(default)s)")
+  parser.add_argument("--padded_inference", action="store_true",
+                      help="cuDNN attention: pad odd token counts in the forward pass too, as "
+                      "gradients need (default: --mode=infer runs it unpadded)")
   parser.add_argument("--remat", choices=tuple(vit.REMAT_POLICIES), default="none",
                       help="per-block rematerialisation policy (default %(default)s)")
   parser.add_argument("--scan", action="store_true",
@@ -269,8 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="device peak TFLOP/s for MFU instead of measuring a matmul")
   parser.add_argument("--config", default=None, metavar="FILE[:ARG]",
                       help="time the step of this training config (configs/*.py[:arg]) instead "
-                      "of --model/--batch/--image-size/--dtype/--mesh/--attention/--remat/"
-                      "--scan; override its values with --config.KEY=VALUE")
+                      "of --model/--batch/--image-size/--dtype/--mesh/--attention/"
+                      "--padded_inference/--remat/--scan; override its values with "
+                      "--config.KEY=VALUE")
   parser.add_argument("--suite", action="store_true",
                       help="ViT-Ti/B/L_16 at 224 and 384 px, train and infer, instead of "
                       "--model/--mode/--image-size")
@@ -284,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Flags that --config replaces (its model, batch, crop, dtype, mesh and fast paths).
 CONFIG_REPLACES = ("--model", "--batch", "--image-size", "--image_size", "--dtype", "--mesh",
-                   "--attention", "--remat", "--scan", "--suite")
+                   "--attention", "--padded_inference", "--remat", "--scan", "--suite")
 
 
 def load_config(path: str, overrides: List[str]) -> ml_collections.ConfigDict:
@@ -350,7 +355,8 @@ def main(argv=None):
     key = dict(model=model, mode=mode, batch=args.batch, image_size=size, dtype=args.dtype)
     run_and_print(lambda: run(model, mode, args.batch, size, args.dtype, args.steps, args.mesh,
                               peak, attention_impl=args.attention, remat_policy=args.remat,
-                              scan_layers=args.scan), key, args.json)
+                              scan_layers=args.scan,
+                              unpadded_inference=not args.padded_inference), key, args.json)
 
 
 def run_and_print(measure_fn, key: dict, json_path: Optional[str]) -> None:

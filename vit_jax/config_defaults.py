@@ -57,6 +57,9 @@ def get_config() -> ml_collections.ConfigDict:
   # the explicit reference math) and per-block rematerialisation (none | full | dots |
   # dots_no_batch).
   config.model.attention_impl = "dot_product"
+  # cuDNN pads odd token counts to even for its backward pass; True skips the padding
+  # where no gradient is taken (evaluation, prediction): ~3% faster B/16 inference.
+  config.model.unpadded_inference = True
   config.model.remat_policy = "none"
   # nn.scan over the blocks: one compiled block (fast compiles for deep models), params
   # stacked (train-state checkpoints too: resume with the same setting); params.npz and
@@ -167,6 +170,9 @@ def with_dataset(config: ml_collections.ConfigDict, dataset: str) -> ml_collecti
 
 # The paper's headline fine-tunes (Table 2) average the parameters with this factor.
 HEADLINE_POLYAK_DECAY = 0.9999
+# Table 2's fine-tuning datasets (VTAB, its last column, has its own runner: vit_jax.vtab).
+TABLE2_DATASETS = ("imagenet2012", "cifar10", "cifar100", "oxford_iiit_pet",
+                   "oxford_flowers102")
 
 
 def finetune_config(model_name: str, dataset: str = None, *, headline_crop: int = 384,
@@ -174,18 +180,21 @@ def finetune_config(model_name: str, dataset: str = None, *, headline_crop: int 
   """Fine-tunes `model_name` from its i21k checkpoint (reference dropout for the model).
 
   `dataset` is what follows the colon in `--config=configs/vit_b16.py:cifar10`; without
-  it, the paper's headline setup: ImageNet at `headline_crop` px (512 for L/16 and 518
-  for H/14 in the paper's Table 2, 384 otherwise), with Polyak averaging (0.9999) where
-  `headline_polyak` (L/16, H/14). With a dataset the crop is 384 and averaging is off.
+  it, ImageNet. Table 2's datasets (TABLE2_DATASETS) run at `headline_crop` px (512 for
+  L/16 and 518 for H/14 in the paper's Table 2, 384 otherwise) with Polyak averaging
+  (0.9999) where `headline_polyak` (L/16, H/14), as the paper did; any other dataset at
+  384 px without averaging.
   """
+  dataset = dataset or "imagenet2012"
+  headline = dataset in TABLE2_DATASETS
   config = get_config()
   config.model_name = model_name
   config.pretrained = model_name
   config.model.dropout_rate = zoo.get_architecture(model_name).dropout_rate
-  config.pp.crop = 384 if dataset else headline_crop
-  if headline_polyak and not dataset:
+  config.pp.crop = headline_crop if headline else 384
+  if headline_polyak and headline:
     config.polyak_decay = HEADLINE_POLYAK_DECAY
-  return with_dataset(config, dataset or "imagenet2012")
+  return with_dataset(config, dataset)
 
 
 def demo_config(dataset: str = None) -> ml_collections.ConfigDict:

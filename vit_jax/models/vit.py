@@ -16,6 +16,7 @@ big_vision's ViT variants are the same modules with its names: `classifier='map'
 """
 
 import dataclasses
+import functools
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import flax.linen as nn
@@ -76,17 +77,27 @@ REMAT_POLICIES = {
 }
 
 
-def fused_attention(query, key, value, backend: str, pad_to_even: Optional[bool] = None):
+def fused_attention(query, key, value, backend: str, pad_to_even: Optional[bool] = None,
+                    pad_for_gradients_only: bool = False):
   """softmax(q k^T / sqrt(d)) v over [batch, tokens, heads, head_dim] via
   jax.nn.dot_product_attention.
 
   cuDNN's backward pass (jax 0.10-0.11) rejects odd token counts such as ViT's
   1 + 14*14 = 197, so by default (pad_to_even=None) cuDNN's tokens are padded to an even
   count, the padding is masked out by sequence length and the output is cut back: the
-  same function."""
-  tokens = query.shape[1]
+  same function. Its forward pass takes odd counts, and padding costs inference ~3% on
+  an H100: pad_for_gradients_only=True runs the forward unpadded and keeps the padded
+  route for gradients, if any are taken (for inference; a training step would compute
+  the attention twice)."""
   if pad_to_even is None:
     pad_to_even = backend == "cudnn"
+  if pad_to_even and pad_for_gradients_only and query.shape[1] % 2:
+    return _unpadded_forward_padded_gradients(query, key, value, backend)
+  return _dot_product_attention(query, key, value, backend, pad_to_even)
+
+
+def _dot_product_attention(query, key, value, backend: str, pad_to_even: bool):
+  tokens = query.shape[1]
   lengths = None
   if pad_to_even and tokens % 2:
     query, key, value = (jnp.pad(t, ((0, 0), (0, 1), (0, 0), (0, 0)))
@@ -98,6 +109,24 @@ def fused_attention(query, key, value, backend: str, pad_to_even: Optional[bool]
   return mixed[:, :tokens]
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _unpadded_forward_padded_gradients(query, key, value, backend):
+  return _dot_product_attention(query, key, value, backend, pad_to_even=False)
+
+
+def _unpadded_forward(query, key, value, backend):
+  return _dot_product_attention(query, key, value, backend, False), (query, key, value)
+
+
+def _padded_gradients(backend, inputs, cotangent):
+  _, pullback = jax.vjp(
+      lambda *qkv: _dot_product_attention(*qkv, backend, pad_to_even=True), *inputs)
+  return pullback(cotangent)
+
+
+_unpadded_forward_padded_gradients.defvjp(_unpadded_forward, _padded_gradients)
+
+
 class SelfAttention(nn.Module):
   """Multi-head self-attention with the released parameter layout.
 
@@ -107,11 +136,13 @@ class SelfAttention(nn.Module):
   when the attention weights are needed (introspection, attention dropout in training).
   With `inputs_kv` the queries come from `x` and the keys and values from `inputs_kv`
   (the MAP head's probe attending to the tokens), always with the explicit softmax.
+  unpadded_inference: see VisionTransformer.
   """
   num_heads: int
   dropout_rate: float = 0.0
   dtype: Any = jnp.float32
   attention_impl: str = "softmax"
+  unpadded_inference: bool = True
 
   @nn.compact
   def __call__(self, x, *, deterministic: bool, inputs_kv=None):
@@ -131,8 +162,9 @@ class SelfAttention(nn.Module):
     needs_weights = self.is_mutable_collection("intermediates") or (
         self.dropout_rate > 0 and not deterministic) or inputs_kv is not None
     if self.attention_impl != "softmax" and not needs_weights:
-      mixed = fused_attention(query, key, value, attention_backend(self.attention_impl,
-                                                                   self.dtype))
+      mixed = fused_attention(query, key, value,
+                              attention_backend(self.attention_impl, self.dtype),
+                              pad_for_gradients_only=deterministic and self.unpadded_inference)
     else:
       query = query / jnp.sqrt(head_dim).astype(self.dtype)
       logits = jnp.einsum("bqhd,bkhd->bhqk", query, key)
@@ -155,6 +187,7 @@ class BlockOptions:
   attention_dropout_rate: float = 0.0
   dtype: Any = jnp.float32
   attention_impl: str = "softmax"
+  unpadded_inference: bool = True
 
 
 class Encoder1DBlock(nn.Module):
@@ -166,6 +199,7 @@ class Encoder1DBlock(nn.Module):
     o = self.options
     x = layer_norm("LayerNorm_0", o.dtype)(inputs)
     x = SelfAttention(o.num_heads, o.attention_dropout_rate, o.dtype, o.attention_impl,
+                      o.unpadded_inference,
                       name="MultiHeadDotProductAttention_1")(x, deterministic=deterministic)
     x = nn.Dropout(o.dropout_rate)(x, deterministic=deterministic)
     x = x + inputs
@@ -316,6 +350,9 @@ class VisionTransformer(nn.Module):
     attention_impl: 'softmax' (explicit, float32 softmax), 'dot_product' (fused:
       cuDNN flash attention on GPUs in bf16/fp16, XLA otherwise), or 'xla' / 'cudnn'
       to force one backend. Same function.
+    unpadded_inference: cuDNN attention pads odd token counts (197, 577) to even for its
+      backward pass; True pads only where gradients are taken: with train=False the
+      forward runs unpadded (~3% faster B/16 inference on an H100). Same function.
     remat_policy: rematerialise each block in backprop to save memory: 'none',
       'full', 'dots' or 'dots_no_batch' (which activations are kept).
     scan_layers: run the blocks with nn.scan (one compiled block; params stacked
@@ -337,6 +374,7 @@ class VisionTransformer(nn.Module):
   head_bias_init: float = 0.0
   dtype: Any = jnp.float32
   attention_impl: str = "softmax"
+  unpadded_inference: bool = True
   remat_policy: str = "none"
   scan_layers: bool = False
 
@@ -383,7 +421,8 @@ class VisionTransformer(nn.Module):
       cls = self.param("cls", nn.initializers.zeros, (1, 1, channels), jnp.float32)
       x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (batch, 1, 1)), x], axis=1)
     options = BlockOptions(self.mlp_dim, self.num_heads, self.dropout_rate,
-                           self.attention_dropout_rate, self.dtype, self.attention_impl)
+                           self.attention_dropout_rate, self.dtype, self.attention_impl,
+                           self.unpadded_inference)
     return Encoder(self.num_layers, options, self.remat_policy, self.scan_layers, self.posemb,
                    name="Transformer")(x, train=train, grid=grid,
                                        has_cls=self.classifier == "token")
