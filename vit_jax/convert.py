@@ -23,7 +23,7 @@ def main(argv):
   try:
     lines = convert.convert(argv[1], argv[2], to=FLAGS.to, model_name=FLAGS.model,
                             pre_logits=FLAGS.pre_logits, image_size=FLAGS.image_size)
-  except (ValueError, FileNotFoundError) as e:  # CheckpointError and ConversionError included
+  except (ValueError, OSError) as e:  # CheckpointError and ConversionError included
     download.fail(" ".join(str(e).split()))
   print("\n".join(lines))
 

@@ -305,6 +305,38 @@ def test_command(tmp_path):
   assert usage.returncode == 2 and "pass SRC and DST" in usage.stderr
 
 
+@pytest.mark.parametrize("dst, to, message", [
+    ("out.NPZ", None, None),  # suffixes in any case
+    ("w.SafeTensors", None, None),
+    ("folder", "npz", "is a directory and --to=npz writes one file"),
+    ("file.npz", "hf", "--to=hf writes a model folder, and .* is a file: name a folder"),
+    ("w.safetensors", "hf", "--to=hf writes a model folder, and .* is a file name"),
+    ("model.pth", "timm", "is a file name: name a folder \\(or a .safetensors file"),
+])
+def test_destination_must_fit_the_target(tmp_path, dst, to, message):
+  (tmp_path / "folder").mkdir()
+  (tmp_path / "file.npz").write_bytes(b"")
+  src = tiny_file(tmp_path)
+  if message is None:
+    convert.convert(src, tmp_path / dst, to=to)
+    assert (tmp_path / dst).is_file()
+    return
+  with pytest.raises(convert.ConversionError, match=message):
+    convert.convert(src, tmp_path / dst, to=to)
+  assert (tmp_path / "file.npz").read_bytes() == b"" and not os.listdir(tmp_path / "folder")
+
+
+def test_a_model_without_head_saves_and_loads(tmp_path):
+  module = tiny_model(num_classes=0)
+  params = init_params(module, IMAGE)
+  assert params["head"]["kernel"].shape[-1] == 0
+  save_npz(params, tmp_path / "features.npz")
+  assert not any(key.startswith("head/") for key in np.load(tmp_path / "features.npz"))
+  loaded, new = load_npz(tmp_path / "features.npz", num_classes=4)
+  assert new["head"]["kernel"].shape == (TINY["hidden_size"], 4)
+  np.testing.assert_array_equal(new["embedding"]["kernel"], params["embedding"]["kernel"])
+
+
 # ---- with the interop extra: the libraries compute our logits ----
 
 def import_or_skip(name):
@@ -445,6 +477,17 @@ def test_their_checkpoints_round_trip_bit_identical_and_compute_their_logits(
                                           load_file_torch(tmp_path / "hf")).items()}
     assert set(back) == set(original)
     jax.tree.map(np.testing.assert_array_equal, back, original)
+  # A ViTModel without pooler: no head, no pre_logits; it comes back as that ViTModel.
+  backbone = transformers.ViTModel(config, add_pooling_layer=False).eval()
+  backbone.save_pretrained(tmp_path / "backbone")
+  convert.convert(tmp_path / "backbone", tmp_path / "backbone.npz")
+  lines = convert.convert(tmp_path / "backbone.npz", tmp_path / "back-backbone", to="hf")
+  assert lines[-1].endswith("ViTModel.from_pretrained("
+                            f"{str(tmp_path / 'back-backbone')!r}, add_pooling_layer=False)")
+  back = load_file(str(tmp_path / "back-backbone/model.safetensors"))
+  original = {k: v.numpy() for k, v in load_file_torch(tmp_path / "backbone").items()}
+  assert set(back) == set(original)
+  jax.tree.map(np.testing.assert_array_equal, back, original)
 
 
 def load_file_torch(folder):

@@ -82,17 +82,32 @@ def read_source(path: str, model_name: Optional[str] = None,
   return Source(dataclasses.replace(checkpoint, flat=flat), module, (image_size, image_size))
 
 
+FILE_SUFFIXES = (".npz", formats.SAFETENSORS, ".pth", ".pt", ".bin")
+
+
 def target_of(dst: str, to: Optional[str]) -> str:
-  if to is not None:
-    if to not in TARGETS:
-      raise ConversionError(f"unknown target {to!r}: choose one of {', '.join(TARGETS)}")
-    return to
-  if dst.endswith(".npz"):
-    return "npz"
-  if dst.endswith(formats.SAFETENSORS):
-    return "timm"
-  raise ConversionError(f"cannot tell the target format from {dst}: pass --to="
-                        f"{'|'.join(TARGETS)} (npz from a .npz name, timm from .safetensors)")
+  """The target format: `to`, or DST's suffix (any case); DST checked to fit it."""
+  name = dst.lower()
+  if to is None:
+    if name.endswith(".npz"):
+      to = "npz"
+    elif name.endswith(formats.SAFETENSORS):
+      to = "timm"
+    else:
+      raise ConversionError(f"cannot tell the target format from {dst}: pass --to="
+                            f"{'|'.join(TARGETS)} (npz from a .npz name, timm from "
+                            ".safetensors)")
+  if to not in TARGETS:
+    raise ConversionError(f"unknown target {to!r}: choose one of {', '.join(TARGETS)}")
+  is_file = to == "npz" or (to == "timm" and name.endswith(formats.SAFETENSORS))
+  if is_file and os.path.isdir(dst):
+    raise ConversionError(f"{dst} is a directory and --to={to} writes one file: name the file")
+  if not is_file and (os.path.isfile(dst) or name.endswith(FILE_SUFFIXES)):
+    raise ConversionError(
+        f"--to={to} writes a model folder, and {dst} is "
+        f"{'a file' if os.path.isfile(dst) else 'a file name'}: name a folder"
+        + (" (or a .safetensors file for timm's weights alone)" if to == "timm" else ""))
+  return to
 
 
 def _with_table(source: Source) -> Dict[str, np.ndarray]:
@@ -173,7 +188,7 @@ def write_timm(source: Source, flat: Dict[str, np.ndarray], classes: Optional[in
   pretrained_cfg = {"num_classes": args["num_classes"], "input_size": [3, *source.image_size],
                     "interpolation": "bilinear", "crop_pct": 1.0, **NORMALIZE}
   config = {"architecture": name, "model_args": args}
-  if dst.endswith(formats.SAFETENSORS):
+  if dst.lower().endswith(formats.SAFETENSORS):
     write_safetensors(state, dst, {formats.TIMM_METADATA: json.dumps(config)})
     loads = _call("timm.create_model", name, pretrained=True,
                   pretrained_cfg_overlay=dict(file=dst, **pretrained_cfg), **args)
@@ -200,7 +215,8 @@ def write_hf(source: Source, flat: Dict[str, np.ndarray], classes: Optional[int]
   rep = source.checkpoint.representation_size if "pre_logits/kernel" in flat else None
   try:
     config = hf_layout.config(source.architecture, classes, rep, source.image_size)
-    state = torch_layout.to_torch(flat, hf_layout.rules("" if rep else "vit."),
+    backbone = config["architectures"][0] == hf_layout.BACKBONE
+    state = torch_layout.to_torch(flat, hf_layout.rules("" if backbone else "vit."),
                                   "transformers' ViT")
   except (hf_layout.Unsupported, torch_layout.LayoutMismatch) as e:
     raise ConversionError(f"no transformers ViT computes this one: {e}") from None
@@ -209,9 +225,10 @@ def write_hf(source: Source, flat: Dict[str, np.ndarray], classes: Optional[int]
   _write_json(hf_layout.preprocessor_config(source.image_size),
               os.path.join(dst, "preprocessor_config.json"))
   architecture = config["architectures"][0]
+  options = {} if rep or not backbone else {"add_pooling_layer": False}  # no pooler weights
   return [f"wrote transformers {architecture} to {dst}/ ({WEIGHTS}, {formats.CONFIG}, "
           "preprocessor_config.json)",
-          f"load with: transformers.{architecture}.from_pretrained({dst!r})"]
+          f"load with: {_call(f'transformers.{architecture}.from_pretrained', dst, **options)}"]
 
 
 def convert(src: str, dst: str, *, to: Optional[str] = None, model_name: Optional[str] = None,

@@ -5,7 +5,8 @@ them, and the config.json / preprocessor_config.json that make it compute our fu
     token after the final LayerNorm: our classifier='token' models, learned or sincos2d
     position embeddings (the latter as a table whose class-token row is zero).
   * ViTModel (no prefix) has a `pooler`, Dense + tanh on the class token: exactly our
-    pre_logits layer, which ViTForImageClassification does not have.
+    pre_logits layer, which ViTForImageClassification does not have. A model with neither
+    head nor pre_logits is a ViTModel without pooler (add_pooling_layer=False).
   * hidden_act='gelu_pytorch_tanh' (our tanh GELU), layer_norm_eps=1e-6 (transformers'
     default is 1e-12), image_mean = image_std = 0.5 with rescale 1/255: (x - 127.5) / 127.5.
 transformers 5 has no ViT without a class token, with a MAP head or with a ResNet stem
@@ -61,13 +62,15 @@ def check_architecture(arch: zoo.Architecture) -> None:
 
 def config(arch: zoo.Architecture, num_classes: Optional[int],
            representation_size: Optional[int], image_size: Tuple[int, int]) -> Dict[str, Any]:
-  """config.json: ViTForImageClassification, or ViTModel whose pooler is pre_logits."""
+  """config.json: ViTForImageClassification, or ViTModel (its pooler is pre_logits; none
+  without head and pre_logits)."""
   check_architecture(arch)
   if image_size[0] != image_size[1]:
     raise Unsupported(f"transformers' ViT takes square images; this one is {image_size}")
   labels = {} if representation_size else {str(k): f"LABEL_{k}" for k in range(num_classes or 0)}
   return {
-      "architectures": [BACKBONE if representation_size else CLASSIFICATION],
+      "architectures": [BACKBONE if representation_size or not num_classes
+                        else CLASSIFICATION],
       "model_type": "vit", "hidden_size": arch.hidden_size,
       "num_hidden_layers": arch.num_layers, "num_attention_heads": arch.num_heads,
       "intermediate_size": arch.mlp_dim, "hidden_act": TANH_GELUS[0],

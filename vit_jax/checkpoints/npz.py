@@ -139,11 +139,14 @@ def _atomic_write(data: bytes, path: str) -> None:
 
 def save_npz(params: Any, path: str) -> None:
   """Writes params in the released layout (flat `/` keys, float32, one entry per block
-  also for scan_layers models), atomically."""
+  also for scan_layers models), atomically. A head of 0 classes (a feature extractor,
+  num_classes=0) is left out: the file has no head, as load_npz expects of one."""
   if set(params) == {"params"}:
     params = params["params"]
   flat = npz_layout.to_saved_layout(
       traverse_util.flatten_dict(vit.to_block_layout(params), sep="/"))
+  if np.shape(flat.get("head/kernel", ()))[-1:] == (0,):
+    flat = {key: value for key, value in flat.items() if not key.startswith("head/")}
   buffer = io.BytesIO()
   np.savez(buffer, **{key: np.asarray(value, np.float32) for key, value in flat.items()})
   _atomic_write(buffer.getvalue(), os.fspath(path))
