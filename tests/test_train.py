@@ -174,6 +174,16 @@ def test_bad_config_is_refused_before_anything_is_written(tmp_path, override, me
   assert not workdir.exists()
 
 
+@pytest.mark.parametrize("text", ["None", "none", ""])
+def test_pretrained_none_from_the_command_line_means_from_scratch(text):
+  config = demo_config(pretrained=text)  # what --config.pretrained=None passes on
+  train.check_config(config, sharding.make_mesh(config.mesh))
+  assert config.pretrained is None
+  config.pretrained = "None.npz"
+  with pytest.raises(FileNotFoundError, match="config.pretrained=None.npz: .* not found"):
+    train.check_config(config, sharding.make_mesh(config.mesh))
+
+
 def test_a_failure_after_the_checks_removes_the_workdir_it_created(tmp_path):
   workdir = tmp_path / "run"
   with pytest.raises(ValueError):

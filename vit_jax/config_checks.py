@@ -57,6 +57,16 @@ def check_choices(config: ml_collections.ConfigDict) -> None:
                        f"{', '.join(DTYPES)}")
 
 
+# What a command line can say for "no pretrained checkpoint": absl passes the text on.
+NO_CHECKPOINT = ("", "None", "none")
+
+
+def normalize(config: ml_collections.ConfigDict) -> None:
+  """--config.pretrained=None (or empty) means from scratch, not a file named 'None'."""
+  if config.get("pretrained") in NO_CHECKPOINT:
+    config.pretrained = None
+
+
 def check(config: ml_collections.ConfigDict) -> None:
   check_counts(config)
   check_choices(config)

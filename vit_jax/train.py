@@ -124,6 +124,7 @@ def check_pretrained(config) -> None:
 
 def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   """Everything about the config that can be refused without reading data or files."""
+  config_checks.normalize(config)
   config_checks.check(config)
   classification.check_evals(config)
   objectives.get(config).check(config)
