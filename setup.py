@@ -4,9 +4,12 @@ import setuptools
 
 # Ranges tested in CI (Python 3.11, CPU): jax 0.10.2, flax 0.12.8, optax 0.2.8,
 # orbax-checkpoint 0.12.8, tensorflow-cpu 2.21.0, tensorflow-datasets 4.9.10,
-# ml-collections 1.1.0, clu 0.0.12, numpy 2.4, safetensors 0.8.0.
+# ml-collections 1.1.0, clu 0.0.12, numpy 2.4, safetensors 0.8.0. jax 0.11 needs
+# Python >= 3.12, where pip picks jax 0.11.2 and flax 0.12.12: the versions of the GPU
+# numbers in benchmarks/RESULTS.md (the suite passes there too, on the CPU).
+JAX_VERSIONS = ">=0.10.2,<0.12"
 INSTALL_REQUIRES = [
-    "jax>=0.10.2,<0.11",
+    f"jax{JAX_VERSIONS}",
     "flax>=0.12.8,<0.13",
     "optax>=0.2.8,<0.3",
     "orbax-checkpoint>=0.12.8,<0.13",
@@ -52,8 +55,11 @@ setuptools.setup(
     extras_require={
         "test": ["pytest>=8", "pytest-xdist>=3.5", "nbclient>=0.10", "nbformat>=5.10",
                  "ipykernel>=6", "nbconvert>=7"],  # jupyter nbconvert --execute notebooks/vit_jax.ipynb
-        "tpu": ["jax[tpu]>=0.10.2,<0.11"],
-        "cuda": ["jax[cuda12]>=0.10.2,<0.11"],
+        "tpu": [f"jax[tpu]{JAX_VERSIONS}"],
+        # CUDA 13 wheels (NVIDIA driver >= 580), as the GPU numbers were measured; cuda12
+        # for older drivers (>= 525). Both bring their own CUDA, cuDNN and NCCL.
+        "cuda": [f"jax[cuda13]{JAX_VERSIONS}"],
+        "cuda12": [f"jax[cuda12]{JAX_VERSIONS}"],
         "interop": INTEROP_REQUIRES,
     },
 )

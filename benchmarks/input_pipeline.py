@@ -11,23 +11,9 @@ import os
 import tempfile
 import time
 
-import numpy as np
-from PIL import Image
-
+from make_jpegs import write_jpegs
 from vit_jax import config_defaults as common
 from vit_jax.data import pipeline
-
-
-def write_jpegs(root: str, count: int, width: int, height: int, classes: int = 4) -> None:
-  """Smooth random photos-like JPEGs under root/{train,test}/<class>/."""
-  rng = np.random.default_rng(0)
-  for split, n in (("train", count), ("test", classes)):
-    for i in range(n):
-      folder = os.path.join(root, split, f"class{i % classes}")
-      os.makedirs(folder, exist_ok=True)
-      small = rng.uniform(0, 255, (height // 16 + 1, width // 16 + 1, 3)).astype(np.uint8)
-      Image.fromarray(small).resize((width, height), Image.BILINEAR).save(
-          os.path.join(folder, f"{i}.jpg"), quality=90)
 
 
 def measure(root: str, preset: str, crop: int, batch: int, steps: int) -> float:
@@ -55,7 +41,7 @@ def main(argv=None):
   width, height = (int(v) for v in args.size.split("x"))
   cores = os.cpu_count()
   with tempfile.TemporaryDirectory() as root:
-    write_jpegs(root, args.images, width, height)
+    write_jpegs(root, args.images, 4, width, height, classes=4)
     print(f"{args.images} JPEGs {width}x{height} -> crop {args.crop}, {cores} cores")
     print(f"{'preset':<10} {'img/s':>9} {'img/s/core':>11}")
     for preset in ("inception", "bit"):
