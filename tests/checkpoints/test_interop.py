@@ -477,6 +477,20 @@ def test_their_checkpoints_round_trip_bit_identical_and_compute_their_logits(
                                           load_file_torch(tmp_path / "hf")).items()}
     assert set(back) == set(original)
     jax.tree.map(np.testing.assert_array_equal, back, original)
+  # no_embed_class (no position embedding for the class token) comes back as such.
+  no_row = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2,
+                             num_classes=7, act_layer="gelu_tanh", no_embed_class=True).eval()
+  save_torch(no_row.state_dict(), str(tmp_path / "no_row.safetensors"))
+  assert relative_error(logits(tmp_path / "no_row.safetensors", x),
+                        run_torch(torch, no_row, x)) <= 1e-5
+  convert.convert(tmp_path / "no_row.safetensors", tmp_path / "no_row.npz")
+  convert.convert(tmp_path / "no_row.npz", tmp_path / "back-no_row", to="timm")
+  assert json.loads((tmp_path / "back-no_row/config.json").read_text())[
+      "model_args"]["no_embed_class"] is True
+  back = load_file(str(tmp_path / "back-no_row/model.safetensors"))
+  original = {k: v.numpy() for k, v in no_row.state_dict().items()}
+  assert set(back) == set(original)
+  jax.tree.map(np.testing.assert_array_equal, back, original)
   # A ViTModel without pooler: no head, no pre_logits; it comes back as that ViTModel.
   backbone = transformers.ViTModel(config, add_pooling_layer=False).eval()
   backbone.save_pretrained(tmp_path / "backbone")
