@@ -179,13 +179,13 @@ def _call(function: str, *args, **kwargs) -> str:
 def write_timm(source: Source, flat: Dict[str, np.ndarray], classes: Optional[int],
                dst: str) -> List[str]:
   arch = source.architecture
-  posemb = flat[npz.POSEMB_KEY]
   try:
     name, args = timm_layout.model_name_and_args(arch, classes, source.image_size)
-    if arch.classifier == "token" and not posemb[:, 0].any():
+    if arch.classifier == "token" and not flat[npz.POSEMB_KEY][:, 0].any():
       # The class token gets no position embedding (a timm no_embed_class model read
       # earlier, or sincos2d): timm's no_embed_class computes that without the zero row.
-      flat, args["no_embed_class"] = {**flat, npz.POSEMB_KEY: posemb[:, 1:]}, True
+      flat = {**flat, npz.POSEMB_KEY: flat[npz.POSEMB_KEY][:, 1:]}
+      args["no_embed_class"] = True
     state = torch_layout.to_torch(flat, timm_layout.rules(arch.resnet_stages == ()), "timm")
   except (timm_layout.Unsupported, torch_layout.LayoutMismatch) as e:
     raise ConversionError(f"no timm model computes this one: {e}") from None

@@ -182,11 +182,11 @@ def changed_settings(workdir: str, config: ml_collections.ConfigDict) -> Optiona
   return metrics.changed_keys(saved, json.loads(config.to_json_best_effort(sort_keys=True)))
 
 
-def finished_metrics(workdir: str, config: ml_collections.ConfigDict) -> Optional[dict]:
-  """The final metrics of a run that finished in `workdir` with this same config."""
+def finished_metrics(workdir: str) -> Optional[dict]:
+  """The final metrics of a run that finished in `workdir` (its settings are checked
+  separately, see changed_settings)."""
   final = _read_json(os.path.join(workdir, outputs.FINAL_METRICS))
-  if final is None or changed_settings(workdir, config) != [] or not os.path.exists(
-      os.path.join(workdir, outputs.PARAMS)):
+  if final is None or not os.path.exists(os.path.join(workdir, outputs.PARAMS)):
     return None
   return final
 
@@ -235,12 +235,12 @@ class Runner:
                splits: Tuple[str, str], what: str) -> Tuple[dict, ml_collections.ConfigDict]:
     """(final metrics, config) of the run, trained now or found finished."""
     config = self.config(run, lr=lr, steps=steps, splits=splits)
-    done = finished_metrics(workdir, config)
+    changed = changed_settings(workdir, config)
+    done = finished_metrics(workdir) if changed == [] else None
     if done is not None:
       log.info("  %s: skipped, already finished (top-1 %.4f in %s)", what,
                done["eval/accuracy"], workdir)
       return done, config
-    changed = changed_settings(workdir, config)
     if changed:
       log.warning("  %s: %s holds a run with other settings (%s); moved to %s, training "
                   "anew", what, workdir, ", ".join(changed), set_aside(workdir))

@@ -115,7 +115,7 @@ def _unpadded_forward_padded_gradients(query, key, value, backend):
 
 
 def _unpadded_forward(query, key, value, backend):
-  return _dot_product_attention(query, key, value, backend, False), (query, key, value)
+  return _unpadded_forward_padded_gradients(query, key, value, backend), (query, key, value)
 
 
 def _padded_gradients(backend, inputs, cotangent):
