@@ -12,7 +12,6 @@ import io
 import logging
 import math
 import os
-import tempfile
 import zipfile
 import zlib
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
@@ -27,6 +26,7 @@ from vit_jax import console
 from vit_jax.checkpoints import formats, npz_layout, released
 from vit_jax.models import posemb
 from vit_jax.models import vit, zoo
+from vit_jax.runs import fs
 
 ImageSize = Union[int, Sequence[int]]
 POSEMB_KEY = npz_layout.POSEMB
@@ -115,28 +115,6 @@ def read_npz(path: str) -> Dict[str, np.ndarray]:
   return _upcast_half_precision(arrays, path)
 
 
-def _atomic_write(data: bytes, path: str) -> None:
-  """Writes all bytes or nothing: an existing file is only replaced by a complete one."""
-  if released.has_scheme(path):
-    import tensorflow as tf
-    with tf.io.gfile.GFile(path, "wb") as f:  # object stores publish on close.
-      f.write(data)
-    return
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".npz")
-  try:
-    with os.fdopen(fd, "wb") as f:
-      f.write(data)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes files owner-only; outputs are shared
-    os.replace(tmp, path)
-  except BaseException:
-    os.unlink(tmp)
-    raise
-
-
 def save_npz(params: Any, path: str) -> None:
   """Writes params in the released layout (flat `/` keys, float32, one entry per block
   also for scan_layers models), atomically. A head of 0 classes (a feature extractor,
@@ -149,7 +127,7 @@ def save_npz(params: Any, path: str) -> None:
     flat = {key: value for key, value in flat.items() if not key.startswith("head/")}
   buffer = io.BytesIO()
   np.savez(buffer, **{key: np.asarray(value, np.float32) for key, value in flat.items()})
-  _atomic_write(buffer.getvalue(), os.fspath(path))
+  fs.write_atomic(os.fspath(path), buffer.getvalue())
 
 
 def _side_pair(image_size: ImageSize) -> Tuple[int, int]:
