@@ -23,7 +23,7 @@ import ml_dtypes
 import numpy as np
 from flax import traverse_util
 
-from vit_jax import console
+from vit_jax import console, errors
 from vit_jax.checkpoints import formats, npz_layout, released
 from vit_jax.models import posemb
 from vit_jax.models import vit, zoo
@@ -33,7 +33,7 @@ POSEMB_KEY = npz_layout.POSEMB
 _DOWNLOAD_HINT = "fetch a released file with: python -m vit_jax.download imagenet21k/ViT-B_16"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(errors.InvalidInput):
   """A checkpoint that cannot be used; the message is one line naming problem and fix."""
 
 
@@ -192,7 +192,7 @@ def check_against(flat: Dict[str, np.ndarray], shapes: Dict[str, tuple], path: s
                             f"{tuple(shape)} ({hint})")
 
 
-class ImageSizeError(ValueError):
+class ImageSizeError(errors.InvalidInput):
   """An input size the model cannot run at; the message names valid sizes."""
 
 

@@ -22,12 +22,12 @@ import orbax.checkpoint as ocp
 from etils import epath
 from jax.experimental import multihost_utils
 
-from vit_jax import console
+from vit_jax import console, errors
 from vit_jax.checkpoints import released
 from vit_jax.console import log
 
 
-class CheckpointRestoreError(RuntimeError):
+class CheckpointRestoreError(errors.UserError, RuntimeError):
   """The workdir holds checkpoints, none of which fits this run."""
 
   def __init__(self, message: str, reason: str = ""):
@@ -35,11 +35,11 @@ class CheckpointRestoreError(RuntimeError):
     self.reason = reason or message
 
 
-class NonFiniteStateError(FloatingPointError):
+class NonFiniteStateError(errors.UserError, FloatingPointError):
   """A train state with NaN/Inf values, which must never be saved."""
 
 
-class DiskFullError(OSError):
+class DiskFullError(errors.UserError, OSError):
   """No room for a checkpoint; the message names the directory, the sizes and the fix."""
 
 
