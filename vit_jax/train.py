@@ -283,8 +283,9 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
     eval_metrics = evaluator.of_state(state, total_steps)
   final_params = objective.export_params(  # all-gather: a collective
       multihost_utils.process_allgather(state.eval_params, tiled=True))
-  if is_main:
-    outputs.write_final(final_params, eval_metrics, workdir)
+  if is_main:  # a classifier's head carries the dataset's class names; mpp exports none
+    class_names = dataset.info.class_names if objective.create_model is None else None
+    outputs.write_final(final_params, eval_metrics, workdir, class_names)
   writer.flush()
   writer.close()
   checkpointer.wait()

@@ -24,7 +24,9 @@ import numpy as np
 from flax import traverse_util
 
 from vit_jax import console, errors
+from vit_jax.checkpoints import class_names as class_names_lib
 from vit_jax.checkpoints import formats, npz_layout, released
+from vit_jax.checkpoints.class_names import read_class_names  # pylint: disable=unused-import
 from vit_jax.models import posemb
 from vit_jax.models import vit, zoo
 
@@ -137,19 +139,39 @@ def _atomic_write(data: bytes, path: str) -> None:
     raise
 
 
-def save_npz(params: Any, path: str) -> None:
+def save_npz(params: Any, path: str, *, class_names: Optional[Sequence[str]] = None) -> None:
   """Writes params in the released layout (flat `/` keys, float32, one entry per block
   also for scan_layers models), atomically. A head of 0 classes (a feature extractor,
-  num_classes=0) is left out: the file has no head, as load_npz expects of one."""
+  num_classes=0) is left out: the file has no head, as load_npz expects of one.
+
+  class_names: the head's classes in label order, carried in the file's zip comment
+  (see vit_jax.checkpoints.class_names; read them back with read_class_names).
+  """
   if set(params) == {"params"}:
     params = params["params"]
   flat = npz_layout.to_saved_layout(
       traverse_util.flatten_dict(vit.to_block_layout(params), sep="/"))
   if np.shape(flat.get("head/kernel", ()))[-1:] == (0,):
     flat = {key: value for key, value in flat.items() if not key.startswith("head/")}
+  if class_names is not None:
+    head_classes = np.shape(flat.get("head/kernel", ()))[-1:]
+    if head_classes != (len(class_names),):
+      raise errors.InvalidInput(
+          f"{len(class_names)} class names for a head of "
+          f"{head_classes[0] if head_classes else 'no'} classes: pass one name "
+          "per class of the head, or none")
   buffer = io.BytesIO()
   np.savez(buffer, **{key: np.asarray(value, np.float32) for key, value in flat.items()})
-  _atomic_write(buffer.getvalue(), os.fspath(path))
+  data, sidecar = class_names_lib.with_class_names(buffer.getvalue(), class_names)
+  path = os.fspath(path)
+  if sidecar is not None:  # first: the .npz appearing is what finishes a run
+    _atomic_write(sidecar, class_names_lib.sidecar_path(path))
+  _atomic_write(data, path)
+  if sidecar is None and not released.has_scheme(path):
+    try:  # an earlier file's long list must not be read as this file's
+      os.remove(class_names_lib.sidecar_path(path))
+    except FileNotFoundError:
+      pass
 
 
 def _side_pair(image_size: ImageSize) -> Tuple[int, int]:

@@ -4,7 +4,7 @@ that the run has finished)."""
 
 import json
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 import jax
 import numpy as np
@@ -54,8 +54,10 @@ def write_parameter_table(params, workdir: str) -> int:
   return sum(int(np.prod(p.shape)) for p in jax.tree.leaves(params))
 
 
-def write_final(params: Any, eval_metrics: Dict[str, float], workdir: str) -> None:
-  """params.npz (released layout, atomic) and final_metrics.json, written last."""
-  npz.save_npz(params, os.path.join(workdir, PARAMS))
+def write_final(params: Any, eval_metrics: Dict[str, float], workdir: str,
+                class_names: Optional[Sequence[str]] = None) -> None:
+  """params.npz (released layout, atomic, with the head's class names when given) and
+  final_metrics.json, written last."""
+  npz.save_npz(params, os.path.join(workdir, PARAMS), class_names=class_names)
   with open(os.path.join(workdir, FINAL_METRICS), "w", encoding="utf-8") as f:
     json.dump(eval_metrics, f, indent=2)
