@@ -4,7 +4,7 @@ that the run has finished). Each is written whole and atomically (runs/fs.py), s
 never leaves a truncated file that a rerun would then fail to read."""
 
 import json
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 import jax
 import numpy as np
@@ -52,7 +52,9 @@ def write_parameter_table(params, workdir: str) -> int:
   return sum(int(np.prod(p.shape)) for p in jax.tree.leaves(params))
 
 
-def write_final(params: Any, eval_metrics: Dict[str, float], workdir: str) -> None:
-  """params.npz (released layout) and final_metrics.json, each atomic, written last."""
-  npz.save_npz(params, fs.join(workdir, PARAMS))
+def write_final(params: Any, eval_metrics: Dict[str, float], workdir: str,
+                class_names: Optional[Sequence[str]] = None) -> None:
+  """params.npz (released layout, with the head's class names when given) and
+  final_metrics.json, each atomic, written last."""
+  npz.save_npz(params, fs.join(workdir, PARAMS), class_names=class_names)
   fs.write_atomic(fs.join(workdir, FINAL_METRICS), json.dumps(eval_metrics, indent=2))
