@@ -110,6 +110,14 @@ def create_exclusive(path: str, data: Data) -> bool:
   return True
 
 
+def open_append(path: str):
+  """A local text file opened for appending (object stores cannot append: callers write
+  separate objects there instead)."""
+  if is_url(path):
+    raise ValueError(f"cannot append to {path}: objects are written whole")
+  return open(path, "a", encoding="utf-8")
+
+
 def read_bytes(path: str) -> bytes:
   if is_url(path):
     fs, key = _url_fs(path)
@@ -187,6 +195,36 @@ def remove(path: str) -> None:
       os.unlink(path)
   except FileNotFoundError:
     pass
+
+
+def generation(path: str) -> Optional[str]:
+  """The version of a GCS object (changes with every upload); None elsewhere."""
+  if not str(path).startswith("gs://"):
+    return None
+  fs, key = _url_fs(path)
+  fs.invalidate_cache(key)
+  return str(fs.info(key).get("generation"))
+
+
+def remove_generation(path: str, version: str) -> None:
+  """Deletes a GCS object only if it is still at `version` (a newer upload, e.g. another
+  run's lock, survives); missing or already replaced is fine."""
+  fs, key = _url_fs(path)
+  bucket, name, _ = fs.split_path(key)
+  try:
+    fs.call("DELETE", "b/{}/o/{}", bucket, name, ifGenerationMatch=version)
+  except (FileNotFoundError, OSError) as e:
+    if not isinstance(e, FileNotFoundError) and "412" not in str(e):
+      raise
+  fs.invalidate_cache(key)
+
+
+def touch(path: str) -> None:
+  """Renews a file's modification time (object stores: uploads the same bytes again)."""
+  if is_url(path):
+    write_atomic(path, read_bytes(path))
+  else:
+    os.utime(path)
 
 
 def remove_empty_dir(path: str) -> None:
