@@ -16,7 +16,9 @@ from vit_jax import cli, download, sharding
 from vit_jax.checkpoints import npz
 from vit_jax.data import pipeline
 from vit_jax.evaluators import fewshot as probes
+from vit_jax.runs import outputs
 
+KIND = "fewshot"  # the writer's name in --json's no-clobber stamp (vit_jax.runs.outputs)
 
 def data_config(dataset: str, crop: int, train_split: str = "train", eval_split: str = "test",
                 tfds_data_dir: Optional[str] = None) -> ml_collections.ConfigDict:
@@ -83,13 +85,15 @@ def main(argv, flag_values=flags.FLAGS):
   import tensorflow as tf  # tf.data only: keep TensorFlow off the accelerators.
   tf.config.set_visible_devices([], "GPU")
   try:
+    if flag_values.json:  # before the slow part
+      outputs.claim_output_file(flag_values.json, KIND, flag_values.overwrite)
     report = run(flag_values)
   except (ValueError, FileNotFoundError) as e:  # CheckpointError and ShardingError included
     download.fail(" ".join(str(e).split()))
   print(format_table(report, parse_shots(flag_values.shots)))
-  if flag_values.json:
+  if flag_values.json:  # stamped: a rerun may replace it, nothing else is replaced
     with open(flag_values.json, "w", encoding="utf-8") as f:
-      json.dump(report, f, indent=2)
+      json.dump({**outputs.written_by(KIND), **report}, f, indent=2)
 
 
 def define_flags(flag_values=flags.FLAGS) -> None:
@@ -112,6 +116,7 @@ def define_flags(flag_values=flags.FLAGS) -> None:
   flags.DEFINE_string("eval_split", "test", "TFDS split to measure accuracy on.", **define)
   flags.DEFINE_string("tfds_data_dir", None, "TFDS data directory.", **define)
   flags.DEFINE_string("json", None, "Also write the report to this JSON file.", **define)
+  flags.DEFINE_boolean("overwrite", False, outputs.OVERWRITE_HELP, **define)
   flags.mark_flags_as_required(["checkpoint", "dataset"], flag_values=flag_values)
 
 
