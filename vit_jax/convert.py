@@ -9,25 +9,23 @@ it read and wrote and the call that loads the result. DST must be new (or an ear
 conversion's output): anything else is refused unless --overwrite.
 """
 
-from absl import app, flags
+from absl import flags
 
-from vit_jax import cli, download
+from vit_jax import cli
 from vit_jax.checkpoints import convert
 from vit_jax.runs import outputs
 
 FLAGS = flags.FLAGS
 
 
+@cli.command
 def main(argv):
   if len(argv) != 3:
-    raise app.UsageError("pass SRC and DST, e.g. python -m vit_jax.convert params.npz "
+    raise cli.UsageError("pass SRC and DST, e.g. python -m vit_jax.convert params.npz "
                          "out/ --to=hf")
-  try:
-    lines = convert.convert(argv[1], argv[2], to=FLAGS.to, model_name=FLAGS.model,
-                            pre_logits=FLAGS.pre_logits, image_size=FLAGS.image_size,
-                            overwrite=FLAGS.overwrite)
-  except (ValueError, OSError) as e:  # CheckpointError and ConversionError included
-    download.fail(" ".join(str(e).split()))
+  lines = convert.convert(argv[1], argv[2], to=FLAGS.to, model_name=FLAGS.model,
+                          pre_logits=FLAGS.pre_logits, image_size=FLAGS.image_size,
+                          overwrite=FLAGS.overwrite)
   print("\n".join(lines))
 
 
@@ -50,5 +48,4 @@ def define_flags(flag_values=flags.FLAGS) -> None:
 
 
 if __name__ == "__main__":
-  define_flags()
-  cli.run(main)
+  cli.run(main, define_flags)

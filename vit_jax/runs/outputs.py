@@ -19,6 +19,7 @@ import jax
 import numpy as np
 from clu import parameter_overview
 
+from vit_jax import errors
 from vit_jax.checkpoints import npz
 from vit_jax.runs import metrics
 from vit_jax.console import log
@@ -75,7 +76,7 @@ def write_final(params: Any, eval_metrics: Dict[str, float], workdir: str,
     json.dump(eval_metrics, f, indent=2)
 
 
-class OutputExistsError(ValueError):
+class OutputExistsError(errors.InvalidInput):
   """A destination that holds something this command did not write; one line naming the
   path, what is there and --overwrite."""
 
