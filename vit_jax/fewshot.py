@@ -16,7 +16,7 @@ from vit_jax import cli, sharding
 from vit_jax.checkpoints import npz
 from vit_jax.data import pipeline
 from vit_jax.evaluators import fewshot as probes
-from vit_jax.runs import outputs
+from vit_jax.runs import fs, outputs
 
 KIND = "fewshot"  # the writer's name in --json's no-clobber stamp (vit_jax.runs.outputs)
 
@@ -82,8 +82,8 @@ def main(argv, flag_values=flags.FLAGS):
   report = run(flag_values)
   print(format_table(report, parse_shots(flag_values.shots)))
   if flag_values.json:  # stamped: a rerun may replace it, nothing else is replaced
-    with open(flag_values.json, "w", encoding="utf-8") as f:
-      json.dump({**outputs.written_by(KIND), **report}, f, indent=2)
+    fs.write_atomic(flag_values.json, json.dumps({**outputs.written_by(KIND), **report},
+                                                 indent=2))
 
 
 def define_flags(flag_values=flags.FLAGS) -> None:
