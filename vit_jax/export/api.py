@@ -48,7 +48,13 @@ class Result:
 def format_module(to: str):
   if to not in _MODULES:
     raise ExportError(f"unknown format {to!r}: --to must be one of {', '.join(FORMATS)}")
-  return importlib.import_module(f"vit_jax.export.{_MODULES[to]}")
+  try:
+    return importlib.import_module(f"vit_jax.export.{_MODULES[to]}")
+  except ModuleNotFoundError as e:  # a runtime of the optional `export` extra
+    if (e.name or "").startswith("vit_jax"):
+      raise
+    raise ExportError(f"--to={to} needs {e.name}, which is not installed: pip install "
+                      "'vit_jax[export]'") from None
 
 
 def parse_batch(batch: Union[None, int, str]) -> Union[None, int, str]:
