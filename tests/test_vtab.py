@@ -13,7 +13,7 @@ from absl import app, flags
 from PIL import Image
 
 from conftest import REPO, init_params, tiny_model
-from vit_jax import save_npz, train
+from vit_jax import cli, save_npz, train
 from vit_jax import vtab as command
 from vit_jax.evaluators import vtab
 
@@ -264,7 +264,7 @@ USAGE = {  # argv -> the start of the UsageError's message
     ("--config.dataset=cifar10",): "--config.dataset is set by each task's run: use --tasks",
     ("--lr_sweep", "--config.total_steps=3"): "--config.total_steps is swept with --lr_sweep: "
     "set the grid with --sweep_lrs and --sweep_steps",
-    ("--lr_sweep", "--sweep_steps=0,10"): "--sweep_steps=0,10 must be positive numbers",
+    ("--lr_sweep", "--sweep_steps=0,10"): "--sweep_steps=0,10 must be positive integers",
     ("--sweep_lrs=0.1,0.3",): "--sweep_lrs need --lr_sweep",
 }
 
@@ -288,7 +288,7 @@ def test_usage_mistakes_fail_before_any_run(monkeypatch, tmp_path, argv):
 def test_bad_config_override_is_one_line(monkeypatch, capsys):
   monkeypatch.setattr(sys, "argv", ["vtab", "--config.nope=3"])
   with pytest.raises(SystemExit) as raised:
-    command.define_flags_or_exit(flags.FlagValues())
+    cli.define_or_exit(command.define_flags, flags.FlagValues())
   assert raised.value.code == 2
   assert capsys.readouterr().err == "error: bad flag or config override: no config key 'nope'\n"
 

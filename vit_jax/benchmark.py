@@ -36,7 +36,7 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from vit_jax import cli, console, optim, sharding, train_step
+from vit_jax import cli, console, errors, optim, sharding, train_step
 from vit_jax.data import sources
 from vit_jax.models import vit, zoo
 
@@ -318,7 +318,7 @@ def _config_from_args(parser, args, extra: List[str], argv: List[str]):
                  "--config.KEY=VALUE")
   try:
     return load_config(args.config, extra)
-  except (flags.Error, AttributeError, KeyError, TypeError, ValueError, OSError) as e:
+  except cli.FLAG_ERRORS + (OSError,) as e:
     parser.error(f"cannot load --config={args.config}: {cli.one_line(e)}")
 
 
@@ -333,8 +333,8 @@ def main(argv=None):
       sharding.check_batch_size(args.batch, sharding.make_mesh(args.mesh))
     else:
       sharding.check_config_batches(config, sharding.make_mesh(config.mesh))
-  except (sharding.ShardingError, ValueError) as e:
-    parser.error(" ".join(str(e).split()))
+  except errors.UserError as e:
+    parser.error(cli.one_line(e))
   peak = args.peak_tflops * 1e12 if args.peak_tflops else None
   print(f"{jax.device_count()} x {jax.devices()[0].device_kind}, jax {jax.__version__}")
   if config is not None:

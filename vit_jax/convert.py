@@ -8,23 +8,21 @@ target follows DST's name (.npz: npz, .safetensors: timm) unless --to says it. P
 it read and wrote and the call that loads the result.
 """
 
-from absl import app, flags
+from absl import flags
 
-from vit_jax import cli, download
+from vit_jax import cli
 from vit_jax.checkpoints import convert
 
 FLAGS = flags.FLAGS
 
 
+@cli.command
 def main(argv):
   if len(argv) != 3:
-    raise app.UsageError("pass SRC and DST, e.g. python -m vit_jax.convert params.npz "
+    raise cli.UsageError("pass SRC and DST, e.g. python -m vit_jax.convert params.npz "
                          "out/ --to=hf")
-  try:
-    lines = convert.convert(argv[1], argv[2], to=FLAGS.to, model_name=FLAGS.model,
-                            pre_logits=FLAGS.pre_logits, image_size=FLAGS.image_size)
-  except (ValueError, OSError) as e:  # CheckpointError and ConversionError included
-    download.fail(" ".join(str(e).split()))
+  lines = convert.convert(argv[1], argv[2], to=FLAGS.to, model_name=FLAGS.model,
+                          pre_logits=FLAGS.pre_logits, image_size=FLAGS.image_size)
   print("\n".join(lines))
 
 
@@ -46,5 +44,4 @@ def define_flags(flag_values=flags.FLAGS) -> None:
 
 
 if __name__ == "__main__":
-  define_flags()
-  cli.run(main)
+  cli.run(main, define_flags)

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from absl import flags
 
-from vit_jax import cli, download, predict
+from vit_jax import cli, predict
 from vit_jax.checkpoints import npz
 from vit_jax.models import introspect
 from vit_jax.models import posemb as posemb_lib
@@ -156,20 +156,17 @@ def write_figures(module: vit.VisionTransformer, params, images: np.ndarray,
   ]
 
 
+@cli.command
 def main(argv):
   image_paths = predict.image_arguments(argv)
-  try:
-    module, params, image_size = npz.load_for_inference(
-        FLAGS.checkpoint, FLAGS.image_size, allow_nonfinite=FLAGS.allow_nonfinite)
-    images = np.stack([predict.load_image(p, image_size) for p in image_paths])
-    names = [os.path.basename(p) for p in image_paths]
-    written = write_figures(module, params, images, names, FLAGS.out)
-  except (ValueError, OSError) as e:  # CheckpointError, ImageError, unwritable --out
-    download.fail(str(e))
+  module, params, image_size = npz.load_for_inference(
+      FLAGS.checkpoint, FLAGS.image_size, allow_nonfinite=FLAGS.allow_nonfinite)
+  images = np.stack([predict.load_image(p, image_size) for p in image_paths])
+  names = [os.path.basename(p) for p in image_paths]
+  written = write_figures(module, params, images, names, FLAGS.out)
   for path in written:
     print(path)
 
 
-if __name__ == "__main__":  # flags only for the command, not for importers
-  define_flags()
-  cli.run(main)
+if __name__ == "__main__":
+  cli.run(main, define_flags)

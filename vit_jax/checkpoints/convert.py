@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 from flax import traverse_util
 
+from vit_jax import errors
 from vit_jax.checkpoints import formats, hf_layout, npz, timm_layout, torch_layout
 from vit_jax.models import posemb, vit, zoo
 
@@ -38,7 +39,7 @@ WEIGHTS = "model.safetensors"
 NORMALIZE = dict(mean=[0.5, 0.5, 0.5], std=[0.5, 0.5, 0.5])  # (x - 127.5) / 127.5 on [0, 1]
 
 
-class ConversionError(ValueError):
+class ConversionError(errors.InvalidInput):
   """A conversion that would not be faithful, or a usage mistake; one line."""
 
 

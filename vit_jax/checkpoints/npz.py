@@ -23,7 +23,7 @@ import ml_dtypes
 import numpy as np
 from flax import traverse_util
 
-from vit_jax import console
+from vit_jax import console, errors
 from vit_jax.checkpoints import class_names as class_names_lib
 from vit_jax.checkpoints import formats, npz_layout, released
 from vit_jax.checkpoints.class_names import read_class_names  # pylint: disable=unused-import
@@ -35,7 +35,7 @@ POSEMB_KEY = npz_layout.POSEMB
 _DOWNLOAD_HINT = "fetch a released file with: python -m vit_jax.download imagenet21k/ViT-B_16"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(errors.InvalidInput):
   """A checkpoint that cannot be used; the message is one line naming problem and fix."""
 
 
@@ -156,9 +156,10 @@ def save_npz(params: Any, path: str, *, class_names: Optional[Sequence[str]] = N
   if class_names is not None:
     head_classes = np.shape(flat.get("head/kernel", ()))[-1:]
     if head_classes != (len(class_names),):
-      raise ValueError(f"{len(class_names)} class names for a head of "
-                       f"{head_classes[0] if head_classes else 'no'} classes: pass one name "
-                       "per class of the head, or none")
+      raise errors.InvalidInput(
+          f"{len(class_names)} class names for a head of "
+          f"{head_classes[0] if head_classes else 'no'} classes: pass one name "
+          "per class of the head, or none")
   buffer = io.BytesIO()
   np.savez(buffer, **{key: np.asarray(value, np.float32) for key, value in flat.items()})
   data, sidecar = class_names_lib.with_class_names(buffer.getvalue(), class_names)
@@ -213,7 +214,7 @@ def check_against(flat: Dict[str, np.ndarray], shapes: Dict[str, tuple], path: s
                             f"{tuple(shape)} ({hint})")
 
 
-class ImageSizeError(ValueError):
+class ImageSizeError(errors.InvalidInput):
   """An input size the model cannot run at; the message names valid sizes."""
 
 

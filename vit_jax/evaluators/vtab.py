@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import ml_collections
 
-from vit_jax import config_defaults
+from vit_jax import config_defaults, errors
 from vit_jax.checkpoints import npz, released
 from vit_jax.console import log
 from vit_jax.data import vtab as tasks_lib
@@ -86,9 +86,10 @@ def resolve_tasks(specs: Sequence[str]) -> List[TaskRun]:
         directories.append(TaskRun(os.path.basename(path.rstrip(os.sep)),
                                    tasks_lib.CUSTOM_GROUP, path))
     else:
-      raise ValueError(f"unknown task {spec!r} in --tasks: not a VTAB task, a group "
-                       f"({', '.join(tasks_lib.GROUPS)}) or an image directory; tasks: "
-                       f"{', '.join(tasks_lib.TASKS)}")
+      raise errors.InvalidInput(
+          f"unknown task {spec!r} in --tasks: not a VTAB task, a group "
+          f"({', '.join(tasks_lib.GROUPS)}) or an image directory; tasks: "
+          f"{', '.join(tasks_lib.TASKS)}")
   runs = [TaskRun(name, task.group, tasks_lib.PREFIX + name, task.crop, task.flip)
           for name, task in tasks_lib.TASKS.items() if name in chosen]
   runs += directories
@@ -96,10 +97,11 @@ def resolve_tasks(specs: Sequence[str]) -> List[TaskRun]:
   for name in set(names):
     if names.count(name) > 1:
       clash = [run.dataset for run in runs if run.name == name]
-      raise ValueError(f"--tasks has two tasks named {name!r} ({', '.join(clash)}): each "
-                       "task's results go to WORKDIR/<name>/; rename a directory")
+      raise errors.InvalidInput(
+          f"--tasks has two tasks named {name!r} ({', '.join(clash)}): each "
+          "task's results go to WORKDIR/<name>/; rename a directory")
   if not runs:
-    raise ValueError("--tasks is empty: name VTAB tasks, groups or image directories")
+    raise errors.InvalidInput("--tasks is empty: name VTAB tasks, groups or image directories")
   return runs
 
 
@@ -118,10 +120,11 @@ def check_overrides(overrides: Mapping[str, Any], sweep: bool) -> None:
   for key in overrides:
     if key in RUNNER_KEYS:
       instead = "--checkpoint" if key == "pretrained" else "--tasks"
-      raise ValueError(f"--config.{key} is set by each task's run: use {instead}")
+      raise errors.InvalidInput(f"--config.{key} is set by each task's run: use {instead}")
     if sweep and key in SWEPT_KEYS:
-      raise ValueError(f"--config.{key} is swept with --lr_sweep: set the grid with "
-                       "--sweep_lrs and --sweep_steps")
+      raise errors.InvalidInput(
+          f"--config.{key} is swept with --lr_sweep: set the grid with "
+          "--sweep_lrs and --sweep_steps")
 
 
 def model_settings(checkpoint: str) -> Dict[str, Any]:
@@ -207,6 +210,10 @@ def set_aside(workdir: str) -> str:
   return dest
 
 
+class TaskError(errors.UserError):
+  """A task's run failed on a user error; the message names the task."""
+
+
 class Preempted(Exception):
   """A run stopped early (preemption); its checkpoint is saved, a rerun resumes."""
 
@@ -248,10 +255,8 @@ class Runner:
              config.total_steps, splits[0], splits[1], workdir)
     try:
       result = self.train_fn(config, workdir)
-    except (ValueError, FileNotFoundError, FloatingPointError) as e:
-      kind = next(k for k in (FileNotFoundError, FloatingPointError, ValueError)
-                  if isinstance(e, k))
-      raise kind(f"task {run.name}: {' '.join(str(e).split())}") from e
+    except (errors.UserError, OSError) as e:
+      raise TaskError(f"task {run.name}: {e}") from e
     if "preempted_at_step" in result:
       raise Preempted(f"preempted during task {run.name} ({what}) at step "
                       f"{result['preempted_at_step']}: rerun the same command to resume")
@@ -331,7 +336,7 @@ def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, chec
   overrides = dict(overrides or {})
   check_overrides(overrides, sweep is not None)
   if select not in SELECTIONS:
-    raise ValueError(f"unknown selection {select!r}; use one of {', '.join(SELECTIONS)}")
+    raise errors.InvalidInput(f"unknown selection {select!r}; use one of {', '.join(SELECTIONS)}")
   runs = resolve_tasks(specs)
   if train_fn is None:
     from vit_jax import train  # jax and the models: only when something runs
