@@ -7,24 +7,22 @@ into the folder OUT with a metadata.json beside it, after reloading it in its ow
 and comparing its logits with the Flax model's (see vit_jax.export.api).
 """
 
-from absl import app, flags
+from absl import flags
 
-from vit_jax import cli, download
+from vit_jax import cli
 from vit_jax.export import api
 
 FLAGS = flags.FLAGS
 
 
+@cli.command
 def main(argv):
   if len(argv) != 3:
-    raise app.UsageError("pass CHECKPOINT and OUT, e.g. python -m vit_jax.export "
+    raise cli.UsageError("pass CHECKPOINT and OUT, e.g. python -m vit_jax.export "
                          "params.npz exported/ --to=saved_model")
-  try:
-    result = api.export(argv[1], argv[2], to=FLAGS.to, image_size=FLAGS.image_size,
-                        batch=FLAGS.batch, dtype=FLAGS.dtype,
-                        with_preprocessing=FLAGS.with_preprocessing, overwrite=FLAGS.overwrite)
-  except (ValueError, OSError) as e:  # ExportError included
-    download.fail(" ".join(str(e).split()))
+  result = api.export(argv[1], argv[2], to=FLAGS.to, image_size=FLAGS.image_size,
+                      batch=FLAGS.batch, dtype=FLAGS.dtype,
+                      with_preprocessing=FLAGS.with_preprocessing, overwrite=FLAGS.overwrite)
   print(result.summary())
 
 
@@ -46,5 +44,4 @@ def define_flags(flag_values=flags.FLAGS) -> None:
 
 
 if __name__ == "__main__":
-  define_flags()
-  cli.run(main)
+  cli.run(main, define_flags)

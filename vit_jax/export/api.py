@@ -94,7 +94,8 @@ def export(checkpoint: str, out: str, *, to: str, image_size: Optional[int] = No
   batch: 'dynamic' or N (default: dynamic; 1 for tflite). dtype: float32, bfloat16
   (compute dtype; stablehlo and saved_model) or float16 (tflite: float16 weights).
   with_preprocessing: saved_model only, its signature then takes encoded image bytes.
-  Raises ExportError (one line) before anything is written under `out`.
+  Raises an errors.UserError (one line: ExportError, CheckpointError, ...) and leaves
+  `out` as it was when anything fails.
   """
   start = time.time()
   fmt = format_module(to)

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vit_jax import errors
 from vit_jax.checkpoints import npz, released
 from vit_jax.models import vit, zoo
 
@@ -21,7 +22,7 @@ MAX_WEIGHT_BYTES = 1_900_000_000
 IMAGENET_CLASSES = 1000
 
 
-class ExportError(ValueError):
+class ExportError(errors.InvalidInput):
   """A checkpoint, option or output that cannot be exported; the message is one line."""
 
 
@@ -63,12 +64,10 @@ class Source:
 
 def load_source(checkpoint: str, image_size: Optional[int], dtype: str) -> Source:
   """The checkpoint loaded as load_npz does (image_size must be a multiple of the stride);
-  raises ExportError (one line) for what cannot be read or exported."""
-  try:
-    path = released.resolve(checkpoint)
-    module, params, size = npz.load_for_inference(path, image_size)
-  except (ValueError, OSError) as e:  # CheckpointError, ImageSizeError included
-    raise ExportError(" ".join(str(e).split())) from None
+  raises an errors.UserError (one line: CheckpointError, ExportError, ...) for what cannot
+  be read or exported."""
+  path = released.resolve(checkpoint)
+  module, params, size = npz.load_for_inference(path, image_size)
   weight_bytes = sum(np.asarray(p).nbytes for p in jax.tree.leaves(params))
   if weight_bytes > MAX_WEIGHT_BYTES:
     raise ExportError(f"{checkpoint}: {weight_bytes / 2**30:.1f} GiB of weights do not fit "
