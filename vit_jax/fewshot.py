@@ -16,6 +16,7 @@ from vit_jax import cli, sharding
 from vit_jax.checkpoints import npz
 from vit_jax.data import pipeline
 from vit_jax.evaluators import fewshot as probes
+from vit_jax.runs import fs
 
 
 def data_config(dataset: str, crop: int, train_split: str = "train", eval_split: str = "test",
@@ -78,8 +79,7 @@ def main(argv, flag_values=flags.FLAGS):
   report = run(flag_values)
   print(format_table(report, parse_shots(flag_values.shots)))
   if flag_values.json:
-    with open(flag_values.json, "w", encoding="utf-8") as f:
-      json.dump(report, f, indent=2)
+    fs.write_atomic(flag_values.json, json.dumps(report, indent=2))
 
 
 def define_flags(flag_values=flags.FLAGS) -> None:

@@ -23,7 +23,6 @@ fixed embedding); timm and HF outputs are float32.
 import dataclasses
 import json
 import os
-import tempfile
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -32,6 +31,7 @@ from flax import traverse_util
 from vit_jax import errors
 from vit_jax.checkpoints import formats, hf_layout, npz, timm_layout, torch_layout
 from vit_jax.models import posemb, vit, zoo
+from vit_jax.runs import fs
 
 TARGETS = ("npz", "timm", "hf")
 PRE_LOGITS = ("drop", "pooler")
@@ -147,29 +147,15 @@ def _handle_pre_logits(source: Source, flat: Dict[str, np.ndarray], to: str,
   return flat, None, [note]
 
 
-def _atomic_bytes(data: bytes, path: str) -> None:
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-  try:
-    with os.fdopen(fd, "wb") as f:
-      f.write(data)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-  except BaseException:
-    os.unlink(tmp)
-    raise
-
-
 def _write_json(value: Any, path: str) -> None:
-  _atomic_bytes((json.dumps(value, indent=2, sort_keys=True) + "\n").encode(), path)
+  fs.write_atomic(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
 
 
 def write_safetensors(state: Dict[str, np.ndarray], path: str,
                       metadata: Optional[Dict[str, str]] = None) -> None:
   from safetensors.numpy import save  # pylint: disable=import-outside-toplevel
   arrays = {k: np.ascontiguousarray(v, np.float32) for k, v in sorted(state.items())}
-  _atomic_bytes(save(arrays, metadata={"format": "pt", **(metadata or {})}), path)
+  fs.write_atomic(path, save(arrays, metadata={"format": "pt", **(metadata or {})}))
 
 
 def _call(function: str, *args, **kwargs) -> str:
