@@ -33,6 +33,7 @@ from vit_jax.models import zoo
 from vit_jax.runs import fs, metrics, outputs
 from vit_jax.runs import workdir as workdir_lib
 
+KIND = "vtab"  # the writer's name in WORKDIR's no-clobber marker (vit_jax.runs.outputs)
 SWEEP_LRS = (0.001, 0.01)
 SWEEP_STEPS = (500, 2_500)  # the two schedules: BiT's HyperRule length and the paper's
 SELECTIONS = ("task", "mean")  # best setting per task | one setting, best mean (paper)
@@ -327,15 +328,18 @@ def _top1(result: Mapping[str, float]) -> Dict[str, float]:
 def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, checkpoint: str,
                   workdir: str, overrides: Optional[Mapping[str, Any]] = None,
                   sweep: Optional[Tuple[Sequence[float], Sequence[int]]] = None,
-                  select: str = "task", train_fn: Optional[Callable] = None) -> Dict[str, Any]:
+                  select: str = "task", train_fn: Optional[Callable] = None,
+                  overwrite: bool = False) -> Dict[str, Any]:
   """Fine-tunes and evaluates every task of `specs`; writes WORKDIR/vtab.json and
   vtab.md and returns the report. `sweep` = (lrs, steps) runs the model selection first.
-  `overrides` are the user's --config.KEY values, applied last to every run."""
+  `overrides` are the user's --config.KEY values, applied last to every run. WORKDIR must
+  be new, empty or an earlier VTAB run's, unless overwrite (see vit_jax.runs.outputs)."""
   overrides = dict(overrides or {})
   check_overrides(overrides, sweep is not None)
   if select not in SELECTIONS:
     raise errors.InvalidInput(f"unknown selection {select!r}; use one of {', '.join(SELECTIONS)}")
   runs = resolve_tasks(specs)
+  outputs.claim_output_dir(workdir, KIND, overwrite)
   if train_fn is None:
     from vit_jax import train  # jax and the models: only when something runs
     train_fn = train.train_and_evaluate
