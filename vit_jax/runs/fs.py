@@ -51,14 +51,21 @@ def _store_errors(function: F) -> F:
     except _ANSWERS:
       raise
     except (OSError, TimeoutError, _client_errors()) as e:
-      _unreachable[protocol] = (
-          f"lost the connection to {protocol}:// while accessing {path} "
-          f"({' '.join(str(e).split())[:200]}); checkpoints are saved whole or not at all, "
-          "so the last complete one is intact: check the connection and credentials, then "
-          "rerun the same command to resume from it")
-      raise StorageUnavailable(_unreachable[protocol]) from None
+      raise unavailable(path, e) from None
 
   return wrapped  # type: ignore[return-value]
+
+
+def unavailable(path: str, error: BaseException) -> StorageUnavailable:
+  """The one-line error for a store that stopped answering at `path`; from now on every
+  call on that protocol fails at once (the client already spent its retries)."""
+  protocol = str(path).split("://", 1)[0]
+  _unreachable[protocol] = (
+      f"lost the connection to {protocol}:// while accessing {path} "
+      f"({' '.join(str(error).split())[:200]}); checkpoints are saved whole or not at all, "
+      "so the last complete one is intact: check the connection and credentials, then "
+      "rerun the same command to resume from it")
+  return StorageUnavailable(_unreachable[protocol])
 
 
 @functools.lru_cache(maxsize=None)

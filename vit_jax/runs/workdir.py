@@ -208,8 +208,11 @@ class WorkdirLock:
     self._stop.set()
     self._heartbeat.join()
     self._held = False
-    if self._is_ours(self._holder()):
-      fs.remove(self.path)
+    try:
+      if self._is_ours(self._holder()):
+        fs.remove(self.path)
+    except OSError:  # the store went away: the lock expires (same host: at once, its pid is
+      pass           # gone; other hosts: after STALE_AFTER_S), the error that ended the run shows
 
   def __enter__(self):
     return self.acquire()
