@@ -22,7 +22,16 @@ import shutil
 import tempfile
 from typing import Callable, Dict, List, Optional, TypeVar, Union
 
+import fsspec
+
 from vit_jax import console, errors
+
+# gcsfs caches folder listings for as long as the process lives, but a workdir is also
+# written by others: tensorstore (orbax's arrays), other hosts of the job. A stale listing
+# made orbax's retention fail to delete a step it had just written, so listings are read
+# fresh (a user's own fsspec configuration for gs still wins).
+for _protocol in ("gs", "gcs"):
+  fsspec.config.conf.setdefault(_protocol, {}).setdefault("use_listings_cache", False)
 
 Data = Union[str, bytes]
 F = TypeVar("F", bound=Callable)
@@ -89,7 +98,6 @@ def join(*parts: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _filesystem(protocol: str):
-  import fsspec  # pylint: disable=g-import-not-at-top  (only runs writing to URLs need it)
   if not console.verbose_requested():  # it logs a traceback per failed retry series
     for name in ("fsspec", "gcsfs"):
       logging.getLogger(name).setLevel(logging.CRITICAL)
