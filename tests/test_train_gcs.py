@@ -76,10 +76,17 @@ def layout(names):
 
 
 @pytest.fixture(scope="module")
-def reference(gcs, tmp_path_factory):
+def logs(tmp_path_factory):
+  """Where the jobs' outputs go (and the local run's workdir)."""
+  folder = tmp_path_factory.mktemp("logs")
+  os.environ["GCS_TEST_LOGS"] = str(folder)
+  yield folder
+  del os.environ["GCS_TEST_LOGS"]
+
+
+@pytest.fixture(scope="module")
+def reference(gcs, logs):
   """One local and one gs:// run of the same config, side by side."""
-  logs = tmp_path_factory.mktemp("logs")
-  os.environ["GCS_TEST_LOGS"] = str(logs)
   local, remote = str(logs / "local"), f"gs://{gcs.bucket}/run"
   runs = [start(local, tag="local"), start(remote, tag="remote")]
   for run, tag in zip(runs, ("local", "remote")):
@@ -142,7 +149,7 @@ def test_sigkill_then_rerun_resumes_exactly_and_a_live_run_is_not_shared(gcs, re
     np.testing.assert_allclose(resumed[key], expected[key], rtol=1e-6, atol=1e-7, err_msg=key)
 
 
-def test_two_processes_with_four_devices_share_one_gs_workdir(gcs, reference):
+def test_two_processes_with_four_devices_share_one_gs_workdir(gcs, logs):
   from test_multiprocess import free_port  # pylint: disable=import-outside-toplevel
   workdir, port = f"gs://{gcs.bucket}/pod", free_port()
   workers = [start(workdir, f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
@@ -155,7 +162,7 @@ def test_two_processes_with_four_devices_share_one_gs_workdir(gcs, reference):
   assert "run.lock" not in fs.listdir(workdir) and "params.npz" in fs.listdir(workdir)
 
 
-def test_sigterm_saves_and_a_store_that_goes_away_fails_in_one_line(gcs, reference):
+def test_sigterm_saves_and_a_store_that_goes_away_fails_in_one_line(gcs, logs):
   """SIGTERM saves the current step on the bucket; later the emulator is stopped mid-run:
   one line, and the rerun resumes from the last complete checkpoint."""
   workdir = f"gs://{gcs.bucket}/outage"

@@ -227,7 +227,7 @@ class Checkpointer:
           "lower config.base_lr or check the data, then rerun to resume from it")
     self._check_space(step, state)
     self._pending_step = step
-    with self._storage_errors_as_one_line(step):
+    with self._storage_errors_as_one_line(step), _silenced_library_logs():  # see wait()
       self._open().save(step, args=ocp.args.StandardSave(_stored_fields(state)), force=True)
 
   def _check_space(self, step: int, state: Any) -> None:
@@ -262,7 +262,9 @@ class Checkpointer:
 
   def wait(self) -> None:
     if self._manager is not None:
-      with self._storage_errors_as_one_line(self._pending_step):
+      # orbax logs a failed background save with its traceback before raising it here;
+      # the failure is reported once, in one line, by _storage_errors_as_one_line.
+      with self._storage_errors_as_one_line(self._pending_step), _silenced_library_logs():
         self._manager.wait_until_finished()
 
   def close(self) -> None:

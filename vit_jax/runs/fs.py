@@ -59,7 +59,7 @@ def _store_errors(function: F) -> F:
       return function(path, *args, **kwargs)
     except _ANSWERS:
       raise
-    except (OSError, TimeoutError, _client_errors()) as e:
+    except (OSError, TimeoutError, *_client_errors()) as e:
       raise unavailable(path, e) from None
 
   return wrapped  # type: ignore[return-value]
