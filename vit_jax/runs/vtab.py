@@ -329,7 +329,8 @@ def _top1(result: Mapping[str, float]) -> Dict[str, float]:
 def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, checkpoint: str,
                   workdir: str, overrides: Optional[Mapping[str, Any]] = None,
                   sweep: Optional[Tuple[Sequence[float], Sequence[int]]] = None,
-                  select: str = "task", train_fn: Optional[Callable] = None) -> Dict[str, Any]:
+                  select: str = "task",
+                  train_fn: Callable[[ml_collections.ConfigDict, str], dict]) -> Dict[str, Any]:
   """Fine-tunes and evaluates every task of `specs`; writes WORKDIR/vtab.json and
   vtab.md and returns the report. `sweep` = (lrs, steps) runs the model selection first.
   `overrides` are the user's --config.KEY values, applied last to every run."""
@@ -338,9 +339,6 @@ def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, chec
   if select not in SELECTIONS:
     raise errors.InvalidInput(f"unknown selection {select!r}; use one of {', '.join(SELECTIONS)}")
   runs = resolve_tasks(specs)
-  if train_fn is None:
-    from vit_jax import train  # jax and the models: only when something runs
-    train_fn = train.train_and_evaluate
   runner = Runner(base, checkpoint, workdir, overrides, model_settings(checkpoint), train_fn)
   log.info("VTAB-1k: %d task(s) from %s in %s%s", len(runs), checkpoint, workdir,
            " with the lr/schedule sweep" if sweep else "")
