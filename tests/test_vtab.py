@@ -15,7 +15,7 @@ from PIL import Image
 from conftest import REPO, init_params, tiny_model
 from vit_jax import cli, save_npz, train
 from vit_jax import vtab as command
-from vit_jax.runs import vtab
+from vit_jax.runs import outputs, vtab
 
 FOLDERS = {"alpha": 0, "beta": 3, "gamma": 6}  # folder -> test images with the wrong label
 TINY = {"batch": 16, "batch_eval": 16, "total_steps": 4, "accum_steps": 1, "pp.crop": 16,
@@ -182,6 +182,21 @@ def test_group_means_and_the_table(tmp_path):
       "| Custom | my_images | 80.00 | 0.01 | 2500 |",
       "| **Custom mean** | 1 task, in no VTAB group | **80.00** | | |",
       "| **Mean** | 6 tasks, 1 custom included | **60.00** | | |"]
+
+
+
+def test_the_workdir_must_be_new_or_a_vtab_run(tmp_path):
+  """The report files never land in a folder VTAB did not make (a run's workdir, $HOME)."""
+  (tmp_path / "w").mkdir()
+  (tmp_path / "w" / "vtab.md").write_text("my notes")
+  run = lambda **kw: vtab.run_benchmark(vtab.base_config(), ["dtd"], checkpoint="ViT-B_16",
+                                        workdir=str(tmp_path / "w"),
+                                        train_fn=fake_training({"dtd": 0.5}, []), **kw)
+  with pytest.raises(outputs.OutputExistsError, match="holds files it did not write"):
+    run()
+  assert (tmp_path / "w" / "vtab.md").read_text() == "my notes"
+  run(overwrite=True)
+  run()  # now its own output: a rerun resumes there
 
 
 SWEEP = ((0.001, 0.01), (500, 2500))

@@ -39,6 +39,7 @@ from ml_collections import config_flags
 from vit_jax import cli, console, errors, objectives, sharding, trainer
 from vit_jax.data import registry
 from vit_jax.models import vit, zoo
+from vit_jax.runs import fs
 
 SUITE = [(model, mode, size) for model in ("ViT-Ti_16", "ViT-B_16", "ViT-L_16")
          for size in (224, 384) for mode in ("train", "infer")]
@@ -370,8 +371,8 @@ def run_and_print(measure_fn, key: dict, json_path: Optional[str]) -> None:
   else:
     print(format_row(result), flush=True)
   if json_path:
-    with open(json_path, "a", encoding="utf-8") as f:
-      f.write(json.dumps(result) + "\n")
+    earlier = fs.read_text(json_path) if fs.exists(json_path) else ""  # no appends on
+    fs.write_atomic(json_path, earlier + json.dumps(result) + "\n")     # object stores
 
 
 def describe_config(config: ml_collections.ConfigDict, mode: str) -> str:

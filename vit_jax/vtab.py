@@ -14,7 +14,7 @@ from ml_collections import config_flags
 
 from vit_jax import cli, console, errors
 from vit_jax.data import vtab as tasks_lib
-from vit_jax.runs import vtab
+from vit_jax.runs import outputs, vtab
 
 
 @cli.command
@@ -42,7 +42,8 @@ def main(argv, flag_values=flags.FLAGS):
                                 checkpoint=flag_values.checkpoint, workdir=flag_values.workdir,
                                 overrides=overrides, sweep=sweep,
                                 select=flag_values.sweep_select,
-                                train_fn=train.train_and_evaluate)
+                                train_fn=train.train_and_evaluate,
+                                overwrite=flag_values.overwrite)
   except vtab.Preempted as e:
     console.log.warning("%s", e)
     return
@@ -71,6 +72,8 @@ def define_flags(flag_values=flags.FLAGS) -> None:
   flags.DEFINE_enum("sweep_select", "mean", vtab.SELECTIONS, "mean: the setting with the "
                     "best mean val200 accuracy, for all tasks (the paper's choice); task: the "
                     "best setting per task.", **define)
+  flags.DEFINE_boolean("overwrite", False, outputs.OVERWRITE_HELP + " For --workdir: one "
+                       "that holds no earlier VTAB run.", **define)
   flags.mark_flags_as_required(["checkpoint", "workdir"], flag_values=flag_values)
 
 

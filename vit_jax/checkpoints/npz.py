@@ -12,7 +12,6 @@ import io
 import logging
 import math
 import os
-import tempfile
 import zipfile
 import zlib
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
@@ -29,6 +28,7 @@ from vit_jax.checkpoints import formats, npz_layout, released
 from vit_jax.checkpoints.class_names import read_class_names  # pylint: disable=unused-import
 from vit_jax.models import posemb
 from vit_jax.models import vit, zoo
+from vit_jax.runs import fs
 
 ImageSize = Union[int, Sequence[int]]
 POSEMB_KEY = npz_layout.POSEMB
@@ -117,28 +117,6 @@ def read_npz(path: str) -> Dict[str, np.ndarray]:
   return _upcast_half_precision(arrays, path)
 
 
-def _atomic_write(data: bytes, path: str) -> None:
-  """Writes all bytes or nothing: an existing file is only replaced by a complete one."""
-  if released.has_scheme(path):
-    import tensorflow as tf
-    with tf.io.gfile.GFile(path, "wb") as f:  # object stores publish on close.
-      f.write(data)
-    return
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".npz")
-  try:
-    with os.fdopen(fd, "wb") as f:
-      f.write(data)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes files owner-only; outputs are shared
-    os.replace(tmp, path)
-  except BaseException:
-    os.unlink(tmp)
-    raise
-
-
 def save_npz(params: Any, path: str, *, class_names: Optional[Sequence[str]] = None) -> None:
   """Writes params in the released layout (flat `/` keys, float32, one entry per block
   also for scan_layers models), atomically. A head of 0 classes (a feature extractor,
@@ -165,13 +143,10 @@ def save_npz(params: Any, path: str, *, class_names: Optional[Sequence[str]] = N
   data, sidecar = class_names_lib.with_class_names(buffer.getvalue(), class_names)
   path = os.fspath(path)
   if sidecar is not None:  # first: the .npz appearing is what finishes a run
-    _atomic_write(sidecar, class_names_lib.sidecar_path(path))
-  _atomic_write(data, path)
-  if sidecar is None and not released.has_scheme(path):
-    try:  # an earlier file's long list must not be read as this file's
-      os.remove(class_names_lib.sidecar_path(path))
-    except FileNotFoundError:
-      pass
+    fs.write_atomic(class_names_lib.sidecar_path(path), sidecar)
+  fs.write_atomic(path, data)
+  if sidecar is None:  # an earlier file's long list must not be read as this file's
+    fs.remove(class_names_lib.sidecar_path(path))
 
 
 def _side_pair(image_size: ImageSize) -> Tuple[int, int]:

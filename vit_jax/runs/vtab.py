@@ -30,9 +30,10 @@ from vit_jax.checkpoints import npz, released
 from vit_jax.console import log
 from vit_jax.data import vtab as tasks_lib
 from vit_jax.models import zoo
-from vit_jax.runs import metrics, outputs
+from vit_jax.runs import fs, metrics, outputs
 from vit_jax.runs import workdir as workdir_lib
 
+KIND = "vtab"  # the writer's name in WORKDIR's no-clobber marker (vit_jax.runs.outputs)
 SWEEP_LRS = (0.001, 0.01)
 SWEEP_STEPS = (500, 2_500)  # the two schedules: BiT's HyperRule length and the paper's
 SELECTIONS = ("task", "mean")  # best setting per task | one setting, best mean (paper)
@@ -171,15 +172,14 @@ def task_config(base: ml_collections.ConfigDict, run: TaskRun, *, checkpoint: st
 
 def _read_json(path: str) -> Optional[dict]:
   try:
-    with open(path, encoding="utf-8") as f:
-      return json.load(f)
+    return json.loads(fs.read_text(path))
   except (OSError, ValueError):
     return None
 
 
 def changed_settings(workdir: str, config: ml_collections.ConfigDict) -> Optional[List[str]]:
   """The config keys in which the run in `workdir` differs from `config` (None: no run)."""
-  saved = _read_json(os.path.join(workdir, "config.json"))
+  saved = _read_json(fs.join(workdir, outputs.CONFIG))
   if saved is None:
     return None
   return metrics.changed_keys(saved, json.loads(config.to_json_best_effort(sort_keys=True)))
@@ -188,8 +188,8 @@ def changed_settings(workdir: str, config: ml_collections.ConfigDict) -> Optiona
 def finished_metrics(workdir: str) -> Optional[dict]:
   """The final metrics of a run that finished in `workdir` (its settings are checked
   separately, see changed_settings)."""
-  final = _read_json(os.path.join(workdir, outputs.FINAL_METRICS))
-  if final is None or not os.path.exists(os.path.join(workdir, outputs.PARAMS)):
+  final = _read_json(fs.join(workdir, outputs.FINAL_METRICS))
+  if final is None or not fs.exists(fs.join(workdir, outputs.PARAMS)):
     return None
   return final
 
@@ -330,15 +330,18 @@ def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, chec
                   workdir: str, overrides: Optional[Mapping[str, Any]] = None,
                   sweep: Optional[Tuple[Sequence[float], Sequence[int]]] = None,
                   select: str = "task",
-                  train_fn: Callable[[ml_collections.ConfigDict, str], dict]) -> Dict[str, Any]:
+                  train_fn: Callable[[ml_collections.ConfigDict, str], dict],
+                  overwrite: bool = False) -> Dict[str, Any]:
   """Fine-tunes and evaluates every task of `specs`; writes WORKDIR/vtab.json and
   vtab.md and returns the report. `sweep` = (lrs, steps) runs the model selection first.
-  `overrides` are the user's --config.KEY values, applied last to every run."""
+  `overrides` are the user's --config.KEY values, applied last to every run. WORKDIR must
+  be new, empty or an earlier VTAB run's, unless overwrite (see vit_jax.runs.outputs)."""
   overrides = dict(overrides or {})
   check_overrides(overrides, sweep is not None)
   if select not in SELECTIONS:
     raise errors.InvalidInput(f"unknown selection {select!r}; use one of {', '.join(SELECTIONS)}")
   runs = resolve_tasks(specs)
+  outputs.claim_output_dir(workdir, KIND, overwrite)
   runner = Runner(base, checkpoint, workdir, overrides, model_settings(checkpoint), train_fn)
   log.info("VTAB-1k: %d task(s) from %s in %s%s", len(runs), checkpoint, workdir,
            " with the lr/schedule sweep" if sweep else "")
@@ -380,8 +383,5 @@ def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, chec
 
 
 def write_report(report: Mapping[str, Any], workdir: str) -> None:
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, REPORT_JSON), "w", encoding="utf-8") as f:
-    json.dump(report, f, indent=2)
-  with open(os.path.join(workdir, REPORT_MD), "w", encoding="utf-8") as f:
-    f.write(format_table(report))
+  fs.write_atomic(fs.join(workdir, REPORT_JSON), json.dumps(report, indent=2))
+  fs.write_atomic(fs.join(workdir, REPORT_MD), format_table(report))
