@@ -22,7 +22,7 @@ from vit_jax.checkpoints import formats, released, train_state
 from vit_jax.console import log
 from vit_jax.data import pipeline
 from vit_jax.models import vit, zoo
-from vit_jax.runs import metrics, outputs, preemption
+from vit_jax.runs import dataset_record, fs, metrics, outputs, preemption
 from vit_jax.runs import workdir as workdir_lib
 
 
@@ -157,6 +157,9 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
              "final_metrics.json): pass a larger --config.total_steps to train on, or use a "
              "new --workdir", latest_step, workdir)
     return finished
+  record = dataset_record.describe(config, dataset.info)
+  if latest_step is not None:  # the labels must mean what they meant
+    dataset_record.check_resume(workdir, record)
   log.info("devices: %s", describe_devices(config))
   load_pretrained = latest_step is None and config.pretrained is not None
   objective = objectives.get(config)
@@ -182,10 +185,12 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   writer = metrics.create_writer(workdir, is_main_process=is_main, resume_step=resume_step)
   if is_main:
     outputs.save_config(config, workdir, resume_step)
+    if resume_step is None or dataset_record.read(workdir) is None:
+      dataset_record.write(workdir, record)
     if resume_step is None:
       num_params = outputs.write_parameter_table(state.params, workdir)
       log.info("%s parameters (table in %s)", f"{num_params:,}",
-               os.path.join(workdir, "parameters.txt"))
+               fs.join(workdir, outputs.PARAMETER_TABLE))
       writer.write_hparams({"num_params": num_params})
 
   # --- Loop -------------------------------------------------------------------------------
