@@ -30,6 +30,9 @@ INSTALL_REQUIRES = [
     "tqdm>=4.60",
     "absl-py>=2.1",
     "safetensors>=0.8,<0.9",  # timm / Hugging Face checkpoints (its numpy API: no torch)
+    # Released checkpoints come from their Hugging Face Hub mirrors (the bucket refuses
+    # anonymous downloads since 2026-02): its cache, HF_ENDPOINT, HF_HUB_OFFLINE, HF_TOKEN.
+    "huggingface_hub>=2.0,<3",
 ]
 # Checks against the libraries themselves (tests/checkpoints/test_interop.py skips without
 # them). torch 2.13.0 resolves to the CPU-only wheel here (never leave torch unpinned: that
@@ -51,6 +54,8 @@ setuptools.setup(
     # them as a top-level `configs` package would collide with other projects' `configs`.
     # Their shared defaults ship as vit_jax.config_defaults.
     packages=setuptools.find_packages(include=["vit_jax", "vit_jax.*"]),
+    # The Hub mirrors of the released files (vit_jax.checkpoints.hub_table writes it).
+    package_data={"vit_jax.checkpoints": ["hub_mirrors.json"]},
     install_requires=INSTALL_REQUIRES,
     extras_require={
         "test": ["pytest>=8", "pytest-xdist>=3.5", "nbclient>=0.10", "nbformat>=5.10",
