@@ -112,7 +112,7 @@ def test_bucket_403_is_one_line_naming_the_mirrors_tried(site):
 def test_a_file_without_mirror_names_the_nearest(site):
   with pytest.raises(hub.HubError, match=r"no Hub mirror of imagenet21k/ViT-B_8.npz is known "
                      r"\(mirrored: augreg/B_8-i21k-"):
-    hub.resolve("ViT-B_8", verbose=False)
+    hub.resolve("imagenet21k/ViT-B_8", verbose=False)
 
 
 @pytest.mark.parametrize("tamper", ["truncated", "altered"])

@@ -28,16 +28,21 @@ FAMILIES = {
     "sam": "trained on ImageNet-1k with the SAM optimizer, no strong augmentation",
     "gsam": "trained on ImageNet-1k with the GSAM optimizer",
 }
-# Models whose paper-era ImageNet-21k file is in gs://vit_models/imagenet21k/.
-ORIGINAL_I21K = ("ViT-B_16", "ViT-B_32", "ViT-B_8", "ViT-L_16", "ViT-L_32", "ViT-H_14",
-                 "R50+ViT-B_16", "R26+ViT-B_32", "R50+ViT-L_32")
-# For the others: the AugReg i21k file the AugReg release recommends (best upstream metrics).
+# Models whose paper-era ImageNet-21k file in gs://vit_models/imagenet21k/ starts a
+# bare-name fine-tuning (all but R26+ViT-B_32 have a Hub mirror: hub_mirrors.json).
+ORIGINAL_I21K = ("ViT-B_16", "ViT-B_32", "ViT-L_16", "ViT-L_32", "ViT-H_14",
+                 "R50+ViT-B_16", "R26+ViT-B_32")
+# For the others: the AugReg i21k file that timm mirrors on the Hub (timm's pick among the
+# AugReg release's recommended ones). ViT-B_8 and R50+ViT-L_32 also have paper-era files
+# (imagenet21k/ViT-B_8, imagenet21k/R50+ViT-L_32), which no Hub repository holds.
 AUGREG_I21K = {
     "ViT-Ti_16": "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0",
     "ViT-S_16": "S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0",
-    "ViT-S_32": "S_32-i21k-300ep-lr_0.001-aug_none-wd_0.1-do_0.0-sd_0.0",
+    "ViT-S_32": "S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0",
+    "ViT-B_8": "B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0",
     "R+ViT-Ti_16": "R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0",
-    "R26+ViT-S_32": "R26_S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0",
+    "R26+ViT-S_32": "R26_S_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.03-do_0.0-sd_0.0",
+    "R50+ViT-L_32": "R50_L_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0",
 }
 AUGREG_INDEX = f"{BUCKET}/augreg/index.csv"  # behind the closed bucket too
 _HTTPS_ROOT = "https://storage.googleapis.com/"
