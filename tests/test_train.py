@@ -15,7 +15,7 @@ from PIL import Image
 from conftest import RELEASED_FIXTURES
 from helpers import corrupt_jpeg, demo_config, read_metrics
 from vit_jax import config_defaults as common
-from vit_jax import load_npz, save_npz, sharding, train, train_step
+from vit_jax import load_npz, read_class_names, save_npz, sharding, train, train_step
 from vit_jax.data import pipeline
 from vit_jax.evaluators import classification
 from vit_jax.runs import workdir as workdir_lib
@@ -77,6 +77,8 @@ def test_finetune_fixture_checkpoint_on_an_image_folder(tmp_path):
   assert result["eval/examples"] == 12
   module, params = load_npz(tmp_path / "run" / "params.npz")
   assert module.num_classes == 3 and module.hidden_size == 192
+  assert read_class_names(tmp_path / "run" / "params.npz") == sorted(os.listdir(
+      tmp_path / "images" / "train"))  # the head's labels are the sorted class folders
   assert params["Transformer"]["posembed_input"]["pos_embedding"].shape == (1, 5, 192)
 
 

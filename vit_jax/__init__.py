@@ -4,7 +4,8 @@ Public API:
   create_model(name, *, num_classes, **overrides) -> flax module
   load_npz(path, *, image_size=None, num_classes=None, model_name=None, pre_logits=None,
            allow_nonfinite=False, strict_image_size=False) -> (module, params)
-  save_npz(params, path)
+  save_npz(params, path, *, class_names=None)
+  read_class_names(path) -> list of the class names saved with an .npz, or None
 Errors a user can fix are ValueErrors with one-line messages: CheckpointError (the file)
 and ImageSizeError (an image size the model cannot run at).
 """
@@ -19,6 +20,7 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 from vit_jax.models.zoo import create_model  # pylint: disable=wrong-import-position
 from vit_jax.checkpoints.npz import (  # pylint: disable=wrong-import-position
-    CheckpointError, ImageSizeError, load_npz, save_npz)
+    CheckpointError, ImageSizeError, load_npz, read_class_names, save_npz)
 
-__all__ = ["CheckpointError", "ImageSizeError", "create_model", "load_npz", "save_npz"]
+__all__ = ["CheckpointError", "ImageSizeError", "create_model", "load_npz", "read_class_names",
+           "save_npz"]

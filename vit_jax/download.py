@@ -14,25 +14,18 @@ ever get the final name.
 import os
 import sys
 import urllib.request
-from typing import NoReturn
 
-from absl import app, flags
+from absl import flags
 
 from vit_jax import cli
-from vit_jax.checkpoints import hub, released, transfer
+from vit_jax.checkpoints import hub, released
 from vit_jax.checkpoints.transfer import DownloadError, UrlOpener, fetch  # noqa: F401  (API)
-
-
-def fail(message: str) -> NoReturn:
-  """Ends a command with one `error:` line and exit code 1: users need the cause, not a trace."""
-  print(f"error: {message}", file=sys.stderr)
-  sys.exit(1)
 
 
 def download(name_or_url: str, directory: str = released.LOCAL_DIR, *, force: bool = False,
              urlopen: UrlOpener = urllib.request.urlopen, verbose: bool = True) -> str:
   """Fetches a checkpoint into DIRECTORY (see the module docstring) unless it is there;
-  returns its path. Raises ValueError for a name that is none, OSError for a failed fetch."""
+  returns its path. Raises InvalidInput for a name that is none, OSError for a failed fetch."""
   text = str(name_or_url)
   if text.startswith(hub.HUB_PREFIX):
     url, dest = text, hub.hub_local_path(hub.parse_hub_name(text), directory)
@@ -40,7 +33,7 @@ def download(name_or_url: str, directory: str = released.LOCAL_DIR, *, force: bo
     url = released.resolve(text, local_dir=None)
     if not released.has_scheme(url):
       raise DownloadError(f"{name_or_url} is a local path, not a URL or a released name")
-    dest = released.local_path(url, directory)  # ValueError for a URL that names no file
+    dest = released.local_path(url, directory)  # InvalidInput for a URL that names no file
   if os.path.exists(dest) and not force:
     if verbose:
       print(f"{dest} is already downloaded (--force fetches it again)", file=sys.stderr)
@@ -52,30 +45,31 @@ def download(name_or_url: str, directory: str = released.LOCAL_DIR, *, force: bo
   return fetch(url, dest, urlopen=urlopen, verbose=verbose)
 
 
+@cli.command
 def main(argv):
   if flags.FLAGS.list:
     if len(argv) > 2:
-      raise app.UsageError("--list takes at most one FAMILY, e.g. --list augreg")
-    try:
-      print("\n".join(hub.listing(argv[1] if len(argv) == 2 else None)))
-    except ValueError as e:
-      fail(str(e))
+      raise cli.UsageError("--list takes at most one FAMILY, e.g. --list augreg")
+    print("\n".join(hub.listing(argv[1] if len(argv) == 2 else None)))
     return
   if len(argv) != 2:
-    raise app.UsageError("give one NAME_OR_URL, e.g. imagenet21k/ViT-B_16 (--list shows "
-                         "the released files)")
-  try:
-    print(download(argv[1], flags.FLAGS.dir, force=flags.FLAGS.force))
-  except (OSError, ValueError) as e:  # DownloadError, HubError, or e.g. no permission on DIR
-    fail(transfer.one_line(e))
+    raise cli.UsageError("give one NAME_OR_URL, e.g. imagenet21k/ViT-B_16 (--list shows the "
+                         "released files)")
+  print(download(argv[1], flags.FLAGS.dir, force=flags.FLAGS.force))
 
 
-if __name__ == "__main__":  # flags only for the command: predict imports this module
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """The command's flags; not defined on import, so importers' flags stay their own."""
+  define = dict(flag_values=flag_values)
   flags.DEFINE_string("dir", released.LOCAL_DIR, "Root folder: released files go to "
-                      "DIR/FAMILY/FILE.npz, hf-hub:ORG/NAME to DIR/hf-hub/ORG/NAME.npz, "
-                      "other URLs to DIR/FILE.")
-  flags.DEFINE_bool("force", False, "Download again even if the file is already there.")
+                      "DIR/FAMILY/FILE.npz, hf-hub:ORG/NAME to DIR/hf-hub/ORG/NAME.npz, other "
+                      "URLs to DIR/FILE.", **define)
+  flags.DEFINE_bool("force", False, "Download again even if the file is already there.",
+                    **define)
   flags.DEFINE_bool("list", False, "Print the released files that can be fetched (all, or "
-                    "those of the FAMILY given as argument) and the Hub repositories they "
-                    "come from, then exit.")
-  cli.run(main)
+                    "those of the FAMILY given as argument) and the Hugging Face Hub "
+                    "repositories they come from, then exit.", **define)
+
+
+if __name__ == "__main__":
+  cli.run(main, define_flags)

@@ -15,9 +15,9 @@ from typing import List, Optional, Sequence, Tuple
 import jax
 import numpy as np
 import tensorflow as tf
-from absl import app, flags, logging
+from absl import flags, logging
 
-from vit_jax import cli, download
+from vit_jax import cli, download, errors
 from vit_jax.checkpoints import npz, released
 from vit_jax.data import preprocess
 from vit_jax.models import vit
@@ -29,7 +29,7 @@ FLAGS = flags.FLAGS
 Prediction = List[Tuple[int, float]]  # (class index, probability), most likely first
 
 
-class ImageError(ValueError):
+class ImageError(errors.InvalidInput):
   """An image that cannot be read or decoded; the message names the file."""
 
 
@@ -92,7 +92,7 @@ def read_labels(path: str) -> List[str]:
     with tf.io.gfile.GFile(path, "r") as f:
       return [line.strip() for line in f.read().splitlines()]
   except tf.errors.OpError as e:
-    raise ValueError(f"cannot read labels {path}: {_tf_message(e)}") from None
+    raise errors.InvalidInput(f"cannot read labels {path}: {_tf_message(e)}") from None
 
 
 def imagenet_labels_path() -> str:
@@ -122,7 +122,8 @@ def class_names(num_classes: int, labels_path: Optional[str] = None,
     return None
   if names is not None and len(names) != num_classes:
     source = labels_path or imagenet_labels_path()
-    raise ValueError(f"{source} has {len(names)} names but the model has {num_classes} classes")
+    raise errors.InvalidInput(
+        f"{source} has {len(names)} names but the model has {num_classes} classes")
   return names
 
 
@@ -138,36 +139,40 @@ def image_arguments(argv: Sequence[str]) -> List[str]:
   checkpoint load. TensorFlow is kept off the accelerators: it only decodes images."""
   image_paths = list(argv[1:])
   if not image_paths:
-    raise app.UsageError("give one or more images")
+    raise cli.UsageError("give one or more images")
   missing = [p for p in image_paths if not released.has_scheme(p) and not os.path.exists(p)]
   if missing:
-    download.fail(f"image not found: {missing[0]}")
-  tf.config.set_visible_devices([], "GPU")
+    raise ImageError(f"image not found: {missing[0]}")
+  cli.keep_tensorflow_off_accelerators()
   return image_paths
 
 
+@cli.command
 def main(argv):
   image_paths = image_arguments(argv)
-  try:
-    module, params, image_size = npz.load_for_inference(
-        FLAGS.checkpoint, FLAGS.image_size, allow_nonfinite=FLAGS.allow_nonfinite)
-    names = class_names(module.num_classes, FLAGS.labels)
-    predictions = classify(module, params, image_paths, image_size=image_size,
-                           top_k=FLAGS.top_k, batch_size=FLAGS.batch_size)
-  except (ValueError, FileNotFoundError) as e:  # CheckpointError and ImageError included
-    download.fail(str(e))
+  module, params, image_size = npz.load_for_inference(
+      FLAGS.checkpoint, FLAGS.image_size, allow_nonfinite=FLAGS.allow_nonfinite)
+  names = class_names(module.num_classes, FLAGS.labels)
+  predictions = classify(module, params, image_paths, image_size=image_size,
+                         top_k=FLAGS.top_k, batch_size=FLAGS.batch_size)
   for path, prediction in zip(image_paths, predictions):
     print(format_prediction(path, prediction, names))
 
 
-if __name__ == "__main__":  # flags only for the command, not for importers of classify()
-  flags.DEFINE_string("checkpoint", None, "Path, URL, FAMILY/NAME or released model name.")
+def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+  """The command's flags; not defined on import, so importers' flags stay their own."""
+  define = dict(flag_values=flag_values)
+  flags.DEFINE_string("checkpoint", None, "Path, URL, FAMILY/NAME or released model name.",
+                      **define)
   flags.DEFINE_integer("image_size", None, "Input side in pixels; default: the checkpoint's own.",
-                       lower_bound=1)
-  flags.DEFINE_boolean("allow_nonfinite", False, npz.ALLOW_NONFINITE_HELP)
-  flags.DEFINE_integer("batch_size", 32, "Images per forward pass.", lower_bound=1)
-  flags.DEFINE_integer("top_k", 5, "Classes shown per image.", lower_bound=1)
+                       lower_bound=1, **define)
+  flags.DEFINE_boolean("allow_nonfinite", False, npz.ALLOW_NONFINITE_HELP, **define)
+  flags.DEFINE_integer("batch_size", 32, "Images per forward pass.", lower_bound=1, **define)
+  flags.DEFINE_integer("top_k", 5, "Classes shown per image.", lower_bound=1, **define)
   flags.DEFINE_string("labels", None, "Class names, one per line; default: ImageNet's for "
-                      "1000-way heads, else class indices.")
-  flags.mark_flag_as_required("checkpoint")
-  cli.run(main)
+                      "1000-way heads, else class indices.", **define)
+  flags.mark_flag_as_required("checkpoint", flag_values=flag_values)
+
+
+if __name__ == "__main__":
+  cli.run(main, define_flags)

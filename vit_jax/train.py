@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import ml_collections
 from jax.experimental import multihost_utils
 
-from vit_jax import config_checks, objectives, optim, sharding, train_step
+from vit_jax import config_checks, errors, objectives, optim, sharding, train_step
 from vit_jax.checkpoints import formats, hub, npz, released, train_state
 from vit_jax.console import log
 from vit_jax.data import pipeline
@@ -77,7 +77,7 @@ def check_finite(step: int, step_metrics: dict, checkpointer: train_state.Checkp
   for name in ("loss", "grad_norm"):
     value = float(step_metrics[name])
     if not math.isfinite(value):
-      raise FloatingPointError(
+      raise train_state.NonFiniteStateError(
           f"{name} is {value} at step {step}; stopping without saving. The last good "
           f"checkpoint ({checkpointer.latest_step() or 'none'}) is kept in "
           f"{checkpointer.directory}: lower config.base_lr or check the data, then rerun to "
@@ -133,7 +133,7 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   try:
     module = zoo.model_from_config(config, num_classes=1)
   except TypeError as e:  # an unknown config.model.<option>
-    raise ValueError(f"config.model: {e}") from None
+    raise errors.InvalidInput(f"config.model: {e}") from None
   sharding.check_tensor_parallel(module.num_heads, module.mlp_dim, mesh)
   check_pretrained(config)
 
@@ -283,8 +283,9 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
     eval_metrics = evaluator.of_state(state, total_steps)
   final_params = objective.export_params(  # all-gather: a collective
       multihost_utils.process_allgather(state.eval_params, tiled=True))
-  if is_main:
-    outputs.write_final(final_params, eval_metrics, workdir)
+  if is_main:  # a classifier's head carries the dataset's class names; mpp exports none
+    class_names = dataset.info.class_names if objective.create_model is None else None
+    outputs.write_final(final_params, eval_metrics, workdir, class_names)
   writer.flush()
   writer.close()
   checkpointer.wait()

@@ -30,6 +30,7 @@ def test_save_then_restore(tmp_path):
   assert reopened.latest_step() == 3
   np.testing.assert_array_equal(reopened.restore(jax.eval_shape(state), step=2)["params"]["w"],
                                 2.0)
+  reopened.close()
 
 
 def test_mismatched_state_is_refused_and_kept(tmp_path):
@@ -42,6 +43,7 @@ def test_mismatched_state_is_refused_and_kept(tmp_path):
     checkpointer.restore(wrong)
   assert "\n" not in str(e.value)
   assert checkpointer.latest_step() == 5
+  checkpointer.close()
 
 
 def test_a_non_finite_state_is_never_saved(tmp_path):
@@ -166,3 +168,27 @@ def test_train_states_keep_one_layout_with_or_without_the_polyak_average(tmp_pat
   np.testing.assert_array_equal(restored.polyak["w"], 7.0)
   checkpointer.close()
 
+
+
+def test_a_failed_restore_leaves_no_read_running(tmp_path, monkeypatch):
+  """orbax stops a restore at the first failed read; the reads of the other arrays must
+  finish before its event loop closes, not land later on a closed loop (which Python
+  reports as exceptions it had to ignore)."""
+  import gc
+  import sys
+  import time
+  ignored = []
+  monkeypatch.setattr(sys, "unraisablehook", ignored.append)
+  checkpointer = train_state.Checkpointer(str(tmp_path))
+  many = {"step": jnp.array(3), "params": {f"w{i}": jnp.full((64, 64), 1.0) for i in range(16)}}
+  checkpointer.save(7, many)
+  checkpointer.wait()
+  wrong = jax.eval_shape(lambda: many)
+  wrong["params"]["w0"] = jax.ShapeDtypeStruct((8, 8), jnp.float32)
+  for _ in range(5):
+    with pytest.raises(train_state.CheckpointRestoreError, match="cannot resume from"):
+      checkpointer.restore(wrong)
+  checkpointer.close()
+  time.sleep(0.5)  # time for reads still in flight to call back
+  gc.collect()
+  assert not ignored, [str(u.exc_value) for u in ignored]

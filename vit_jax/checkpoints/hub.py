@@ -18,6 +18,7 @@ vit_jax does not compute exactly are refused, naming what they are.
 import dataclasses
 import datetime
 import hashlib
+import io
 import json
 import os
 import re
@@ -26,9 +27,10 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from vit_jax import console
+from vit_jax import console, errors
 from vit_jax.checkpoints import (formats, hf_layout, hub_table, npz_layout, released,
                                  timm_layout, transfer)
+from vit_jax.runs import fs
 
 HUB_PREFIX = "hf-hub:"
 HUB_DIR = "hf-hub"  # DIR/hf-hub/ORG/NAME.npz for hf-hub: names
@@ -39,9 +41,9 @@ CONVERTED = ("renamed and reshaped into the released .npz layout by "
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-class HubError(OSError, ValueError):
-  """A Hub fetch that failed; one line naming the repository and the cause (an OSError
-  and, for commands that catch bad names as ValueError, a ValueError)."""
+class HubError(errors.UserError, OSError, ValueError):
+  """A Hub fetch that failed, or a Hub model vit_jax refuses; one line naming the
+  repository and the cause."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,17 +103,17 @@ def listing(family: Optional[str] = None) -> List[str]:
 
 def _hub_error_text(error: BaseException, repo: str) -> str:
   """One line for huggingface_hub's exceptions, by kind."""
-  from huggingface_hub import errors  # pylint: disable=import-outside-toplevel
-  if isinstance(error, errors.GatedRepoError):
+  from huggingface_hub import errors as hf_errors  # pylint: disable=import-outside-toplevel
+  if isinstance(error, hf_errors.GatedRepoError):
     return f"{repo} is gated: accept its terms on the Hub and set HF_TOKEN"
-  if isinstance(error, errors.RepositoryNotFoundError):
+  if isinstance(error, hf_errors.RepositoryNotFoundError):
     return f"no repository {repo} on the Hub (or it is private: set HF_TOKEN)"
-  if isinstance(error, errors.RevisionNotFoundError):
+  if isinstance(error, hf_errors.RevisionNotFoundError):
     return f"{repo} has no such revision"
-  if isinstance(error, errors.RemoteEntryNotFoundError):
+  if isinstance(error, hf_errors.RemoteEntryNotFoundError):
     return f"{repo} has no file {error.response.url.path.rsplit('/', 1)[-1]}" if getattr(
         error, "response", None) is not None else f"{repo} lacks a file"
-  if isinstance(error, errors.LocalEntryNotFoundError):
+  if isinstance(error, hf_errors.LocalEntryNotFoundError):
     if offline():
       return f"HF_HUB_OFFLINE is set and the Hub cache holds no copy of {repo}"
     return (f"cannot reach the Hub at {endpoint()} for {repo}, and its cache holds "
@@ -264,10 +266,10 @@ def fetch_repo(repo: str, dest: str, *, original: bool, differs: Optional[str] =
       "arrays": len(flat),
       "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
   }
-  with transfer.atomic_file(provenance_path(dest)) as out:
-    out.write(json.dumps(provenance, indent=1).encode())
-  with transfer.atomic_file(dest) as out:
-    np.savez(out, **flat)
+  arrays = io.BytesIO()
+  np.savez(arrays, **flat)
+  fs.write_atomic(provenance_path(dest), json.dumps(provenance, indent=1) + "\n")
+  fs.write_atomic(dest, arrays.getvalue())  # last: a complete .npz has its provenance
   if verbose:
     print(f"{repo} -> {dest}", file=sys.stderr)
   return dest

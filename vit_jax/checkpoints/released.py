@@ -17,6 +17,7 @@ import re
 import urllib.parse
 from typing import Optional
 
+from vit_jax import errors
 from vit_jax.models import zoo
 
 BUCKET = "gs://vit_models"
@@ -81,11 +82,12 @@ def is_file_name(name: str) -> bool:
 def family_url(family: str, name: str) -> str:
   """gs:// URL of file NAME (with or without `.npz`) of a released family."""
   if family not in FAMILIES:
-    raise ValueError(f"unknown checkpoint family {family!r}; families: {', '.join(FAMILIES)}")
+    raise errors.InvalidInput(
+        f"unknown checkpoint family {family!r}; families: {', '.join(FAMILIES)}")
   if not is_file_name(name):
-    raise ValueError(f"{family}/{name} is no released file name (a name is letters, digits "
-                     "and . _ + = -, never a path): python -m vit_jax.download --list "
-                     f"{family} shows what there is")
+    raise errors.InvalidInput(
+        f"{family}/{name} is no released file name (a name is letters, digits and . _ + = -, "
+        f"never a path): python -m vit_jax.download --list {family} shows what there is")
   name = name[:-len(".npz")] if name.endswith(".npz") else name
   return f"{BUCKET}/{family}/{_canonical_file_name(family, name)}.npz"
 
@@ -105,20 +107,20 @@ def released_i21k_url(model_name: str) -> str:
     return family_url("imagenet21k", canonical)
   if canonical in AUGREG_I21K:
     return family_url("augreg", AUGREG_I21K[canonical])
-  raise ValueError(f"no released ImageNet-21k checkpoint is known for {canonical}")
+  raise errors.InvalidInput(f"no released ImageNet-21k checkpoint is known for {canonical}")
 
 
 def local_path(url: str, directory: str = LOCAL_DIR) -> str:
   """Where vit_jax.download keeps `url`: DIR/FAMILY/FILE for released files, else DIR/FILE.
 
-  Raises ValueError for a URL that names no file (`http://host/`, `.../..`): the result
+  Raises InvalidInput (a ValueError) for a URL that names no file (`http://host/`, `.../..`): the result
   never lies outside `directory`."""
   path = urllib.parse.urlparse(url).path if has_scheme(url) else url
   parts = urllib.parse.unquote(path).split("/")
   keep = parts[-2:] if is_bucket_url(url) and len(parts) >= 2 else parts[-1:]
   if not all(is_file_name(part) for part in keep):
-    raise ValueError(f"{url} names no file to save (it must end in a file name, e.g. "
-                     ".../model.npz)")
+    raise errors.InvalidInput(f"{url} names no file to save (it must end in a file name, "
+                              "e.g. .../model.npz)")
   return os.path.join(directory, *keep)
 
 
@@ -149,7 +151,7 @@ def bucket_path(url: str) -> str:
   for root in ("gs://", _HTTPS_ROOT, _https_root()):
     if url.startswith(root + "vit_models/"):
       return urllib.parse.unquote(url[len(root + "vit_models/"):])
-  raise ValueError(f"{url} is not in {BUCKET}")
+  raise errors.InvalidInput(f"{url} is not in {BUCKET}")
 
 
 def resolve(name_or_url: str, local_dir: Optional[str] = LOCAL_DIR) -> str:
@@ -166,14 +168,16 @@ def resolve(name_or_url: str, local_dir: Optional[str] = LOCAL_DIR) -> str:
   elif expanded.endswith(".npz") or expanded.startswith((".", "/")):
     return expanded  # a local file that is missing: load_npz says so
   elif sep and not _is_model_name(expanded):  # model names may be written ViT-B/16
-    raise ValueError(f"{name_or_url!r} is neither a file nor FAMILY/NAME: unknown checkpoint "
-                     f"family {family!r}; families: {', '.join(FAMILIES)}")
+    raise errors.InvalidInput(
+        f"{name_or_url!r} is neither a file nor FAMILY/NAME: unknown checkpoint "
+        f"family {family!r}; families: {', '.join(FAMILIES)}")
   else:
     try:
       url = released_i21k_url(expanded)
     except ValueError as e:
-      raise ValueError(f"{name_or_url!r} is not a file, a URL or FAMILY/NAME (families: "
-                       f"{', '.join(FAMILIES)}), and as a model name: {e}") from None
+      raise errors.InvalidInput(
+          f"{name_or_url!r} is not a file, a URL or FAMILY/NAME (families: "
+          f"{', '.join(FAMILIES)}), and as a model name: {e}") from None
   if local_dir is not None and os.path.exists(local_path(url, local_dir)):
     return local_path(url, local_dir)
   return url

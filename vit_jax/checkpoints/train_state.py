@@ -8,6 +8,7 @@ also lets a checkpoint load onto another mesh or device count; a damaged (or non
 latest checkpoint is set aside and the newest intact one is used instead.
 """
 
+import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -22,12 +23,12 @@ import orbax.checkpoint as ocp
 from etils import epath
 from jax.experimental import multihost_utils
 
-from vit_jax import console
+from vit_jax import console, errors
 from vit_jax.checkpoints import released
 from vit_jax.console import log
 
 
-class CheckpointRestoreError(RuntimeError):
+class CheckpointRestoreError(errors.UserError, RuntimeError):
   """The workdir holds checkpoints, none of which fits this run."""
 
   def __init__(self, message: str, reason: str = ""):
@@ -35,11 +36,11 @@ class CheckpointRestoreError(RuntimeError):
     self.reason = reason or message
 
 
-class NonFiniteStateError(FloatingPointError):
+class NonFiniteStateError(errors.UserError, FloatingPointError):
   """A train state with NaN/Inf values, which must never be saved."""
 
 
-class DiskFullError(OSError):
+class DiskFullError(errors.UserError, OSError):
   """No room for a checkpoint; the message names the directory, the sizes and the fix."""
 
 
@@ -76,6 +77,37 @@ def _silenced_library_logs():
     yield
   finally:
     logging.disable(logging.NOTSET)
+
+
+class _LoopThatFinishesItsReads(asyncio.SelectorEventLoop):
+  """orbax runs a restore in a fresh event loop and closes it as soon as one read fails,
+  while the reads of the other arrays are still in flight: those then complete against a
+  closed loop (a callback into it, a task destroyed while pending). This loop lets them
+  finish (their results or errors are dropped) before it closes."""
+
+  def close(self):
+    pending = [task for task in asyncio.all_tasks(self) if not task.done()]
+    if pending and not self.is_running() and not self.is_closed():
+      self.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    super().close()
+
+
+class _FinishingReadsPolicy(asyncio.DefaultEventLoopPolicy):
+
+  def new_event_loop(self):
+    return _LoopThatFinishesItsReads()
+
+
+@contextlib.contextmanager
+def _reads_finish_before_their_loop_closes():
+  """Applies to the loops orbax creates in this thread while restoring (not to a loop
+  already running, as in a notebook, where orbax uses a loop of its own)."""
+  previous = asyncio.get_event_loop_policy()
+  asyncio.set_event_loop_policy(_FinishingReadsPolicy())
+  try:
+    yield
+  finally:
+    asyncio.set_event_loop_policy(previous)
 
 
 _MISMATCH_HINT = ("it was written by a different model/optimizer config or is damaged: "
@@ -139,7 +171,7 @@ class Checkpointer:
     """Restores `step` (default: latest) laid out like `abstract_state`."""
     step = self.latest_step() if step is None else step
     try:
-      with _silenced_library_logs():
+      with _silenced_library_logs(), _reads_finish_before_their_loop_closes():
         restored = self._open().restore(
             step, args=ocp.args.StandardRestore(_stored_fields(abstract_state)))
       return _rebuilt(abstract_state, restored)

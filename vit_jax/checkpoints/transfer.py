@@ -20,6 +20,7 @@ from typing import Callable, Iterator, Optional, Tuple
 
 import tqdm
 
+from vit_jax import errors
 from vit_jax.checkpoints import released
 
 CHUNK_BYTES = 1 << 20
@@ -29,7 +30,7 @@ URL_SCHEMES = ("http", "https", "file")  # what urllib opens; other schemes go t
 UrlOpener = Callable[..., object]  # urllib.request.urlopen's signature: (url, timeout=...)
 
 
-class DownloadError(OSError):
+class DownloadError(errors.UserError, OSError):
   """A download that failed; the message is one line naming the URL and the cause."""
 
 

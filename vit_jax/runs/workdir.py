@@ -23,12 +23,14 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from vit_jax import errors
+
 LOCK_NAME = "run.lock"
 HEARTBEAT_S = 15.0
 STALE_AFTER_S = 90.0  # six missed heartbeats: a restarted job waits at most this long
 
 
-class WorkdirError(ValueError):
+class WorkdirError(errors.InvalidInput):
   """A workdir that cannot be used; the message names it and the fix."""
 
 
