@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO
+from helpers import read_metrics
 
 DEMO = ["--config=configs/demo.py", "--config.batch=32", "--config.progress_every=1",
         "--config.eval_every=1000", "--config.warmup_steps=2"]
@@ -47,8 +48,7 @@ def checkpoint_steps(workdir):
 
 
 def trained_steps(workdir):
-  path = os.path.join(workdir, "metrics.jsonl")
-  return open(path).read().count('"train/loss"') if os.path.exists(path) else 0
+  return sum("train/loss" in row for row in read_metrics(workdir))
 
 
 def test_a_second_run_is_refused_and_sigterm_saves_the_current_step(tmp_path):

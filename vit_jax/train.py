@@ -22,7 +22,7 @@ from vit_jax.console import log
 from vit_jax.data import pipeline
 from vit_jax.evaluators import classification, fewshot
 from vit_jax.models import vit, zoo
-from vit_jax.runs import dataset_record, metrics, outputs, preemption
+from vit_jax.runs import dataset_record, fs, metrics, outputs, preemption
 from vit_jax.runs import workdir as workdir_lib
 
 
@@ -235,7 +235,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
     if resume_step is None:
       num_params = outputs.write_parameter_table(state.params, workdir)
       log.info("%s parameters (table in %s)", f"{num_params:,}",
-               os.path.join(workdir, "parameters.txt"))
+               fs.join(workdir, outputs.PARAMETER_TABLE))
       writer.write_hparams({"num_params": num_params})
 
   # --- Compiled steps -------------------------------------------------------------------
