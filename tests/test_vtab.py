@@ -13,6 +13,7 @@ from absl import app, flags
 from PIL import Image
 
 from conftest import REPO, init_params, tiny_model
+from helpers import read_metrics
 from vit_jax import cli, save_npz, train
 from vit_jax import vtab as command
 from vit_jax.evaluators import vtab
@@ -123,7 +124,7 @@ def test_rerun_with_other_settings_trains_anew_and_keeps_the_old_run(folders, ch
   assert (kept / "checkpoints").is_dir()
   assert second["tasks"]["alpha"]["total_steps"] == 6
   assert read_json(workdir, "alpha", "config.json")["total_steps"] == 6
-  rows = [json.loads(line) for line in open(workdir / "alpha" / "metrics.jsonl")]
+  rows = read_metrics(workdir / "alpha")
   assert max(row["step"] for row in rows) == 6 and min(row["step"] for row in rows) <= 2
   assert first["tasks"]["alpha"]["total_steps"] == 4
 

@@ -6,6 +6,7 @@ Figs. 6, 7 and 14: attention_rollout.png, embedding_filters.png,
 position_similarity.png and attention_distance.png (computations: vit_jax.models.introspect).
 """
 
+import io
 import os
 from typing import List, Sequence
 
@@ -22,7 +23,7 @@ from vit_jax.checkpoints import npz
 from vit_jax.models import introspect
 from vit_jax.models import posemb as posemb_lib
 from vit_jax.models import vit, zoo
-from vit_jax.runs import outputs
+from vit_jax.runs import fs, outputs
 
 FLAGS = flags.FLAGS
 KIND = "visualize"  # the writer's name in --out's no-clobber marker (vit_jax.runs.outputs)
@@ -57,8 +58,11 @@ def mosaic(tiles: np.ndarray, columns: int) -> np.ndarray:
 
 
 def _save(fig, path: str) -> str:
-  fig.savefig(path, dpi=DPI, bbox_inches="tight")
+  """Renders the PNG in memory and writes it whole (a local folder or gs://)."""
+  buffer = io.BytesIO()
+  fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
   plt.close(fig)
+  fs.write_atomic(path, buffer.getvalue())
   return path
 
 
@@ -138,7 +142,7 @@ def plot_attention_distance(distance: np.ndarray, path: str) -> str:
 def write_figures(module: vit.VisionTransformer, params, images: np.ndarray,
                   names: Sequence[str], out_dir: str) -> List[str]:
   """The four figures for `images` ([B, S, S, 3] in [-1, 1]) into out_dir; their paths."""
-  os.makedirs(out_dir, exist_ok=True)
+  fs.makedirs(out_dir)
   has_cls = introspect.has_class_token(module)
   side = zoo.token_grid(module, images.shape[1]), zoo.token_grid(module, images.shape[2])
   stride = zoo.model_stride(module)
@@ -148,7 +152,7 @@ def write_figures(module: vit.VisionTransformer, params, images: np.ndarray,
   components, explained = introspect.filter_pca(kernel, NUM_COMPONENTS)
   posemb = (params["Transformer"]["posembed_input"]["pos_embedding"] if module.posemb == "learn"
             else posemb_lib.sincos_2d_with_cls(side, module.hidden_size, has_cls))
-  path = lambda name: os.path.join(out_dir, name)
+  path = lambda name: fs.join(out_dir, name)
   return [
       plot_rollout(images, maps, names, stride, path("attention_rollout.png")),
       plot_filters(components, explained, what, path("embedding_filters.png")),

@@ -200,13 +200,12 @@ def set_aside(workdir: str) -> str:
   that run's results, or resume it, under other settings. Nothing is deleted; a live run
   in the folder (its lock) is refused."""
   with workdir_lib.WorkdirLock(workdir):
-    parent = os.path.join(workdir, SUPERSEDED)
-    os.makedirs(parent, exist_ok=True)
-    dest = os.path.join(parent, str(len(os.listdir(parent)) + 1))
-    os.makedirs(dest)
-    for name in sorted(os.listdir(workdir)):
+    parent = fs.join(workdir, SUPERSEDED)
+    dest = fs.join(parent, str(len(fs.listdir(parent)) + 1))
+    fs.makedirs(dest)
+    for name in fs.listdir(workdir):
       if name not in (SWEEP_DIR, SUPERSEDED, workdir_lib.LOCK_NAME):
-        os.replace(os.path.join(workdir, name), os.path.join(dest, name))
+        fs.move(fs.join(workdir, name), fs.join(dest, name))
   return dest
 
 
@@ -357,7 +356,7 @@ def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, chec
       val[run.name] = {}
       for lr, steps in grid:
         name = setting_name(lr, steps)
-        result, _ = runner(run, os.path.join(workdir, run.name, SWEEP_DIR, name), lr=lr,
+        result, _ = runner(run, fs.join(workdir, run.name, SWEEP_DIR, name), lr=lr,
                            steps=steps, splits=("train800", "val200"), what=f"sweep {name}")
         val[run.name][name] = result["eval/accuracy"]
     by_name = {setting_name(lr, steps): (lr, steps) for lr, steps in grid}
@@ -369,11 +368,11 @@ def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, chec
   for i, run in enumerate(runs, 1):
     lr, steps = chosen[run.name]
     log.info("task %d of %d: %s (%s)", i, len(runs), run.name, run.group)
-    result, config = runner(run, os.path.join(workdir, run.name), lr=lr, steps=steps,
+    result, config = runner(run, fs.join(workdir, run.name), lr=lr, steps=steps,
                             splits=tasks_lib.DEFAULT_SPLITS, what="final run")
     results[run.name] = {"group": run.group, "dataset": run.dataset, **_top1(result),
                          "base_lr": config.base_lr, "total_steps": config.total_steps,
-                         "workdir": os.path.join(workdir, run.name)}
+                         "workdir": fs.join(workdir, run.name)}
     if sweep is not None:
       results[run.name]["val200"] = val[run.name]
   report = {"checkpoint": checkpoint,
