@@ -72,6 +72,33 @@ def test_a_second_run_is_refused_and_sigterm_saves_the_current_step(tmp_path):
   assert f"saved the checkpoint of step {steps[0]}" in stderr
 
 
+def test_ctrl_c_saves_the_current_step_and_a_second_one_aborts_at_once(tmp_path):
+  workdir = str(tmp_path / "run")
+  process = start_main(workdir, "--config.total_steps=100000", "--config.checkpoint_every=100000")
+  wait_for(lambda: trained_steps(workdir) >= 3)
+  process.send_signal(signal.SIGINT)
+  code, output = finish(process, workdir)
+  assert code == 130, output[-2000:]
+  steps = checkpoint_steps(workdir)
+  assert len(steps) == 1 and 3 <= steps[0] < 100000
+  assert "Traceback" not in output and "KeyboardInterrupt" not in output
+  lines = output.strip().splitlines()
+  assert lines[-1] == (f"interrupted: saved the checkpoint of step {steps[0]} in "
+                       f"{workdir}/checkpoints; rerun the same command to resume")
+  assert sum(line.startswith("Ctrl-C: saving a checkpoint") for line in lines) == 1
+
+  process = start_main(workdir, "--config.total_steps=100000", "--config.checkpoint_every=100000")
+  wait_for(lambda: trained_steps(workdir) >= steps[0] + 2)  # resumed
+  process.send_signal(signal.SIGINT)
+  wait_for(lambda: "Ctrl-C: saving" in open(f"{workdir}.log").read(), timeout=10)  # at once
+  process.send_signal(signal.SIGINT)  # a second press (signals sent together merge)
+  started = time.time()
+  code, output = finish(process, workdir, timeout=30)
+  assert code == 130 and time.time() - started < 10, output[-2000:]
+  assert output.strip().splitlines()[-1].startswith("second Ctrl-C: aborted at once")
+  assert set(steps) <= set(checkpoint_steps(workdir))  # nothing lost
+
+
 def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path):
   common = ["--config.total_steps=40", "--config.checkpoint_every=4"]
   reference_dir, killed_dir = str(tmp_path / "reference"), str(tmp_path / "killed")

@@ -14,7 +14,7 @@ import ml_collections
 import optax
 
 from vit_jax import optim
-from vit_jax.checkpoints import npz, released
+from vit_jax.checkpoints import hub, npz
 from vit_jax.models import vit, zoo
 
 Metrics = Dict[str, jax.Array]
@@ -105,7 +105,7 @@ class Classification:
     """The module, plus host params when starting from config.pretrained."""
     if not load_pretrained:
       return zoo.model_from_config(config, num_classes), None
-    return npz.load_npz(released.resolve(config.pretrained), image_size=config.pp.crop,
+    return npz.load_npz(hub.resolve(config.pretrained), image_size=config.pp.crop,
                         num_classes=num_classes, model_name=config.model_name,
                         pre_logits=config.model.representation_size is not None,
                         allow_nonfinite=config.get("allow_nonfinite_pretrained", False),
