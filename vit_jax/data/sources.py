@@ -8,6 +8,7 @@ index in any order; TFDS datasets over IN_MEMORY_LIMIT_BYTES are a StreamingSpli
 
 import dataclasses
 import difflib
+import errno
 import os
 import re
 import urllib.parse
@@ -117,11 +118,14 @@ def digits_source():
 def check_image_file(path: str) -> None:
   """Cheap up-front check (magic bytes, end marker) so that a corrupt file fails now,
   naming itself, rather than hours into training."""
-  size = os.path.getsize(path)
-  with open(path, "rb") as f:
-    head = f.read(8)
-    f.seek(max(0, size - _TAIL_BYTES))
-    tail = f.read()
+  try:
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+      head = f.read(8)
+      f.seek(max(0, size - _TAIL_BYTES))
+      tail = f.read()
+  except OSError as e:  # no permission, or gone since the scan
+    raise _unreadable(path, e) from None
   if head.startswith(_JPEG_MAGIC):
     complete = b"\xff\xd9" in tail
   elif head.startswith(_PNG_MAGIC):
@@ -134,14 +138,39 @@ def check_image_file(path: str) -> None:
                             "remove it")
 
 
+def _unreadable(path: str, error: OSError) -> errors.InvalidInput:
+  loop = " (a symlink loop)" if error.errno == errno.ELOOP else ""
+  return errors.InvalidInput(f"cannot read {path}: {error.strerror}{loop}; fix or remove "
+                             "that entry of the image folder")
+
+
+def _scan(folder: str, want_dirs: bool) -> List[os.DirEntry]:
+  """The folders (want_dirs) or files of `folder`; an entry that cannot be read (a
+  symlink loop, no permission) is one line naming it."""
+  try:
+    entries = list(os.scandir(folder))
+  except OSError as e:
+    raise _unreadable(folder, e) from None
+  found = []
+  for entry in entries:
+    try:
+      if entry.is_dir() if want_dirs else entry.is_file():
+        found.append(entry)
+      elif entry.is_symlink():
+        os.stat(entry.path)  # a dangling link: FileNotFoundError names it
+    except OSError as e:
+      raise _unreadable(entry.path, e) from None
+  return found
+
+
 def _class_folders(split_dir: str) -> List[str]:
-  return sorted(entry.name for entry in os.scandir(split_dir)
-                if entry.is_dir() and not entry.name.startswith("."))
+  return sorted(entry.name for entry in _scan(split_dir, want_dirs=True)
+                if not entry.name.startswith("."))
 
 
 def _image_files(folder: str) -> List[str]:
-  return sorted(entry.path for entry in os.scandir(folder)
-                if entry.is_file() and entry.name.lower().endswith(IMAGE_EXTENSIONS))
+  return sorted(entry.path for entry in _scan(folder, want_dirs=False)
+                if entry.name.lower().endswith(IMAGE_EXTENSIONS))
 
 
 def _folder_split(split_dir: str, classes: List[str]) -> IndexedSplit:
