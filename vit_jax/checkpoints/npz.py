@@ -24,7 +24,7 @@ from flax import traverse_util
 
 from vit_jax import console, errors
 from vit_jax.checkpoints import class_names as class_names_lib
-from vit_jax.checkpoints import formats, npz_layout, released
+from vit_jax.checkpoints import formats, hub, npz_layout, released
 from vit_jax.checkpoints.class_names import read_class_names  # pylint: disable=unused-import
 from vit_jax.models import posemb
 from vit_jax.models import vit, zoo
@@ -458,10 +458,11 @@ def load_for_inference(checkpoint: str, image_size: Optional[int] = None, *,
                        ) -> Tuple[vit.VisionTransformer, Dict[str, Any], int]:
   """(module, params, image side) for the predict, visualize and fewshot commands.
 
-  checkpoint is anything released.resolve accepts. A user-given image_size must be a
+  checkpoint is anything hub.resolve accepts (released names and hf-hub: names are
+  fetched into checkpoints/ first). A user-given image_size must be a
   multiple of the model's stride (a command has no reason to drop pixels); None means the
   checkpoint's own resolution.
   """
-  module, params = load_npz(released.resolve(checkpoint), image_size=image_size,
+  module, params = load_npz(hub.resolve(checkpoint), image_size=image_size,
                             allow_nonfinite=allow_nonfinite, strict_image_size=True)
   return module, params, image_size or native_image_size(module, params)
