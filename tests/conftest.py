@@ -33,6 +33,25 @@ RELEASED_FIXTURES = REPO.parent / "shared" / "fixtures" / "released_format"
 TINY = dict(patch_size=4, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=2)
 
 
+@pytest.fixture(scope="module")
+def gcs(tmp_path_factory):
+  """A Cloud Storage emulator on 127.0.0.1 for one test module (tests/gcs_emulator.py);
+  this process and the jobs it starts reach it through the environment."""
+  import gcs_emulator  # pylint: disable=import-outside-toplevel
+  emulator = gcs_emulator.Emulator(str(tmp_path_factory.mktemp("gcs")))
+  saved = {key: os.environ.get(key) for key in emulator.env}
+  os.environ.update(emulator.env)
+  try:
+    yield emulator
+  finally:
+    emulator.stop()
+    for key, value in saved.items():
+      if value is None:
+        os.environ.pop(key, None)
+      else:
+        os.environ[key] = value
+
+
 @pytest.fixture
 def released_fixtures() -> pathlib.Path:
   assert RELEASED_FIXTURES.is_dir(), f"missing {RELEASED_FIXTURES}: CI clones ../shared beside"

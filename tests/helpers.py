@@ -63,8 +63,9 @@ def subprocess_env(devices=None, **extra):
 
 
 def read_metrics(workdir):
-  lines = pathlib.Path(workdir, "metrics.jsonl").read_text().splitlines()
-  return [json.loads(line) for line in lines]
+  """The run's metrics.jsonl rows, through the package's one reader."""
+  from vit_jax.runs import metrics  # pylint: disable=import-outside-toplevel
+  return metrics.read_rows(str(workdir))
 
 
 def make_config(dataset="digits", **pp) -> ml_collections.ConfigDict:

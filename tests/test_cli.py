@@ -1,6 +1,7 @@
 """Every command's --help exits 0 and documents its flags (vit_jax.cli runs the absl ones;
-vit_jax.benchmark uses argparse)."""
+vit_jax.benchmark uses argparse); user errors are one line, bugs keep their traceback."""
 
+import errno
 import os
 import subprocess
 import sys
@@ -8,6 +9,7 @@ import sys
 import pytest
 
 from conftest import REPO
+from vit_jax import cli, errors
 
 # command -> the start of some flags' help, as printed: `--flag: help` (absl commands),
 # `--flag METAVAR help` (argparse).
@@ -26,6 +28,9 @@ COMMANDS = {
                      "--config: The settings every task starts from"],
     "vit_jax.convert": ["--to: <npz|timm|hf>: Target format", "--pre_logits: <drop|pooler>",
                         "--model: Released model name"],
+    "vit_jax.export": ["--to: Format: stablehlo, saved_model, tflite, onnx",
+                       "--batch: Batch dimension", "--[no]with_preprocessing: saved_model",
+                       "--[no]overwrite: Replace an existing OUT"],
     "vit_jax.benchmark": ["--model MODEL model to time", "--batch BATCH global batch",
                           "--steps STEPS timed steps", "--mesh MESH device mesh",
                           "models (--model): ViT-Ti_16, ViT-S_16"],
@@ -70,3 +75,35 @@ def test_a_usage_mistake_is_one_line_not_the_help_text(helps):
   code, output = helps[USAGE_MISTAKE]
   assert code == 2
   assert output == "error: give one or more images (--help shows the usage)"
+
+
+@cli.command
+def raising(error):
+  raise error
+
+
+@pytest.mark.parametrize("error, line", [
+    (errors.InvalidInput("config.batch=7 is odd:\n  use 8"), "error: config.batch=7 is odd: use 8"),
+    (FileNotFoundError(errno.ENOENT, "No such file or directory", "x.npz"),
+     "error: [Errno 2] No such file or directory: 'x.npz'"),
+    (OSError(errno.ENOSPC, "No space left on device", "/run/params.npz"),
+     "error: disk full writing /run/params.npz (No space left on device): free some space and "
+     "rerun the same command; finished checkpoints are intact"),
+])
+def test_user_errors_end_the_command_in_one_line(capsys, error, line):
+  with pytest.raises(SystemExit) as exit_info:
+    raising(error)
+  assert exit_info.value.code == 1
+  assert capsys.readouterr().err == line + "\n"
+
+
+@pytest.mark.parametrize("bug", [ValueError("internal"), KeyError("k"), TypeError("t")])
+def test_a_bug_keeps_its_traceback(bug):
+  with pytest.raises(type(bug)):
+    raising(bug)
+
+
+def test_list_flags_of_positive_numbers():
+  assert cli.positive_numbers(["1", "5"], int, "shots") == (1, 5)
+  with pytest.raises(cli.UsageError, match=r"^--lrs=0.1,x must be positive numbers, e.g. 0.01$"):
+    cli.positive_numbers(["0.1", "x"], float, "lrs", example="0.01")

@@ -24,8 +24,8 @@ def error_lines(result):
 def test_config_key_typo(tmp_path):
   result = run_main("--config=configs/demo.py", f"--workdir={tmp_path}", "--config.bacth=3")
   assert result.returncode == 2
-  assert error_lines(result) == [
-      "error: bad flag or config override: 'bacth' Did you mean \"batch\" instead of \"bacth\"?"]
+  assert error_lines(result) == ["error: bad flag or config override: no config key 'bacth' Did "
+                                 "you mean \"batch\" instead of \"bacth\"?"]
   assert "Traceback" not in result.stderr
 
 

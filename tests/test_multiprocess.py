@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from conftest import REPO
-from helpers import demo_args, demo_config, subprocess_env
+from helpers import demo_args, demo_config, read_metrics, subprocess_env
 from vit_jax import train
 
 # The shared demo run (helpers.DEMO_SETTINGS), evaluated once at the end.
@@ -79,9 +79,8 @@ def test_a_dead_peer_stops_the_survivor(tmp_path):
                     "--num_processes=2", f"--process_id={i}", "--heartbeat_timeout=10",
                     "--config.total_steps=100000", "--config.progress_every=1")
              for i in range(2)]
-  metrics = os.path.join(workdir, "metrics.jsonl")
   deadline = time.time() + 300
-  while not (os.path.exists(metrics) and '"train/loss"' in open(metrics).read()):
+  while not any("train/loss" in row for row in read_metrics(workdir)):
     assert time.time() < deadline and workers[0].poll() is None, output(workdir, "0")[-3000:]
     time.sleep(0.5)
   workers[1].kill()

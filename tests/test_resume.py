@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from helpers import demo_args, demo_config, subprocess_env
+from helpers import demo_args, demo_config, read_metrics, subprocess_env
 from vit_jax import train
 
 # The shared demo run (helpers.DEMO_SETTINGS), logging every step, never evaluating.
@@ -49,8 +49,7 @@ def checkpoint_steps(workdir):
 
 
 def trained_steps(workdir):
-  path = os.path.join(workdir, "metrics.jsonl")
-  return open(path).read().count('"train/loss"') if os.path.exists(path) else 0
+  return sum("train/loss" in row for row in read_metrics(workdir))
 
 
 def test_a_second_run_is_refused_and_sigterm_saves_the_current_step(tmp_path):
@@ -72,6 +71,33 @@ def test_a_second_run_is_refused_and_sigterm_saves_the_current_step(tmp_path):
   steps = checkpoint_steps(workdir)
   assert len(steps) == 1 and 3 <= steps[0] < 100000
   assert f"saved the checkpoint of step {steps[0]}" in stderr
+
+
+def test_ctrl_c_saves_the_current_step_and_a_second_one_aborts_at_once(tmp_path):
+  workdir = str(tmp_path / "run")
+  process = start_main(workdir, total_steps=100000, checkpoint_every=100000)
+  wait_for(lambda: trained_steps(workdir) >= 3)
+  process.send_signal(signal.SIGINT)
+  code, output = finish(process, workdir)
+  assert code == 130, output[-2000:]
+  steps = checkpoint_steps(workdir)
+  assert len(steps) == 1 and 3 <= steps[0] < 100000
+  assert "Traceback" not in output and "KeyboardInterrupt" not in output
+  lines = output.strip().splitlines()
+  assert lines[-1] == (f"interrupted: saved the checkpoint of step {steps[0]} in "
+                       f"{workdir}/checkpoints; rerun the same command to resume")
+  assert sum(line.startswith("Ctrl-C: saving a checkpoint") for line in lines) == 1
+
+  process = start_main(workdir, total_steps=100000, checkpoint_every=100000)
+  wait_for(lambda: trained_steps(workdir) >= steps[0] + 2)  # resumed
+  process.send_signal(signal.SIGINT)
+  wait_for(lambda: "Ctrl-C: saving" in open(f"{workdir}.log").read(), timeout=10)  # at once
+  process.send_signal(signal.SIGINT)  # a second press (signals sent together merge)
+  started = time.time()
+  code, output = finish(process, workdir, timeout=30)
+  assert code == 130 and time.time() - started < 10, output[-2000:]
+  assert output.strip().splitlines()[-1].startswith("second Ctrl-C: aborted at once")
+  assert set(steps) <= set(checkpoint_steps(workdir))  # nothing lost
 
 
 def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path):

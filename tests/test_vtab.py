@@ -13,9 +13,11 @@ from absl import app, flags
 from PIL import Image
 
 from conftest import REPO, init_params, tiny_model
-from vit_jax import save_npz, train
+from helpers import read_metrics
+from vit_jax import cli, save_npz, train
 from vit_jax import vtab as command
 from vit_jax.evaluators import vtab
+from vit_jax.runs import outputs
 
 FOLDERS = {"alpha": 0, "beta": 3, "gamma": 6}  # folder -> test images with the wrong label
 TINY = {"batch": 16, "batch_eval": 16, "total_steps": 4, "accum_steps": 1, "pp.crop": 16,
@@ -122,7 +124,7 @@ def test_rerun_with_other_settings_trains_anew_and_keeps_the_old_run(folders, ch
   assert (kept / "checkpoints").is_dir()
   assert second["tasks"]["alpha"]["total_steps"] == 6
   assert read_json(workdir, "alpha", "config.json")["total_steps"] == 6
-  rows = [json.loads(line) for line in open(workdir / "alpha" / "metrics.jsonl")]
+  rows = read_metrics(workdir / "alpha")
   assert max(row["step"] for row in rows) == 6 and min(row["step"] for row in rows) <= 2
   assert first["tasks"]["alpha"]["total_steps"] == 4
 
@@ -200,6 +202,21 @@ def test_the_table_marks_a_task_not_at_the_benchmarks_version(tmp_path):
       "tfds_version"] == "4.0.0"
   assert "| Natural | oxford_iiit_pet | 90.00 | 0.01 | 2500 | 4.0.0 (benchmark: 3.*.*) |" in (
       tmp_path / "w" / "vtab.md").read_text()
+
+
+
+def test_the_workdir_must_be_new_or_a_vtab_run(tmp_path):
+  """The report files never land in a folder VTAB did not make (a run's workdir, $HOME)."""
+  (tmp_path / "w").mkdir()
+  (tmp_path / "w" / "vtab.md").write_text("my notes")
+  run = lambda **kw: vtab.run_benchmark(vtab.base_config(), ["dtd"], checkpoint="ViT-B_16",
+                                        workdir=str(tmp_path / "w"),
+                                        train_fn=fake_training({"dtd": 0.5}, []), **kw)
+  with pytest.raises(outputs.OutputExistsError, match="holds files it did not write"):
+    run()
+  assert (tmp_path / "w" / "vtab.md").read_text() == "my notes"
+  run(overwrite=True)
+  run()  # now its own output: a rerun resumes there
 
 
 SWEEP = ((0.001, 0.01), (500, 2500))
@@ -284,7 +301,7 @@ USAGE = {  # argv -> the start of the UsageError's message
     ("--config.dataset=cifar10",): "--config.dataset is set by each task's run: use --tasks",
     ("--lr_sweep", "--config.total_steps=3"): "--config.total_steps is swept with --lr_sweep: "
     "set the grid with --sweep_lrs and --sweep_steps",
-    ("--lr_sweep", "--sweep_steps=0,10"): "--sweep_steps=0,10 must be positive numbers",
+    ("--lr_sweep", "--sweep_steps=0,10"): "--sweep_steps=0,10 must be positive integers",
     ("--sweep_lrs=0.1,0.3",): "--sweep_lrs need --lr_sweep",
 }
 
@@ -308,7 +325,7 @@ def test_usage_mistakes_fail_before_any_run(monkeypatch, tmp_path, argv):
 def test_bad_config_override_is_one_line(monkeypatch, capsys):
   monkeypatch.setattr(sys, "argv", ["vtab", "--config.nope=3"])
   with pytest.raises(SystemExit) as raised:
-    command.define_flags_or_exit(flags.FlagValues())
+    cli.define_or_exit(command.define_flags, flags.FlagValues())
   assert raised.value.code == 2
   assert capsys.readouterr().err == "error: bad flag or config override: no config key 'nope'\n"
 

@@ -36,9 +36,10 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from vit_jax import cli, console, optim, sharding, train_step
+from vit_jax import cli, console, errors, optim, sharding, train_step
 from vit_jax.data import sources
 from vit_jax.models import vit, zoo
+from vit_jax.runs import fs
 
 SUITE = [(model, mode, size) for model in ("ViT-Ti_16", "ViT-B_16", "ViT-L_16")
          for size in (224, 384) for mode in ("train", "infer")]
@@ -318,7 +319,7 @@ def _config_from_args(parser, args, extra: List[str], argv: List[str]):
                  "--config.KEY=VALUE")
   try:
     return load_config(args.config, extra)
-  except (flags.Error, AttributeError, KeyError, TypeError, ValueError, OSError) as e:
+  except cli.FLAG_ERRORS + (OSError,) as e:
     parser.error(f"cannot load --config={args.config}: {cli.one_line(e)}")
 
 
@@ -333,8 +334,8 @@ def main(argv=None):
       sharding.check_batch_size(args.batch, sharding.make_mesh(args.mesh))
     else:
       sharding.check_config_batches(config, sharding.make_mesh(config.mesh))
-  except (sharding.ShardingError, ValueError) as e:
-    parser.error(" ".join(str(e).split()))
+  except errors.UserError as e:
+    parser.error(cli.one_line(e))
   peak = args.peak_tflops * 1e12 if args.peak_tflops else None
   print(f"{jax.device_count()} x {jax.devices()[0].device_kind}, jax {jax.__version__}")
   if config is not None:
@@ -374,8 +375,8 @@ def run_and_print(measure_fn, key: dict, json_path: Optional[str]) -> None:
   else:
     print(format_row(result), flush=True)
   if json_path:
-    with open(json_path, "a", encoding="utf-8") as f:
-      f.write(json.dumps(result) + "\n")
+    earlier = fs.read_text(json_path) if fs.exists(json_path) else ""  # no appends on
+    fs.write_atomic(json_path, earlier + json.dumps(result) + "\n")     # object stores
 
 
 def describe_config(config: ml_collections.ConfigDict, mode: str) -> str:

@@ -1,26 +1,127 @@
-"""The one runner of the absl commands (main, predict, visualize, fewshot, download).
+"""The command-line layer every `python -m vit_jax.<command>` goes through.
 
-absl's --help, -?, --helpshort, --helpfull and --helpxml print their text and then exit
-with status 1, so `python -m vit_jax.predict --help && ...` fails and wrappers report an
-error. `run` is app.run with those flags exiting 0; errors keep their non-zero codes.
+- Flags: absl, defined by the command module's `define_flags(flag_values=flags.FLAGS)`,
+  called under `if __name__ == "__main__"` so that importing a command defines no flags.
+- Usage mistakes: `raise cli.UsageError(...)` -> `error: ... (--help shows the usage)`, exit 2.
+  A bad flag or --config.KEY override (cli.parse_flags) and a config file that does not load
+  (cli.load_config) are one line, exit 2, too.
+- Errors a user can fix (vit_jax.errors.UserError, and OSError: missing file, permissions,
+  full disk, network) -> `error: <message on one line>`, exit 1, via `@cli.command` on each
+  command's main. Anything else is a bug and keeps its traceback.
+- Ctrl-C (KeyboardInterrupt, e.g. vit_jax.runs.preemption.Interrupted after a saved step)
+  -> `interrupted: <what was saved>`, exit 130, no traceback.
+- Help: absl's --help, -?, --helpshort, --helpfull and --helpxml exit 0 (absl exits 1, which
+  breaks `python -m vit_jax.predict --help && ...`).
 """
 
+import errno
+import functools
 import sys
-from typing import Any, Callable, List
+from typing import Any, Callable, Iterable, List, NoReturn, Tuple
 
-from absl import app, flags
+from absl import app, flags, logging
 
-from vit_jax import console
+from vit_jax import console, errors
 
+UsageError = app.UsageError
+USER_ERRORS = (errors.UserError, OSError)
+# What absl and config_dict raise for a bad flag value or --config.KEY override.
+FLAG_ERRORS = (flags.Error, AttributeError, KeyError, TypeError, ValueError)
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT: what a shell reports for a Ctrl-C'd command
 HELP_FLAGS = (app.HelpFlag, app.HelpshortFlag, app.HelpfullFlag, app.HelpXMLFlag)
 
 
-def one_line(error: BaseException) -> str:
-  """An error's message on one line; config_dict nests the real error as the first arg
-  (a mistyped --config.KEY: "'bach'\nDid you mean "batch"...")."""
+def innermost(error: BaseException) -> BaseException:
+  """config_dict nests the real error as the first arg (a mistyped --config.KEY)."""
   while error.args and isinstance(error.args[0], BaseException):
     error = error.args[0]
-  return " ".join(str(error.args[0] if error.args else error).split())
+  return error
+
+
+def one_line(error: Any) -> str:
+  """An error's message (or any text) on one line."""
+  if isinstance(error, BaseException):
+    error = innermost(error)
+    error = error.args[0] if len(error.args) == 1 else error  # KeyError's str() adds quotes
+  return " ".join(str(error).split())
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+  """Ends the command with `error: <message>` on one line: users need the cause, not a trace."""
+  logging.debug("full traceback", exc_info=True)
+  print(f"error: {' '.join(message.split())}", file=sys.stderr)
+  sys.exit(code)
+
+
+def user_error_message(error: BaseException) -> str:
+  """The one line shown for a user error; a full disk says that finished work is intact."""
+  if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+    return (f"disk full writing {error.filename or 'the output'} ({error.strerror}): free some "
+            "space and rerun the same command; finished checkpoints are intact")
+  return one_line(error)
+
+
+def command(main: Callable[..., Any]) -> Callable[..., Any]:
+  """Decorates a command's main: user errors (USER_ERRORS) end it with one `error:` line."""
+  @functools.wraps(main)
+  def run_main(*args, **kwargs):
+    try:
+      return main(*args, **kwargs)
+    except USER_ERRORS as e:
+      fail(user_error_message(e))
+  return run_main
+
+
+def no_arguments(argv: List[str]) -> None:
+  """For commands that take flags only."""
+  if len(argv) > 1:
+    raise UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+
+
+def positive_numbers(values: Iterable[str], kind: type, flag: str,
+                     example: str = "") -> Tuple[Any, ...]:
+  """A list flag's values as positive numbers of `kind`, or a UsageError naming the flag."""
+  values = list(values)
+  try:
+    numbers = tuple(kind(v) for v in values)
+  except ValueError:
+    numbers = ()
+  if not numbers or min(numbers) <= 0:
+    what = "integers" if kind is int else "numbers"
+    raise UsageError(f"--{flag}={','.join(values)} must be positive {what}"
+                     + (f", e.g. {example}" if example else ""))
+  return numbers
+
+
+def flag_error(error: BaseException) -> NoReturn:
+  unknown = "no config key " if isinstance(innermost(error), (AttributeError, KeyError)) else ""
+  fail(f"bad flag or config override: {unknown}{one_line(error)}", code=2)
+
+
+def parse_flags(argv: List[str], flag_values: flags.FlagValues = flags.FLAGS) -> List[str]:
+  """absl's parsing; a bad flag or --config.KEY override is one line (exit 2)."""
+  try:
+    return flag_values(argv)
+  except FLAG_ERRORS as e:
+    flag_error(e)
+
+
+def load_config(flag_values: flags.FlagValues = flags.FLAGS, name: str = "config"):
+  """The config of a --config=FILE[:ARG] flag (None if not given); one that fails to load
+  (it raises only when first touched) is one line (exit 2)."""
+  try:
+    config = flag_values[name].value
+    if config is not None:
+      config.get("dataset")
+    return config
+  except FLAG_ERRORS + (OSError,) as e:
+    fail(f"cannot load --{name}: {one_line(e)}", code=2)
+
+
+def keep_tensorflow_off_accelerators() -> None:
+  """TensorFlow only feeds data (tf.data, image decoding): the accelerators are JAX's."""
+  import tensorflow as tf  # seconds to import: only commands that read data pay it.
+  tf.config.set_visible_devices([], "GPU")
 
 
 class _ExitZero:
@@ -45,18 +146,32 @@ def define_help_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_flag(flag, flag_values, module_name=app.__name__)
 
 
-def run(main: Callable[[List[str]], Any],
-        flags_parser: Callable[[List[str]], Any] = app.parse_flags_with_usage) -> None:
-  """app.run(main, flags_parser=flags_parser), with help exiting 0 and the libraries'
-  INFO logging hidden unless --verbosity is given (see vit_jax.console)."""
+def define_or_exit(define_flags: Callable[..., None],
+                   flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """define_flags(flag_values); config_flags applies sys.argv's --config.KEY overrides while
+  defining a config_dict flag, so a bad one is one line (exit 2) here too."""
+  try:
+    define_flags(flag_values)
+  except FLAG_ERRORS as e:
+    flag_error(e)
+
+
+def run(main: Callable[[List[str]], Any], define_flags: Callable[..., None] = None,
+        flags_parser: Callable[[List[str]], Any] = parse_flags) -> None:
+  """Defines the command's flags, then app.run(main) with this module's rules (see the
+  docstring) and the libraries' INFO logging hidden unless --verbosity is given."""
+  if define_flags is not None:
+    define_or_exit(define_flags)
   define_help_flags()
 
   def quiet_main(argv):
     console.quiet_libraries(flags.FLAGS["verbosity"].present)
     try:
-      return main(argv)
-    except app.UsageError as e:  # absl would print the whole help text before it
-      print(f"error: {e} (--help shows the usage)", file=sys.stderr)
-      sys.exit(2)
+      return command(main)(argv)
+    except UsageError as e:  # absl would print the whole help text before it
+      fail(f"{one_line(e)} (--help shows the usage)", code=2)
+    except KeyboardInterrupt as e:  # Ctrl-C: one line, not a traceback; the shell's 130
+      print(f"interrupted{': ' + one_line(e) if e.args else ''}", file=sys.stderr)
+      sys.exit(INTERRUPTED_EXIT_CODE)
 
   app.run(quiet_main, flags_parser=flags_parser)

@@ -7,6 +7,8 @@ and every named choice is checked here, first, with one line naming the key and 
 
 import ml_collections
 
+from vit_jax import errors
+
 # Counts that must be >= 1. total_steps may also be -1 (BiT HyperRule from the data size).
 POSITIVE_COUNTS = ("batch", "batch_eval", "accum_steps", "checkpoint_every", "eval_every",
                    "progress_every", "keep_checkpoints")
@@ -23,38 +25,42 @@ def check_counts(config: ml_collections.ConfigDict) -> None:
   for key in POSITIVE_COUNTS:
     value = config[key]
     if not _is_int(value) or value < 1:
-      raise ValueError(f"config.{key}={value!r} must be a whole number >= 1")
+      raise errors.InvalidInput(f"config.{key}={value!r} must be a whole number >= 1")
   total = config.total_steps
   if not _is_int(total) or (total < 1 and total != HYPERRULE):
-    raise ValueError(f"config.total_steps={total!r} must be >= 1 (or -1 for BiT's HyperRule "
-                     "length from the training set size)")
+    raise errors.InvalidInput(
+        f"config.total_steps={total!r} must be >= 1 (or -1 for BiT's HyperRule "
+        "length from the training set size)")
   warmup = config.warmup_steps
   if not _is_int(warmup) or warmup < 0 or (total != HYPERRULE and warmup > total):
     limit = "" if total == HYPERRULE else f" and <= config.total_steps={total}"
-    raise ValueError(f"config.warmup_steps={warmup!r} must be >= 0{limit}")
+    raise errors.InvalidInput(f"config.warmup_steps={warmup!r} must be >= 0{limit}")
 
 
 def check_warmup_fits(config: ml_collections.ConfigDict) -> None:
   """After total_steps=-1 is resolved: warm-up cannot be longer than the run."""
   if config.warmup_steps > config.total_steps:
-    raise ValueError(f"config.warmup_steps={config.warmup_steps} is longer than the run "
-                     f"(total_steps={config.total_steps} from BiT's HyperRule): lower it or "
-                     "set config.total_steps")
+    raise errors.InvalidInput(
+        f"config.warmup_steps={config.warmup_steps} is longer than the run "
+        f"(total_steps={config.total_steps} from BiT's HyperRule): lower it or "
+        "set config.total_steps")
 
 
 def check_polyak(config: ml_collections.ConfigDict) -> None:
   decay = config.get("polyak_decay", 0.0)
   if not 0.0 <= decay < 1.0:
-    raise ValueError(f"config.polyak_decay={decay!r} must be in [0, 1): 0 turns Polyak "
-                     "averaging off, the paper used 0.9999")
+    raise errors.InvalidInput(
+        f"config.polyak_decay={decay!r} must be in [0, 1): 0 turns Polyak "
+        "averaging off, the paper used 0.9999")
 
 
 def check_choices(config: ml_collections.ConfigDict) -> None:
   """Named choices that would otherwise fail deep inside model or optimizer code."""
   for key in ("dtype", "optim_dtype"):
     if config[key] not in DTYPES:
-      raise ValueError(f"unknown config.{key}={config[key]!r}; choose one of "
-                       f"{', '.join(DTYPES)}")
+      raise errors.InvalidInput(
+          f"unknown config.{key}={config[key]!r}; choose one of "
+          f"{', '.join(DTYPES)}")
 
 
 # What a command line can say for "no pretrained checkpoint": absl passes the text on.

@@ -16,12 +16,12 @@ import urllib.parse
 import urllib.request
 import uuid
 import zipfile
-from typing import Callable, Iterator, NoReturn, Optional, Tuple
+from typing import Callable, Iterator, Optional, Tuple
 
 import tqdm
-from absl import app, flags
+from absl import flags
 
-from vit_jax import cli
+from vit_jax import cli, errors
 from vit_jax.checkpoints import released
 
 CHUNK_BYTES = 1 << 20
@@ -31,18 +31,8 @@ URL_SCHEMES = ("http", "https", "file")  # what urllib opens; other schemes go t
 UrlOpener = Callable[..., object]  # urllib.request.urlopen's signature: (url, timeout=...)
 
 
-class DownloadError(OSError):
+class DownloadError(errors.UserError, OSError):
   """A download that failed; the message is one line naming the URL and the cause."""
-
-
-def _one_line(error: BaseException) -> str:
-  return " ".join(str(error).split())
-
-
-def fail(message: str) -> NoReturn:
-  """Ends a command with one `error:` line and exit code 1: users need the cause, not a trace."""
-  print(f"error: {message}", file=sys.stderr)
-  sys.exit(1)
 
 
 def _read_all(stream, url: str, errors) -> Iterator[bytes]:
@@ -52,7 +42,7 @@ def _read_all(stream, url: str, errors) -> Iterator[bytes]:
       while chunk := stream.read(CHUNK_BYTES):
         yield chunk
     except errors as e:
-      raise DownloadError(f"download of {url} was interrupted: {_one_line(e)}") from None
+      raise DownloadError(f"download of {url} was interrupted: {cli.one_line(e)}") from None
 
 
 def _open_url(url: str, urlopen: UrlOpener) -> Tuple[Optional[int], Iterator[bytes]]:
@@ -63,9 +53,9 @@ def _open_url(url: str, urlopen: UrlOpener) -> Tuple[Optional[int], Iterator[byt
     raise DownloadError(f"cannot download {url}: HTTP {e.code} {e.reason}{hint}") from None
   except urllib.error.URLError as e:
     raise DownloadError(f"cannot reach {url}: the network is unreachable or the server is down "
-                        f"({_one_line(e.reason)})") from None
+                        f"({cli.one_line(e.reason)})") from None
   except OSError as e:  # e.g. a timeout before the headers arrive
-    raise DownloadError(f"cannot reach {url}: {_one_line(e)}") from None
+    raise DownloadError(f"cannot reach {url}: {cli.one_line(e)}") from None
   length = response.headers.get("Content-Length")
   return (int(length) if length else None), _read_all(response, url, OSError)
 
@@ -78,7 +68,7 @@ def _open_gfile(url: str) -> Tuple[Optional[int], Iterator[bytes]]:
   except tf.errors.NotFoundError:
     raise DownloadError(f"cannot download {url}: no such file") from None
   except tf.errors.OpError as e:
-    raise DownloadError(f"cannot read {url}: {_one_line(e.message)} (check the URL, your "
+    raise DownloadError(f"cannot read {url}: {' '.join(e.message.split())} (check the URL, your "
                         "network and credentials)") from None
   return length, _read_all(stream, url, tf.errors.OpError)
 
@@ -144,16 +134,20 @@ def download(name_or_url: str, directory: str = released.LOCAL_DIR, *, force: bo
   return fetch(url, dest, urlopen=urlopen, verbose=verbose)
 
 
+@cli.command
 def main(argv):
   if len(argv) != 2:
-    raise app.UsageError("give one NAME_OR_URL, e.g. imagenet21k/ViT-B_16")
-  try:
-    print(download(argv[1], flags.FLAGS.dir, force=flags.FLAGS.force))
-  except (OSError, ValueError) as e:  # DownloadError, or e.g. no permission to write DIR
-    fail(str(e))
+    raise cli.UsageError("give one NAME_OR_URL, e.g. imagenet21k/ViT-B_16")
+  print(download(argv[1], flags.FLAGS.dir, force=flags.FLAGS.force))
 
 
-if __name__ == "__main__":  # flags only for the command: predict imports this module
-  flags.DEFINE_string("dir", released.LOCAL_DIR, "Root folder: files go to DIR/FAMILY/FILE.npz.")
-  flags.DEFINE_bool("force", False, "Download again even if the file is already there.")
-  cli.run(main)
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """The command's flags; not defined on import, so importers' flags stay their own."""
+  define = dict(flag_values=flag_values)
+  flags.DEFINE_string("dir", released.LOCAL_DIR, "Root folder: files go to DIR/FAMILY/FILE.npz.",
+                      **define)
+  flags.DEFINE_bool("force", False, "Download again even if the file is already there.", **define)
+
+
+if __name__ == "__main__":
+  cli.run(main, define_flags)

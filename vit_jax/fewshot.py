@@ -10,13 +10,15 @@ from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
 
 import jax
 import ml_collections
-from absl import app, flags
+from absl import flags
 
-from vit_jax import cli, download, sharding
+from vit_jax import cli, sharding
 from vit_jax.checkpoints import npz
 from vit_jax.data import pipeline
 from vit_jax.evaluators import fewshot as probes
+from vit_jax.runs import fs, outputs
 
+KIND = "fewshot"  # the writer's name in --json's no-clobber stamp (vit_jax.runs.outputs)
 
 def data_config(dataset: str, crop: int, train_split: str = "train", eval_split: str = "test",
                 tfds_data_dir: Optional[str] = None) -> ml_collections.ConfigDict:
@@ -30,13 +32,7 @@ def data_config(dataset: str, crop: int, train_split: str = "train", eval_split:
 
 
 def parse_shots(values: Iterable[str]) -> Tuple[int, ...]:
-  try:
-    shots = tuple(int(v) for v in values)
-  except ValueError:
-    shots = ()
-  if not shots or min(shots) < 1:
-    raise ValueError(f"--shots={','.join(values)} must be positive integers, e.g. 1,5,10,25")
-  return shots
+  return cli.positive_numbers(values, int, "shots", example="1,5,10,25")
 
 
 def format_table(report: Dict[str, Any], shots: Sequence[int]) -> str:
@@ -77,19 +73,17 @@ def run(flag_values) -> Dict[str, Any]:
           "per_seed": {str(k): v for k, v in per_seed.items()}}
 
 
+@cli.command
 def main(argv, flag_values=flags.FLAGS):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-  import tensorflow as tf  # tf.data only: keep TensorFlow off the accelerators.
-  tf.config.set_visible_devices([], "GPU")
-  try:
-    report = run(flag_values)
-  except (ValueError, FileNotFoundError) as e:  # CheckpointError and ShardingError included
-    download.fail(" ".join(str(e).split()))
+  cli.no_arguments(argv)
+  cli.keep_tensorflow_off_accelerators()
+  if flag_values.json:  # before the slow part
+    outputs.claim_output_file(flag_values.json, KIND, flag_values.overwrite)
+  report = run(flag_values)
   print(format_table(report, parse_shots(flag_values.shots)))
-  if flag_values.json:
-    with open(flag_values.json, "w", encoding="utf-8") as f:
-      json.dump(report, f, indent=2)
+  if flag_values.json:  # stamped: a rerun may replace it, nothing else is replaced
+    fs.write_atomic(flag_values.json, json.dumps({**outputs.written_by(KIND), **report},
+                                                 indent=2))
 
 
 def define_flags(flag_values=flags.FLAGS) -> None:
@@ -112,9 +106,9 @@ def define_flags(flag_values=flags.FLAGS) -> None:
   flags.DEFINE_string("eval_split", "test", "TFDS split to measure accuracy on.", **define)
   flags.DEFINE_string("tfds_data_dir", None, "TFDS data directory.", **define)
   flags.DEFINE_string("json", None, "Also write the report to this JSON file.", **define)
+  flags.DEFINE_boolean("overwrite", False, outputs.OVERWRITE_HELP, **define)
   flags.mark_flags_as_required(["checkpoint", "dataset"], flag_values=flag_values)
 
 
 if __name__ == "__main__":
-  define_flags()
-  cli.run(main)
+  cli.run(main, define_flags)

@@ -15,6 +15,8 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from vit_jax import errors
+
 # decay_type -> lr after warm-up as a function of (base_lr, progress in [0, 1], linear_end).
 _DECAYS: Dict[str, Callable] = {
     "cosine": lambda base, p, end: base * 0.5 * (1.0 + jnp.cos(jnp.pi * p)),
@@ -31,7 +33,7 @@ _DECAYED_NAMES = ("kernel",)
 def config_choice(table: Dict, key: str, value: str):
   """table[value] for config.<key> = value, or a one-line ValueError naming the choices."""
   if value not in table:
-    raise ValueError(f"unknown config.{key}={value!r}; choose one of {', '.join(table)}")
+    raise errors.InvalidInput(f"unknown config.{key}={value!r}; choose one of {', '.join(table)}")
   return table[value]
 
 

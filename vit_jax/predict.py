@@ -15,10 +15,10 @@ from typing import List, Optional, Sequence, Tuple
 import jax
 import numpy as np
 import tensorflow as tf
-from absl import app, flags, logging
+from absl import flags, logging
 
-from vit_jax import cli, download
-from vit_jax.checkpoints import npz, released
+from vit_jax import cli, download, errors
+from vit_jax.checkpoints import formats, npz, released
 from vit_jax.data import preprocess
 from vit_jax.models import vit
 
@@ -29,7 +29,7 @@ FLAGS = flags.FLAGS
 Prediction = List[Tuple[int, float]]  # (class index, probability), most likely first
 
 
-class ImageError(ValueError):
+class ImageError(errors.InvalidInput):
   """An image that cannot be read or decoded; the message names the file."""
 
 
@@ -92,7 +92,7 @@ def read_labels(path: str) -> List[str]:
     with tf.io.gfile.GFile(path, "r") as f:
       return [line.strip() for line in f.read().splitlines()]
   except tf.errors.OpError as e:
-    raise ValueError(f"cannot read labels {path}: {_tf_message(e)}") from None
+    raise errors.InvalidInput(f"cannot read labels {path}: {_tf_message(e)}") from None
 
 
 def imagenet_labels_path() -> str:
@@ -111,19 +111,47 @@ def imagenet_labels(urlopen=urllib.request.urlopen) -> Optional[List[str]]:
   return read_labels(path)
 
 
+def stored_class_names(checkpoint_path: Optional[str]) -> Optional[List[str]]:
+  """The names a run saved in its params.npz (see npz.read_class_names); None for other
+  files (released checkpoints, timm / HF models)."""
+  if checkpoint_path is None or formats.is_foreign(checkpoint_path):
+    return None
+  return npz.read_class_names(checkpoint_path)
+
+
 def class_names(num_classes: int, labels_path: Optional[str] = None,
-                urlopen=urllib.request.urlopen) -> Optional[List[str]]:
-  """Names from --labels, else ImageNet's for a 1000-way head, else None (indices)."""
+                urlopen=urllib.request.urlopen,
+                checkpoint_path: Optional[str] = None) -> Optional[List[str]]:
+  """Names from --labels, else those saved with the checkpoint (a folder-trained run's),
+  else ImageNet's for a 1000-way head, else None (indices)."""
+  stored = None if labels_path else stored_class_names(checkpoint_path)
   if labels_path:
     names = read_labels(labels_path)
+  elif stored is not None and len(stored) == num_classes:
+    return stored
   elif num_classes == IMAGENET_CLASSES:
     names = imagenet_labels(urlopen)
   else:
     return None
   if names is not None and len(names) != num_classes:
     source = labels_path or imagenet_labels_path()
-    raise ValueError(f"{source} has {len(names)} names but the model has {num_classes} classes")
+    raise errors.InvalidInput(
+        f"{source} has {len(names)} names but the model has {num_classes} classes")
   return names
+
+
+def check_trained_head(params, checkpoint: str) -> None:
+  """A head of one class or of zero weights (what masked-patch-prediction and other
+  feature-only runs export) gives every image the same answer: refuse it."""
+  kernel = np.asarray(params["head"]["kernel"])
+  if kernel.shape[-1] > 1 and np.any(kernel):
+    return
+  what = "a 1-class head" if kernel.shape[-1] == 1 else "an all-zero head"
+  raise errors.InvalidInput(
+      f"{checkpoint} has no trained classification head ({what}, as masked-patch-prediction "
+      "pre-training exports): its predictions would mean nothing; fine-tune it on labelled "
+      "data first (--config.pretrained), or use it for features with vit_jax.fewshot or "
+      "vit_jax.visualize")
 
 
 def format_prediction(path: str, prediction: Prediction, names: Optional[List[str]]) -> str:
@@ -138,36 +166,42 @@ def image_arguments(argv: Sequence[str]) -> List[str]:
   checkpoint load. TensorFlow is kept off the accelerators: it only decodes images."""
   image_paths = list(argv[1:])
   if not image_paths:
-    raise app.UsageError("give one or more images")
+    raise cli.UsageError("give one or more images")
   missing = [p for p in image_paths if not released.has_scheme(p) and not os.path.exists(p)]
   if missing:
-    download.fail(f"image not found: {missing[0]}")
-  tf.config.set_visible_devices([], "GPU")
+    raise ImageError(f"image not found: {missing[0]}")
+  cli.keep_tensorflow_off_accelerators()
   return image_paths
 
 
+@cli.command
 def main(argv):
   image_paths = image_arguments(argv)
-  try:
-    module, params, image_size = npz.load_for_inference(
-        FLAGS.checkpoint, FLAGS.image_size, allow_nonfinite=FLAGS.allow_nonfinite)
-    names = class_names(module.num_classes, FLAGS.labels)
-    predictions = classify(module, params, image_paths, image_size=image_size,
-                           top_k=FLAGS.top_k, batch_size=FLAGS.batch_size)
-  except (ValueError, FileNotFoundError) as e:  # CheckpointError and ImageError included
-    download.fail(str(e))
+  path = released.resolve(FLAGS.checkpoint)
+  module, params, image_size = npz.load_for_inference(
+      path, FLAGS.image_size, allow_nonfinite=FLAGS.allow_nonfinite)
+  check_trained_head(params, FLAGS.checkpoint)
+  names = class_names(module.num_classes, FLAGS.labels, checkpoint_path=path)
+  predictions = classify(module, params, image_paths, image_size=image_size,
+                         top_k=FLAGS.top_k, batch_size=FLAGS.batch_size)
   for path, prediction in zip(image_paths, predictions):
     print(format_prediction(path, prediction, names))
 
 
-if __name__ == "__main__":  # flags only for the command, not for importers of classify()
-  flags.DEFINE_string("checkpoint", None, "Path, URL, FAMILY/NAME or released model name.")
+def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+  """The command's flags; not defined on import, so importers' flags stay their own."""
+  define = dict(flag_values=flag_values)
+  flags.DEFINE_string("checkpoint", None, "Path, URL, FAMILY/NAME or released model name.",
+                      **define)
   flags.DEFINE_integer("image_size", None, "Input side in pixels; default: the checkpoint's own.",
-                       lower_bound=1)
-  flags.DEFINE_boolean("allow_nonfinite", False, npz.ALLOW_NONFINITE_HELP)
-  flags.DEFINE_integer("batch_size", 32, "Images per forward pass.", lower_bound=1)
-  flags.DEFINE_integer("top_k", 5, "Classes shown per image.", lower_bound=1)
+                       lower_bound=1, **define)
+  flags.DEFINE_boolean("allow_nonfinite", False, npz.ALLOW_NONFINITE_HELP, **define)
+  flags.DEFINE_integer("batch_size", 32, "Images per forward pass.", lower_bound=1, **define)
+  flags.DEFINE_integer("top_k", 5, "Classes shown per image.", lower_bound=1, **define)
   flags.DEFINE_string("labels", None, "Class names, one per line; default: ImageNet's for "
-                      "1000-way heads, else class indices.")
-  flags.mark_flag_as_required("checkpoint")
-  cli.run(main)
+                      "1000-way heads, else class indices.", **define)
+  flags.mark_flag_as_required("checkpoint", flag_values=flag_values)
+
+
+if __name__ == "__main__":
+  cli.run(main, define_flags)

@@ -18,13 +18,14 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from vit_jax import errors
 from vit_jax.models import vit
 
 AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
 
 
-class ShardingError(ValueError):
+class ShardingError(errors.InvalidInput):
   """An impossible mesh or batch split; the message says how to fix it."""
 
 

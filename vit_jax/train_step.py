@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from vit_jax import optim
+from vit_jax import errors, optim
 
 Metrics = Dict[str, jax.Array]
 
@@ -96,8 +96,9 @@ def split_micro_batches(tree, accum_steps: int):
   """
   def split(x):
     if x.shape[0] % accum_steps:
-      raise ValueError(f"a batch of {x.shape[0]} examples does not split into "
-                       f"config.accum_steps={accum_steps} equal micro-batches")
+      raise errors.InvalidInput(
+          f"a batch of {x.shape[0]} examples does not split into "
+          f"config.accum_steps={accum_steps} equal micro-batches")
     return jnp.swapaxes(x.reshape(x.shape[0] // accum_steps, accum_steps, *x.shape[1:]), 0, 1)
 
   return jax.tree.map(split, tree)

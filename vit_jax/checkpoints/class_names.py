@@ -20,6 +20,8 @@ import os
 import zipfile
 from typing import List, Optional, Sequence
 
+from vit_jax import errors
+
 COMMENT_LIMIT = 0xFFFF  # the zip format's 16-bit comment length
 SIDECAR_SUFFIX = ".classes.json"
 _KEY = "vit_jax"
@@ -88,9 +90,9 @@ def read_class_names(path: str) -> Optional[List[str]]:
     with _open(path) as f:
       comment = zipfile.ZipFile(f).comment
   except zipfile.BadZipFile:
-    raise ValueError(f"{path} is not a valid .npz (not a zip archive): it carries no class "
-                     "names") from None
+    raise errors.InvalidInput(f"{path} is not a valid .npz (not a zip archive): it carries "
+                              "no class names") from None
   except IsADirectoryError:
-    raise ValueError(f"{path} is a directory, not an .npz file") from None
+    raise errors.InvalidInput(f"{path} is a directory, not an .npz file") from None
   names = _decode(comment) if comment else None
   return names if names is not None else _read_sidecar(path)

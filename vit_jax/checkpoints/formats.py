@@ -20,7 +20,7 @@ from typing import Any, Dict, Tuple
 import ml_dtypes
 import numpy as np
 
-from vit_jax import console
+from vit_jax import console, errors
 from vit_jax.checkpoints import hf_layout, npz_layout, timm_layout, torch_layout
 
 Flat = Dict[str, np.ndarray]
@@ -34,7 +34,7 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 TIMM_METADATA = "vit_jax.timm_config"
 
 
-class FormatError(ValueError):
+class FormatError(errors.InvalidInput):
   """A timm/HF file that cannot be read as a ViT; the message names the problem."""
 
 

@@ -15,6 +15,7 @@ transformers 5 has no ViT without a class token, with a MAP head or with a ResNe
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from vit_jax import errors
 from vit_jax.checkpoints import npz_layout
 from vit_jax.checkpoints.torch_layout import Rule, linear, norm, projections, rule
 from vit_jax.models import zoo
@@ -47,7 +48,7 @@ def rules(prefix: str) -> List[Rule]:
   ]
 
 
-class Unsupported(ValueError):
+class Unsupported(errors.InvalidInput):
   """A model that transformers' ViT does not compute; the message says which part."""
 
 

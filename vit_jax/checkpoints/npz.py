@@ -12,7 +12,6 @@ import io
 import logging
 import math
 import os
-import tempfile
 import zipfile
 import zlib
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
@@ -23,19 +22,20 @@ import ml_dtypes
 import numpy as np
 from flax import traverse_util
 
-from vit_jax import console
+from vit_jax import console, errors
 from vit_jax.checkpoints import class_names as class_names_lib
 from vit_jax.checkpoints import formats, npz_layout, released
 from vit_jax.checkpoints.class_names import read_class_names  # pylint: disable=unused-import
 from vit_jax.models import posemb
 from vit_jax.models import vit, zoo
+from vit_jax.runs import fs
 
 ImageSize = Union[int, Sequence[int]]
 POSEMB_KEY = npz_layout.POSEMB
 _DOWNLOAD_HINT = "fetch a released file with: python -m vit_jax.download imagenet21k/ViT-B_16"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(errors.InvalidInput):
   """A checkpoint that cannot be used; the message is one line naming problem and fix."""
 
 
@@ -117,28 +117,6 @@ def read_npz(path: str) -> Dict[str, np.ndarray]:
   return _upcast_half_precision(arrays, path)
 
 
-def _atomic_write(data: bytes, path: str) -> None:
-  """Writes all bytes or nothing: an existing file is only replaced by a complete one."""
-  if released.has_scheme(path):
-    import tensorflow as tf
-    with tf.io.gfile.GFile(path, "wb") as f:  # object stores publish on close.
-      f.write(data)
-    return
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".npz")
-  try:
-    with os.fdopen(fd, "wb") as f:
-      f.write(data)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes files owner-only; outputs are shared
-    os.replace(tmp, path)
-  except BaseException:
-    os.unlink(tmp)
-    raise
-
-
 def save_npz(params: Any, path: str, *, class_names: Optional[Sequence[str]] = None) -> None:
   """Writes params in the released layout (flat `/` keys, float32, one entry per block
   also for scan_layers models), atomically. A head of 0 classes (a feature extractor,
@@ -156,21 +134,19 @@ def save_npz(params: Any, path: str, *, class_names: Optional[Sequence[str]] = N
   if class_names is not None:
     head_classes = np.shape(flat.get("head/kernel", ()))[-1:]
     if head_classes != (len(class_names),):
-      raise ValueError(f"{len(class_names)} class names for a head of "
-                       f"{head_classes[0] if head_classes else 'no'} classes: pass one name "
-                       "per class of the head, or none")
+      raise errors.InvalidInput(
+          f"{len(class_names)} class names for a head of "
+          f"{head_classes[0] if head_classes else 'no'} classes: pass one name "
+          "per class of the head, or none")
   buffer = io.BytesIO()
   np.savez(buffer, **{key: np.asarray(value, np.float32) for key, value in flat.items()})
   data, sidecar = class_names_lib.with_class_names(buffer.getvalue(), class_names)
   path = os.fspath(path)
   if sidecar is not None:  # first: the .npz appearing is what finishes a run
-    _atomic_write(sidecar, class_names_lib.sidecar_path(path))
-  _atomic_write(data, path)
-  if sidecar is None and not released.has_scheme(path):
-    try:  # an earlier file's long list must not be read as this file's
-      os.remove(class_names_lib.sidecar_path(path))
-    except FileNotFoundError:
-      pass
+    fs.write_atomic(class_names_lib.sidecar_path(path), sidecar)
+  fs.write_atomic(path, data)
+  if sidecar is None:  # an earlier file's long list must not be read as this file's
+    fs.remove(class_names_lib.sidecar_path(path))
 
 
 def _side_pair(image_size: ImageSize) -> Tuple[int, int]:
@@ -213,7 +189,7 @@ def check_against(flat: Dict[str, np.ndarray], shapes: Dict[str, tuple], path: s
                             f"{tuple(shape)} ({hint})")
 
 
-class ImageSizeError(ValueError):
+class ImageSizeError(errors.InvalidInput):
   """An input size the model cannot run at; the message names valid sizes."""
 
 

@@ -25,6 +25,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 from flax import traverse_util
 
+from vit_jax import errors
 from vit_jax.models import resnet, vit, zoo
 
 Flat = Dict[str, np.ndarray]
@@ -44,7 +45,7 @@ _INLINED_MAP_HEAD = ("probe", "MlpBlock_0", "MultiHeadDotProductAttention_0", "L
 _WEIGHT_KINDS = "fiu"  # float, int, unsigned: numbers that float32 holds
 
 
-class LayoutError(ValueError):
+class LayoutError(errors.InvalidInput):
   """A key whose rank, sizes or dtype fit no checkpoint layout; the message names it."""
 
 

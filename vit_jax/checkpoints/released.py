@@ -14,6 +14,7 @@ import os
 import urllib.parse
 from typing import Optional
 
+from vit_jax import errors
 from vit_jax.models import zoo
 
 BUCKET = "gs://vit_models"
@@ -64,7 +65,8 @@ def _canonical_file_name(family: str, name: str) -> str:
 def family_url(family: str, name: str) -> str:
   """gs:// URL of file NAME (with or without `.npz`) of a released family."""
   if family not in FAMILIES:
-    raise ValueError(f"unknown checkpoint family {family!r}; families: {', '.join(FAMILIES)}")
+    raise errors.InvalidInput(
+        f"unknown checkpoint family {family!r}; families: {', '.join(FAMILIES)}")
   name = name[:-len(".npz")] if name.endswith(".npz") else name
   return f"{BUCKET}/{family}/{_canonical_file_name(family, name)}.npz"
 
@@ -84,7 +86,7 @@ def released_i21k_url(model_name: str) -> str:
     return family_url("imagenet21k", canonical)
   if canonical in AUGREG_I21K:
     return family_url("augreg", AUGREG_I21K[canonical])
-  raise ValueError(f"no released ImageNet-21k checkpoint is known for {canonical}")
+  raise errors.InvalidInput(f"no released ImageNet-21k checkpoint is known for {canonical}")
 
 
 def local_path(url: str, directory: str = LOCAL_DIR) -> str:
@@ -116,14 +118,16 @@ def resolve(name_or_url: str, local_dir: Optional[str] = LOCAL_DIR) -> str:
   elif expanded.endswith(".npz") or expanded.startswith((".", "/")):
     return expanded  # a local file that is missing: load_npz says so
   elif sep and not _is_model_name(expanded):  # model names may be written ViT-B/16
-    raise ValueError(f"{name_or_url!r} is neither a file nor FAMILY/NAME: unknown checkpoint "
-                     f"family {family!r}; families: {', '.join(FAMILIES)}")
+    raise errors.InvalidInput(
+        f"{name_or_url!r} is neither a file nor FAMILY/NAME: unknown checkpoint "
+        f"family {family!r}; families: {', '.join(FAMILIES)}")
   else:
     try:
       url = released_i21k_url(expanded)
     except ValueError as e:
-      raise ValueError(f"{name_or_url!r} is not a file, a URL or FAMILY/NAME (families: "
-                       f"{', '.join(FAMILIES)}), and as a model name: {e}") from None
+      raise errors.InvalidInput(
+          f"{name_or_url!r} is not a file, a URL or FAMILY/NAME (families: "
+          f"{', '.join(FAMILIES)}), and as a model name: {e}") from None
   if local_dir is not None and os.path.exists(local_path(url, local_dir)):
     return local_path(url, local_dir)
   return url

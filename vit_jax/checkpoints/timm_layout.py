@@ -16,6 +16,7 @@ GroupNorm eps is 1e-5 (ours 1e-6): R50+B/16 logits differ by 5e-5 to 1.1e-4 rela
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from vit_jax import errors
 from vit_jax.checkpoints import npz_layout
 from vit_jax.checkpoints.torch_layout import Rule, linear, norm, projections, rule
 from vit_jax.models import zoo
@@ -92,7 +93,7 @@ _HEADS_BY_SIZE = {"tiny": 3, "small": 6, "medium": 8, "base": 12, "large": 16, "
                   "so400m": 16, "giant": 16, "gigantic": 16}
 
 
-class Unsupported(ValueError):
+class Unsupported(errors.InvalidInput):
   """An architecture that no timm model computes; the message says which part."""
 
 

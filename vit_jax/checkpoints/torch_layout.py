@@ -18,6 +18,8 @@ from typing import Callable, Dict, List, NamedTuple, Sequence, Tuple
 
 import numpy as np
 
+from vit_jax import errors
+
 Flat = Dict[str, np.ndarray]
 
 
@@ -47,7 +49,7 @@ def projections(ours: str, names: Sequence[str], theirs: str) -> List[Rule]:
           rule([f"{ours}/{name}/bias" for name in names], f"{theirs}.bias", "heads")]
 
 
-class LayoutMismatch(ValueError):
+class LayoutMismatch(errors.InvalidInput):
   """Arrays that the rules leave without a place (listed in the message and in `keys`),
   or one that does not split into its layers."""
 

@@ -31,6 +31,7 @@ import jax
 import numpy as np
 import tensorflow as tf
 
+from vit_jax import errors
 from vit_jax.data import preprocess, sources
 from vit_jax.data.sources import (  # CorruptImageError: raised by the batch iterators
     CorruptImageError, IndexedSplit, StreamingSplit, read_tfds)
@@ -145,8 +146,9 @@ def _shuffle_seed(seed: int, start_step: int, process_index: int) -> int:
 
 def _rows_per_process(batch_size: int, process_count: int) -> int:
   if batch_size % process_count:
-    raise ValueError(f"batch size {batch_size} does not split over {process_count} "
-                     "processes; pick a multiple of the process count")
+    raise errors.InvalidInput(
+        f"batch size {batch_size} does not split over {process_count} "
+        "processes; pick a multiple of the process count")
   return batch_size // process_count
 
 
@@ -184,8 +186,9 @@ class Dataset:
     is float32 [B/P, num_classes])."""
     rows = _rows_per_process(batch_size, process_count)
     if self.pp.mixup_alpha and rows % 2:
-      raise ValueError(f"MixUp mixes pairs of rows: the per-process batch {rows} "
-                       f"(batch {batch_size} / {process_count} processes) must be even")
+      raise errors.InvalidInput(
+          f"MixUp mixes pairs of rows: the per-process batch {rows} "
+          f"(batch {batch_size} / {process_count} processes) must be even")
     def augment(position, data, label):
       image = self._augment(self._payload(self.train, data), example_seed(seed, position))
       return {"image": image, "label": label, "position": position}
@@ -259,7 +262,7 @@ class Dataset:
     {'image', 'label' int32, 'mask' float32 (0 on padding rows)}. split='train' gives
     the train split unaugmented (frozen features for few-shot probes)."""
     if split not in ("train", "eval"):
-      raise ValueError(f"unknown split {split!r}; use 'train' or 'eval'")
+      raise errors.InvalidInput(f"unknown split {split!r}; use 'train' or 'eval'")
     source = self.train if split == "train" else self.eval
     rows = _rows_per_process(batch_size, process_count)
     if isinstance(source, StreamingSplit):
@@ -308,15 +311,17 @@ class Dataset:
 def _check_pp(pp) -> None:
   """Preprocessing settings that cannot work fail here, before any data is read."""
   if pp.preset not in preprocess.PRESETS:
-    raise ValueError(f"unknown config.pp.preset={pp.preset!r}; choose one of "
-                     f"{', '.join(preprocess.PRESETS)}")
+    raise errors.InvalidInput(
+        f"unknown config.pp.preset={pp.preset!r}; choose one of "
+        f"{', '.join(preprocess.PRESETS)}")
   if pp.preset != "bit" and pp.resize is not None:
-    raise ValueError(f"config.pp.resize={pp.resize} applies to the bit preset only; set it "
-                     f"to None for pp.preset={pp.preset!r}")
+    raise errors.InvalidInput(
+        f"config.pp.resize={pp.resize} applies to the bit preset only; set it "
+        f"to None for pp.preset={pp.preset!r}")
   if pp.preset == "bit":
     preprocess.bit_resize(pp.crop, pp.resize)
   if pp.mixup_alpha < 0:
-    raise ValueError(f"config.pp.mixup_alpha={pp.mixup_alpha} must be >= 0 (0 = off)")
+    raise errors.InvalidInput(f"config.pp.mixup_alpha={pp.mixup_alpha} must be >= 0 (0 = off)")
 
 
 def open_dataset(config) -> Dataset:

@@ -9,6 +9,8 @@ depends on the seed alone, never on thread scheduling. Outputs are float32 in [-
 
 import tensorflow as tf
 
+from vit_jax import errors
+
 PRESETS = ("inception", "bit")
 INCEPTION_AREA = (0.05, 1.0)
 INCEPTION_ASPECT = (3 / 4, 4 / 3)
@@ -91,8 +93,9 @@ def bit_resize(crop: int, resize: int = None) -> int:
     rule_resize, rule_crop = HYPERRULE_SMALL if crop <= HYPERRULE_SMALL[1] else HYPERRULE_LARGE
     resize = round(crop * rule_resize / rule_crop)
   if resize < crop:
-    raise ValueError(f"bit preprocessing: resize={resize} is smaller than crop={crop}; "
-                     "set pp.resize >= pp.crop")
+    raise errors.InvalidInput(
+        f"bit preprocessing: resize={resize} is smaller than crop={crop}; "
+        "set pp.resize >= pp.crop")
   return resize
 
 

@@ -16,6 +16,8 @@ from typing import Callable, ClassVar, List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
+from vit_jax import errors
+
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 IN_MEMORY_LIMIT_BYTES = 2 << 30  # TFDS datasets up to this size are held in memory
 DIGITS_TEST_SIZE = 300  # the digits' test split: the first 300 of a permutation drawn
@@ -25,7 +27,7 @@ _JPEG_MAGIC, _PNG_MAGIC = b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n"
 _TAIL_BYTES = 64 << 10  # where an image file's end marker must be (trailers allowed)
 
 
-class CorruptImageError(ValueError):
+class CorruptImageError(errors.InvalidInput):
   """An image that cannot be decoded: the message names it and the fix, on one line."""
 
 
@@ -146,8 +148,9 @@ def _folder_split(split_dir: str, classes: List[str]) -> IndexedSplit:
   """Files of split_dir/<class>/ for each class folder present, labelled by `classes`."""
   unknown = sorted(set(_class_folders(split_dir)) - set(classes))
   if unknown:
-    raise ValueError(f"{split_dir} has classes that train/ lacks: {', '.join(unknown)}; "
-                     "add them to train/ or remove them")
+    raise errors.InvalidInput(
+        f"{split_dir} has classes that train/ lacks: {', '.join(unknown)}; "
+        "add them to train/ or remove them")
   paths, labels = [], []
   for label, name in enumerate(classes):
     folder = os.path.join(split_dir, name)
@@ -155,15 +158,17 @@ def _folder_split(split_dir: str, classes: List[str]) -> IndexedSplit:
       continue
     files = _image_files(folder)
     if not files:
-      raise ValueError(f"class folder {folder} has no .jpg/.jpeg/.png images; add some or "
-                       "remove the folder")
+      raise errors.InvalidInput(
+          f"class folder {folder} has no .jpg/.jpeg/.png images; add some or "
+          "remove the folder")
     for path in files:
       check_image_file(path)
     paths += files
     labels += [label] * len(files)
   if not paths:
-    raise ValueError(f"{split_dir} has no class folders; put its images in "
-                     f"{split_dir}/<class>/")
+    raise errors.InvalidInput(
+        f"{split_dir} has no class folders; put its images in "
+        f"{split_dir}/<class>/")
   return IndexedSplit(np.array([os.fsencode(path) for path in paths], object),
                       np.array(labels, np.int32), "files")
 
@@ -180,13 +185,15 @@ def directory_source(root: str):
                             "or 'digits'")
   train_dir = os.path.join(root, "train")
   if not os.path.isdir(train_dir):
-    raise ValueError(f"{root} has no train/ folder; put training images in "
-                     f"{train_dir}/<class>/")
+    raise errors.InvalidInput(
+        f"{root} has no train/ folder; put training images in "
+        f"{train_dir}/<class>/")
   eval_dir = next((os.path.join(root, name) for name in ("test", "validation")
                    if os.path.isdir(os.path.join(root, name))), None)
   if eval_dir is None:
-    raise ValueError(f"{root} has neither test/ nor validation/; hold out images in "
-                     f"{root}/test/<class>/")
+    raise errors.InvalidInput(
+        f"{root} has neither test/ nor validation/; hold out images in "
+        f"{root}/test/<class>/")
   classes = _class_folders(train_dir)
   return _folder_split(train_dir, classes), _folder_split(eval_dir, classes), classes
 
@@ -201,8 +208,9 @@ def _tfds_builder(name: str, data_dir: Optional[str]):
   except ValueError:  # not registered, or not even a valid builder name
     close = difflib.get_close_matches(name, ["digits"] + tfds.list_builders(), n=4)
     hint = f"did you mean {', '.join(close)}?" if close else "see tfds.list_builders()"
-    raise ValueError(f"unknown dataset {name!r}: not 'digits', not an existing directory and "
-                     f"not a TFDS name; {hint}") from None
+    raise errors.InvalidInput(
+        f"unknown dataset {name!r}: not 'digits', not an existing directory and "
+        f"not a TFDS name; {hint}") from None
 
 
 def _default_manual_dir(builder) -> str:
@@ -346,9 +354,10 @@ def tfds_split(builder, split: str, features=image_and_label):
 def _check_features(builder, label_feature: str) -> None:
   missing = {"image", label_feature} - set(builder.info.features)
   if missing:
-    raise ValueError(f"TFDS dataset {builder.name} lacks the feature(s) "
-                     f"{', '.join(sorted(missing))}; only image classification datasets with "
-                     f"'image' and '{label_feature}' work")
+    raise errors.InvalidInput(
+        f"TFDS dataset {builder.name} lacks the feature(s) "
+        f"{', '.join(sorted(missing))}; only image classification datasets with "
+        f"'image' and '{label_feature}' work")
 
 
 def _class_names(builder, label_feature: str) -> List[str]:
@@ -428,8 +437,9 @@ def open_eval_source(name: str, split: str, config, label_feature: str = "label"
   ignored). TFDS location and download settings come from config.tfds_*."""
   if name == "digits" or _is_path(name):
     if label_feature != "label":
-      raise ValueError(f"{name}: a list of labels ({label_feature!r}) needs a TFDS dataset "
-                       "with that feature")
+      raise errors.InvalidInput(
+          f"{name}: a list of labels ({label_feature!r}) needs a TFDS dataset "
+          "with that feature")
     _, evaluation, class_names = digits_source() if name == "digits" else directory_source(name)
     return evaluation, class_names
   return tfds_eval_source(name, split, label_feature=label_feature,

@@ -32,6 +32,7 @@ from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
+from vit_jax import errors
 from vit_jax.console import log
 from vit_jax.data import sources
 
@@ -193,7 +194,7 @@ def get_task(name: str) -> Task:
   if task is None:
     close = difflib.get_close_matches(name, list(TASKS), n=3)
     hint = f"did you mean {', '.join(close)}? " if close else ""
-    raise ValueError(f"unknown VTAB task {name!r}; {hint}tasks: {', '.join(TASKS)}")
+    raise errors.InvalidInput(f"unknown VTAB task {name!r}; {hint}tasks: {', '.join(TASKS)}")
   return task
 
 
@@ -204,8 +205,9 @@ def _at_least(counts: Mapping[str, int], split: str, needed: int, task: Task) ->
   count = counts.get(split)
   if count is None or count < needed:
     have = "has none" if count is None else f"has {count}"
-    raise ValueError(f"VTAB task {task.name}: TFDS {task.tfds_name} split {split!r} {have}, "
-                     f"needs at least {needed} examples; is it the right dataset version?")
+    raise errors.InvalidInput(
+        f"VTAB task {task.name}: TFDS {task.tfds_name} split {split!r} {have}, "
+        f"needs at least {needed} examples; is it the right dataset version?")
   return count
 
 
@@ -215,8 +217,9 @@ def tfds_splits(task: Task, counts: Mapping[str, int]) -> Dict[str, str]:
   if task.val_split == "train":
     start = task.train_percents[0] * train // 100
     if start + NUM_VAL > train:
-      raise ValueError(f"VTAB task {task.name}: TFDS {task.tfds_name} train split has {train} "
-                       f"examples, too few for val200 at {start}")
+      raise errors.InvalidInput(
+          f"VTAB task {task.name}: TFDS {task.tfds_name} train split has {train} "
+          f"examples, too few for val200 at {start}")
     val200 = f"train[{start}:{start + NUM_VAL}]"
   else:
     _at_least(counts, task.val_split, NUM_VAL, task)
@@ -236,8 +239,9 @@ def split_counts(builder) -> Dict[str, int]:
 
 def check_split(name: Optional[str], which: str) -> str:
   if name not in SPLITS:
-    raise ValueError(f"config.{which}={name!r} is not a VTAB-1k split; use one of "
-                     f"{', '.join(SPLITS)}")
+    raise errors.InvalidInput(
+        f"config.{which}={name!r} is not a VTAB-1k split; use one of "
+        f"{', '.join(SPLITS)}")
   return name
 
 
@@ -293,9 +297,10 @@ def class_names(task: Task, builder) -> list:
     return list(task.class_names)
   feature = builder.info.features[task.label_feature]
   if feature.num_classes != task.num_classes:
-    raise ValueError(f"VTAB task {task.name}: TFDS {builder.name} feature "
-                     f"{task.label_feature!r} has {feature.num_classes} classes, expected "
-                     f"{task.num_classes}; is it the right dataset version?")
+    raise errors.InvalidInput(
+        f"VTAB task {task.name}: TFDS {builder.name} feature "
+        f"{task.label_feature!r} has {feature.num_classes} classes, expected "
+        f"{task.num_classes}; is it the right dataset version?")
   return list(feature.names)
 
 
@@ -322,9 +327,10 @@ def directory_indices(num_train: int, root: str = "") -> Dict[str, np.ndarray]:
   a permutation drawn with DIRECTORY_SEED, first 800 and next 200 (sorted)."""
   needed = NUM_TRAIN + NUM_VAL
   if num_train < needed:
-    raise ValueError(f"VTAB-1k draws {NUM_TRAIN} train + {NUM_VAL} validation images from "
-                     f"{os.path.join(root, 'train')}, which has {num_train}: add images, or "
-                     "fine-tune on it as a plain dataset (python -m vit_jax.main)")
+    raise errors.InvalidInput(
+        f"VTAB-1k draws {NUM_TRAIN} train + {NUM_VAL} validation images from "
+        f"{os.path.join(root, 'train')}, which has {num_train}: add images, or "
+        "fine-tune on it as a plain dataset (python -m vit_jax.main)")
   order = np.random.default_rng(DIRECTORY_SEED).permutation(num_train)
   train, val = np.sort(order[:NUM_TRAIN]), np.sort(order[NUM_TRAIN:needed])
   return {"train800": train, "val200": val, "train800val200": np.sort(order[:needed])}

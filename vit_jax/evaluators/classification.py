@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from vit_jax import sharding, train_step
+from vit_jax import errors, sharding, train_step
 from vit_jax.console import log
 from vit_jax.data import pipeline
 
@@ -69,31 +69,37 @@ def check_evals(config: ml_collections.ConfigDict) -> None:
   for name, spec in config.get("evals", {}).items():
     where = f"config.evals.{name}"
     if not _NAME.match(name):
-      raise ValueError(f"{where}: set names may hold letters, digits, '_' and '-' only "
-                       "(they become metric names eval/<name>/accuracy)")
+      raise errors.InvalidInput(
+          f"{where}: set names may hold letters, digits, '_' and '-' only "
+          "(they become metric names eval/<name>/accuracy)")
     if name in names:
-      raise ValueError(f"{where}: the name {name!r} is taken by the dataset's own eval split; "
-                       "pick another name")
+      raise errors.InvalidInput(
+          f"{where}: the name {name!r} is taken by the dataset's own eval split; "
+          "pick another name")
     names.append(name)
     unknown = sorted(set(spec.keys()) - set(SET_KEYS))
     if unknown:
-      raise ValueError(f"{where} has unknown key(s) {', '.join(unknown)}; its keys are "
-                       f"{', '.join(SET_KEYS)}")
+      raise errors.InvalidInput(
+          f"{where} has unknown key(s) {', '.join(unknown)}; its keys are "
+          f"{', '.join(SET_KEYS)}")
     if not spec.get("dataset"):
-      raise ValueError(f"{where}.dataset is missing: a TFDS name, a directory or 'digits'")
+      raise errors.InvalidInput(f"{where}.dataset is missing: a TFDS name, a directory or 'digits'")
     metric = spec.get("metric", "accuracy")
     if metric not in LABEL_FEATURES:
-      raise ValueError(f"{where}.metric={metric!r} is not one of "
-                       f"{', '.join(LABEL_FEATURES)}")
+      raise errors.InvalidInput(
+          f"{where}.metric={metric!r} is not one of "
+          f"{', '.join(LABEL_FEATURES)}")
     objective = config.get("objective", "classification")
     if metric == "real" and objective != "classification":
-      raise ValueError(f"{where}.metric='real' needs class predictions, which "
-                       f"config.objective={objective!r} does not make: drop the set "
-                       f"(--config.evals.{name}.metric=accuracy evaluates its objective)")
+      raise errors.InvalidInput(
+          f"{where}.metric='real' needs class predictions, which "
+          f"config.objective={objective!r} does not make: drop the set "
+          f"(--config.evals.{name}.metric=accuracy evaluates its objective)")
   primary = config.get("eval_primary", "")
   if primary and primary not in names:
-    raise ValueError(f"config.eval_primary={primary!r} names no eval set; choose one of "
-                     f"{', '.join(names)}")
+    raise errors.InvalidInput(
+        f"config.eval_primary={primary!r} names no eval set; choose one of "
+        f"{', '.join(names)}")
 
 
 @dataclasses.dataclass
@@ -123,7 +129,7 @@ def open_sets(config: ml_collections.ConfigDict, dataset: pipeline.Dataset) -> L
         continue
       raise type(e)(f"config.evals.{name}: {e}") from None
     if opened.info.class_names != dataset.info.class_names:
-      raise ValueError(
+      raise errors.InvalidInput(
           f"config.evals.{name}: {spec.dataset} has {opened.info.num_classes} classes that "
           f"differ from the training set's {dataset.info.num_classes} ({config.dataset}); "
           "evaluate only on sets labelled with the same classes")
@@ -143,8 +149,9 @@ class Evaluator:
     self.sets = open_sets(config, dataset)
     self.primary = config.get("eval_primary", "") or self.sets[0].name
     if self.primary not in [s.name for s in self.sets]:
-      raise ValueError(f"config.eval_primary={self.primary!r}: that set was skipped (its data "
-                       "is absent); prepare it or choose another primary set")
+      raise errors.InvalidInput(
+          f"config.eval_primary={self.primary!r}: that set was skipped (its data "
+          "is absent); prepare it or choose another primary set")
     self._steps = {"accuracy": eval_step or train_step.make_eval_step(module),
                    "real": make_real_eval_step(module)}
     self._compiled = {}

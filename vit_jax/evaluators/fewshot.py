@@ -20,7 +20,7 @@ import numpy as np
 import scipy.linalg
 from jax.experimental import multihost_utils
 
-from vit_jax import sharding
+from vit_jax import errors, sharding
 from vit_jax.console import log
 from vit_jax.data import pipeline
 
@@ -59,10 +59,11 @@ def ridge_weights(features: np.ndarray, labels: np.ndarray, num_classes: int,
   is O(D^2 + D K) in the primal case, however many examples there are.
   """
   if l2_reg <= 0:
-    raise ValueError(f"l2_reg={l2_reg} must be > 0: the ridge makes the system solvable")
+    raise errors.InvalidInput(f"l2_reg={l2_reg} must be > 0: the ridge makes the system solvable")
   labels = np.asarray(labels)
   if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
-    raise ValueError(f"labels must lie in [0, {num_classes}): got {labels.min()}..{labels.max()}")
+    raise errors.InvalidInput(
+        f"labels must lie in [0, {num_classes}): got {labels.min()}..{labels.max()}")
   num, dim = features.shape[0], features.shape[1] + 1
   if num >= dim:
     gram, sums = np.zeros((dim, dim)), np.zeros((num_classes, dim))
@@ -122,9 +123,9 @@ def fewshot_accuracies(train_features: np.ndarray, train_labels: np.ndarray,
   """{k: [test accuracy per seed]}. Classes with fewer than k train examples use all of
   theirs (one warning); num_classes defaults to the largest label + 1."""
   if not shots or min(shots) < 1:
-    raise ValueError(f"shots={tuple(shots)} must be positive integers, e.g. 1,5,10,25")
+    raise errors.InvalidInput(f"shots={tuple(shots)} must be positive integers, e.g. 1,5,10,25")
   if not seeds:
-    raise ValueError("no seeds: give at least one, e.g. seeds=(0, 1, 2)")
+    raise errors.InvalidInput("no seeds: give at least one, e.g. seeds=(0, 1, 2)")
   train_labels, test_labels = np.asarray(train_labels), np.asarray(test_labels)
   if num_classes is None:
     num_classes = int(max(train_labels.max(), test_labels.max())) + 1
@@ -225,7 +226,8 @@ class Evaluator:
     for name in settings.datasets:
       key = dataset_key(name)
       if key in self.datasets:
-        raise ValueError(f"config.fewshot.datasets names {key!r} twice; give each dataset once")
+        raise errors.InvalidInput(
+            f"config.fewshot.datasets names {key!r} twice; give each dataset once")
       self.datasets[key] = pipeline.open_dataset(self._data_config(config, name))
     self._feature_fn = None
 

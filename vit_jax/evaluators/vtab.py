@@ -25,14 +25,15 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import ml_collections
 
-from vit_jax import config_defaults
+from vit_jax import config_defaults, errors
 from vit_jax.checkpoints import npz, released
 from vit_jax.console import log
 from vit_jax.data import vtab as tasks_lib
 from vit_jax.models import zoo
-from vit_jax.runs import metrics, outputs
+from vit_jax.runs import fs, metrics, outputs
 from vit_jax.runs import workdir as workdir_lib
 
+KIND = "vtab"  # the writer's name in WORKDIR's no-clobber marker (vit_jax.runs.outputs)
 SWEEP_LRS = (0.001, 0.01)
 SWEEP_STEPS = (500, 2_500)  # the two schedules: BiT's HyperRule length and the paper's
 SELECTIONS = ("task", "mean")  # best setting per task | one setting, best mean (paper)
@@ -86,9 +87,10 @@ def resolve_tasks(specs: Sequence[str]) -> List[TaskRun]:
         directories.append(TaskRun(os.path.basename(path.rstrip(os.sep)),
                                    tasks_lib.CUSTOM_GROUP, path))
     else:
-      raise ValueError(f"unknown task {spec!r} in --tasks: not a VTAB task, a group "
-                       f"({', '.join(tasks_lib.GROUPS)}) or an image directory; tasks: "
-                       f"{', '.join(tasks_lib.TASKS)}")
+      raise errors.InvalidInput(
+          f"unknown task {spec!r} in --tasks: not a VTAB task, a group "
+          f"({', '.join(tasks_lib.GROUPS)}) or an image directory; tasks: "
+          f"{', '.join(tasks_lib.TASKS)}")
   runs = [TaskRun(name, task.group, tasks_lib.PREFIX + name, task.crop, task.flip)
           for name, task in tasks_lib.TASKS.items() if name in chosen]
   runs += directories
@@ -96,10 +98,11 @@ def resolve_tasks(specs: Sequence[str]) -> List[TaskRun]:
   for name in set(names):
     if names.count(name) > 1:
       clash = [run.dataset for run in runs if run.name == name]
-      raise ValueError(f"--tasks has two tasks named {name!r} ({', '.join(clash)}): each "
-                       "task's results go to WORKDIR/<name>/; rename a directory")
+      raise errors.InvalidInput(
+          f"--tasks has two tasks named {name!r} ({', '.join(clash)}): each "
+          "task's results go to WORKDIR/<name>/; rename a directory")
   if not runs:
-    raise ValueError("--tasks is empty: name VTAB tasks, groups or image directories")
+    raise errors.InvalidInput("--tasks is empty: name VTAB tasks, groups or image directories")
   return runs
 
 
@@ -118,10 +121,11 @@ def check_overrides(overrides: Mapping[str, Any], sweep: bool) -> None:
   for key in overrides:
     if key in RUNNER_KEYS:
       instead = "--checkpoint" if key == "pretrained" else "--tasks"
-      raise ValueError(f"--config.{key} is set by each task's run: use {instead}")
+      raise errors.InvalidInput(f"--config.{key} is set by each task's run: use {instead}")
     if sweep and key in SWEPT_KEYS:
-      raise ValueError(f"--config.{key} is swept with --lr_sweep: set the grid with "
-                       "--sweep_lrs and --sweep_steps")
+      raise errors.InvalidInput(
+          f"--config.{key} is swept with --lr_sweep: set the grid with "
+          "--sweep_lrs and --sweep_steps")
 
 
 def model_settings(checkpoint: str) -> Dict[str, Any]:
@@ -168,15 +172,14 @@ def task_config(base: ml_collections.ConfigDict, run: TaskRun, *, checkpoint: st
 
 def _read_json(path: str) -> Optional[dict]:
   try:
-    with open(path, encoding="utf-8") as f:
-      return json.load(f)
+    return json.loads(fs.read_text(path))
   except (OSError, ValueError):
     return None
 
 
 def changed_settings(workdir: str, config: ml_collections.ConfigDict) -> Optional[List[str]]:
   """The config keys in which the run in `workdir` differs from `config` (None: no run)."""
-  saved = _read_json(os.path.join(workdir, "config.json"))
+  saved = _read_json(fs.join(workdir, outputs.CONFIG))
   if saved is None:
     return None
   return metrics.changed_keys(saved, json.loads(config.to_json_best_effort(sort_keys=True)))
@@ -185,8 +188,8 @@ def changed_settings(workdir: str, config: ml_collections.ConfigDict) -> Optiona
 def finished_metrics(workdir: str) -> Optional[dict]:
   """The final metrics of a run that finished in `workdir` (its settings are checked
   separately, see changed_settings)."""
-  final = _read_json(os.path.join(workdir, outputs.FINAL_METRICS))
-  if final is None or not os.path.exists(os.path.join(workdir, outputs.PARAMS)):
+  final = _read_json(fs.join(workdir, outputs.FINAL_METRICS))
+  if final is None or not fs.exists(fs.join(workdir, outputs.PARAMS)):
     return None
   return final
 
@@ -197,14 +200,17 @@ def set_aside(workdir: str) -> str:
   that run's results, or resume it, under other settings. Nothing is deleted; a live run
   in the folder (its lock) is refused."""
   with workdir_lib.WorkdirLock(workdir):
-    parent = os.path.join(workdir, SUPERSEDED)
-    os.makedirs(parent, exist_ok=True)
-    dest = os.path.join(parent, str(len(os.listdir(parent)) + 1))
-    os.makedirs(dest)
-    for name in sorted(os.listdir(workdir)):
+    parent = fs.join(workdir, SUPERSEDED)
+    dest = fs.join(parent, str(len(fs.listdir(parent)) + 1))
+    fs.makedirs(dest)
+    for name in fs.listdir(workdir):
       if name not in (SWEEP_DIR, SUPERSEDED, workdir_lib.LOCK_NAME):
-        os.replace(os.path.join(workdir, name), os.path.join(dest, name))
+        fs.move(fs.join(workdir, name), fs.join(dest, name))
   return dest
+
+
+class TaskError(errors.UserError):
+  """A task's run failed on a user error; the message names the task."""
 
 
 class Preempted(Exception):
@@ -248,10 +254,8 @@ class Runner:
              config.total_steps, splits[0], splits[1], workdir)
     try:
       result = self.train_fn(config, workdir)
-    except (ValueError, FileNotFoundError, FloatingPointError) as e:
-      kind = next(k for k in (FileNotFoundError, FloatingPointError, ValueError)
-                  if isinstance(e, k))
-      raise kind(f"task {run.name}: {' '.join(str(e).split())}") from e
+    except (errors.UserError, OSError) as e:
+      raise TaskError(f"task {run.name}: {e}") from e
     if "preempted_at_step" in result:
       raise Preempted(f"preempted during task {run.name} ({what}) at step "
                       f"{result['preempted_at_step']}: rerun the same command to resume")
@@ -334,15 +338,18 @@ def _top1(result: Mapping[str, float]) -> Dict[str, float]:
 def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, checkpoint: str,
                   workdir: str, overrides: Optional[Mapping[str, Any]] = None,
                   sweep: Optional[Tuple[Sequence[float], Sequence[int]]] = None,
-                  select: str = "task", train_fn: Optional[Callable] = None) -> Dict[str, Any]:
+                  select: str = "task", train_fn: Optional[Callable] = None,
+                  overwrite: bool = False) -> Dict[str, Any]:
   """Fine-tunes and evaluates every task of `specs`; writes WORKDIR/vtab.json and
   vtab.md and returns the report. `sweep` = (lrs, steps) runs the model selection first.
-  `overrides` are the user's --config.KEY values, applied last to every run."""
+  `overrides` are the user's --config.KEY values, applied last to every run. WORKDIR must
+  be new, empty or an earlier VTAB run's, unless overwrite (see vit_jax.runs.outputs)."""
   overrides = dict(overrides or {})
   check_overrides(overrides, sweep is not None)
   if select not in SELECTIONS:
-    raise ValueError(f"unknown selection {select!r}; use one of {', '.join(SELECTIONS)}")
+    raise errors.InvalidInput(f"unknown selection {select!r}; use one of {', '.join(SELECTIONS)}")
   runs = resolve_tasks(specs)
+  outputs.claim_output_dir(workdir, KIND, overwrite)
   if train_fn is None:
     from vit_jax import train  # jax and the models: only when something runs
     train_fn = train.train_and_evaluate
@@ -359,7 +366,7 @@ def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, chec
       val[run.name] = {}
       for lr, steps in grid:
         name = setting_name(lr, steps)
-        result, _ = runner(run, os.path.join(workdir, run.name, SWEEP_DIR, name), lr=lr,
+        result, _ = runner(run, fs.join(workdir, run.name, SWEEP_DIR, name), lr=lr,
                            steps=steps, splits=("train800", "val200"), what=f"sweep {name}")
         val[run.name][name] = result["eval/accuracy"]
     by_name = {setting_name(lr, steps): (lr, steps) for lr, steps in grid}
@@ -371,12 +378,12 @@ def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, chec
   for i, run in enumerate(runs, 1):
     lr, steps = chosen[run.name]
     log.info("task %d of %d: %s (%s)", i, len(runs), run.name, run.group)
-    result, config = runner(run, os.path.join(workdir, run.name), lr=lr, steps=steps,
+    result, config = runner(run, fs.join(workdir, run.name), lr=lr, steps=steps,
                             splits=tasks_lib.DEFAULT_SPLITS, what="final run")
     results[run.name] = {"group": run.group, "dataset": run.dataset, **_top1(result),
                          **tasks_lib.task_version(run.dataset, config.tfds_data_dir),
                          "base_lr": config.base_lr, "total_steps": config.total_steps,
-                         "workdir": os.path.join(workdir, run.name)}
+                         "workdir": fs.join(workdir, run.name)}
     if sweep is not None:
       results[run.name]["val200"] = val[run.name]
   report = {"checkpoint": checkpoint,
@@ -388,8 +395,5 @@ def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, chec
 
 
 def write_report(report: Mapping[str, Any], workdir: str) -> None:
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, REPORT_JSON), "w", encoding="utf-8") as f:
-    json.dump(report, f, indent=2)
-  with open(os.path.join(workdir, REPORT_MD), "w", encoding="utf-8") as f:
-    f.write(format_table(report))
+  fs.write_atomic(fs.join(workdir, REPORT_JSON), json.dumps(report, indent=2))
+  fs.write_atomic(fs.join(workdir, REPORT_MD), format_table(report))

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vit_jax import errors
 from vit_jax.models import resnet, vit
 
 Grid = Tuple[int, int]  # tokens per (height, width)
@@ -75,8 +76,9 @@ def rollout_maps(rollout: np.ndarray, grid: Grid, has_cls: bool) -> np.ndarray:
 
 def _check_tokens(num_patches: int, grid: Grid) -> None:
   if num_patches != grid[0] * grid[1]:
-    raise ValueError(f"{num_patches} patch tokens do not form a {grid[0]}x{grid[1]} grid: "
-                     "pass the token grid of the image size the model ran at")
+    raise errors.InvalidInput(
+        f"{num_patches} patch tokens do not form a {grid[0]}x{grid[1]} grid: "
+        "pass the token grid of the image size the model ran at")
 
 
 def patch_distances(grid: Grid, stride: int) -> np.ndarray:

@@ -22,6 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vit_jax import errors
 from vit_jax.models import vit
 
 MASK_EMBEDDING = "mask_embedding"
@@ -62,8 +63,9 @@ class MaskedPatchPredictor(vit.VisionTransformer):
     (the loss picks the corrupted ones); with representation=True the pooled token
     [B, D] instead (the backbone's features, as VisionTransformer gives them)."""
     if self.representation_size is not None:
-      raise ValueError("masked patch prediction has no pre_logits layer: leave "
-                       "representation_size None")
+      raise errors.InvalidInput(
+          "masked patch prediction has no pre_logits layer: leave "
+          "representation_size None")
     x, grid = self.embed_patches(images)
     batch, patches, hidden = x.shape
     mask_embedding = self.param(MASK_EMBEDDING, nn.initializers.normal(stddev=0.02),

@@ -10,6 +10,8 @@ from typing import Tuple
 
 import numpy as np
 
+from vit_jax import errors
+
 
 def interpolation_matrix(old: int, new: int) -> np.ndarray:
   """(new, old) float64 matrix of align-corners linear interpolation weights."""
@@ -34,8 +36,9 @@ def resize_grid(grid: np.ndarray, new_hw: Tuple[int, int]) -> np.ndarray:
 def square_grid_side(num_tokens: int) -> int:
   side = int(round(np.sqrt(num_tokens)))
   if side * side != num_tokens:
-    raise ValueError(f"position embedding has {num_tokens} patch tokens, which is not a "
-                     "square grid; pass the original image size explicitly")
+    raise errors.InvalidInput(
+        f"position embedding has {num_tokens} patch tokens, which is not a "
+        "square grid; pass the original image size explicitly")
   return side
 
 
@@ -55,8 +58,9 @@ def sincos_2d(grid: Tuple[int, int], width: int, temperature: float = 10_000.0) 
   x is the column and y the row index (the MoCo v3 embedding). Computed in float64.
   """
   if width % 4 or width < 8:
-    raise ValueError(f"sincos2d position embeddings need a hidden size that is a multiple of 4 "
-                     f"and at least 8, got {width}")
+    raise errors.InvalidInput(
+        f"sincos2d position embeddings need a hidden size that is a multiple of 4 "
+        f"and at least 8, got {width}")
   quarter = width // 4
   omega = 1.0 / temperature**(np.arange(quarter) / (quarter - 1))
   rows, cols = np.mgrid[:grid[0], :grid[1]]

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vit_jax import errors
 from vit_jax.models import posemb as posemb_lib
 from vit_jax.models import resnet
 
@@ -148,14 +149,16 @@ class SelfAttention(nn.Module):
   def __call__(self, x, *, deterministic: bool, inputs_kv=None):
     hidden = x.shape[-1]
     if hidden % self.num_heads:
-      raise ValueError(f"hidden size {hidden} is not divisible by num_heads={self.num_heads}")
+      raise errors.InvalidInput(
+          f"hidden size {hidden} is not divisible by num_heads={self.num_heads}")
     head_dim = hidden // self.num_heads
     projection = lambda name: nn.DenseGeneral(
         (self.num_heads, head_dim), dtype=self.dtype, name=name,
         kernel_init=nn.initializers.xavier_uniform(), bias_init=nn.initializers.zeros)
     if self.attention_impl not in ATTENTION_IMPLS:
-      raise ValueError(f"unknown attention_impl {self.attention_impl!r}; choose one of "
-                       f"{', '.join(ATTENTION_IMPLS)}")
+      raise errors.InvalidInput(
+          f"unknown attention_impl {self.attention_impl!r}; choose one of "
+          f"{', '.join(ATTENTION_IMPLS)}")
     kv = x if inputs_kv is None else inputs_kv
     query, key, value = (projection(name)(inputs)
                          for name, inputs in (("query", x), ("key", kv), ("value", kv)))
@@ -277,8 +280,9 @@ class Encoder(nn.Module):
   @nn.compact
   def __call__(self, x, *, train: bool, grid: Tuple[int, int] = (0, 0), has_cls: bool = True):
     if self.remat_policy not in REMAT_POLICIES:
-      raise ValueError(f"unknown remat_policy {self.remat_policy!r}; choose one of "
-                       f"{', '.join(REMAT_POLICIES)}")
+      raise errors.InvalidInput(
+          f"unknown remat_policy {self.remat_policy!r}; choose one of "
+          f"{', '.join(REMAT_POLICIES)}")
     block = ScannedBlock if self.scan_layers else Encoder1DBlock
     if self.remat_policy != "none":  # same parameters, activations recomputed in backprop
       block = nn.remat(block, policy=REMAT_POLICIES[self.remat_policy],
@@ -400,10 +404,11 @@ class VisionTransformer(nn.Module):
     """(patch embeddings [B, patches, D] in row-major order, the patch grid (rows,
     columns)): the `embedding` conv on the image, or on the ResNet stem's feature map."""
     if self.classifier not in CLASSIFIERS:
-      raise ValueError(f"classifier must be one of {', '.join(CLASSIFIERS)}, got "
-                       f"{self.classifier!r}")
+      raise errors.InvalidInput(
+          f"classifier must be one of {', '.join(CLASSIFIERS)}, got "
+          f"{self.classifier!r}")
     if self.posemb not in POSEMBS:
-      raise ValueError(f"posemb must be one of {', '.join(POSEMBS)}, got {self.posemb!r}")
+      raise errors.InvalidInput(f"posemb must be one of {', '.join(POSEMBS)}, got {self.posemb!r}")
     x = images.astype(self.dtype)
     if self.resnet_stages is not None:
       x = resnet.apply_stem(x, self.resnet_stages, self.resnet_width, self.dtype)

@@ -10,6 +10,7 @@ from typing import Optional, Tuple
 
 import jax.numpy as jnp
 
+from vit_jax import errors
 from vit_jax.models import resnet, vit
 
 
@@ -81,7 +82,7 @@ def canonical_name(name: str) -> str:
   if found is None:
     close = difflib.get_close_matches(name, all_names(), n=4, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(RELEASED)}"
-    raise ValueError(f"unknown model name {name!r}; {hint}")
+    raise errors.InvalidInput(f"unknown model name {name!r}; {hint}")
   return found
 
 

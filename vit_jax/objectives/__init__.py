@@ -13,7 +13,7 @@ features, so few-shot probes run whatever the objective.
 import dataclasses
 from typing import Any, Callable, Optional
 
-from vit_jax import train_step
+from vit_jax import errors, train_step
 from vit_jax.objectives import mpp
 
 DEFAULT = "classification"
@@ -52,5 +52,6 @@ def get(config) -> Objective:
   """The objective config.objective names (classification when the key is absent)."""
   name = config.get("objective", DEFAULT)
   if name not in OBJECTIVES:
-    raise ValueError(f"unknown config.objective={name!r}; choose one of {', '.join(OBJECTIVES)}")
+    raise errors.InvalidInput(
+        f"unknown config.objective={name!r}; choose one of {', '.join(OBJECTIVES)}")
   return OBJECTIVES[name]

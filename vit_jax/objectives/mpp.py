@@ -49,7 +49,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from vit_jax import train_step
+from vit_jax import errors, train_step
 from vit_jax.console import log
 from vit_jax.models import mpp as mpp_model
 from vit_jax.models import zoo
@@ -75,8 +75,9 @@ class Settings:
     settings = config.get("mpp") or {}
     unknown = sorted(set(settings) - {f.name for f in dataclasses.fields(cls)})
     if unknown:
-      raise ValueError(f"unknown config.mpp key(s) {', '.join(unknown)}; known: "
-                       f"{', '.join(f.name for f in dataclasses.fields(cls))}")
+      raise errors.InvalidInput(
+          f"unknown config.mpp key(s) {', '.join(unknown)}; known: "
+          f"{', '.join(f.name for f in dataclasses.fields(cls))}")
     return cls(**dict(settings))
 
   @property
@@ -171,7 +172,7 @@ def downsized_target(images: jax.Array, patch_size: int, bits: int = 3,
                      grid: int = DOWNSIZED_GRID) -> jax.Array:
   """int32 [B, N, grid^2]: each patch area-averaged to grid x grid, colours quantised."""
   if patch_size % grid:
-    raise ValueError(f"a {patch_size} px patch does not split into {grid}x{grid} cells")
+    raise errors.InvalidInput(f"a {patch_size} px patch does not split into {grid}x{grid} cells")
   patches = to_unit(patchify(images, patch_size))
   batch, num, _, _, channels = patches.shape
   cell = patch_size // grid
@@ -232,37 +233,46 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   """Refuses settings MPP cannot run with, naming the key."""
   settings = Settings.from_config(config)
   if settings.target not in TARGETS:
-    raise ValueError(f"unknown config.mpp.target={settings.target!r}; choose one of "
-                     f"{', '.join(TARGETS)}")
+    raise errors.InvalidInput(
+        f"unknown config.mpp.target={settings.target!r}; choose one of "
+        f"{', '.join(TARGETS)}")
   if not 0.0 < settings.corrupt_rate <= 1.0:
-    raise ValueError(f"config.mpp.corrupt_rate={settings.corrupt_rate!r} must be in (0, 1] "
-                     "(the paper: 0.5; BERT's rate 0.15)")
+    raise errors.InvalidInput(
+        f"config.mpp.corrupt_rate={settings.corrupt_rate!r} must be in (0, 1] "
+        "(the paper: 0.5; BERT's rate 0.15)")
   if min(settings.fractions) < 0 or abs(sum(settings.fractions) - 1.0) > 1e-6:
-    raise ValueError(f"config.mpp.replace_mask, replace_random and keep = {settings.fractions} "
-                     "must be >= 0 and add up to 1 (the paper: 0.8, 0.1, 0.1)")
+    raise errors.InvalidInput(
+        f"config.mpp.replace_mask, replace_random and keep = {settings.fractions} "
+        "must be >= 0 and add up to 1 (the paper: 0.8, 0.1, 0.1)")
   if not 1 <= settings.color_bits <= 8:
-    raise ValueError(f"config.mpp.color_bits={settings.color_bits!r} must be 1..8 (the "
-                     "paper: 3, 512 colours)")
+    raise errors.InvalidInput(
+        f"config.mpp.color_bits={settings.color_bits!r} must be 1..8 (the "
+        "paper: 3, 512 colours)")
   if config.model.representation_size is not None:
-    raise ValueError("config.objective='mpp' has no pre_logits layer: leave "
-                     "config.model.representation_size None")
+    raise errors.InvalidInput(
+        "config.objective='mpp' has no pre_logits layer: leave "
+        "config.model.representation_size None")
   if config.pretrained is not None:
-    raise ValueError("config.objective='mpp' pre-trains from scratch: set "
-                     "config.pretrained=None (fine-tune from the run's params.npz after)")
+    raise errors.InvalidInput(
+        "config.objective='mpp' pre-trains from scratch: set "
+        "config.pretrained=None (fine-tune from the run's params.npz after)")
   architecture = zoo.get_architecture(config.model_name)
   patch_size = config.model.get("patch_size", architecture.patch_size)
   if config.model.get("resnet_stages", architecture.resnet_stages) is not None:
-    raise ValueError(f"config.objective='mpp' needs a plain ViT: {config.model_name} is a "
-                     "hybrid, whose tokens are not image patches")
+    raise errors.InvalidInput(
+        f"config.objective='mpp' needs a plain ViT: {config.model_name} is a "
+        "hybrid, whose tokens are not image patches")
   if settings.target == "downsized_4x4" and patch_size % DOWNSIZED_GRID:
-    raise ValueError(f"config.mpp.target='downsized_4x4' needs a patch size divisible by "
-                     f"{DOWNSIZED_GRID}, got {patch_size}")
+    raise errors.InvalidInput(
+        f"config.mpp.target='downsized_4x4' needs a patch size divisible by "
+        f"{DOWNSIZED_GRID}, got {patch_size}")
   num_patches = (config.pp.crop // patch_size)**2
   if num_corrupted(num_patches, settings.corrupt_rate) < 1:
-    raise ValueError(f"config.mpp.corrupt_rate={settings.corrupt_rate} corrupts no patch of "
-                     f"the {num_patches} an image has: raise it")
+    raise errors.InvalidInput(
+        f"config.mpp.corrupt_rate={settings.corrupt_rate} corrupts no patch of "
+        f"the {num_patches} an image has: raise it")
   if settings.replace_random > 0 and num_patches < 2:
-    raise ValueError("config.mpp.replace_random > 0 needs at least 2 patches per image")
+    raise errors.InvalidInput("config.mpp.replace_random > 0 needs at least 2 patches per image")
 
 
 def _num_patches(images: jax.Array, patch_size: int) -> int:

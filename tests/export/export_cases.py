@@ -1,0 +1,54 @@
+"""Checkpoints and checks the export tests share: the released-format fixtures (ViT-Ti/16 at 224, the
+R+ViT-Ti/16 hybrid) and small random big_vision variants (gap; MAP head with sincos2d),
+written once per session."""
+
+import json
+import os
+import pathlib
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import RELEASED_FIXTURES, init_params, tiny_model
+from vit_jax.checkpoints import npz
+
+# name -> (checkpoint file, image side to export at; None: the checkpoint's own)
+CASES = ("vit-ti16", "r-vit-ti16", "gap", "map-sincos2d")
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory):
+  """{case: (path, image_size)} for CASES."""
+  root = tmp_path_factory.mktemp("export_checkpoints")
+  written = {}
+  for name, overrides in (("gap", dict(classifier="gap")),
+                          ("map-sincos2d", dict(classifier="map", posemb="sincos2d"))):
+    module = tiny_model(num_classes=3, **overrides)
+    path = root / f"{name}.npz"
+    npz.save_npz(jax.device_get(init_params(module, image_size=16)), str(path))
+    written[name] = (str(path), 32 if "sincos2d" in name else None)
+  return {"vit-ti16": (str(RELEASED_FIXTURES / "vit-ti16.npz"), None),
+          "r-vit-ti16": (str(RELEASED_FIXTURES / "r-vit-ti16.npz"), None), **written}
+
+
+def flax_logits(checkpoint, image_size, images):
+  module, params = npz.load_npz(checkpoint, image_size=image_size)
+  return np.asarray(jax.jit(lambda x: module.apply({"params": params}, x))(images))
+
+
+def random_images(batch, side, seed=1):
+  return np.random.default_rng(seed).uniform(-1, 1, (batch, side, side, 3)).astype(np.float32)
+
+
+def relative(ours, truth):
+  return float(np.max(np.abs(np.asarray(ours) - truth)) / np.max(np.abs(truth)))
+
+
+def read_metadata(out):
+  return json.loads(pathlib.Path(out, "metadata.json").read_text())
+
+
+def leftovers(directory):
+  """Staging folders an export left behind (it must leave none)."""
+  return [n for n in os.listdir(directory) if ".partial-" in n or ".old-" in n]

@@ -1,0 +1,70 @@
+"""python -m vit_jax.export: bad input ends in one `error:` line with nothing written under
+OUT; a good run prints what it wrote and the parity it measured."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from export_cases import checkpoints, leftovers, read_metadata  # noqa: F401 (a fixture)
+
+
+def start(*args):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", JAX_PLATFORMS="cpu",
+             PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+  return subprocess.Popen([sys.executable, "-m", "vit_jax.export", *map(str, args)], cwd=REPO,
+                          env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+@pytest.fixture(scope="module")
+def runs(checkpoints, tmp_path_factory):
+  """{case: (root, OUT, exit code, stdout, stderr)}, all started at once: starting Python
+  with JAX and TensorFlow is most of each run's time."""
+  root = tmp_path_factory.mktemp("command")
+  gap, _ = checkpoints["gap"]
+  corrupt = root / "corrupt.npz"
+  corrupt.write_bytes(b"PK\x03\x04 not really a zip archive" * 10)
+  (root / "a_file").write_text("a file, not a folder")
+  (root / "existing").mkdir()
+  (root / "existing" / "keep.txt").write_text("finished work")
+  cases = {
+      "corrupt": (corrupt, root / "out_corrupt", "--to=stablehlo"),
+      "unwritable": (gap, root / "a_file" / "out", "--to=stablehlo"),
+      "unknown_to": (gap, root / "out_unknown", "--to=keras"),
+      "existing": (gap, root / "existing", "--to=stablehlo"),
+      "good": (gap, root / "out_good", "--to=stablehlo", "--batch=dynamic"),
+  }
+  started = {case: start(*args) for case, args in cases.items()}
+  results = {}
+  for case, process in started.items():
+    stdout, stderr = process.communicate(timeout=600)
+    results[case] = (root, cases[case][1], process.returncode, stdout, stderr)
+  return results
+
+
+@pytest.mark.parametrize("case, names", [
+    ("corrupt", ["corrupt.npz"]), ("unwritable", ["a_file", "writable"]),
+    ("unknown_to", ["keras", "stablehlo, saved_model, tflite, onnx"]),
+    ("existing", ["already exists", "--overwrite"])])
+def test_bad_input_is_one_line_and_writes_nothing(runs, case, names):
+  root, out, code, stdout, stderr = runs[case]
+  lines = stderr.strip().splitlines()
+  assert code != 0 and len(lines) == 1 and lines[0].startswith("error: "), stderr
+  for name in names:
+    assert name in lines[0]
+  if case == "existing":
+    assert os.listdir(out) == ["keep.txt"]
+  else:
+    assert not os.path.exists(out)
+  assert leftovers(root) == [] and stdout.strip() == ""
+
+
+def test_good_run_prints_the_parity(runs):
+  _, out, code, stdout, stderr = runs["good"]
+  assert code == 0, stderr
+  meta = read_metadata(out)
+  assert sorted(os.listdir(out)) == ["metadata.json", "model.stablehlo"]
+  assert "max relative logit difference" in stdout and "tolerance 1e-05" in stdout
+  assert meta["parity"]["max_relative_logit_difference"] <= 1e-5

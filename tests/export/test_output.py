@@ -1,0 +1,43 @@
+"""The staging folder: OUT appears complete or not at all, and an existing OUT survives a
+failed export."""
+
+import os
+
+import pytest
+
+from vit_jax.export import output
+from vit_jax.export.source import ExportError
+
+
+def test_failure_leaves_nothing_and_keeps_the_old_out(tmp_path):
+  out = tmp_path / "out"
+  out.mkdir()
+  (out / "model").write_text("old")
+  with pytest.raises(RuntimeError):
+    with output.staged(str(out), overwrite=True) as staging:
+      (tmp_path / staging / "model").write_text("half")
+      raise RuntimeError("verification failed")
+  assert (out / "model").read_text() == "old"
+  assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_success_replaces_out_only_with_overwrite(tmp_path):
+  out = tmp_path / "nested" / "out"
+  with output.staged(str(out), overwrite=False) as staging:
+    (tmp_path / staging / "model").write_text("new")
+  assert (out / "model").read_text() == "new"
+  with pytest.raises(ExportError, match="--overwrite"):
+    output.check_writable(str(out), overwrite=False)
+  output.check_writable(str(out), overwrite=True)
+  with output.staged(str(out), overwrite=True) as staging:
+    (tmp_path / staging / "other").write_text("newer")
+  assert os.listdir(out) == ["other"]
+  assert sorted(os.listdir(out.parent)) == ["out"]
+
+
+def test_out_that_is_a_file_or_under_one(tmp_path):
+  (tmp_path / "file").write_text("x")
+  with pytest.raises(ExportError, match="is a file"):
+    output.check_writable(str(tmp_path / "file"), overwrite=True)
+  with pytest.raises(ExportError, match="not a writable folder"):
+    output.check_writable(str(tmp_path / "file" / "out"), overwrite=False)

@@ -1,0 +1,60 @@
+"""StableHLO exports reload with jax.export.deserialize and compute the Flax logits, at any
+batch size, for plain, hybrid and big_vision models."""
+
+import jax
+import numpy as np
+import pytest
+
+from export_cases import (CASES, checkpoints,  # noqa: F401 (checkpoints: a fixture)
+                          flax_logits, random_images, read_metadata, relative)
+from vit_jax import export
+
+
+@pytest.fixture(scope="module")
+def exported(checkpoints, tmp_path_factory):
+  """{case: OUT folder} for every case, exported once for the module."""
+  root = tmp_path_factory.mktemp("stablehlo")
+  outs = {}
+  for case in CASES:
+    path, size = checkpoints[case]
+    outs[case] = str(root / case)
+    export.export(path, outs[case], to="stablehlo", image_size=size, log=lambda _: None)
+  return outs
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_reloads_and_matches_flax_at_batch_1_and_7(exported, checkpoints, case):
+  path, _ = checkpoints[case]
+  meta = read_metadata(exported[case])
+  side = meta["image_size"]
+  with open(f"{exported[case]}/{meta['files']['model']}", "rb") as f:
+    model = jax.export.deserialize(bytearray(f.read()))
+  images = random_images(7, side)
+  truth = flax_logits(path, side, images)
+  for batch in (1, 7):
+    logits = np.asarray(model.call(images[:batch]))
+    assert logits.shape == (batch, meta["num_classes"])
+    assert relative(logits, truth[:batch]) <= 1e-5
+  assert meta["batch"] == "dynamic" and meta["parity"]["max_relative_logit_difference"] <= 1e-5
+  assert {"cpu", "cuda", "tpu"} <= set(meta["signature"]["platforms"])
+
+
+def test_matches_the_fixture_truth(exported, released_fixtures):
+  """The export computes the reference implementation's logits, not just ours."""
+  with open(f"{exported['vit-ti16']}/model.stablehlo", "rb") as f:
+    model = jax.export.deserialize(bytearray(f.read()))
+  truth = np.load(released_fixtures / "expected-vit-ti16-224.npz")["logits"]
+  images = np.load(released_fixtures / "images-224.npy")
+  assert relative(model.call(images), truth) <= 1e-5
+
+
+def test_fixed_batch_and_bfloat16(checkpoints, tmp_path):
+  path, _ = checkpoints["gap"]
+  result = export.export(path, str(tmp_path / "out"), to="stablehlo", batch=3,
+                         dtype="bfloat16", log=lambda _: None)
+  assert result.max_relative_difference <= result.tolerance
+  with open(tmp_path / "out/model.stablehlo", "rb") as f:
+    model = jax.export.deserialize(bytearray(f.read()))
+  assert model.in_avals[0].shape == (3, 16, 16, 3)
+  meta = read_metadata(tmp_path / "out")
+  assert (meta["batch"], meta["compute_dtype"]) == (3, "bfloat16")

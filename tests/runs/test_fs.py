@@ -1,0 +1,93 @@
+"""The filesystem layer on a local disk (the object-store side runs against the emulator in
+tests/runs/test_gcs.py)."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from vit_jax.runs import fs
+
+
+def test_write_atomic_replaces_whole_files_with_the_umask_mode_and_no_leftovers(tmp_path):
+  path = str(tmp_path / "sub" / "config.json")
+  fs.write_atomic(path, "first")
+  fs.write_atomic(path, b"second")
+  assert fs.read_text(path) == "second"
+  assert os.listdir(tmp_path / "sub") == ["config.json"]  # no temporary file left
+  umask = os.umask(0)
+  os.umask(umask)
+  assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_a_kill_during_write_atomic_leaves_the_old_file(tmp_path):
+  """The writer is SIGKILLed while the new content is being written: the old file stays."""
+  path = tmp_path / "final_metrics.json"
+  path.write_text('{"old": 1}')
+  child = subprocess.Popen([sys.executable, "-c", f"""
+import os, sys
+from vit_jax.runs import fs
+real_fsync = os.fsync
+def stall(fd):
+  print("writing", flush=True)
+  sys.stdin.read()  # killed here, after the bytes are written, before the rename
+os.fsync = stall
+fs.write_atomic({str(path)!r}, "x" * 1000)
+"""], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+  assert child.stdout.readline() == "writing\n"
+  child.send_signal(signal.SIGKILL)
+  child.wait()
+  assert path.read_text() == '{"old": 1}'
+
+
+def test_create_exclusive_creates_once(tmp_path):
+  path = str(tmp_path / "run.lock")
+  assert fs.create_exclusive(path, "mine")
+  assert not fs.create_exclusive(path, "theirs")
+  assert fs.read_text(path) == "mine"
+
+
+def test_listing_moving_and_removing(tmp_path):
+  assert fs.listdir(str(tmp_path / "missing")) == []
+  fs.write_atomic(str(tmp_path / "a" / "x"), "1")
+  fs.move(str(tmp_path / "a"), str(tmp_path / "b" / "a"))
+  assert fs.listdir(str(tmp_path / "b")) == ["a"] and fs.isdir(str(tmp_path / "b" / "a"))
+  assert not fs.exists(str(tmp_path / "a"))
+  fs.remove(str(tmp_path / "b" / "a" / "x"))
+  fs.remove(str(tmp_path / "b" / "a" / "x"))  # already gone: fine
+  fs.remove_empty_dir(str(tmp_path / "b" / "a"))
+  assert fs.listdir(str(tmp_path / "b")) == []
+  assert fs.free_bytes(str(tmp_path / "not" / "yet")) > 0
+  assert fs.free_bytes("gs://bucket/run") is None
+
+
+def test_the_same_calls_on_gcs(gcs):
+  """Against the emulator: whole-file writes, listing, moving a folder, removing."""
+  root = f"gs://{gcs.bucket}/fs"
+  fs.write_atomic(f"{root}/a/config.json", "first")
+  fs.write_atomic(f"{root}/a/config.json", b"second")
+  assert fs.read_text(f"{root}/a/config.json") == "second"
+  assert fs.isdir(f"{root}/a") and fs.isfile(f"{root}/a/config.json")
+  assert fs.listdir(root) == ["a"] and fs.listdir(f"{root}/missing") == []
+  fs.move(f"{root}/a", f"{root}/b/a")
+  assert fs.listdir(root) == ["b"] and fs.read_text(f"{root}/b/a/config.json") == "second"
+  fs.remove(f"{root}/b/a/config.json")
+  fs.remove(f"{root}/b/a/config.json")  # already gone: fine
+  assert not fs.exists(f"{root}/b/a/config.json")
+  with pytest.raises(ValueError, match="written whole"):
+    fs.open_append(f"{root}/metrics.jsonl")
+
+
+def test_create_exclusive_and_generation_preconditions_on_gcs(gcs):
+  path = f"gs://{gcs.bucket}/fs/run.lock"
+  assert fs.create_exclusive(path, "mine")
+  assert not fs.create_exclusive(path, "theirs")
+  old = fs.generation(path)
+  fs.touch(path)  # a heartbeat: a new generation of the same bytes
+  assert fs.generation(path) != old and fs.read_text(path) == "mine"
+  fs.remove_generation(path, old)  # judged stale at `old`: the renewed lock survives
+  assert fs.read_text(path) == "mine"
+  fs.remove_generation(path, fs.generation(path))
+  assert not fs.exists(path)

@@ -1,0 +1,47 @@
+"""python -m vit_jax.export CHECKPOINT OUT --to=stablehlo|saved_model|tflite|onnx
+    [--image_size=PX] [--batch=N|dynamic] [--dtype=float32|bfloat16|float16]
+    [--with_preprocessing] [--overwrite]
+
+Writes the checkpoint (anything load_npz reads, or a released name) as a serving artefact
+into the folder OUT with a metadata.json beside it, after reloading it in its own runtime
+and comparing its logits with the Flax model's (see vit_jax.export.api).
+"""
+
+from absl import flags
+
+from vit_jax import cli
+from vit_jax.export import api
+
+FLAGS = flags.FLAGS
+
+
+@cli.command
+def main(argv):
+  if len(argv) != 3:
+    raise cli.UsageError("pass CHECKPOINT and OUT, e.g. python -m vit_jax.export "
+                         "params.npz exported/ --to=saved_model")
+  result = api.export(argv[1], argv[2], to=FLAGS.to, image_size=FLAGS.image_size,
+                      batch=FLAGS.batch, dtype=FLAGS.dtype,
+                      with_preprocessing=FLAGS.with_preprocessing, overwrite=FLAGS.overwrite)
+  print(result.summary())
+
+
+def define_flags(flag_values=flags.FLAGS) -> None:
+  """The command's flags; not defined on import, so importers' flags stay their own."""
+  define = dict(flag_values=flag_values)
+  flags.DEFINE_string("to", None, f"Format: {', '.join(api.FORMATS)}.", **define)
+  flags.DEFINE_integer("image_size", None, "Input side in pixels (a multiple of the patch "
+                       "size); default: the checkpoint's own.", lower_bound=1, **define)
+  flags.DEFINE_string("batch", None, "Batch dimension: 'dynamic' or a number. Default: "
+                      "dynamic (tflite: 1).", **define)
+  flags.DEFINE_enum("dtype", "float32", list(api.DTYPES), "Compute dtype: float32, bfloat16 "
+                    "(stablehlo, saved_model) or float16 (tflite: float16 weights).", **define)
+  flags.DEFINE_boolean("with_preprocessing", False, "saved_model: the signature takes "
+                       "encoded image bytes and decodes, resizes and scales them in the "
+                       "graph, as python -m vit_jax.predict does.", **define)
+  flags.DEFINE_boolean("overwrite", False, "Replace an existing OUT.", **define)
+  flags.mark_flag_as_required("to", flag_values=flag_values)
+
+
+if __name__ == "__main__":
+  cli.run(main, define_flags)

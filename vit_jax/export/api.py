@@ -1,0 +1,135 @@
+"""export(): checkpoint -> verified artefact + metadata.json in OUT, for every format.
+
+Each format module (stablehlo, saved_model, tflite, onnx_model) writes its files into a
+staging folder, reloads them with its own runtime, and the result is compared with the
+Flax model on a fixed batch before OUT appears (see output.staged).
+"""
+
+import dataclasses
+import importlib
+import time
+from typing import Callable, Optional, Union
+
+import numpy as np
+
+from vit_jax.export import metadata, output
+from vit_jax.export import source as source_lib
+from vit_jax.export.source import ExportError
+
+FORMATS = ("stablehlo", "saved_model", "tflite", "onnx")
+_MODULES = {"stablehlo": "stablehlo", "saved_model": "saved_model", "tflite": "tflite",
+            "onnx": "onnx_model"}
+DTYPES = ("float32", "bfloat16", "float16")
+VERIFY_BATCH = 2  # rows checked for a dynamic batch
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  batch: Optional[int]  # None: dynamic
+  dtype: str  # float32 | bfloat16 (compute) | float16 (TFLite weights)
+  with_preprocessing: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+  out: str
+  format: str
+  max_relative_difference: float
+  tolerance: float
+  runtime: str
+  seconds: float
+
+  def summary(self) -> str:
+    return (f"wrote {self.out} ({self.format}); verified in {self.runtime}: max relative "
+            f"logit difference {self.max_relative_difference:.2e} (tolerance "
+            f"{self.tolerance:.0e}) in {self.seconds:.0f}s")
+
+
+def format_module(to: str):
+  if to not in _MODULES:
+    raise ExportError(f"unknown format {to!r}: --to must be one of {', '.join(FORMATS)}")
+  try:
+    return importlib.import_module(f"vit_jax.export.{_MODULES[to]}")
+  except ModuleNotFoundError as e:  # a runtime of the optional `export` extra
+    if (e.name or "").startswith("vit_jax"):
+      raise
+    raise ExportError(f"--to={to} needs {e.name}, which is not installed: pip install "
+                      "'vit_jax[export]'") from None
+
+
+def parse_batch(batch: Union[None, int, str]) -> Union[None, int, str]:
+  """None (the format's default), 'dynamic' or a positive int, from a flag or an int."""
+  if batch is None or batch == "dynamic":
+    return batch
+  try:
+    value = int(batch)
+  except (TypeError, ValueError):
+    value = 0
+  if value < 1 or str(batch).strip() != str(value):
+    raise ExportError(f"batch must be a positive integer or 'dynamic', got {batch!r}")
+  return value
+
+
+def _options(to: str, fmt, batch, dtype: str, with_preprocessing: bool) -> Options:
+  if dtype not in DTYPES:
+    raise ExportError(f"unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+  batch = parse_batch(batch)
+  if batch is None:
+    batch = getattr(fmt, "DEFAULT_BATCH", "dynamic")
+  asked = {"with_preprocessing": with_preprocessing, f"dtype={dtype}": dtype != "float32",
+           "batch=dynamic": batch == "dynamic"}
+  for option, on in asked.items():
+    if on and option in fmt.REFUSED:
+      raise ExportError(f"--to={to} does not support {option}: {fmt.REFUSED[option]}")
+  return Options(None if batch == "dynamic" else batch, dtype, with_preprocessing)
+
+
+def export(checkpoint: str, out: str, *, to: str, image_size: Optional[int] = None,
+           batch: Union[None, int, str] = None, dtype: str = "float32",
+           with_preprocessing: bool = False, overwrite: bool = False,
+           log: Callable[[str], None] = print) -> Result:
+  """Exports `checkpoint` (anything load_npz reads, or a released name) to folder `out`.
+
+  to: stablehlo | saved_model | tflite | onnx. image_size: default the checkpoint's own.
+  batch: 'dynamic' or N (default: dynamic; 1 for tflite). dtype: float32, bfloat16
+  (compute dtype; stablehlo and saved_model) or float16 (tflite: float16 weights).
+  with_preprocessing: saved_model only, its signature then takes encoded image bytes.
+  Raises an errors.UserError (one line: ExportError, CheckpointError, ...) and leaves
+  `out` as it was when anything fails.
+  """
+  start = time.time()
+  fmt = format_module(to)
+  options = _options(to, fmt, batch, dtype, with_preprocessing)
+  output.check_writable(out, overwrite)
+  source = source_lib.load_source(checkpoint, image_size,
+                                  "float32" if dtype == "float16" else dtype)
+  log(f"read {checkpoint}: {source.model_name}, {source.module.num_classes} classes, "
+      f"{source.image_size}x{source.image_size} px")
+  with output.staged(out, overwrite) as staging:
+    files, signature = fmt.write(source, options, staging)
+    inputs, reference = verification_batch(source, options)
+    difference = source_lib.relative_difference(fmt.run(staging, inputs), reference)
+    tolerance = fmt.TOLERANCE[dtype]
+    if not difference <= tolerance:
+      raise ExportError(f"the {to} export differs from the Flax model by {difference:.2e} "
+                        f"(max relative logit difference; tolerance {tolerance:.0e}): not "
+                        "written")
+    parity = {"max_relative_logit_difference": difference, "tolerance": tolerance,
+              "runtime": fmt.RUNTIME, "reference": f"the Flax model ({source.dtype}, jax CPU)",
+              "batch": len(reference),
+              "inputs": "encoded PNG images" if with_preprocessing else
+                        f"uniform noise in [-1, 1], seed {source_lib.VERIFY_SEED}"}
+    metadata.write(metadata.describe(
+        source, fmt=to, files=files, signature=signature, parity=parity,
+        batch=options.batch or "dynamic", in_graph_preprocessing=with_preprocessing), staging)
+  return Result(out, to, difference, tolerance, fmt.RUNTIME, time.time() - start)
+
+
+def verification_batch(source: source_lib.Source, options: Options):
+  """(inputs for the export, the Flax model's logits for them)."""
+  images = source_lib.verification_images(options.batch or VERIFY_BATCH, source.image_size)
+  if not options.with_preprocessing:
+    return images, source.flax_logits(images)
+  from vit_jax.export import preprocessing  # TensorFlow only where it is needed
+  encoded = preprocessing.encode_png(images)
+  return encoded, source.flax_logits(preprocessing.eval_preprocess(encoded, source.image_size))

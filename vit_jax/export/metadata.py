@@ -1,0 +1,53 @@
+"""metadata.json beside every export: what the model is, what it expects and returns,
+where it came from and how closely it matched the Flax model when it was exported."""
+
+import datetime
+import json
+import os
+from typing import Any, Dict
+
+import jax
+
+from vit_jax.export import source as source_lib
+
+FILE = "metadata.json"
+
+
+def preprocessing_contract(image_size: int, in_graph: bool) -> Dict[str, Any]:
+  """The evaluation preprocessing of vit_jax.data.preprocess.eval_resize, as a contract."""
+  steps = [f"decode to RGB uint8 (grayscale replicated, alpha dropped)",
+           f"bilinear resize to {image_size}x{image_size} (no crop, no antialiasing, "
+           "aspect ratio not kept)",
+           "scale: (pixel - 127.5) / 127.5, i.e. [0, 255] -> [-1, 1]"]
+  return {"in_graph": in_graph, "steps": steps,
+          "same_as": "vit_jax.data.preprocess.eval_resize (python -m vit_jax.predict)"}
+
+
+def describe(source: source_lib.Source, *, fmt: str, files: Dict[str, str],
+             signature: Dict[str, Any], batch, parity: Dict[str, Any],
+             in_graph_preprocessing: bool) -> Dict[str, Any]:
+  classes = source_lib.class_names(source)
+  return {
+      "format": fmt,
+      "files": files,
+      "model": source.model_name,
+      "architecture": source.architecture.as_kwargs(),
+      "image_size": source.image_size,
+      "batch": batch,
+      "compute_dtype": source.dtype,
+      "num_classes": source.module.num_classes,
+      "classes": classes["names"],
+      "classes_from": classes["from"],
+      "signature": signature,
+      "preprocessing": preprocessing_contract(source.image_size, in_graph_preprocessing),
+      "source_checkpoint": {"path": source.checkpoint, "sha256": source_lib.sha256(source.path)},
+      "parity": parity,
+      "exported": {"utc": datetime.datetime.now(datetime.timezone.utc).isoformat(
+          timespec="seconds"), "jax": jax.__version__},
+  }
+
+
+def write(metadata: Dict[str, Any], directory: str) -> None:
+  with open(os.path.join(directory, FILE), "w", encoding="utf-8") as f:
+    json.dump(metadata, f, indent=2, ensure_ascii=False)
+    f.write("\n")

@@ -1,0 +1,137 @@
+"""What every export format starts from: the checkpoint's Flax model and weights, what the
+metadata says about them, the fixed verification batch and the parity measure."""
+
+import dataclasses
+import hashlib
+import os
+from typing import Any, Dict, List, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vit_jax import errors
+from vit_jax.checkpoints import npz, released
+from vit_jax.models import vit, zoo
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+VERIFY_SEED = 0
+# jax2tf, jax.export (flatbuffers) and ONNX (protobuf) keep a model in one buffer that
+# cannot exceed 2 GiB; weights above this do not fit with the graph around them.
+MAX_WEIGHT_BYTES = 1_900_000_000
+IMAGENET_CLASSES = 1000
+
+
+class ExportError(errors.InvalidInput):
+  """A checkpoint, option or output that cannot be exported; the message is one line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+  """The model to export, at the resolution and compute dtype it is exported with."""
+  checkpoint: str  # as the user gave it
+  path: str  # resolved path or URL
+  module: vit.VisionTransformer
+  params: Dict[str, Any]
+  image_size: int
+  dtype: str
+
+  def logits_fn(self):
+    """images [B, H, W, 3] float32 in [-1, 1] -> float32 logits, weights closed over."""
+    module, params = self.module, self.params
+    return lambda images: module.apply({"params": params}, images, train=False)
+
+  def flax_logits(self, images: np.ndarray) -> np.ndarray:
+    return np.asarray(jax.jit(self.logits_fn())(images))
+
+  @property
+  def architecture(self) -> zoo.Architecture:
+    fields = {f.name for f in dataclasses.fields(zoo.Architecture)}
+    return zoo.Architecture(**{k: getattr(self.module, k) for k in fields})
+
+  @property
+  def model_name(self) -> str:
+    """The released name (ViT-B_16, R50+ViT-B_16, ...), or a description of the sizes."""
+    arch = dataclasses.replace(self.architecture, classifier="token", posemb="learn")
+    name = zoo.find_name(arch) or (
+        f"ViT(patch={arch.patch_size}, width={arch.hidden_size}, depth={arch.num_layers}"
+        f"{', hybrid' if arch.resnet_stages is not None else ''})")
+    variants = [v for v, on in (("gap", self.module.classifier == "gap"),
+                                ("MAP head", self.module.classifier == "map"),
+                                ("sincos2d", self.module.posemb == "sincos2d")) if on]
+    return f"{name} ({', '.join(variants)})" if variants else name
+
+
+def load_source(checkpoint: str, image_size: Optional[int], dtype: str) -> Source:
+  """The checkpoint loaded as load_npz does (image_size must be a multiple of the stride);
+  raises an errors.UserError (one line: CheckpointError, ExportError, ...) for what cannot
+  be read or exported."""
+  path = released.resolve(checkpoint)
+  module, params, size = npz.load_for_inference(path, image_size)
+  weight_bytes = sum(np.asarray(p).nbytes for p in jax.tree.leaves(params))
+  if weight_bytes > MAX_WEIGHT_BYTES:
+    raise ExportError(f"{checkpoint}: {weight_bytes / 2**30:.1f} GiB of weights do not fit "
+                      "the 2 GiB that one serialized graph can hold; export a smaller model")
+  return Source(checkpoint, path, module.clone(dtype=DTYPES[dtype]), params, size, dtype)
+
+
+def verification_images(batch: int, image_size: int) -> np.ndarray:
+  """The fixed batch every export is checked on: uniform noise in the model's range."""
+  rng = np.random.default_rng(VERIFY_SEED)
+  return rng.uniform(-1, 1, (batch, image_size, image_size, 3)).astype(np.float32)
+
+
+def relative_difference(ours: np.ndarray, reference: np.ndarray) -> float:
+  """max |ours - reference| / max |reference|, the measure of the project's fixtures."""
+  ours, reference = np.asarray(ours, np.float64), np.asarray(reference, np.float64)
+  if ours.shape != reference.shape:
+    raise ExportError(f"the export returned logits of shape {ours.shape}, the Flax model "
+                      f"{reference.shape}")
+  return float(np.max(np.abs(ours - reference)) / max(np.max(np.abs(reference)), 1e-30))
+
+
+def sha256(path: str) -> str:
+  """Of the file, or of a model folder's files (names and bytes, in sorted order)."""
+  import tensorflow as tf  # reads local paths and gs:// alike
+  digest = hashlib.sha256()
+  if tf.io.gfile.isdir(path):
+    for root, _, files in sorted(tf.io.gfile.walk(path)):
+      for name in sorted(files):
+        digest.update(os.path.relpath(os.path.join(root, name), path).encode() + b"\0")
+        _update(digest, os.path.join(root, name))
+  else:
+    _update(digest, path)
+  return digest.hexdigest()
+
+
+def _update(digest, path: str) -> None:
+  import tensorflow as tf
+  with tf.io.gfile.GFile(path, "rb") as f:
+    while chunk := f.read(1 << 22):
+      digest.update(chunk)
+
+
+def imagenet_wordnet_ids() -> List[str]:
+  """ImageNet-1k's class WordNet IDs in label order, shipped inside tensorflow_datasets
+  (so they are there offline)."""
+  import tensorflow_datasets as tfds
+  path = os.path.join(os.path.dirname(tfds.__file__), "datasets", "imagenet2012", "labels.txt")
+  with open(path, encoding="utf-8") as f:
+    return f.read().split()
+
+
+def class_names(source: Source) -> Dict[str, Any]:
+  """{'names': [...] or None, 'from': where they came from}: the run's names saved with
+  its params.npz, else ImageNet-1k's WordNet IDs for a 1000-way head."""
+  names = None
+  if source.path.endswith(".npz"):
+    try:
+      names = npz.read_class_names(source.path)
+    except (ValueError, OSError):
+      names = None
+  if names is not None and len(names) == source.module.num_classes:
+    return {"names": list(names), "from": "the checkpoint"}
+  if source.module.num_classes == IMAGENET_CLASSES:
+    return {"names": imagenet_wordnet_ids(),
+            "from": "ImageNet-1k WordNet IDs (tensorflow_datasets imagenet2012/labels.txt)"}
+  return {"names": None, "from": "none: outputs are class indices"}

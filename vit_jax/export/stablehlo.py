@@ -1,0 +1,55 @@
+"""StableHLO through jax.export: one self-contained file (weights included) that
+jax.export.deserialize reloads and any runtime of the StableHLO/XLA family can compile.
+
+Reload: exported = jax.export.deserialize(bytearray(open("model.stablehlo", "rb").read()));
+logits = exported.call(images). The batch dimension is symbolic ("b") unless --batch=N.
+"""
+
+import os
+from typing import Any, Dict, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vit_jax.export import source as source_lib
+
+FILE = "model.stablehlo"
+# Lowered for each; verified here on the CPU (lowering needs no device of the kind).
+PLATFORMS = ("cpu", "cuda", "tpu")
+RUNTIME = f"jax {jax.__version__} (jax.export.deserialize, XLA CPU)"
+TOLERANCE = {"float32": 1e-5, "bfloat16": 1e-5}  # the same XLA program as the Flax model
+REFUSED = {"with_preprocessing": "JPEG decoding is no StableHLO operation: feed images "
+                                 "already preprocessed (see metadata.json), or export "
+                                 "--to=saved_model --with_preprocessing",
+           "dtype=float16": "float16 weights are a TFLite option; use float32 or bfloat16"}
+
+
+def input_spec(batch, image_size: int) -> jax.ShapeDtypeStruct:
+  shape = jax.export.symbolic_shape(f"b, {image_size}, {image_size}, 3") if batch is None \
+      else (batch, image_size, image_size, 3)
+  return jax.ShapeDtypeStruct(shape, jnp.float32)
+
+
+def write(source: source_lib.Source, options, directory: str) -> Tuple[Dict, Dict[str, Any]]:
+  exported = jax.export.export(jax.jit(source.logits_fn()), platforms=PLATFORMS)(
+      input_spec(options.batch, source.image_size))
+  with open(os.path.join(directory, FILE), "wb") as f:
+    f.write(exported.serialize())
+  side = source.image_size
+  signature = {"inputs": {"images": {"shape": [options.batch, side, side, 3],
+                                     "dtype": "float32"}},
+               "outputs": {"logits": {"shape": [options.batch, source.module.num_classes],
+                                      "dtype": "float32"}},
+               "call": "jax.export.deserialize(data).call(images)",
+               "platforms": list(exported.platforms)}
+  return {"model": FILE}, signature
+
+
+def load(directory: str) -> jax.export.Exported:
+  with open(os.path.join(directory, FILE), "rb") as f:
+    return jax.export.deserialize(bytearray(f.read()))
+
+
+def run(directory: str, images: np.ndarray) -> np.ndarray:
+  return np.asarray(load(directory).call(images))

@@ -1,0 +1,318 @@
+"""The run's own files, on a local disk or an object store (`gs://...`), through one API.
+
+Every module that writes into a workdir or an output folder goes through here, so the same
+guarantees hold wherever the run writes:
+  * `write_atomic(path, data)` replaces a whole file at once: readers see the old file or
+    the new one, never a truncated mix (local: a temporary file in the same folder, fsync,
+    rename; object stores: one upload, which the store publishes only when complete);
+  * `create_exclusive(path, data)` creates a file only if it does not exist yet (local:
+    O_EXCL; GCS: an upload with the precondition "generation 0", i.e. no live object);
+  * directories exist implicitly on object stores: `makedirs` is a no-op there and
+    `isdir` means "some object lies under this prefix".
+
+URLs go through fsspec (`gcsfs` for gs://, and any other protocol fsspec knows), not
+`tf.io.gfile`: TensorFlow's GCS client cannot be pointed at another endpoint, gcsfs honours
+STORAGE_EMULATOR_HOST, so what the tests run against the emulator is the production path.
+"""
+
+import functools
+import logging
+import os
+import shutil
+import tempfile
+from typing import Callable, Dict, List, Optional, TypeVar, Union
+
+from vit_jax import console, errors
+
+Data = Union[str, bytes]
+F = TypeVar("F", bound=Callable)
+_ANSWERS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError,
+            PermissionError)  # what the store said, as opposed to not answering at all
+_unreachable: Dict[str, str] = {}  # protocol -> why, once a request ran out of retries
+
+
+class StorageUnavailable(errors.UserError, OSError):
+  """The object store stopped answering (after the client's own retries)."""
+
+
+def _store_errors(function: F) -> F:
+  """For URLs: a store that stopped answering becomes one StorageUnavailable line, and
+  later calls fail at once instead of each waiting through the client's retries."""
+
+  @functools.wraps(function)
+  def wrapped(path, *args, **kwargs):
+    if not is_url(path):
+      return function(path, *args, **kwargs)
+    protocol = str(path).split("://", 1)[0]
+    if protocol in _unreachable:
+      raise StorageUnavailable(_unreachable[protocol])
+    try:
+      return function(path, *args, **kwargs)
+    except _ANSWERS:
+      raise
+    except (OSError, TimeoutError, _client_errors()) as e:
+      _unreachable[protocol] = (
+          f"lost the connection to {protocol}:// while accessing {path} "
+          f"({' '.join(str(e).split())[:200]}); checkpoints are saved whole or not at all, "
+          "so the last complete one is intact: check the connection and credentials, then "
+          "rerun the same command to resume from it")
+      raise StorageUnavailable(_unreachable[protocol]) from None
+
+  return wrapped  # type: ignore[return-value]
+
+
+@functools.lru_cache(maxsize=None)
+def _client_errors() -> tuple:
+  try:
+    import aiohttp  # pylint: disable=import-outside-toplevel
+    return (aiohttp.ClientError,)
+  except ImportError:
+    return ()
+
+
+def is_url(path: str) -> bool:
+  """Whether `path` names an object store (or any fsspec URL) rather than a local path."""
+  return "://" in str(path)
+
+
+def join(*parts: str) -> str:
+  """os.path.join, which also joins URL paths with '/'."""
+  return os.path.join(*map(str, parts))
+
+
+@functools.lru_cache(maxsize=None)
+def _filesystem(protocol: str):
+  import fsspec  # pylint: disable=g-import-not-at-top  (only runs writing to URLs need it)
+  if not console.verbose_requested():  # it logs a traceback per failed retry series
+    for name in ("fsspec", "gcsfs"):
+      logging.getLogger(name).setLevel(logging.CRITICAL)
+  try:
+    return fsspec.filesystem(protocol)
+  except (ImportError, ValueError) as e:
+    raise OSError(f"cannot open {protocol}:// paths ({' '.join(str(e).split())}); for gs:// "
+                  "install gcsfs (pip install gcsfs)") from None
+
+
+def _url_fs(path: str):
+  """(filesystem, path as that filesystem names it) for a URL."""
+  protocol = str(path).split("://", 1)[0]
+  fs = _filesystem(protocol)
+  return fs, fs._strip_protocol(str(path))  # pylint: disable=protected-access
+
+
+def _as_bytes(data: Data) -> bytes:
+  return data.encode("utf-8") if isinstance(data, str) else data
+
+
+@_store_errors
+def write_atomic(path: str, data: Data) -> None:
+  """Writes the whole of `path` (str: UTF-8 text) so that no reader, and no kill at any
+  moment, sees a partial file; creates missing parent folders."""
+  payload = _as_bytes(data)
+  if is_url(path):
+    fs, key = _url_fs(path)
+    fs.pipe_file(key, payload)
+    return
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+  try:
+    with os.fdopen(fd, "wb") as f:
+      f.write(payload)
+      f.flush()
+      os.fsync(f.fileno())
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would stay on the result
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+    raise
+
+
+@functools.lru_cache(maxsize=None)
+def _umask() -> int:
+  mask = os.umask(0)
+  os.umask(mask)
+  return mask
+
+
+@_store_errors
+def create_exclusive(path: str, data: Data) -> bool:
+  """Creates `path` holding `data` only if nothing is there; False if something is."""
+  payload = _as_bytes(data)
+  if is_url(path):
+    fs, key = _url_fs(path)
+    if fs.exists(key):  # stores that ignore the precondition still refuse a visible file
+      return False
+    try:
+      fs.pipe_file(key, payload, mode="create")  # 412 (gcsfs: FileExistsError) if taken
+    except FileExistsError:
+      return False
+    fs.invalidate_cache(key)
+    return True
+  try:
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+  except FileExistsError:
+    return False
+  with os.fdopen(fd, "wb") as f:
+    f.write(payload)
+  return True
+
+
+def open_append(path: str):
+  """A local text file opened for appending (object stores cannot append: callers write
+  separate objects there instead)."""
+  if is_url(path):
+    raise ValueError(f"cannot append to {path}: objects are written whole")
+  return open(path, "a", encoding="utf-8")
+
+
+@_store_errors
+def read_bytes(path: str) -> bytes:
+  if is_url(path):
+    fs, key = _url_fs(path)
+    return fs.cat_file(key)
+  with open(path, "rb") as f:
+    return f.read()
+
+
+def read_text(path: str) -> str:
+  return read_bytes(path).decode("utf-8")
+
+
+@_store_errors
+def exists(path: str) -> bool:
+  if is_url(path):
+    fs, key = _url_fs(path)
+    fs.invalidate_cache(key)
+    return fs.exists(key)
+  return os.path.exists(path)
+
+
+@_store_errors
+def isdir(path: str) -> bool:
+  if is_url(path):
+    fs, key = _url_fs(path)
+    fs.invalidate_cache(key)
+    return fs.isdir(key)
+  return os.path.isdir(path)
+
+
+@_store_errors
+def isfile(path: str) -> bool:
+  if is_url(path):
+    fs, key = _url_fs(path)
+    fs.invalidate_cache(key)
+    return fs.isfile(key)
+  return os.path.isfile(path)
+
+
+def makedirs(path: str) -> None:
+  """Creates a local folder (and parents); nothing to do on object stores."""
+  if not is_url(path):
+    os.makedirs(path, exist_ok=True)
+
+
+@_store_errors
+def listdir(path: str) -> List[str]:
+  """Names directly under `path` (files and folders), sorted; [] if there is none."""
+  if is_url(path):
+    fs, key = _url_fs(path)
+    fs.invalidate_cache(key)
+    try:
+      return sorted(os.path.basename(p.rstrip("/")) for p in fs.ls(key, detail=False))
+    except FileNotFoundError:
+      return []
+  try:
+    return sorted(os.listdir(path))
+  except FileNotFoundError:
+    return []
+
+
+@_store_errors
+def modified_time(path: str) -> float:
+  """Seconds since the epoch of the last write (an object's upload time on stores)."""
+  if is_url(path):
+    fs, key = _url_fs(path)
+    fs.invalidate_cache(key)
+    return fs.modified(key).timestamp()
+  return os.path.getmtime(path)
+
+
+@_store_errors
+def remove(path: str) -> None:
+  """Deletes a file; missing is fine."""
+  try:
+    if is_url(path):
+      fs, key = _url_fs(path)
+      fs.rm_file(key)
+      fs.invalidate_cache(key)
+    else:
+      os.unlink(path)
+  except FileNotFoundError:
+    pass
+
+
+@_store_errors
+def generation(path: str) -> Optional[str]:
+  """The version of a GCS object (changes with every upload); None elsewhere."""
+  if not str(path).startswith("gs://"):
+    return None
+  fs, key = _url_fs(path)
+  fs.invalidate_cache(key)
+  return str(fs.info(key).get("generation"))
+
+
+@_store_errors
+def remove_generation(path: str, version: str) -> None:
+  """Deletes a GCS object only if it is still at `version` (a newer upload, e.g. another
+  run's lock, survives); missing or already replaced is fine."""
+  fs, key = _url_fs(path)
+  bucket, name, _ = fs.split_path(key)
+  try:
+    fs.call("DELETE", "b/{}/o/{}", bucket, name, ifGenerationMatch=version)
+  except (FileNotFoundError, FileExistsError):  # gone, or 412: replaced since
+    pass
+  fs.invalidate_cache(key)
+
+
+@_store_errors
+def touch(path: str) -> None:
+  """Renews a file's modification time (object stores: uploads the same bytes again)."""
+  if is_url(path):
+    write_atomic(path, read_bytes(path))
+  else:
+    os.utime(path)
+
+
+def remove_empty_dir(path: str) -> None:
+  """Removes a local folder if empty (object stores have no empty folders)."""
+  if not is_url(path):
+    try:
+      os.rmdir(path)
+    except OSError:
+      pass
+
+
+@_store_errors
+def move(source: str, dest: str) -> None:
+  """Moves a file or folder (local: one rename; object stores: copy then delete, so a kill
+  half-way leaves both copies, never none)."""
+  if is_url(source):
+    fs, key = _url_fs(source)
+    _, dest_key = _url_fs(dest)
+    fs.mv(key, dest_key, recursive=True)
+    fs.invalidate_cache()
+    return
+  os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
+  os.replace(source, dest)
+
+
+def free_bytes(path: str) -> Optional[int]:
+  """Free space where `path` would be written; None on object stores (no such limit)."""
+  if is_url(path):
+    return None
+  while not os.path.exists(path) and os.path.dirname(path) != path:
+    path = os.path.dirname(path)
+  return shutil.disk_usage(path).free
+
