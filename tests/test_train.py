@@ -286,7 +286,7 @@ def test_a_corrupt_eval_image_keeps_the_steps_trained_so_far(tmp_path, caplog):
 def test_a_pretrained_file_with_nan_weights_is_refused_unless_allowed(tmp_path):
   params = load_npz(RELEASED_FIXTURES / "vit-ti16.npz")[1]
   params["Transformer"]["encoder_norm"]["scale"][0] = np.nan
-  save_npz(params, tmp_path / "nan.npz")
+  save_npz(params, tmp_path / "nan.npz", allow_nonfinite=True)
   config = demo_config(pretrained=str(tmp_path / "nan.npz"), total_steps=1, warmup_steps=0)
   config.unlock()
   config.model_name = "ViT-Ti_16"

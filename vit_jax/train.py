@@ -17,7 +17,7 @@ import ml_collections
 from jax.experimental import multihost_utils
 
 from vit_jax import config_checks, errors, objectives, optim, sharding, train_step
-from vit_jax.checkpoints import formats, npz, released, train_state
+from vit_jax.checkpoints import formats, hub, npz, released, train_state
 from vit_jax.console import log
 from vit_jax.data import pipeline
 from vit_jax.evaluators import classification, fewshot
@@ -51,7 +51,7 @@ def build_model(config, num_classes: int, *, load_pretrained: bool
     return create_model(config, zoo.config_overrides(config)), None
   wants_pre_logits = config.model.representation_size is not None
   if load_pretrained:
-    return npz.load_npz(released.resolve(config.pretrained), image_size=config.pp.crop,
+    return npz.load_npz(hub.resolve(config.pretrained), image_size=config.pp.crop,
                         num_classes=num_classes, model_name=config.model_name,
                         pre_logits=wants_pre_logits,
                         allow_nonfinite=config.get("allow_nonfinite_pretrained", False),
@@ -130,7 +130,7 @@ def check_pretrained(config) -> None:
   """A missing local pretrained file fails now, not after the data is read."""
   if config.pretrained is None:
     return
-  path = released.resolve(config.pretrained)
+  path = hub.resolve(config.pretrained)  # fetches a released file not yet in checkpoints/
   if not released.has_scheme(path) and not (os.path.isfile(path) or formats.is_foreign(path)):
     kind = ("a directory, not an .npz file or a model folder (with config.json)"
             if os.path.isdir(path) else "not found")

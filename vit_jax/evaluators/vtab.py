@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import ml_collections
 
 from vit_jax import config_defaults, errors
-from vit_jax.checkpoints import npz, released
+from vit_jax.checkpoints import hub, npz
 from vit_jax.console import log
 from vit_jax.data import vtab as tasks_lib
 from vit_jax.models import zoo
@@ -135,7 +135,7 @@ def model_settings(checkpoint: str) -> Dict[str, Any]:
   try:
     name = zoo.canonical_name(checkpoint)
   except ValueError:
-    module, _ = npz.load_npz(released.resolve(checkpoint), num_classes=1)
+    module, _ = npz.load_npz(hub.resolve(checkpoint), num_classes=1)
     fields = [f.name for f in dataclasses.fields(zoo.Architecture) if f.name != "dropout_rate"]
     architecture = zoo.Architecture(**{f: getattr(module, f) for f in fields})
     name = zoo.find_name(architecture)
