@@ -172,17 +172,37 @@ def test_group_means_and_the_table(tmp_path):
       384, False)
   table = (tmp_path / "w" / "vtab.md").read_text().splitlines()
   rows = [line for line in table if line.startswith("| ")][1:]
-  assert rows == [
-      "| Natural | dtd | 50.00 | 0.01 | 2500 |", "| Natural | svhn | 70.00 | 0.01 | 2500 |",
-      "| **Natural mean** | 2 of 7 tasks | **60.00** | | |",
-      "| Specialized | eurosat | 90.00 | 0.01 | 2500 |",
-      "| **Specialized mean** | 1 of 4 tasks | **90.00** | | |",
-      "| Structured | clevr_count | 30.00 | 0.01 | 2500 |",
-      "| Structured | dsprites_location | 40.00 | 0.01 | 2500 |",
-      "| **Structured mean** | 2 of 8 tasks | **35.00** | | |",
-      "| Custom | my_images | 80.00 | 0.01 | 2500 |",
-      "| **Custom mean** | 1 task, in no VTAB group | **80.00** | | |",
-      "| **Mean** | 6 tasks, 1 custom included | **60.00** | | |"]
+  assert rows == [  # the TFDS version each task read (TFDS 4.9 has the benchmark's)
+      "| Natural | dtd | 50.00 | 0.01 | 2500 | 3.0.1 |",
+      "| Natural | svhn | 70.00 | 0.01 | 2500 | 3.1.0 |",
+      "| **Natural mean** | 2 of 7 tasks | **60.00** | | | |",
+      "| Specialized | eurosat | 90.00 | 0.01 | 2500 | 2.0.0 |",
+      "| **Specialized mean** | 1 of 4 tasks | **90.00** | | | |",
+      "| Structured | clevr_count | 30.00 | 0.01 | 2500 | 3.1.0 |",
+      "| Structured | dsprites_location | 40.00 | 0.01 | 2500 | 2.0.0 |",
+      "| **Structured mean** | 2 of 8 tasks | **35.00** | | | |",
+      "| Custom | my_images | 80.00 | 0.01 | 2500 | (image directory) |",
+      "| **Custom mean** | 1 task, in no VTAB group | **80.00** | | | |",
+      "| **Mean** | 6 tasks, 1 custom included | **60.00** | | | |"]
+  assert report["tasks"]["dtd"]["tfds_version"] == "3.0.1"
+  assert report["tasks"]["dtd"]["reference_version"] == "3.*.*"
+
+
+def test_the_table_marks_a_task_not_at_the_benchmarks_version(tmp_path):
+  """TFDS 4.9 cannot build Pets 3.*.* (the reference's): with none prepared, the task
+  reads 4.0.0 and vtab.json / vtab.md say so."""
+  base = vtab.base_config()
+  base.tfds_data_dir = str(tmp_path / "tfds")
+  report = vtab.run_benchmark(base, ["oxford_iiit_pet"], checkpoint="ViT-B_16",
+                              workdir=str(tmp_path / "w"),
+                              train_fn=fake_training({"oxford_iiit_pet": 0.9}, []))
+  pets = report["tasks"]["oxford_iiit_pet"]
+  assert (pets["tfds_version"], pets["reference_version"]) == ("4.0.0", "3.*.*")
+  assert "cannot build 3.*.*" in pets["version_note"]
+  assert json.loads((tmp_path / "w" / "vtab.json").read_text())["tasks"]["oxford_iiit_pet"][
+      "tfds_version"] == "4.0.0"
+  assert "| Natural | oxford_iiit_pet | 90.00 | 0.01 | 2500 | 4.0.0 (benchmark: 3.*.*) |" in (
+      tmp_path / "w" / "vtab.md").read_text()
 
 
 
