@@ -169,9 +169,9 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   latest_step = checkpointer.latest_step()
   finished = outputs.finished_results(workdir, latest_step, config.total_steps)
   if finished is not None:
-    log.info("already finished at step %d; results in %s (params.npz, metrics.jsonl, "
-             "final_metrics.json): pass a larger --config.total_steps to train on, or use a "
-             "new --workdir", latest_step, workdir)
+    log.info("already finished at step %d; results in %s (%s, %s, %s): pass a larger "
+             "--config.total_steps to train on, or use a new --workdir", latest_step, workdir,
+             outputs.PARAMS, metrics.METRICS, outputs.FINAL_METRICS)
     return finished
   record = dataset_record.describe(config, dataset.info)
   if latest_step is not None:  # the labels must mean what they meant
