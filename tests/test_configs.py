@@ -76,8 +76,12 @@ def test_pretraining_recipe_matches_the_paper():
   assert config.model.representation_size == 768 and config.model.head_bias_init == -10.0
   assert config.total_steps == 14_197_122 * 90 // 4096
   assert load("pretrain.py:ViT-L_16,imagenet2012").weight_decay == 0.3
-  with pytest.raises(ValueError, match="pretrain.py knows"):
-    load("pretrain.py:ViT-B_16,jft")
+  for bad in ("ViT-B_16,jft", "ViT-B_16", "ViT-X_16,imagenet2012", "ViT-B_16,imagenet2012,x"):
+    with pytest.raises(ValueError, match=(
+        r"^configs/pretrain.py takes MODEL,DATASET \(e.g. "
+        r"--config=configs/pretrain.py:ViT-B_16,imagenet21k\), got '.*'; MODEL is one of "
+        r"ViT-Ti_16, .*; DATASET is imagenet21k or imagenet2012$")):
+      load(f"pretrain.py:{bad}")
 
 
 def test_configs_are_locked_against_typos():

@@ -237,8 +237,8 @@ def diverging_from(bad_step, poison_loss):
   """make_train_step whose state (and loss, if poison_loss) turns NaN from bad_step on."""
   original = train_step.make_train_step
 
-  def make(module, optimizer, config):
-    step_fn = original(module, optimizer, config)
+  def make(batch_loss, optimizer, config):
+    step_fn = original(batch_loss, optimizer, config)
 
     def poisoned(state, batch, rng):
       state, step_metrics = step_fn(state, batch, rng)
