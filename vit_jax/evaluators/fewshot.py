@@ -242,6 +242,11 @@ class Evaluator:
   def due(self, step: int, total_steps: int) -> bool:
     return bool(self.datasets) and (step % self.every_steps == 0 or step == total_steps)
 
+  def run(self, state, step: int) -> Dict[str, float]:
+    """{'fewshot/<dataset>_<k>shot': ...} of the state's evaluated parameters."""
+    del step
+    return self(state.eval_params)
+
   def __call__(self, params) -> Dict[str, float]:
     """{'fewshot/<dataset>_<k>shot': mean test accuracy over the seeds, ...}."""
     if self._feature_fn is None:
@@ -256,3 +261,14 @@ class Evaluator:
           f"{k}-shot {summary[f'{k}shot']:.4f}" for k in self.shots))
       results.update({f"fewshot/{key}_{k}shot": summary[f"{k}shot"] for k in self.shots})
     return results
+
+
+def build(config: ml_collections.ConfigDict, module, mesh: jax.sharding.Mesh, dataset,
+          objective) -> Optional[Evaluator]:
+  """The probes of config.fewshot.datasets; None when it names none."""
+  del dataset, objective  # the probes read their own datasets and the model's features
+  return Evaluator(config, module, mesh) if config.fewshot.datasets else None
+
+
+def check(config: ml_collections.ConfigDict) -> None:
+  del config  # the batch size is checked against the mesh when built
