@@ -7,7 +7,7 @@ import pytest
 import setuptools
 
 from helpers import load_module
-from vit_jax import config_defaults
+from vit_jax import config_checks, config_defaults
 from vit_jax.models import zoo
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -41,7 +41,7 @@ def test_model_config_headline_and_dataset_argument(name):
   assert (cifar.dataset, cifar.train_split, cifar.pp.crop) == (
       "cifar10", "train[:98%]", headline.pp.crop)  # Table 2's datasets share the resolution
   folder = load(f"{name}:/data/my_images")
-  assert folder.dataset == "/data/my_images" and folder.total_steps == config_defaults.HYPERRULE
+  assert folder.dataset == "/data/my_images" and folder.total_steps == config_checks.HYPERRULE
 
 
 def test_reference_key_names_exist():
@@ -99,7 +99,7 @@ def test_demo_takes_a_dataset_like_the_model_configs():
   folder = load("demo.py:/data/my_images")
   assert (folder.dataset, folder.train_split, folder.eval_split) == ("/data/my_images",
                                                                     "train", "test")
-  assert folder.total_steps == config_defaults.HYPERRULE and folder.pretrained is None
+  assert folder.total_steps == config_checks.HYPERRULE and folder.pretrained is None
   assert (folder.pp.crop, folder.pp.flip, folder.model) == (32, True, digits.model)
   cifar = load("demo.py:cifar10")
   assert (cifar.train_split, cifar.total_steps) == ("train[:98%]", 10_000)

@@ -38,7 +38,7 @@ from ml_collections import config_flags
 
 from vit_jax import cli, console, errors, objectives, sharding, trainer
 from vit_jax.data import registry
-from vit_jax.models import vit, zoo
+from vit_jax.models import attention, vit, zoo
 from vit_jax.runs import fs
 
 SUITE = [(model, mode, size) for model in ("ViT-Ti_16", "ViT-B_16", "ViT-L_16")
@@ -159,7 +159,7 @@ def measure(module: vit.VisionTransformer, mode: str, mesh, batch: int, image_si
   return {
       "model": model_name, "mode": mode, "batch": batch, "image_size": image_size,
       "dtype": dtype,
-      "attention_impl": vit.attention_backend(module.attention_impl, module.dtype),
+      "attention_impl": attention.attention_backend(module.attention_impl, module.dtype),
       "unpadded_inference": module.unpadded_inference,
       "remat_policy": module.remat_policy,
       "scan_layers": module.scan_layers,
@@ -257,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
   parser.add_argument("--mesh", type=parse_mesh, default={"data": -1},
                       help="device mesh as AXIS=SIZE,... over data, fsdp, tensor; -1: all "
                       "remaining devices (default data=-1)")
-  parser.add_argument("--attention", choices=vit.ATTENTION_IMPLS, default="dot_product",
+  parser.add_argument("--attention", choices=attention.ATTENTION_IMPLS, default="dot_product",
                       help="attention implementation (default %(default)s)")
   parser.add_argument("--padded_inference", action="store_true",
                       help="cuDNN attention: pad odd token counts in the forward pass too, as "
@@ -379,7 +379,7 @@ def describe_config(config: ml_collections.ConfigDict, mode: str) -> str:
   """What --config makes the benchmark time, on one line."""
   batch = (f"batch {config.batch} in {config.accum_steps} micro-batch(es)" if mode == "train"
            else f"batch_eval {config.batch_eval}")
-  backend = vit.attention_backend(config.model.attention_impl, jnp.dtype(config.dtype))
+  backend = attention.attention_backend(config.model.attention_impl, jnp.dtype(config.dtype))
   return (f"{config.model_name} {mode}, {batch}, {config.pp.crop} px, {config.dtype}, mesh "
           f"{dict(config.mesh)}, attention {backend}, remat {config.model.remat_policy}, "
           f"scan {config.model.scan_layers}, optimizer {config.optimizer}, objective "

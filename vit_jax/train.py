@@ -21,7 +21,7 @@ from vit_jax import evaluators as evaluators_lib
 from vit_jax.checkpoints import formats, hub, released, train_state
 from vit_jax.console import log
 from vit_jax.data import pipeline
-from vit_jax.models import vit, zoo
+from vit_jax.models import attention, vit, zoo
 from vit_jax.runs import dataset_record, fs, metrics, outputs, preemption
 from vit_jax.runs import workdir as workdir_lib
 
@@ -46,7 +46,7 @@ def resolve_config(config: ml_collections.ConfigDict,
 def describe_devices(config) -> str:
   """What the run computes on, so that a missing accelerator or an unused fast path
   (cuDNN flash attention needs a GPU and bfloat16/float16) shows before the first step."""
-  backend = vit.attention_backend(config.model.attention_impl, jnp.dtype(config.dtype))
+  backend = attention.attention_backend(config.model.attention_impl, jnp.dtype(config.dtype))
   hint = ""
   if (jax.default_backend() == "gpu" and backend == "xla"
       and config.model.attention_impl == "dot_product"):
@@ -169,9 +169,9 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   latest_step = checkpointer.latest_step()
   finished = outputs.finished_results(workdir, latest_step, config.total_steps)
   if finished is not None:
-    log.info("already finished at step %d; results in %s (params.npz, metrics.jsonl, "
-             "final_metrics.json): pass a larger --config.total_steps to train on, or use a "
-             "new --workdir", latest_step, workdir)
+    log.info("already finished at step %d; results in %s (%s, %s, %s): pass a larger "
+             "--config.total_steps to train on, or use a new --workdir", latest_step, workdir,
+             outputs.PARAMS, metrics.METRICS, outputs.FINAL_METRICS)
     return finished
   record = dataset_record.describe(config, dataset.info)
   if latest_step is not None:  # the labels must mean what they meant

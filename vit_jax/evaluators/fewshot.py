@@ -20,15 +20,10 @@ import numpy as np
 import scipy.linalg
 from jax.experimental import multihost_utils
 
-from vit_jax import errors, sharding
+from vit_jax import config_defaults, errors, sharding
 from vit_jax.console import log
 from vit_jax.data import pipeline
 
-# big_vision's few-shot default. Features are O(1) per dimension, so a feature vector's
-# squared norm is O(D) ~ 10^3: the ridge then matters at 1-5 shots (a stable,
-# centroid-like solution) and fades as the shots add data. Override with l2_reg=.
-DEFAULT_L2_REG = 2.0**10
-DEFAULT_SHOTS = (1, 5, 10, 25)
 _ROWS_PER_CHUNK = 4096  # train rows augmented to float64 at a time (primal solve)
 _SCORES_PER_CHUNK = 1 << 22  # float64 test scores held at once: 32 MiB
 
@@ -117,8 +112,8 @@ def _warn_small_classes(labels: np.ndarray, num_classes: int, shots: int) -> Non
 
 def fewshot_accuracies(train_features: np.ndarray, train_labels: np.ndarray,
                        test_features: np.ndarray, test_labels: np.ndarray, *,
-                       shots: Sequence[int] = DEFAULT_SHOTS, seeds: Sequence[int] = (0, 1, 2),
-                       l2_reg: float = DEFAULT_L2_REG,
+                       shots: Sequence[int] = config_defaults.FEWSHOT_SHOTS, seeds: Sequence[int] = (0, 1, 2),
+                       l2_reg: float = config_defaults.FEWSHOT_L2_REG,
                        num_classes: Optional[int] = None) -> Dict[int, List[float]]:
   """{k: [test accuracy per seed]}. Classes with fewer than k train examples use all of
   theirs (one warning); num_classes defaults to the largest label + 1."""
@@ -150,8 +145,8 @@ def summarize(per_seed: Dict[int, List[float]]) -> Dict[str, float]:
 
 
 def evaluate_fewshot(train_features, train_labels, test_features, test_labels, *,
-                     shots: Sequence[int] = DEFAULT_SHOTS, seeds: Sequence[int] = (0, 1, 2),
-                     l2_reg: float = DEFAULT_L2_REG,
+                     shots: Sequence[int] = config_defaults.FEWSHOT_SHOTS, seeds: Sequence[int] = (0, 1, 2),
+                     l2_reg: float = config_defaults.FEWSHOT_L2_REG,
                      num_classes: Optional[int] = None) -> Dict[str, float]:
   """Mean and std over seeds of the k-shot test accuracy: {'1shot': ..., '1shot_std': ...}."""
   return summarize(fewshot_accuracies(train_features, train_labels, test_features, test_labels,
