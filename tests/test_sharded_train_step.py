@@ -68,8 +68,8 @@ def run_layouts():
 
 
 def test_sharded_layouts_match_one_device():
-  out = subprocess.run([sys.executable, __file__], env=subprocess_env(devices=8), capture_output=True, text=True,
-                       timeout=600)
+  out = subprocess.run([sys.executable, __file__], env=subprocess_env(devices=8),
+                       capture_output=True, text=True, timeout=600)
   assert out.returncode == 0, out.stderr[-3000:]
   results = json.loads(out.stdout.splitlines()[-1])
   one = results.pop("one")
