@@ -35,6 +35,9 @@ INSTALL_REQUIRES = [
     # preconditions and cannot be pointed at a test endpoint. A hard requirement, not an
     # extra: a pod job would otherwise fail on every worker only after setup.
     "gcsfs>=2025.3",
+    # Released checkpoints come from their Hugging Face Hub mirrors (the bucket refuses
+    # anonymous downloads since 2026-02): its cache, HF_ENDPOINT, HF_HUB_OFFLINE, HF_TOKEN.
+    "huggingface_hub>=2.0,<3",
 ]
 # Checks against the libraries themselves (tests/checkpoints/test_interop.py skips without
 # them). torch 2.13.0 resolves to the CPU-only wheel here (never leave torch unpinned: that
@@ -56,6 +59,8 @@ setuptools.setup(
     # them as a top-level `configs` package would collide with other projects' `configs`.
     # Their shared defaults ship as vit_jax.config_defaults.
     packages=setuptools.find_packages(include=["vit_jax", "vit_jax.*"]),
+    # The Hub mirrors of the released files (vit_jax.checkpoints.hub_table writes it).
+    package_data={"vit_jax.checkpoints": ["hub_mirrors.json"]},
     install_requires=INSTALL_REQUIRES,
     extras_require={
         # gcp-storage-emulator: the Cloud Storage of the gs:// tests, on 127.0.0.1; pinned

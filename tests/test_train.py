@@ -106,15 +106,30 @@ def test_hyperrule_steps():
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
   workdir = str(tmp_path / "run")
-  train.train_and_evaluate(demo_config(total_steps=2, checkpoint_every=2), workdir)
+  train.train_and_evaluate(demo_config(), workdir)  # the shared demo run: compiled once
   exploding = demo_config(total_steps=12, checkpoint_every=1, progress_every=5,
                           base_lr=1e38)
-  with pytest.raises(FloatingPointError, match="is (nan|inf) at step .*last good checkpoint"):
+  with pytest.raises(FloatingPointError, match="is (nan|inf) at step .*last good checkpoint "
+                     r"\(step \d+\) is kept in"):
     train.train_and_evaluate(exploding, workdir)
   steps = sorted(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit())
   assert steps[-1] < 12
   module, params = load_npz(os.path.join(workdir, "params.npz"))  # from the first run
   assert all(np.isfinite(v).all() for v in jax.tree.leaves(params))
+
+
+def test_a_divergence_before_any_checkpoint_names_its_step_and_says_so(tmp_path,
+                                                                      monkeypatch):
+  workdir = str(tmp_path / "run")
+  monkeypatch.setattr(train_step, "make_train_step", diverging_from(3, poison_loss=True))
+  with pytest.raises(FloatingPointError) as error:
+    train.train_and_evaluate(demo_config(total_steps=10, checkpoint_every=5, progress_every=5,
+                                         eval_every=10), workdir)
+  assert str(error.value) == (
+      "loss is nan at step 3 (noticed at step 5); stopping without saving; no checkpoint "
+      "was saved before it, so a rerun starts from scratch: lower config.base_lr or check "
+      "the data first")
+  assert checkpoint_steps(workdir) == []
 
 
 def checkpoint_steps(workdir):
@@ -130,23 +145,23 @@ def snapshot(workdir):
 
 def test_rerunning_a_finished_run_writes_nothing(tmp_path, caplog):
   workdir = str(tmp_path / "run")
-  first = train.train_and_evaluate(demo_config(total_steps=3, eval_every=3), workdir)
+  first = train.train_and_evaluate(demo_config(), workdir)
   before = snapshot(workdir)
   with caplog.at_level(logging.INFO):
-    again = train.train_and_evaluate(demo_config(total_steps=3, eval_every=3), workdir)
+    again = train.train_and_evaluate(demo_config(), workdir)
   assert again == first
-  assert f"already finished at step 3; results in {workdir}" in caplog.text
+  assert f"already finished at step 6; results in {workdir}" in caplog.text
   assert snapshot(workdir) == before  # no hparams row, no events file, same config.json
 
 
 def test_a_resumed_run_with_changed_settings_keeps_the_original_config(tmp_path):
   workdir = tmp_path / "run"
-  train.train_and_evaluate(demo_config(total_steps=3), str(workdir))
+  train.train_and_evaluate(demo_config(), str(workdir))
   original = (workdir / "config.json").read_text()
-  train.train_and_evaluate(demo_config(total_steps=4, base_lr=5e-4), str(workdir))
+  train.train_and_evaluate(demo_config(total_steps=8, base_lr=5e-4), str(workdir))
   assert (workdir / "config.json").read_text() == original
-  resumed = json.loads((workdir / "config.resumed-3.json").read_text())
-  assert resumed["total_steps"] == 4 and resumed["base_lr"] == 5e-4
+  resumed = json.loads((workdir / "config.resumed-6.json").read_text())
+  assert resumed["total_steps"] == 8 and resumed["base_lr"] == 5e-4
 
 
 @pytest.mark.parametrize("override, message", [
@@ -222,8 +237,8 @@ def diverging_from(bad_step, poison_loss):
   """make_train_step whose state (and loss, if poison_loss) turns NaN from bad_step on."""
   original = train_step.make_train_step
 
-  def make(module, optimizer, config):
-    step_fn = original(module, optimizer, config)
+  def make(batch_loss, optimizer, config):
+    step_fn = original(batch_loss, optimizer, config)
 
     def poisoned(state, batch, rng):
       state, step_metrics = step_fn(state, batch, rng)
@@ -271,7 +286,7 @@ def test_a_corrupt_eval_image_keeps_the_steps_trained_so_far(tmp_path, caplog):
 def test_a_pretrained_file_with_nan_weights_is_refused_unless_allowed(tmp_path):
   params = load_npz(RELEASED_FIXTURES / "vit-ti16.npz")[1]
   params["Transformer"]["encoder_norm"]["scale"][0] = np.nan
-  save_npz(params, tmp_path / "nan.npz")
+  save_npz(params, tmp_path / "nan.npz", allow_nonfinite=True)
   config = demo_config(pretrained=str(tmp_path / "nan.npz"), total_steps=1, warmup_steps=0)
   config.unlock()
   config.model_name = "ViT-Ti_16"
