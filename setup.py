@@ -30,6 +30,14 @@ INSTALL_REQUIRES = [
     "tqdm>=4.60",
     "absl-py>=2.1",
     "safetensors>=0.8,<0.9",  # timm / Hugging Face checkpoints (its numpy API: no torch)
+    # gs:// workdirs (TPU pods): the run's own files and the lock's create-if-absent
+    # precondition go through fsspec/gcsfs (vit_jax/runs/fs.py); tf.io.gfile has no
+    # preconditions and cannot be pointed at a test endpoint. A hard requirement, not an
+    # extra: a pod job would otherwise fail on every worker only after setup.
+    "gcsfs>=2025.3",
+    # Released checkpoints come from their Hugging Face Hub mirrors (the bucket refuses
+    # anonymous downloads since 2026-02): its cache, HF_ENDPOINT, HF_HUB_OFFLINE, HF_TOKEN.
+    "huggingface_hub>=2.0,<3",
 ]
 # Checks against the libraries themselves (tests/checkpoints/test_interop.py skips without
 # them). torch 2.13.0 resolves to the CPU-only wheel here (never leave torch unpinned: that
@@ -58,9 +66,14 @@ setuptools.setup(
     # them as a top-level `configs` package would collide with other projects' `configs`.
     # Their shared defaults ship as vit_jax.config_defaults.
     packages=setuptools.find_packages(include=["vit_jax", "vit_jax.*"]),
+    # The Hub mirrors of the released files (vit_jax.checkpoints.hub_table writes it).
+    package_data={"vit_jax.checkpoints": ["hub_mirrors.json"]},
     install_requires=INSTALL_REQUIRES,
     extras_require={
-        "test": ["pytest>=8", "pytest-xdist>=3.5", "nbclient>=0.10", "nbformat>=5.10",
+        # gcp-storage-emulator: the Cloud Storage of the gs:// tests, on 127.0.0.1; pinned
+        # because tests/gcs_emulator.py adds GCS's generation preconditions to its handlers.
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "gcp-storage-emulator==2026.7.19",
+                 "nbclient>=0.10", "nbformat>=5.10",
                  "ipykernel>=6", "nbconvert>=7"],  # jupyter nbconvert --execute notebooks/vit_jax.ipynb
         "tpu": [f"jax[tpu]{JAX_VERSIONS}"],
         # CUDA 13 wheels (NVIDIA driver >= 580), as the GPU numbers were measured; cuda12

@@ -140,6 +140,7 @@ def test_command_prints_the_table_and_writes_json(tmp_path, capsys):
   assert [int(r[0]) for r in rows] == [1, 2, 5]
   report = json.loads((tmp_path / "out.json").read_text())
   assert (report["num_train"], report["num_test"], report["seeds"]) == (18, 18, [0, 1])
+  assert report["written_by"] == "vit_jax.fewshot"  # a rerun may replace it
   for k, row in zip((1, 2, 5), rows):
     assert float(row[1]) == pytest.approx(report[f"{k}shot"], abs=1e-4)
     assert report[f"{k}shot"] == pytest.approx(np.mean(report["per_seed"][str(k)]))
@@ -155,6 +156,14 @@ def test_command_errors_are_one_line(tmp_path, capsys):
   assert error.startswith("error: checkpoint not found: ") and "\n" not in error
   with pytest.raises(app.UsageError, match="--shots=0,x must be positive integers"):
     run_command(f"--checkpoint={tmp_path / 'missing.npz'}", "--dataset=digits", "--shots=0,x")
+  notes = tmp_path / "notes.json"  # not a report of ours: never replaced
+  notes.write_text("{}")
+  with pytest.raises(SystemExit):
+    run_command("--checkpoint=ViT-B_16", "--dataset=digits", f"--json={notes}")
+  assert capsys.readouterr().err == (f"error: {notes} already exists and vit_jax.fewshot did "
+                                     "not write it: name a new file, or pass --overwrite to "
+                                     "replace it\n")
+  assert notes.read_text() == "{}"
 
 
 def test_training_logs_fewshot_metrics(tmp_path):

@@ -108,6 +108,24 @@ def test_predict_command_with_released_checkpoint_and_labels(images, tmp_path):
     assert all(name == f"class-{index}" for _, index, name in top5)
 
 
+def test_a_folder_trained_model_predicts_names_and_a_featurizer_refuses(images, tmp_path):
+  names = ["café", "猫 cat", "🐶", "dog", "--flag", "emu", "fox"]  # saved by a folder run
+  save_npz(init_params(tiny_model(num_classes=7)), tmp_path / "named.npz", class_names=names)
+  done = run_predict(f"--checkpoint={tmp_path / 'named.npz'}", "--top_k=7", images["rgb"])
+  assert done.returncode == 0, done.stderr
+  assert sorted(name for _, _, name in parse(done.stdout)[images["rgb"]]) == sorted(names)
+  assert all(name == names[index] for _, index, name in parse(done.stdout)[images["rgb"]])
+
+  params = init_params(tiny_model(num_classes=7))
+  params["head"]["kernel"] = np.zeros_like(params["head"]["kernel"])  # a featurizer's head
+  save_npz(params, tmp_path / "zero_head.npz")
+  line = one_error_line(run_predict(f"--checkpoint={tmp_path / 'zero_head.npz'}",
+                                    images["rgb"]))
+  assert line.startswith(f"error: {tmp_path / 'zero_head.npz'} has no trained classification "
+                         "head (an all-zero head, as masked-patch-prediction pre-training "
+                         "exports)")
+
+
 def test_predict_command_errors_are_one_line(images, tmp_path):
   missing = tmp_path / "nope.npz"
   failed = run_predict(f"--checkpoint={missing}", images["rgb"])

@@ -4,11 +4,12 @@ The comparison runs in a subprocess, because the device count is fixed when jax 
 """
 
 import json
-import os
 import subprocess
 import sys
 
 import numpy as np
+
+from helpers import subprocess_env
 
 LAYOUTS = {"data8": {"data": 8}, "data4_fsdp2": {"data": 4, "fsdp": 2},
            "data2_tensor4": {"data": 2, "tensor": 4}}
@@ -64,9 +65,7 @@ def run_layouts():
 
 
 def test_sharded_layouts_match_one_device():
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-         "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
-  out = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True,
+  out = subprocess.run([sys.executable, __file__], env=subprocess_env(devices=8), capture_output=True, text=True,
                        timeout=600)
   assert out.returncode == 0, out.stderr[-3000:]
   results = json.loads(out.stdout.splitlines()[-1])

@@ -109,12 +109,27 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
   train.train_and_evaluate(demo_config(total_steps=2, checkpoint_every=2), workdir)
   exploding = demo_config(total_steps=12, checkpoint_every=1, progress_every=5,
                           base_lr=1e38)
-  with pytest.raises(FloatingPointError, match="is (nan|inf) at step .*last good checkpoint"):
+  with pytest.raises(FloatingPointError, match="is (nan|inf) at step .*last good checkpoint "
+                     r"\(step \d+\) is kept in"):
     train.train_and_evaluate(exploding, workdir)
   steps = sorted(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit())
   assert steps[-1] < 12
   module, params = load_npz(os.path.join(workdir, "params.npz"))  # from the first run
   assert all(np.isfinite(v).all() for v in jax.tree.leaves(params))
+
+
+def test_a_divergence_before_any_checkpoint_names_its_step_and_says_so(tmp_path,
+                                                                      monkeypatch):
+  workdir = str(tmp_path / "run")
+  monkeypatch.setattr(train_step, "make_train_step", diverging_from(3, poison_loss=True))
+  with pytest.raises(FloatingPointError) as error:
+    train.train_and_evaluate(demo_config(total_steps=10, checkpoint_every=5, progress_every=5,
+                                         eval_every=10), workdir)
+  assert str(error.value) == (
+      "loss is nan at step 3 (noticed at step 5); stopping without saving; no checkpoint "
+      "was saved before it, so a rerun starts from scratch: lower config.base_lr or check "
+      "the data first")
+  assert checkpoint_steps(workdir) == []
 
 
 def checkpoint_steps(workdir):
@@ -271,7 +286,7 @@ def test_a_corrupt_eval_image_keeps_the_steps_trained_so_far(tmp_path, caplog):
 def test_a_pretrained_file_with_nan_weights_is_refused_unless_allowed(tmp_path):
   params = load_npz(RELEASED_FIXTURES / "vit-ti16.npz")[1]
   params["Transformer"]["encoder_norm"]["scale"][0] = np.nan
-  save_npz(params, tmp_path / "nan.npz")
+  save_npz(params, tmp_path / "nan.npz", allow_nonfinite=True)
   config = demo_config(pretrained=str(tmp_path / "nan.npz"), total_steps=1, warmup_steps=0)
   config.unlock()
   config.model_name = "ViT-Ti_16"

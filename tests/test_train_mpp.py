@@ -6,9 +6,10 @@ import math
 import os
 
 import numpy as np
+import pytest
 
 from helpers import demo_config, load_module, read_metrics
-from vit_jax import load_npz, train
+from vit_jax import errors, load_npz, predict, train
 
 
 def mpp_digits(**overrides):
@@ -41,6 +42,8 @@ def test_mpp_pretraining_then_finetuning_from_its_params(tmp_path, caplog):
   module, params = load_npz(os.path.join(workdir, "params.npz"))
   assert set(params) == {"embedding", "cls", "Transformer", "head"}
   assert module.num_classes == 1 and not params["head"]["kernel"].any()
+  with pytest.raises(errors.InvalidInput, match="has no trained classification head"):
+    predict.check_trained_head(params, os.path.join(workdir, "params.npz"))
   assert (module.hidden_size, module.patch_size, module.num_layers) == (64, 4, 4)
 
   train.train_and_evaluate(mpp_digits(total_steps=13), workdir)  # resume

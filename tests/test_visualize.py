@@ -103,8 +103,15 @@ def test_command_writes_all_figures(run, image, tmp_path, checkpoint, size_flag)
 def test_command_errors_are_one_line(run, image, tmp_path):
   fixture = RELEASED_FIXTURES / "vit-ti16.npz"
   missing = tmp_path / "nope.png"
-  code, stdout, stderr = run(f"--checkpoint={fixture}", f"--out={tmp_path}", image, str(missing))
+  code, stdout, stderr = run(f"--checkpoint={fixture}", f"--out={tmp_path / 'figs'}", image,
+                             str(missing))
   assert (code, stdout, stderr) == (1, "", f"error: image not found: {missing}\n")
+  code, stdout, stderr = run(f"--checkpoint={fixture}", f"--out={tmp_path}", image)
+  assert (code, stdout) == (1, "") and stderr.count("\n") == 1  # a folder it did not write
+  assert stderr.startswith(f"error: {tmp_path} already holds files it did not write "
+                           "(example.png): name a new folder for vit_jax.visualize, or pass "
+                           "--overwrite to write into it")
+  assert os.listdir(tmp_path) == ["example.png"]
 
   bad = tmp_path / "truncated.npz"
   bad.write_bytes(fixture.read_bytes()[:100_000])

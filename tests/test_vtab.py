@@ -13,9 +13,11 @@ from absl import app, flags
 from PIL import Image
 
 from conftest import REPO, init_params, tiny_model
+from helpers import read_metrics
 from vit_jax import cli, save_npz, train
 from vit_jax import vtab as command
 from vit_jax.evaluators import vtab
+from vit_jax.runs import outputs
 
 FOLDERS = {"alpha": 0, "beta": 3, "gamma": 6}  # folder -> test images with the wrong label
 TINY = {"batch": 16, "batch_eval": 16, "total_steps": 4, "accum_steps": 1, "pp.crop": 16,
@@ -122,7 +124,7 @@ def test_rerun_with_other_settings_trains_anew_and_keeps_the_old_run(folders, ch
   assert (kept / "checkpoints").is_dir()
   assert second["tasks"]["alpha"]["total_steps"] == 6
   assert read_json(workdir, "alpha", "config.json")["total_steps"] == 6
-  rows = [json.loads(line) for line in open(workdir / "alpha" / "metrics.jsonl")]
+  rows = read_metrics(workdir / "alpha")
   assert max(row["step"] for row in rows) == 6 and min(row["step"] for row in rows) <= 2
   assert first["tasks"]["alpha"]["total_steps"] == 4
 
@@ -169,17 +171,52 @@ def test_group_means_and_the_table(tmp_path):
       384, False)
   table = (tmp_path / "w" / "vtab.md").read_text().splitlines()
   rows = [line for line in table if line.startswith("| ")][1:]
-  assert rows == [
-      "| Natural | dtd | 50.00 | 0.01 | 2500 |", "| Natural | svhn | 70.00 | 0.01 | 2500 |",
-      "| **Natural mean** | 2 of 7 tasks | **60.00** | | |",
-      "| Specialized | eurosat | 90.00 | 0.01 | 2500 |",
-      "| **Specialized mean** | 1 of 4 tasks | **90.00** | | |",
-      "| Structured | clevr_count | 30.00 | 0.01 | 2500 |",
-      "| Structured | dsprites_location | 40.00 | 0.01 | 2500 |",
-      "| **Structured mean** | 2 of 8 tasks | **35.00** | | |",
-      "| Custom | my_images | 80.00 | 0.01 | 2500 |",
-      "| **Custom mean** | 1 task, in no VTAB group | **80.00** | | |",
-      "| **Mean** | 6 tasks, 1 custom included | **60.00** | | |"]
+  assert rows == [  # the TFDS version each task read (TFDS 4.9 has the benchmark's)
+      "| Natural | dtd | 50.00 | 0.01 | 2500 | 3.0.1 |",
+      "| Natural | svhn | 70.00 | 0.01 | 2500 | 3.1.0 |",
+      "| **Natural mean** | 2 of 7 tasks | **60.00** | | | |",
+      "| Specialized | eurosat | 90.00 | 0.01 | 2500 | 2.0.0 |",
+      "| **Specialized mean** | 1 of 4 tasks | **90.00** | | | |",
+      "| Structured | clevr_count | 30.00 | 0.01 | 2500 | 3.1.0 |",
+      "| Structured | dsprites_location | 40.00 | 0.01 | 2500 | 2.0.0 |",
+      "| **Structured mean** | 2 of 8 tasks | **35.00** | | | |",
+      "| Custom | my_images | 80.00 | 0.01 | 2500 | (image directory) |",
+      "| **Custom mean** | 1 task, in no VTAB group | **80.00** | | | |",
+      "| **Mean** | 6 tasks, 1 custom included | **60.00** | | | |"]
+  assert report["tasks"]["dtd"]["tfds_version"] == "3.0.1"
+  assert report["tasks"]["dtd"]["reference_version"] == "3.*.*"
+
+
+def test_the_table_marks_a_task_not_at_the_benchmarks_version(tmp_path):
+  """TFDS 4.9 cannot build Pets 3.*.* (the reference's): with none prepared, the task
+  reads 4.0.0 and vtab.json / vtab.md say so."""
+  base = vtab.base_config()
+  base.tfds_data_dir = str(tmp_path / "tfds")
+  report = vtab.run_benchmark(base, ["oxford_iiit_pet"], checkpoint="ViT-B_16",
+                              workdir=str(tmp_path / "w"),
+                              train_fn=fake_training({"oxford_iiit_pet": 0.9}, []))
+  pets = report["tasks"]["oxford_iiit_pet"]
+  assert (pets["tfds_version"], pets["reference_version"]) == ("4.0.0", "3.*.*")
+  assert "cannot build 3.*.*" in pets["version_note"]
+  assert json.loads((tmp_path / "w" / "vtab.json").read_text())["tasks"]["oxford_iiit_pet"][
+      "tfds_version"] == "4.0.0"
+  assert "| Natural | oxford_iiit_pet | 90.00 | 0.01 | 2500 | 4.0.0 (benchmark: 3.*.*) |" in (
+      tmp_path / "w" / "vtab.md").read_text()
+
+
+
+def test_the_workdir_must_be_new_or_a_vtab_run(tmp_path):
+  """The report files never land in a folder VTAB did not make (a run's workdir, $HOME)."""
+  (tmp_path / "w").mkdir()
+  (tmp_path / "w" / "vtab.md").write_text("my notes")
+  run = lambda **kw: vtab.run_benchmark(vtab.base_config(), ["dtd"], checkpoint="ViT-B_16",
+                                        workdir=str(tmp_path / "w"),
+                                        train_fn=fake_training({"dtd": 0.5}, []), **kw)
+  with pytest.raises(outputs.OutputExistsError, match="holds files it did not write"):
+    run()
+  assert (tmp_path / "w" / "vtab.md").read_text() == "my notes"
+  run(overwrite=True)
+  run()  # now its own output: a rerun resumes there
 
 
 SWEEP = ((0.001, 0.01), (500, 2500))

@@ -8,6 +8,8 @@
 - Errors a user can fix (vit_jax.errors.UserError, and OSError: missing file, permissions,
   full disk, network) -> `error: <message on one line>`, exit 1, via `@cli.command` on each
   command's main. Anything else is a bug and keeps its traceback.
+- Ctrl-C (KeyboardInterrupt, e.g. vit_jax.runs.preemption.Interrupted after a saved step)
+  -> `interrupted: <what was saved>`, exit 130, no traceback.
 - Help: absl's --help, -?, --helpshort, --helpfull and --helpxml exit 0 (absl exits 1, which
   breaks `python -m vit_jax.predict --help && ...`).
 """
@@ -25,6 +27,7 @@ UsageError = app.UsageError
 USER_ERRORS = (errors.UserError, OSError)
 # What absl and config_dict raise for a bad flag value or --config.KEY override.
 FLAG_ERRORS = (flags.Error, AttributeError, KeyError, TypeError, ValueError)
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT: what a shell reports for a Ctrl-C'd command
 HELP_FLAGS = (app.HelpFlag, app.HelpshortFlag, app.HelpfullFlag, app.HelpXMLFlag)
 
 
@@ -167,5 +170,8 @@ def run(main: Callable[[List[str]], Any], define_flags: Callable[..., None] = No
       return command(main)(argv)
     except UsageError as e:  # absl would print the whole help text before it
       fail(f"{one_line(e)} (--help shows the usage)", code=2)
+    except KeyboardInterrupt as e:  # Ctrl-C: one line, not a traceback; the shell's 130
+      print(f"interrupted{': ' + one_line(e) if e.args else ''}", file=sys.stderr)
+      sys.exit(INTERRUPTED_EXIT_CODE)
 
   app.run(quiet_main, flags_parser=flags_parser)

@@ -1,17 +1,19 @@
 """python -m vit_jax.convert SRC DST [--to=timm|hf|npz] [--model=NAME] [--image_size=PX]
-    [--pre_logits=drop|pooler]
+    [--pre_logits=drop|pooler] [--overwrite]
 
 Converts a checkpoint between our released .npz layout, timm and Hugging Face transformers
 (see vit_jax.checkpoints.convert): SRC is anything load_npz reads (a released, big_vision
 or params.npz file, a timm / HF .safetensors, .pth or .bin file, or a model folder); the
 target follows DST's name (.npz: npz, .safetensors: timm) unless --to says it. Prints what
-it read and wrote and the call that loads the result.
+it read and wrote and the call that loads the result. DST must be new (or an earlier
+conversion's output): anything else is refused unless --overwrite.
 """
 
 from absl import flags
 
 from vit_jax import cli
 from vit_jax.checkpoints import convert
+from vit_jax.runs import outputs
 
 FLAGS = flags.FLAGS
 
@@ -22,7 +24,8 @@ def main(argv):
     raise cli.UsageError("pass SRC and DST, e.g. python -m vit_jax.convert params.npz "
                          "out/ --to=hf")
   lines = convert.convert(argv[1], argv[2], to=FLAGS.to, model_name=FLAGS.model,
-                          pre_logits=FLAGS.pre_logits, image_size=FLAGS.image_size)
+                          pre_logits=FLAGS.pre_logits, image_size=FLAGS.image_size,
+                          overwrite=FLAGS.overwrite)
   print("\n".join(lines))
 
 
@@ -41,6 +44,7 @@ def define_flags(flag_values=flags.FLAGS) -> None:
                     "layer, which timm and ViTForImageClassification lack: drop (it and the "
                     "head: a feature extractor) or pooler (hf only: ViTModel's pooler is that "
                     "layer). Default: refuse.", **define)
+  flags.DEFINE_boolean("overwrite", False, outputs.OVERWRITE_HELP, **define)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,9 @@ from vit_jax import cli, sharding
 from vit_jax.checkpoints import npz
 from vit_jax.data import pipeline
 from vit_jax.evaluators import fewshot as probes
-from vit_jax.runs import fs
+from vit_jax.runs import fs, outputs
 
+KIND = "fewshot"  # the writer's name in --json's no-clobber stamp (vit_jax.runs.outputs)
 
 def data_config(dataset: str, crop: int, train_split: str = "train", eval_split: str = "test",
                 tfds_data_dir: Optional[str] = None) -> ml_collections.ConfigDict:
@@ -76,10 +77,13 @@ def run(flag_values) -> Dict[str, Any]:
 def main(argv, flag_values=flags.FLAGS):
   cli.no_arguments(argv)
   cli.keep_tensorflow_off_accelerators()
+  if flag_values.json:  # before the slow part
+    outputs.claim_output_file(flag_values.json, KIND, flag_values.overwrite)
   report = run(flag_values)
   print(format_table(report, parse_shots(flag_values.shots)))
-  if flag_values.json:
-    fs.write_atomic(flag_values.json, json.dumps(report, indent=2))
+  if flag_values.json:  # stamped: a rerun may replace it, nothing else is replaced
+    fs.write_atomic(flag_values.json, json.dumps({**outputs.written_by(KIND), **report},
+                                                 indent=2))
 
 
 def define_flags(flag_values=flags.FLAGS) -> None:
@@ -102,6 +106,7 @@ def define_flags(flag_values=flags.FLAGS) -> None:
   flags.DEFINE_string("eval_split", "test", "TFDS split to measure accuracy on.", **define)
   flags.DEFINE_string("tfds_data_dir", None, "TFDS data directory.", **define)
   flags.DEFINE_string("json", None, "Also write the report to this JSON file.", **define)
+  flags.DEFINE_boolean("overwrite", False, outputs.OVERWRITE_HELP, **define)
   flags.mark_flags_as_required(["checkpoint", "dataset"], flag_values=flag_values)
 
 

@@ -18,7 +18,7 @@ import tensorflow as tf
 from absl import flags, logging
 
 from vit_jax import cli, download, errors
-from vit_jax.checkpoints import npz, released
+from vit_jax.checkpoints import formats, npz, released
 from vit_jax.data import preprocess
 from vit_jax.models import vit
 
@@ -111,11 +111,24 @@ def imagenet_labels(urlopen=urllib.request.urlopen) -> Optional[List[str]]:
   return read_labels(path)
 
 
+def stored_class_names(checkpoint_path: Optional[str]) -> Optional[List[str]]:
+  """The names a run saved in its params.npz (see npz.read_class_names); None for other
+  files (released checkpoints, timm / HF models)."""
+  if checkpoint_path is None or formats.is_foreign(checkpoint_path):
+    return None
+  return npz.read_class_names(checkpoint_path)
+
+
 def class_names(num_classes: int, labels_path: Optional[str] = None,
-                urlopen=urllib.request.urlopen) -> Optional[List[str]]:
-  """Names from --labels, else ImageNet's for a 1000-way head, else None (indices)."""
+                urlopen=urllib.request.urlopen,
+                checkpoint_path: Optional[str] = None) -> Optional[List[str]]:
+  """Names from --labels, else those saved with the checkpoint (a folder-trained run's),
+  else ImageNet's for a 1000-way head, else None (indices)."""
+  stored = None if labels_path else stored_class_names(checkpoint_path)
   if labels_path:
     names = read_labels(labels_path)
+  elif stored is not None and len(stored) == num_classes:
+    return stored
   elif num_classes == IMAGENET_CLASSES:
     names = imagenet_labels(urlopen)
   else:
@@ -125,6 +138,20 @@ def class_names(num_classes: int, labels_path: Optional[str] = None,
     raise errors.InvalidInput(
         f"{source} has {len(names)} names but the model has {num_classes} classes")
   return names
+
+
+def check_trained_head(params, checkpoint: str) -> None:
+  """A head of one class or of zero weights (what masked-patch-prediction and other
+  feature-only runs export) gives every image the same answer: refuse it."""
+  kernel = np.asarray(params["head"]["kernel"])
+  if kernel.shape[-1] > 1 and np.any(kernel):
+    return
+  what = "a 1-class head" if kernel.shape[-1] == 1 else "an all-zero head"
+  raise errors.InvalidInput(
+      f"{checkpoint} has no trained classification head ({what}, as masked-patch-prediction "
+      "pre-training exports): its predictions would mean nothing; fine-tune it on labelled "
+      "data first (--config.pretrained), or use it for features with vit_jax.fewshot or "
+      "vit_jax.visualize")
 
 
 def format_prediction(path: str, prediction: Prediction, names: Optional[List[str]]) -> str:
@@ -150,9 +177,11 @@ def image_arguments(argv: Sequence[str]) -> List[str]:
 @cli.command
 def main(argv):
   image_paths = image_arguments(argv)
+  path = released.resolve(FLAGS.checkpoint)
   module, params, image_size = npz.load_for_inference(
-      FLAGS.checkpoint, FLAGS.image_size, allow_nonfinite=FLAGS.allow_nonfinite)
-  names = class_names(module.num_classes, FLAGS.labels)
+      path, FLAGS.image_size, allow_nonfinite=FLAGS.allow_nonfinite)
+  check_trained_head(params, FLAGS.checkpoint)
+  names = class_names(module.num_classes, FLAGS.labels, checkpoint_path=path)
   predictions = classify(module, params, image_paths, image_size=image_size,
                          top_k=FLAGS.top_k, batch_size=FLAGS.batch_size)
   for path, prediction in zip(image_paths, predictions):

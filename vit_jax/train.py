@@ -17,12 +17,12 @@ import ml_collections
 from jax.experimental import multihost_utils
 
 from vit_jax import config_checks, errors, objectives, optim, sharding, train_step
-from vit_jax.checkpoints import formats, npz, released, train_state
+from vit_jax.checkpoints import formats, hub, npz, released, train_state
 from vit_jax.console import log
 from vit_jax.data import pipeline
 from vit_jax.evaluators import classification, fewshot
 from vit_jax.models import vit, zoo
-from vit_jax.runs import metrics, outputs, preemption
+from vit_jax.runs import dataset_record, fs, metrics, outputs, preemption
 from vit_jax.runs import workdir as workdir_lib
 
 
@@ -51,7 +51,7 @@ def build_model(config, num_classes: int, *, load_pretrained: bool
     return create_model(config, zoo.config_overrides(config)), None
   wants_pre_logits = config.model.representation_size is not None
   if load_pretrained:
-    return npz.load_npz(released.resolve(config.pretrained), image_size=config.pp.crop,
+    return npz.load_npz(hub.resolve(config.pretrained), image_size=config.pp.crop,
                         num_classes=num_classes, model_name=config.model_name,
                         pre_logits=wants_pre_logits,
                         allow_nonfinite=config.get("allow_nonfinite_pretrained", False),
@@ -72,16 +72,32 @@ def describe_devices(config) -> str:
           f"{backend}{hint}")
 
 
-def check_finite(step: int, step_metrics: dict, checkpointer: train_state.Checkpointer) -> None:
-  """Stops on a non-finite loss or gradient, before that step's state can be saved."""
+@jax.jit
+def track_nonfinite(first_step, step, step_metrics):
+  """The first step whose loss or gradient norm was not finite (0: none yet), kept on the
+  device every step so that a divergence noticed at a logging step names its real step."""
+  finite = jnp.isfinite(step_metrics["loss"]) & jnp.isfinite(step_metrics["grad_norm"])
+  return jnp.where((first_step == 0) & ~finite, step.astype(first_step.dtype), first_step)
+
+
+def check_finite(step: int, step_metrics: dict, checkpointer: train_state.Checkpointer,
+                 first_nonfinite=None) -> None:
+  """Stops on a non-finite loss or gradient, before that step's state can be saved; names
+  the step it began at (first_nonfinite, see track_nonfinite) and what a rerun does."""
   for name in ("loss", "grad_norm"):
     value = float(step_metrics[name])
-    if not math.isfinite(value):
-      raise train_state.NonFiniteStateError(
-          f"{name} is {value} at step {step}; stopping without saving. The last good "
-          f"checkpoint ({checkpointer.latest_step() or 'none'}) is kept in "
-          f"{checkpointer.directory}: lower config.base_lr or check the data, then rerun to "
-          "resume from it")
+    if math.isfinite(value):
+      continue
+    began = int(jax.device_get(first_nonfinite)) if first_nonfinite is not None else 0
+    when = f"at step {began} (noticed at step {step})" if 0 < began < step else f"at step {step}"
+    latest = checkpointer.latest_step()
+    if latest is None:
+      after = ("no checkpoint was saved before it, so a rerun starts from scratch: lower "
+               "config.base_lr or check the data first")
+    else:
+      after = (f"the last good checkpoint (step {latest}) is kept in {checkpointer.directory}"
+               ": lower config.base_lr or check the data, then rerun to resume from it")
+    raise FloatingPointError(f"{name} is {value} {when}; stopping without saving; {after}")
 
 
 def save_before_stopping(checkpointer: train_state.Checkpointer, step: int, state,
@@ -114,7 +130,7 @@ def check_pretrained(config) -> None:
   """A missing local pretrained file fails now, not after the data is read."""
   if config.pretrained is None:
     return
-  path = released.resolve(config.pretrained)
+  path = hub.resolve(config.pretrained)  # fetches a released file not yet in checkpoints/
   if not released.has_scheme(path) and not (os.path.isfile(path) or formats.is_foreign(path)):
     kind = ("a directory, not an .npz file or a model folder (with config.json)"
             if os.path.isdir(path) else "not found")
@@ -173,6 +189,9 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
              "final_metrics.json): pass a larger --config.total_steps to train on, or use a "
              "new --workdir", latest_step, workdir)
     return finished
+  record = dataset_record.describe(config, dataset.info)
+  if latest_step is not None:  # the labels must mean what they meant
+    dataset_record.check_resume(workdir, record)
   log.info("devices: %s", describe_devices(config))
   load_pretrained = latest_step is None and config.pretrained is not None
   module, host_params = build_model(config, dataset.info.num_classes,
@@ -211,10 +230,12 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   writer = metrics.create_writer(workdir, is_main_process=is_main, resume_step=resume_step)
   if is_main:
     outputs.save_config(config, workdir, resume_step)
+    if resume_step is None or dataset_record.read(workdir) is None:
+      dataset_record.write(workdir, record)
     if resume_step is None:
       num_params = outputs.write_parameter_table(state.params, workdir)
       log.info("%s parameters (table in %s)", f"{num_params:,}",
-               os.path.join(workdir, "parameters.txt"))
+               fs.join(workdir, outputs.PARAMETER_TABLE))
       writer.write_hparams({"num_params": num_params})
 
   # --- Compiled steps -------------------------------------------------------------------
@@ -235,6 +256,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
       batch_size=config.batch, start_step=start_step, num_steps=total_steps, seed=config.seed,
       process_index=jax.process_index(), process_count=jax.process_count()), batch_sharding)
   dropout_rng = jax.device_put(jax.random.PRNGKey(config.seed + 1), replicated)
+  first_nonfinite = jax.device_put(jnp.zeros((), jnp.int32), replicated)
   progress = metrics.Progress(total_steps=total_steps, batch_size=config.batch,
                               num_devices=jax.device_count())
   eval_metrics, preempted_at, done_step = {}, None, start_step
@@ -244,6 +266,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
       batch = next(batches)
       with jax.transfer_guard("disallow"):  # inputs must already be on the devices
         state, step_metrics = step_fn(state, batch, dropout_rng)
+        first_nonfinite = track_nonfinite(first_nonfinite, state.step, step_metrics)
       done_step = step
       if step == start_step + 1:
         jax.block_until_ready(state)
@@ -253,7 +276,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
       preempted = step < total_steps and watcher.should_stop(step)
       if is_progress_step or is_checkpoint_step or preempted:  # one copy serves all
         host_metrics = jax.device_get(step_metrics)
-        check_finite(step, host_metrics, checkpointer)
+        check_finite(step, host_metrics, checkpointer, first_nonfinite)
         if is_progress_step:
           write_train_metrics(writer, step, host_metrics, progress)
       if step % config.eval_every == 0 or step == total_steps:
@@ -275,9 +298,12 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
 
   if preempted_at is not None:
     checkpointer.wait()
-    log.warning("preempted: saved the checkpoint of step %d in %s; rerun the same "
-                "command to resume", preempted_at, checkpointer.directory)
     writer.close()
+    saved = (f"saved the checkpoint of step {preempted_at} in {checkpointer.directory}; rerun "
+             "the same command to resume")
+    if watcher.interrupted:  # Ctrl-C: the caller stops too (a command exits 130)
+      raise preemption.Interrupted(saved)
+    log.warning("preempted: %s", saved)
     return {"preempted_at_step": preempted_at, **eval_metrics}
   if not eval_metrics:  # resumed at the end: report the final state anyway
     eval_metrics = evaluator.of_state(state, total_steps)

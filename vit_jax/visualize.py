@@ -6,6 +6,7 @@ Figs. 6, 7 and 14: attention_rollout.png, embedding_filters.png,
 position_similarity.png and attention_distance.png (computations: vit_jax.models.introspect).
 """
 
+import io
 import os
 from typing import List, Sequence
 
@@ -22,8 +23,10 @@ from vit_jax.checkpoints import npz
 from vit_jax.models import introspect
 from vit_jax.models import posemb as posemb_lib
 from vit_jax.models import vit, zoo
+from vit_jax.runs import fs, outputs
 
 FLAGS = flags.FLAGS
+KIND = "visualize"  # the writer's name in --out's no-clobber marker (vit_jax.runs.outputs)
 NUM_COMPONENTS = 28  # as in the paper's Fig. 7 (left)
 DPI = 100
 
@@ -38,6 +41,7 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                        "own.", lower_bound=1, flag_values=flag_values)
   flags.DEFINE_boolean("allow_nonfinite", False, npz.ALLOW_NONFINITE_HELP,
                        flag_values=flag_values)
+  flags.DEFINE_boolean("overwrite", False, outputs.OVERWRITE_HELP, flag_values=flag_values)
   for name in ("checkpoint", "out"):
     flags.mark_flag_as_required(name, flag_values=flag_values)
 
@@ -54,8 +58,11 @@ def mosaic(tiles: np.ndarray, columns: int) -> np.ndarray:
 
 
 def _save(fig, path: str) -> str:
-  fig.savefig(path, dpi=DPI, bbox_inches="tight")
+  """Renders the PNG in memory and writes it whole (a local folder or gs://)."""
+  buffer = io.BytesIO()
+  fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
   plt.close(fig)
+  fs.write_atomic(path, buffer.getvalue())
   return path
 
 
@@ -135,7 +142,7 @@ def plot_attention_distance(distance: np.ndarray, path: str) -> str:
 def write_figures(module: vit.VisionTransformer, params, images: np.ndarray,
                   names: Sequence[str], out_dir: str) -> List[str]:
   """The four figures for `images` ([B, S, S, 3] in [-1, 1]) into out_dir; their paths."""
-  os.makedirs(out_dir, exist_ok=True)
+  fs.makedirs(out_dir)
   has_cls = introspect.has_class_token(module)
   side = zoo.token_grid(module, images.shape[1]), zoo.token_grid(module, images.shape[2])
   stride = zoo.model_stride(module)
@@ -145,7 +152,7 @@ def write_figures(module: vit.VisionTransformer, params, images: np.ndarray,
   components, explained = introspect.filter_pca(kernel, NUM_COMPONENTS)
   posemb = (params["Transformer"]["posembed_input"]["pos_embedding"] if module.posemb == "learn"
             else posemb_lib.sincos_2d_with_cls(side, module.hidden_size, has_cls))
-  path = lambda name: os.path.join(out_dir, name)
+  path = lambda name: fs.join(out_dir, name)
   return [
       plot_rollout(images, maps, names, stride, path("attention_rollout.png")),
       plot_filters(components, explained, what, path("embedding_filters.png")),
@@ -159,10 +166,12 @@ def write_figures(module: vit.VisionTransformer, params, images: np.ndarray,
 @cli.command
 def main(argv):
   image_paths = predict.image_arguments(argv)
+  outputs.check_output_dir(FLAGS.out, KIND, FLAGS.overwrite)  # before the slow part
   module, params, image_size = npz.load_for_inference(
       FLAGS.checkpoint, FLAGS.image_size, allow_nonfinite=FLAGS.allow_nonfinite)
   images = np.stack([predict.load_image(p, image_size) for p in image_paths])
   names = [os.path.basename(p) for p in image_paths]
+  outputs.claim_output_dir(FLAGS.out, KIND, FLAGS.overwrite)
   written = write_figures(module, params, images, names, FLAGS.out)
   for path in written:
     print(path)

@@ -15,6 +15,7 @@ from ml_collections import config_flags
 from vit_jax import cli, console, errors
 from vit_jax.data import vtab as tasks_lib
 from vit_jax.evaluators import vtab
+from vit_jax.runs import outputs
 
 
 @cli.command
@@ -40,7 +41,8 @@ def main(argv, flag_values=flags.FLAGS):
     report = vtab.run_benchmark(flag_values.config, flag_values.tasks,
                                 checkpoint=flag_values.checkpoint, workdir=flag_values.workdir,
                                 overrides=overrides, sweep=sweep,
-                                select=flag_values.sweep_select)
+                                select=flag_values.sweep_select,
+                                overwrite=flag_values.overwrite)
   except vtab.Preempted as e:
     console.log.warning("%s", e)
     return
@@ -69,6 +71,8 @@ def define_flags(flag_values=flags.FLAGS) -> None:
   flags.DEFINE_enum("sweep_select", "mean", vtab.SELECTIONS, "mean: the setting with the "
                     "best mean val200 accuracy, for all tasks (the paper's choice); task: the "
                     "best setting per task.", **define)
+  flags.DEFINE_boolean("overwrite", False, outputs.OVERWRITE_HELP + " For --workdir: one "
+                       "that holds no earlier VTAB run.", **define)
   flags.mark_flags_as_required(["checkpoint", "workdir"], flag_values=flag_values)
 
 

@@ -28,6 +28,7 @@ from conftest import REPO, TINY, init_params, tiny_model
 from vit_jax import CheckpointError, create_model, load_npz, save_npz
 from vit_jax.checkpoints import convert, timm_layout, torch_layout
 from vit_jax.models import zoo
+from vit_jax.runs import outputs
 
 D, LAYERS, PATCH = TINY["hidden_size"], TINY["num_layers"], TINY["patch_size"]
 IMAGE = 16
@@ -303,6 +304,25 @@ def test_command(tmp_path):
   assert "cannot tell the target format" in refused.stderr
   usage = run(src)
   assert usage.returncode == 2 and "pass SRC and DST" in usage.stderr
+  workdir = tmp_path / "run"  # a finished run's workdir is never converted into
+  workdir.mkdir()
+  outputs.write_final(load_npz(src)[1], {"eval/accuracy": 0.5}, str(workdir))
+  (workdir / "config.json").write_text('{"base_lr": 0.1}')
+  before = {p.name: p.read_bytes() for p in workdir.iterdir()}
+  refused = run(src, workdir, "--to=hf")
+  assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+  assert "already holds files it did not write" in refused.stderr
+  assert "--overwrite" in refused.stderr
+  assert {p.name: p.read_bytes() for p in workdir.iterdir()} == before
+  refused = run(src, tmp_path / "hf" / "config.json" / "x.npz")
+  assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+  assert "config.json is a file, not a folder" in refused.stderr
+  convert.convert(src, tmp_path / "hf", to="hf")  # its own earlier output: rewritten
+  convert.convert(src, tmp_path / "copy.npz")
+  with pytest.raises(outputs.OutputExistsError, match="copy.npz already exists"):
+    convert.convert(src, tmp_path / "copy.npz")
+  convert.convert(src, tmp_path / "copy.npz", overwrite=True)
+  convert.convert(src, workdir, to="hf", overwrite=True)
 
 
 @pytest.mark.parametrize("dst, to, message", [

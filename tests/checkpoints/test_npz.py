@@ -180,6 +180,23 @@ def test_nonfinite_weights_are_refused_unless_allowed(tmp_path, value, name):
   np.testing.assert_array_equal(params["embedding"]["kernel"].flat[0], value)
 
 
+def test_nonfinite_weights_are_not_saved_unless_allowed(tmp_path):
+  params = init_params(tiny_model())
+  params["Transformer"]["encoder_norm"]["scale"] = np.full_like(
+      params["Transformer"]["encoder_norm"]["scale"], np.inf)
+  path = tmp_path / "diverged.npz"
+  with pytest.raises(npz.CheckpointError) as e:
+    save_npz(params, path)
+  assert one_line(e) == (
+      f"not saving {path}: NaN/Inf weights in 1 of 40 arrays: Transformer/encoder_norm/scale "
+      "(32 Inf); every loader would refuse the file (a diverged run?): save finite params, or "
+      "save anyway with allow_nonfinite=True (load it back with the same option)")
+  assert not path.exists()
+  save_npz(params, path, allow_nonfinite=True)
+  assert np.isinf(load_npz(path, allow_nonfinite=True)[1]["Transformer"]["encoder_norm"][
+      "scale"]).all()
+
+
 def test_nonfinite_count_and_a_replaced_head_do_not_matter(tmp_path):
   keys = ["cls", "embedding/bias", "embedding/kernel", "head/bias", "head/kernel"]
   path = with_nonfinite(tmp_path, keys, np.nan)
@@ -355,3 +372,19 @@ def test_half_precision_files_load_as_float32_with_a_note(released_fixtures, tmp
   np.testing.assert_array_equal(params["cls"], half["cls"].astype(np.float32))
   np.testing.assert_allclose(params["cls"], original["cls"], rtol=1e-2, atol=1e-2)
 
+
+
+@pytest.mark.parametrize("key, shape", [
+    ("Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel", (192, 700)),  # read for mlp_dim
+    ("Transformer/encoderblock_0/MlpBlock_3/Dense_0/bias", (700,)),
+    ("embedding/kernel", (16, 16, 3, 190)),  # read for the hidden size
+    ("Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel", (192, 4, 48)),
+])
+def test_a_wrong_shape_is_blamed_on_the_array_that_has_it(released_fixtures, tmp_path, key,
+                                                           shape):
+  arrays = dict(np.load(released_fixtures / "vit-ti16.npz"))
+  arrays[key] = np.zeros(shape, np.float32)
+  np.savez(tmp_path / "edited.npz", **arrays)
+  with pytest.raises(npz.CheckpointError) as e:
+    load_npz(tmp_path / "edited.npz")
+  assert f": {key} has shape {shape}" in one_line(e)

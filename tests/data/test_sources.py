@@ -53,7 +53,7 @@ def test_tfds_missing_fails_fast(tmp_path):
   config = make_config("cifar10")
   config.tfds_data_dir = str(tmp_path)
   start = time.time()
-  with pytest.raises(FileNotFoundError, match="not prepared.*tfds build cifar10 --data_dir"):
+  with pytest.raises(FileNotFoundError, match="not prepared.*tfds build cifar10:3.0.2 --data_dir"):
     pipeline.open_dataset(config)
   assert time.time() - start < 5
 
@@ -75,7 +75,7 @@ def test_tfds_download_offline_fails_fast(tmp_path, monkeypatch):
   start = time.time()
   with pytest.raises(FileNotFoundError, match=r"^cannot download TFDS dataset cifar10: no "
                      r"network connection to https://www\.cs\.toronto\.edu/ \(ConnectionError\)"
-                     r", .*tfds build cifar10 --data_dir=DIR.*config\.tfds_data_dir"):
+                     r", .*tfds build cifar10:3.0.2 --data_dir=DIR.*config\.tfds_data_dir"):
     pipeline.open_dataset(tfds_download_config(tmp_path))
   assert time.time() - start < 5
 

@@ -6,6 +6,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from vit_jax.runs import fs
 
 
@@ -59,3 +61,33 @@ def test_listing_moving_and_removing(tmp_path):
   assert fs.listdir(str(tmp_path / "b")) == []
   assert fs.free_bytes(str(tmp_path / "not" / "yet")) > 0
   assert fs.free_bytes("gs://bucket/run") is None
+
+
+def test_the_same_calls_on_gcs(gcs):
+  """Against the emulator: whole-file writes, listing, moving a folder, removing."""
+  root = f"gs://{gcs.bucket}/fs"
+  fs.write_atomic(f"{root}/a/config.json", "first")
+  fs.write_atomic(f"{root}/a/config.json", b"second")
+  assert fs.read_text(f"{root}/a/config.json") == "second"
+  assert fs.isdir(f"{root}/a") and fs.isfile(f"{root}/a/config.json")
+  assert fs.listdir(root) == ["a"] and fs.listdir(f"{root}/missing") == []
+  fs.move(f"{root}/a", f"{root}/b/a")
+  assert fs.listdir(root) == ["b"] and fs.read_text(f"{root}/b/a/config.json") == "second"
+  fs.remove(f"{root}/b/a/config.json")
+  fs.remove(f"{root}/b/a/config.json")  # already gone: fine
+  assert not fs.exists(f"{root}/b/a/config.json")
+  with pytest.raises(ValueError, match="written whole"):
+    fs.open_append(f"{root}/metrics.jsonl")
+
+
+def test_create_exclusive_and_generation_preconditions_on_gcs(gcs):
+  path = f"gs://{gcs.bucket}/fs/run.lock"
+  assert fs.create_exclusive(path, "mine")
+  assert not fs.create_exclusive(path, "theirs")
+  old = fs.generation(path)
+  fs.touch(path)  # a heartbeat: a new generation of the same bytes
+  assert fs.generation(path) != old and fs.read_text(path) == "mine"
+  fs.remove_generation(path, old)  # judged stale at `old`: the renewed lock survives
+  assert fs.read_text(path) == "mine"
+  fs.remove_generation(path, fs.generation(path))
+  assert not fs.exists(path)

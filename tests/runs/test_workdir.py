@@ -29,13 +29,6 @@ def test_a_file_is_not_a_workdir(tmp_path):
   assert path.read_text() == "keep me"
 
 
-def test_a_url_is_refused_instead_of_becoming_a_local_gs_folder(tmp_path, monkeypatch):
-  monkeypatch.chdir(tmp_path)
-  with pytest.raises(workdir.WorkdirError, match="is a URL.*gcsfuse"):
-    workdir.prepare("gs://bucket/run")
-  assert os.listdir(tmp_path) == []
-
-
 def test_a_workdir_that_cannot_be_created(tmp_path):
   (tmp_path / "file").write_text("")
   with pytest.raises(workdir.WorkdirError, match="cannot create --workdir=.*pick a location"):

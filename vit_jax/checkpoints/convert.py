@@ -31,11 +31,12 @@ from flax import traverse_util
 from vit_jax import errors
 from vit_jax.checkpoints import formats, hf_layout, npz, timm_layout, torch_layout
 from vit_jax.models import posemb, vit, zoo
-from vit_jax.runs import fs
+from vit_jax.runs import fs, outputs
 
 TARGETS = ("npz", "timm", "hf")
 PRE_LOGITS = ("drop", "pooler")
 WEIGHTS = "model.safetensors"
+KIND = "convert"  # the writer's name in the no-clobber markers (vit_jax.runs.outputs)
 NORMALIZE = dict(mean=[0.5, 0.5, 0.5], std=[0.5, 0.5, 0.5])  # (x - 127.5) / 127.5 on [0, 1]
 
 
@@ -100,7 +101,7 @@ def target_of(dst: str, to: Optional[str]) -> str:
                             ".safetensors)")
   if to not in TARGETS:
     raise ConversionError(f"unknown target {to!r}: choose one of {', '.join(TARGETS)}")
-  is_file = to == "npz" or (to == "timm" and name.endswith(formats.SAFETENSORS))
+  is_file = writes_one_file(dst, to)
   if is_file and os.path.isdir(dst):
     raise ConversionError(f"{dst} is a directory and --to={to} writes one file: name the file")
   if not is_file and (os.path.isfile(dst) or name.endswith(FILE_SUFFIXES)):
@@ -109,6 +110,11 @@ def target_of(dst: str, to: Optional[str]) -> str:
         f"{'a file' if os.path.isfile(dst) else 'a file name'}: name a folder"
         + (" (or a .safetensors file for timm's weights alone)" if to == "timm" else ""))
   return to
+
+
+def writes_one_file(dst: str, to: str) -> bool:
+  """Whether target `to` at `dst` is one file (npz, timm's .safetensors) or a folder."""
+  return to == "npz" or (to == "timm" and dst.lower().endswith(formats.SAFETENSORS))
 
 
 def _with_table(source: Source) -> Dict[str, np.ndarray]:
@@ -223,23 +229,42 @@ def write_hf(source: Source, flat: Dict[str, np.ndarray], classes: Optional[int]
           f"load with: {_call(f'transformers.{architecture}.from_pretrained', dst, **options)}"]
 
 
+def _class_names(src: str, source: Source) -> Optional[List[str]]:
+  """An .npz source's class names, carried to an .npz target with the head they name."""
+  if formats.is_foreign(src) or source.checkpoint.num_classes is None:
+    return None
+  names = npz.read_class_names(src)
+  return names if names is not None and len(names) == source.checkpoint.num_classes else None
+
+
 def convert(src: str, dst: str, *, to: Optional[str] = None, model_name: Optional[str] = None,
-            pre_logits: Optional[str] = None, image_size: Optional[int] = None) -> List[str]:
+            pre_logits: Optional[str] = None, image_size: Optional[int] = None,
+            overwrite: bool = False) -> List[str]:
   """Converts checkpoint src to dst (see the module docstring); returns the lines that
   say what was read and written and how to load it. image_size: the input side of the
   written model (default: the source's; 224 for sincos2d), its position embedding
   resized (align-corners bilinear, as for fine-tuning) or, for sincos2d, computed for it.
+  dst must be new, or an earlier conversion's output, unless overwrite (see
+  vit_jax.runs.outputs: a run's workdir or someone's model folder is never clobbered).
 
-  Raises ConversionError or npz.CheckpointError (one line) for what cannot be converted
-  faithfully or read at all.
+  Raises ConversionError, npz.CheckpointError or outputs.OutputExistsError (one line) for
+  what cannot be converted faithfully, read at all, or written without clobbering.
   """
   to = target_of(os.fspath(dst), to)
   src, dst = os.fspath(src), os.fspath(dst)
+  one_file = writes_one_file(dst, to)
+  if one_file:
+    outputs.claim_output_file(dst, KIND, overwrite)
+  else:
+    outputs.check_output_dir(dst, KIND, overwrite)
   source = read_source(src, model_name, image_size)
   lines = [f"read {src}: {source.summary()}"]
   if to == "npz":
-    npz.save_npz(traverse_util.unflatten_dict(source.checkpoint.flat, sep="/"), dst)
+    npz.save_npz(traverse_util.unflatten_dict(source.checkpoint.flat, sep="/"), dst,
+                 class_names=_class_names(src, source))
     return lines + [f"wrote {dst} (released .npz layout)"]
+  if not one_file:
+    outputs.claim_output_dir(dst, KIND, overwrite)
   flat, classes, notes = _handle_pre_logits(source, _with_table(source), to, pre_logits, src)
   if source.architecture.posemb == "sincos2d":
     notes.append("the sincos2d position embedding was written as a table (for "

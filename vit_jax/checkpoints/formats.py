@@ -136,7 +136,7 @@ def _locate(path: str) -> Tuple[str, Dict[str, Any]]:
   return path, config if _is_model_config(config) else {}
 
 
-def _timm_to_released(state: Flat, config: Dict[str, Any]) -> Flat:
+def _timm_to_released(state: Flat, config: Dict[str, Any], notes: bool) -> Flat:
   args = {**{k: config[k] for k in ("global_pool",) if k in config},
           **config.get("model_args", {})}
   if "attn_pool.latent" in state:
@@ -157,14 +157,15 @@ def _timm_to_released(state: Flat, config: Dict[str, Any]) -> Flat:
   except torch_layout.LayoutMismatch as e:
     raise FormatError(f"{e}{timm_layout.explain(e.keys)}") from None
   note = timm_layout.gelu_note(args.get("act_layer"))
-  if note:
+  if note and notes:
     console.log.warning(note)
   return flat
 
 
-def _hf_to_released(state: Flat, config: Dict[str, Any]) -> Flat:
-  for note in hf_layout.notes(config):
-    console.log.warning(note)
+def _hf_to_released(state: Flat, config: Dict[str, Any], notes: bool) -> Flat:
+  for note in hf_layout.notes(config):  # raises for models it does not map
+    if notes:
+      console.log.warning(note)
   width = state[hf_layout.prefix_of(state) +
                 "embeddings.patch_embeddings.projection.weight"].shape[0]
   heads = config.get("num_attention_heads") or timm_layout.heads_for({}, None, width)
@@ -175,10 +176,12 @@ def _hf_to_released(state: Flat, config: Dict[str, Any]) -> Flat:
     raise FormatError(str(e)) from None
 
 
-def read_foreign(path: str) -> Flat:
+def read_foreign(path: str, *, notes: bool = True) -> Flat:
   """Released-layout float32 arrays of a timm or HF checkpoint (see the module docstring).
 
-  Raises FormatError (one line, without the path) for anything else."""
+  Raises FormatError (one line, without the path) for anything else. notes=False leaves
+  out the warnings about the activation and LayerNorm epsilon (the caller knows better:
+  vit_jax.checkpoints.hub for the bucket's own weights)."""
   path = os.fspath(path)
   weights, config = _locate(path)
   state, metadata = _read_weights(weights)
@@ -187,9 +190,9 @@ def read_foreign(path: str) -> Flat:
   try:
     if any(".patch_embeddings.projection." in key or key.startswith("embeddings.patch_embeddings")
            for key in state):
-      return _hf_to_released(state, config)
+      return _hf_to_released(state, config, notes)
     if "patch_embed.proj.weight" in state:
-      return _timm_to_released(state, config)
+      return _timm_to_released(state, config, notes)
   except (timm_layout.Unsupported, hf_layout.Unsupported) as e:
     raise FormatError(str(e)) from None
   raise FormatError("is neither a timm VisionTransformer nor a Hugging Face ViT state dict: "

@@ -24,7 +24,7 @@ from flax import traverse_util
 
 from vit_jax import console, errors
 from vit_jax.checkpoints import class_names as class_names_lib
-from vit_jax.checkpoints import formats, npz_layout, released
+from vit_jax.checkpoints import formats, hub, npz_layout, released
 from vit_jax.checkpoints.class_names import read_class_names  # pylint: disable=unused-import
 from vit_jax.models import posemb
 from vit_jax.models import vit, zoo
@@ -117,13 +117,16 @@ def read_npz(path: str) -> Dict[str, np.ndarray]:
   return _upcast_half_precision(arrays, path)
 
 
-def save_npz(params: Any, path: str, *, class_names: Optional[Sequence[str]] = None) -> None:
+def save_npz(params: Any, path: str, *, class_names: Optional[Sequence[str]] = None,
+             allow_nonfinite: bool = False) -> None:
   """Writes params in the released layout (flat `/` keys, float32, one entry per block
   also for scan_layers models), atomically. A head of 0 classes (a feature extractor,
   num_classes=0) is left out: the file has no head, as load_npz expects of one.
 
   class_names: the head's classes in label order, carried in the file's zip comment
   (see vit_jax.checkpoints.class_names; read them back with read_class_names).
+  allow_nonfinite: write NaN/Inf weights too; by default they are refused (CheckpointError)
+  as load_npz refuses them, so that no file is written that every loader then rejects.
   """
   if set(params) == {"params"}:
     params = params["params"]
@@ -138,8 +141,15 @@ def save_npz(params: Any, path: str, *, class_names: Optional[Sequence[str]] = N
           f"{len(class_names)} class names for a head of "
           f"{head_classes[0] if head_classes else 'no'} classes: pass one name "
           "per class of the head, or none")
+  flat = {key: np.asarray(value, np.float32) for key, value in flat.items()}
+  bad = None if allow_nonfinite else _nonfinite_arrays(flat)
+  if bad:
+    raise CheckpointError(
+        f"not saving {os.fspath(path)}: NaN/Inf weights in {bad}; every loader would refuse "
+        "the file (a diverged run?): save finite params, or save anyway with "
+        "allow_nonfinite=True (load it back with the same option)")
   buffer = io.BytesIO()
-  np.savez(buffer, **{key: np.asarray(value, np.float32) for key, value in flat.items()})
+  np.savez(buffer, **flat)
   data, sidecar = class_names_lib.with_class_names(buffer.getvalue(), class_names)
   path = os.fspath(path)
   if sidecar is not None:  # first: the .npz appearing is what finishes a run
@@ -240,15 +250,23 @@ def _nonfinite_counts(value: np.ndarray) -> str:
   return ", ".join(f"{count} {what}" for count, what in ((nans, "NaN"), (infs, "Inf")) if count)
 
 
+def _nonfinite_arrays(flat: Dict[str, np.ndarray]) -> Optional[str]:
+  """'N of M arrays: key (counts), ...' for arrays holding NaN/Inf; None if all finite."""
+  bad = [key for key, value in sorted(flat.items()) if not np.isfinite(value).all()]
+  if not bad:
+    return None
+  shown = ", ".join(f"{key} ({_nonfinite_counts(flat[key])})" for key in bad[:3])
+  more = f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""
+  return f"{len(bad)} of {len(flat)} arrays: {shown}{more}"
+
+
 def check_finite(flat: Dict[str, np.ndarray], path: str) -> None:
   """NaN/Inf weights give NaN outputs and losses far from their cause: refuse them here,
   naming the first arrays that hold them."""
-  bad = [key for key, value in sorted(flat.items()) if not np.isfinite(value).all()]
+  bad = _nonfinite_arrays(flat)
   if bad:
-    shown = ", ".join(f"{key} ({_nonfinite_counts(flat[key])})" for key in bad[:3])
-    more = f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""
     raise CheckpointError(
-        f"{path} has NaN/Inf weights in {len(bad)} of {len(flat)} arrays: {shown}{more}; the "
+        f"{path} has NaN/Inf weights in {bad}; the "
         "file is damaged or saved from a diverged run: use another checkpoint, or load it "
         "anyway with allow_nonfinite=True (commands: --allow_nonfinite; training: "
         "--config.allow_nonfinite_pretrained=True)")
@@ -440,10 +458,11 @@ def load_for_inference(checkpoint: str, image_size: Optional[int] = None, *,
                        ) -> Tuple[vit.VisionTransformer, Dict[str, Any], int]:
   """(module, params, image side) for the predict, visualize and fewshot commands.
 
-  checkpoint is anything released.resolve accepts. A user-given image_size must be a
+  checkpoint is anything hub.resolve accepts (released names and hf-hub: names are
+  fetched into checkpoints/ first). A user-given image_size must be a
   multiple of the model's stride (a command has no reason to drop pixels); None means the
   checkpoint's own resolution.
   """
-  module, params = load_npz(released.resolve(checkpoint), image_size=image_size,
+  module, params = load_npz(hub.resolve(checkpoint), image_size=image_size,
                             allow_nonfinite=allow_nonfinite, strict_image_size=True)
   return module, params, image_size or native_image_size(module, params)

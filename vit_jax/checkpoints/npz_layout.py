@@ -18,9 +18,10 @@ Keys whose rank or dtype fits no layout raise LayoutError naming the key and wha
 checkpoint holds there, so a damaged file never reaches numpy as an IndexError.
 """
 
+import collections
 import math
 import re
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 from flax import traverse_util
@@ -169,7 +170,6 @@ def infer_architecture(flat: Flat) -> Tuple[zoo.Architecture, Optional[int], Opt
   LayoutError for an array this reads whose rank or sizes no ViT has.
   """
   embedding = _require(flat, "embedding/kernel", 4, "(patch, patch, channels, hidden) kernel")
-  hidden = embedding.shape[-1]
   first_block = BLOCK.format(0)
   num_layers = 0
   while f"{BLOCK.format(num_layers)}/LayerNorm_0/scale" in flat:
@@ -178,10 +178,21 @@ def infer_architecture(flat: Flat) -> Tuple[zoo.Architecture, Optional[int], Opt
     raise KeyError(f"{first_block}/LayerNorm_0/scale")
   query_key = f"{first_block}/MultiHeadDotProductAttention_1/query/kernel"
   query = _require(flat, query_key, 3, "(hidden, heads, head_dim) kernel")
+  mlp = _require(flat, f"{first_block}/MlpBlock_3/Dense_0/kernel", 2, "(hidden, mlp_dim) kernel")
+  # Each size is what most arrays carrying it say: an edited or damaged array is then the
+  # one check_against names, not the intact arrays that disagree with it.
+  hidden = _most_common(flat, [("embedding/kernel", -1), ("encoder_norm/scale", -1)] + [
+      (f"{BLOCK.format(i)}/LayerNorm_0/scale", -1) for i in range(num_layers)])
+  mlp_dim = _most_common(flat, [(f"{BLOCK.format(i)}/MlpBlock_3/{key}", axis)
+                                for i in range(num_layers) for key, axis in (
+                                    ("Dense_0/kernel", -1), ("Dense_0/bias", -1),
+                                    ("Dense_1/kernel", 0))])
+  num_heads = _most_common(flat, [
+      (f"{BLOCK.format(i)}/MultiHeadDotProductAttention_1/{name}/kernel", 1)
+      for i in range(num_layers) for name in ("query", "key", "value")])
   if query.shape[0] != hidden or query.shape[1] * query.shape[2] != hidden:
     raise LayoutError(f"{query_key} has shape {query.shape}, expected (hidden, heads, "
-                      f"hidden / heads) with the embedding's hidden size {hidden}")
-  mlp = _require(flat, f"{first_block}/MlpBlock_3/Dense_0/kernel", 2, "(hidden, mlp_dim) kernel")
+                      f"hidden / heads) with the other arrays' hidden size {hidden}")
   if POSEMB in flat:
     posemb = _expect_rank(POSEMB, flat[POSEMB], 3, "(1, tokens, hidden) table")
     if posemb.shape[0] != 1 or posemb.shape[2] != hidden or posemb.shape[1] <= ("cls" in flat):
@@ -212,14 +223,21 @@ def infer_architecture(flat: Flat) -> Tuple[zoo.Architecture, Optional[int], Opt
       resnet_width = int(resnet_width)
 
   architecture = zoo.Architecture(
-      patch_size=embedding.shape[0], hidden_size=embedding.shape[-1],
-      mlp_dim=mlp.shape[-1], num_heads=query.shape[1], num_layers=num_layers,
+      patch_size=embedding.shape[0], hidden_size=hidden,
+      mlp_dim=mlp_dim, num_heads=num_heads, num_layers=num_layers,
       resnet_stages=resnet_stages, resnet_width=resnet_width,
       classifier=classifier(flat), posemb="learn" if POSEMB in flat else "sincos2d")
   known = zoo.find_name(architecture)
   if known:  # keep the reference default dropout of the released model
     architecture = zoo.RELEASED[known]
   return architecture, _features(flat, "head"), _features(flat, "pre_logits")
+
+
+def _most_common(flat: Flat, places: List[Tuple[str, int]]) -> int:
+  """The size most of the arrays at `places` (key, axis) have there (ties: the first)."""
+  sizes = [flat[key].shape[axis] for key, axis in places
+           if key in flat and np.ndim(flat[key]) > max(axis, -axis - 1)]
+  return collections.Counter(sizes).most_common(1)[0][0]
 
 
 def classifier(flat: Flat) -> str:

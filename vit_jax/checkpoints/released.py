@@ -6,11 +6,14 @@
     `imagenet21k+imagenet2012/ViT-L_16-224`;
   * a bare released model name (`ViT-B_16`, `B_16`) -> its ImageNet-21k checkpoint, the
     usual start for fine-tuning.
-A released file already fetched by `python -m vit_jax.download` into
-`checkpoints/FAMILY/FILE.npz` is used instead of the bucket.
+A released file already in `checkpoints/FAMILY/FILE.npz` is used instead of the bucket.
+This module only names things (no network): vit_jax.checkpoints.hub fetches what is not
+there yet, from the file's Hugging Face Hub mirror first (the bucket refuses anonymous
+downloads since February 2026).
 """
 
 import os
+import re
 import urllib.parse
 from typing import Optional
 
@@ -22,23 +25,32 @@ LOCAL_DIR = "checkpoints"  # where vit_jax.download puts files, relative to the 
 FAMILIES = {
     "imagenet21k": "pre-trained on ImageNet-21k at 224 px (pre_logits + 21843-way head)",
     "imagenet21k+imagenet2012": "then fine-tuned on ImageNet at 384 px (`-224`: at 224 px)",
-    "augreg": "AugReg ('How to train your ViT'): many pre-training setups, see index.csv",
+    "augreg": "AugReg ('How to train your ViT'): many pre-training and fine-tuning setups",
     "sam": "trained on ImageNet-1k with the SAM optimizer, no strong augmentation",
     "gsam": "trained on ImageNet-1k with the GSAM optimizer",
 }
-# Models whose paper-era ImageNet-21k file is in gs://vit_models/imagenet21k/.
-ORIGINAL_I21K = ("ViT-B_16", "ViT-B_32", "ViT-B_8", "ViT-L_16", "ViT-L_32", "ViT-H_14",
-                 "R50+ViT-B_16", "R26+ViT-B_32", "R50+ViT-L_32")
-# For the others: the AugReg i21k file the AugReg release recommends (best upstream metrics).
+# Models whose paper-era ImageNet-21k file in gs://vit_models/imagenet21k/ starts a
+# bare-name fine-tuning (all but R26+ViT-B_32 have a Hub mirror: hub_mirrors.json).
+ORIGINAL_I21K = ("ViT-B_16", "ViT-B_32", "ViT-L_16", "ViT-L_32", "ViT-H_14",
+                 "R50+ViT-B_16", "R26+ViT-B_32")
+# For the others: the AugReg i21k file that timm mirrors on the Hub (timm's pick among the
+# AugReg release's recommended ones). ViT-B_8 and R50+ViT-L_32 also have paper-era files
+# (imagenet21k/ViT-B_8, imagenet21k/R50+ViT-L_32), which no Hub repository holds.
 AUGREG_I21K = {
     "ViT-Ti_16": "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0",
     "ViT-S_16": "S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0",
-    "ViT-S_32": "S_32-i21k-300ep-lr_0.001-aug_none-wd_0.1-do_0.0-sd_0.0",
+    "ViT-S_32": "S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0",
+    "ViT-B_8": "B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0",
     "R+ViT-Ti_16": "R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0",
-    "R26+ViT-S_32": "R26_S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0",
+    "R26+ViT-S_32": "R26_S_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.03-do_0.0-sd_0.0",
+    "R50+ViT-L_32": "R50_L_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0",
 }
-AUGREG_INDEX = f"{BUCKET}/augreg/index.csv"
+AUGREG_INDEX = f"{BUCKET}/augreg/index.csv"  # behind the closed bucket too
 _HTTPS_ROOT = "https://storage.googleapis.com/"
+# The Cloud Storage clients' variable for an emulator: the bucket's HTTPS root moves there.
+EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+# A released file name: letters, digits and . _ + = - (no '/', '%', nor a leading dot).
+_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=-]*")
 
 
 def has_scheme(path: str) -> bool:
@@ -62,11 +74,20 @@ def _canonical_file_name(family: str, name: str) -> str:
     return name
 
 
+def is_file_name(name: str) -> bool:
+  """A name, never a path: letters, digits and . _ + = -, no '..'."""
+  return bool(_FILE_NAME.fullmatch(name)) and ".." not in name
+
+
 def family_url(family: str, name: str) -> str:
   """gs:// URL of file NAME (with or without `.npz`) of a released family."""
   if family not in FAMILIES:
     raise errors.InvalidInput(
         f"unknown checkpoint family {family!r}; families: {', '.join(FAMILIES)}")
+  if not is_file_name(name):
+    raise errors.InvalidInput(
+        f"{family}/{name} is no released file name (a name is letters, digits and . _ + = -, "
+        f"never a path): python -m vit_jax.download --list {family} shows what there is")
   name = name[:-len(".npz")] if name.endswith(".npz") else name
   return f"{BUCKET}/{family}/{_canonical_file_name(family, name)}.npz"
 
@@ -90,18 +111,47 @@ def released_i21k_url(model_name: str) -> str:
 
 
 def local_path(url: str, directory: str = LOCAL_DIR) -> str:
-  """Where vit_jax.download keeps `url`: DIR/FAMILY/FILE for released files, else DIR/FILE."""
+  """Where vit_jax.download keeps `url`: DIR/FAMILY/FILE for released files, else DIR/FILE.
+
+  Raises InvalidInput (a ValueError) for a URL that names no file (`http://host/`, `.../..`): the result
+  never lies outside `directory`."""
   path = urllib.parse.urlparse(url).path if has_scheme(url) else url
-  parts = urllib.parse.unquote(path).strip("/").split("/")
-  is_released = https_url(url).startswith(https_url(BUCKET) + "/") and len(parts) >= 2
-  return os.path.join(directory, *(parts[-2:] if is_released else parts[-1:]))
+  parts = urllib.parse.unquote(path).split("/")
+  keep = parts[-2:] if is_bucket_url(url) and len(parts) >= 2 else parts[-1:]
+  if not all(is_file_name(part) for part in keep):
+    raise errors.InvalidInput(f"{url} names no file to save (it must end in a file name, "
+                              "e.g. .../model.npz)")
+  return os.path.join(directory, *keep)
+
+
+def _https_root() -> str:
+  host = os.environ.get(EMULATOR_ENV)
+  if not host:
+    return _HTTPS_ROOT
+  return (host if "://" in host else f"http://{host}").rstrip("/") + "/"
 
 
 def https_url(url: str) -> str:
-  """gs://bucket/path -> https://storage.googleapis.com/bucket/path: no gcloud needed."""
+  """gs://bucket/path -> https://storage.googleapis.com/bucket/path: no gcloud needed
+  ($STORAGE_EMULATOR_HOST, when set, in place of storage.googleapis.com)."""
   if not url.startswith("gs://"):
     return url
-  return _HTTPS_ROOT + urllib.parse.quote(url[len("gs://"):], safe="/+")
+  return _https_root() + urllib.parse.quote(url[len("gs://"):], safe="/+")
+
+
+def is_bucket_url(url: str) -> bool:
+  """A URL of gs://vit_models, as gs:// or over HTTPS."""
+  url = str(url)
+  return any(url.startswith(root + "vit_models/")
+             for root in ("gs://", _HTTPS_ROOT, _https_root()))
+
+
+def bucket_path(url: str) -> str:
+  """`FAMILY/FILE.npz` of a gs://vit_models URL (either form): the mirror table's key."""
+  for root in ("gs://", _HTTPS_ROOT, _https_root()):
+    if url.startswith(root + "vit_models/"):
+      return urllib.parse.unquote(url[len(root + "vit_models/"):])
+  raise errors.InvalidInput(f"{url} is not in {BUCKET}")
 
 
 def resolve(name_or_url: str, local_dir: Optional[str] = LOCAL_DIR) -> str:

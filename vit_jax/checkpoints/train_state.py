@@ -13,19 +13,17 @@ import contextlib
 import dataclasses
 import logging
 import os
-import shutil
 import time
 from typing import Any, List, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
-from etils import epath
 from jax.experimental import multihost_utils
 
 from vit_jax import console, errors
-from vit_jax.checkpoints import released
 from vit_jax.console import log
+from vit_jax.runs import fs
 
 
 class CheckpointRestoreError(errors.UserError, RuntimeError):
@@ -49,12 +47,6 @@ class DiskFullError(errors.UserError, OSError):
 _SPACE_MARGIN = 2.0
 _SPACE_SLACK_BYTES = 1 << 20
 _DISK_FULL_SIGNS = ("No space left on device", "os_error_code='28'", "ENOSPC")
-
-
-def _existing_ancestor(path: str) -> str:
-  while not os.path.exists(path) and os.path.dirname(path) != path:
-    path = os.path.dirname(path)
-  return path
 
 
 @jax.jit
@@ -142,9 +134,9 @@ class Checkpointer:
   """
 
   def __init__(self, workdir: str, *, keep: int = 2):
-    root = workdir if released.has_scheme(workdir) else os.path.abspath(workdir)
-    self.directory = os.path.join(root, "checkpoints")
-    self.damaged_directory = os.path.join(root, "damaged_checkpoints")
+    root = workdir if fs.is_url(workdir) else os.path.abspath(workdir)
+    self.directory = fs.join(root, "checkpoints")
+    self.damaged_directory = fs.join(root, "damaged_checkpoints")
     self._keep = keep
     self._manager: Optional[ocp.CheckpointManager] = None
     self._pending_step = 0  # the step of the save in flight, for error messages
@@ -159,7 +151,7 @@ class Checkpointer:
 
   def all_steps(self) -> List[int]:
     """Steps of the complete checkpoints, oldest first."""
-    if self._manager is None and not epath.Path(self.directory).exists():
+    if self._manager is None and not fs.isdir(self.directory):
       return []
     return sorted(self._open().all_steps())
 
@@ -210,11 +202,10 @@ class Checkpointer:
   def _set_aside(self, steps: List[int]) -> None:
     """Moves unusable checkpoints out of orbax's sight (later saves may reuse the step)."""
     if jax.process_index() == 0:
-      os.makedirs(self.damaged_directory, exist_ok=True)
       stamp = time.strftime("%Y%m%d-%H%M%S")
-      for step in steps:
-        os.replace(os.path.join(self.directory, str(step)),
-                   os.path.join(self.damaged_directory, f"{step}-{stamp}"))
+      for step in steps:  # object stores copy, then delete: a kill leaves both, never none
+        fs.move(fs.join(self.directory, str(step)),
+                fs.join(self.damaged_directory, f"{step}-{stamp}"))
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices("vit_jax: damaged checkpoints set aside")
     self.close()  # the next use re-reads the steps
@@ -239,10 +230,10 @@ class Checkpointer:
   def _check_space(self, step: int, state: Any) -> None:
     """Refuses a save that cannot fit, before orbax fails half-way in a background thread
     (the previous checkpoints stay intact either way)."""
-    if released.has_scheme(self.directory):
+    free = fs.free_bytes(self.directory)
+    if free is None:  # object stores have no free space to run out of
       return
     needed = _SPACE_MARGIN * sum(x.nbytes for x in jax.tree.leaves(state)) + _SPACE_SLACK_BYTES
-    free = shutil.disk_usage(_existing_ancestor(self.directory)).free
     if free < needed:
       raise DiskFullError(self._disk_full_message(
           step, f"needs about {needed / 2**20:.1f} MiB, {free / 2**20:.1f} MiB free"))

@@ -222,6 +222,12 @@ def _instructions(builder) -> str:
   return " ".join((builder.MANUAL_DOWNLOAD_INSTRUCTIONS or "").split())
 
 
+def build_name(builder) -> str:
+  """`name[/config]:version` as `tfds build` takes it: builds the version this run reads."""
+  name, version = builder.info.full_name.rsplit("/", 1)
+  return f"{name}:{version}"
+
+
 def read_tfds(builder, split, **kwargs) -> tf.data.Dataset:
   """Examples with undecoded images (decode after the shuffle / the crop window), or a
   one-line error if the data is absent (tfds's download=False semantics)."""
@@ -237,8 +243,8 @@ def read_tfds(builder, split, **kwargs) -> tf.data.Dataset:
           f"those files in config.tfds_manual_dir (default {_default_manual_dir(builder)}), "
           "then set config.tfds_download=True to prepare them") from None
     raise FileNotFoundError(
-        f"{where}; run `tfds build {builder.name} --data_dir={builder.data_dir_root}` on a "
-        "machine with network, or set config.tfds_data_dir to a prepared copy (or "
+        f"{where}; run `tfds build {build_name(builder)} --data_dir={builder.data_dir_root}` "
+        "on a machine with network, or set config.tfds_data_dir to a prepared copy (or "
         "config.tfds_download=True)") from None
 
 
@@ -269,8 +275,8 @@ def _check_network(builder) -> None:
       failures.append(f"{origin} ({type(e).__name__})")
   raise FileNotFoundError(
       f"cannot download TFDS dataset {builder.name}: no network connection to "
-      f"{', '.join(failures)}; connect to the network, or run `tfds build {builder.name} "
-      f"--data_dir=DIR` on a machine with network and set config.tfds_data_dir to a copy of DIR")
+      f"{', '.join(failures)}; connect to the network, or run "
+      f"`tfds build {build_name(builder)} --data_dir=DIR` on a machine with network and set config.tfds_data_dir to a copy of DIR")
 
 
 def _download_and_prepare(builder, manual_dir: Optional[str]) -> None:
@@ -292,7 +298,7 @@ def _download_and_prepare(builder, manual_dir: Optional[str]) -> None:
   except (requests.RequestException, tfds.download.DownloadError) as e:
     raise FileNotFoundError(f"downloading TFDS dataset {builder.name} failed: "
                             f"{' '.join(str(e).split())}; check the network and rerun, or "
-                            f"run `tfds build {builder.name}` where it works") from e
+                            f"run `tfds build {build_name(builder)}` where it works") from e
 
 
 def _tfds_in_memory(builder, split: str, features=image_and_label) -> IndexedSplit:
@@ -311,9 +317,25 @@ def prepared_builder(name: str, *, data_dir=None, manual_dir=None, download=Fals
   """The TFDS builder of `name`, prepared first with download=True (touches the network
   only then: it may take minutes; offline it fails in seconds)."""
   builder = _tfds_builder(name, data_dir)
-  if download and not builder.is_prepared():
-    _download_and_prepare(builder, manual_dir)
+  if download:
+    prepare(builder, manual_dir)
   return builder
+
+
+def prepare(builder, manual_dir=None) -> None:
+  if not builder.is_prepared():
+    _download_and_prepare(builder, manual_dir)
+
+
+def versioned_builder(name: str, version: str, data_dir=None):
+  """The TFDS builder of `name` at `version` (a TFDS pattern such as '3.*.*'), or None
+  when the installed TFDS can neither build that version nor read it prepared in
+  data_dir (or does not know `name`)."""
+  import tensorflow_datasets as tfds
+  try:
+    return tfds.builder(f"{name}:{version}", data_dir=data_dir)
+  except (AssertionError, ValueError):  # "cannot be loaded at version 3.*.*, only: 4.0.0"
+    return None
 
 
 def tfds_split(builder, split: str, features=image_and_label):

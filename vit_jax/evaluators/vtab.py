@@ -26,13 +26,14 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import ml_collections
 
 from vit_jax import config_defaults, errors
-from vit_jax.checkpoints import npz, released
+from vit_jax.checkpoints import hub, npz
 from vit_jax.console import log
 from vit_jax.data import vtab as tasks_lib
 from vit_jax.models import zoo
 from vit_jax.runs import fs, metrics, outputs
 from vit_jax.runs import workdir as workdir_lib
 
+KIND = "vtab"  # the writer's name in WORKDIR's no-clobber marker (vit_jax.runs.outputs)
 SWEEP_LRS = (0.001, 0.01)
 SWEEP_STEPS = (500, 2_500)  # the two schedules: BiT's HyperRule length and the paper's
 SELECTIONS = ("task", "mean")  # best setting per task | one setting, best mean (paper)
@@ -134,7 +135,7 @@ def model_settings(checkpoint: str) -> Dict[str, Any]:
   try:
     name = zoo.canonical_name(checkpoint)
   except ValueError:
-    module, _ = npz.load_npz(released.resolve(checkpoint), num_classes=1)
+    module, _ = npz.load_npz(hub.resolve(checkpoint), num_classes=1)
     fields = [f.name for f in dataclasses.fields(zoo.Architecture) if f.name != "dropout_rate"]
     architecture = zoo.Architecture(**{f: getattr(module, f) for f in fields})
     name = zoo.find_name(architecture)
@@ -199,13 +200,12 @@ def set_aside(workdir: str) -> str:
   that run's results, or resume it, under other settings. Nothing is deleted; a live run
   in the folder (its lock) is refused."""
   with workdir_lib.WorkdirLock(workdir):
-    parent = os.path.join(workdir, SUPERSEDED)
-    os.makedirs(parent, exist_ok=True)
-    dest = os.path.join(parent, str(len(os.listdir(parent)) + 1))
-    os.makedirs(dest)
-    for name in sorted(os.listdir(workdir)):
+    parent = fs.join(workdir, SUPERSEDED)
+    dest = fs.join(parent, str(len(fs.listdir(parent)) + 1))
+    fs.makedirs(dest)
+    for name in fs.listdir(workdir):
       if name not in (SWEEP_DIR, SUPERSEDED, workdir_lib.LOCK_NAME):
-        os.replace(os.path.join(workdir, name), os.path.join(dest, name))
+        fs.move(fs.join(workdir, name), fs.join(dest, name))
   return dest
 
 
@@ -297,26 +297,36 @@ def _tasks(count: int) -> str:
   return f"{count} task{'' if count == 1 else 's'}"
 
 
+def _version(task: Mapping[str, Any]) -> str:
+  """The TFDS version a task read, marked where it is not the benchmark's."""
+  if "tfds_version" not in task:
+    return "(image directory)"
+  if "version_note" in task:
+    return f"{task['tfds_version']} (benchmark: {task['reference_version']})"
+  return task["tfds_version"]
+
+
 def format_table(report: Mapping[str, Any]) -> str:
   """Markdown: tasks grouped as the paper reports VTAB, each group's mean, the mean."""
   sweep = report["sweep"]
   lines = [f"VTAB-1k: `{report['checkpoint']}` fine-tuned on train800val200, top-1 on test"
            + (f"; settings chosen on val200 ({sweep['select']})" if sweep else "") + ".", "",
-           "| Group | Task | Top-1 (%) | lr | steps |", "|---|---|---:|---:|---:|"]
+           "| Group | Task | Top-1 (%) | lr | steps | TFDS version |",
+           "|---|---|---:|---:|---:|---|"]
   tasks = report["tasks"]
   for group, summary in report["groups"].items():
     title = GROUP_TITLES[group]
     for name, task in tasks.items():
       if task["group"] == group:
         lines.append(f"| {title} | {name} | {100 * task['top1']:.2f} | {task['base_lr']:g} "
-                     f"| {task['total_steps']} |")
+                     f"| {task['total_steps']} | {_version(task)} |")
     count = (f"{summary['tasks']} of {summary['of']} tasks" if "of" in summary
              else f"{_tasks(summary['tasks'])}, in no VTAB group")
-    lines.append(f"| **{title} mean** | {count} | **{100 * summary['mean']:.2f}** | | |")
+    lines.append(f"| **{title} mean** | {count} | **{100 * summary['mean']:.2f}** | | | |")
   custom = report["groups"].get(tasks_lib.CUSTOM_GROUP)
   included = f", {custom['tasks']} custom included" if custom else ""
   lines.append(f"| **Mean** | {_tasks(report['num_tasks'])}{included} | "
-               f"**{100 * report['mean']:.2f}** | | |")
+               f"**{100 * report['mean']:.2f}** | | | |")
   return "\n".join(lines) + "\n"
 
 
@@ -328,15 +338,18 @@ def _top1(result: Mapping[str, float]) -> Dict[str, float]:
 def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, checkpoint: str,
                   workdir: str, overrides: Optional[Mapping[str, Any]] = None,
                   sweep: Optional[Tuple[Sequence[float], Sequence[int]]] = None,
-                  select: str = "task", train_fn: Optional[Callable] = None) -> Dict[str, Any]:
+                  select: str = "task", train_fn: Optional[Callable] = None,
+                  overwrite: bool = False) -> Dict[str, Any]:
   """Fine-tunes and evaluates every task of `specs`; writes WORKDIR/vtab.json and
   vtab.md and returns the report. `sweep` = (lrs, steps) runs the model selection first.
-  `overrides` are the user's --config.KEY values, applied last to every run."""
+  `overrides` are the user's --config.KEY values, applied last to every run. WORKDIR must
+  be new, empty or an earlier VTAB run's, unless overwrite (see vit_jax.runs.outputs)."""
   overrides = dict(overrides or {})
   check_overrides(overrides, sweep is not None)
   if select not in SELECTIONS:
     raise errors.InvalidInput(f"unknown selection {select!r}; use one of {', '.join(SELECTIONS)}")
   runs = resolve_tasks(specs)
+  outputs.claim_output_dir(workdir, KIND, overwrite)
   if train_fn is None:
     from vit_jax import train  # jax and the models: only when something runs
     train_fn = train.train_and_evaluate
@@ -353,7 +366,7 @@ def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, chec
       val[run.name] = {}
       for lr, steps in grid:
         name = setting_name(lr, steps)
-        result, _ = runner(run, os.path.join(workdir, run.name, SWEEP_DIR, name), lr=lr,
+        result, _ = runner(run, fs.join(workdir, run.name, SWEEP_DIR, name), lr=lr,
                            steps=steps, splits=("train800", "val200"), what=f"sweep {name}")
         val[run.name][name] = result["eval/accuracy"]
     by_name = {setting_name(lr, steps): (lr, steps) for lr, steps in grid}
@@ -365,11 +378,12 @@ def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, chec
   for i, run in enumerate(runs, 1):
     lr, steps = chosen[run.name]
     log.info("task %d of %d: %s (%s)", i, len(runs), run.name, run.group)
-    result, config = runner(run, os.path.join(workdir, run.name), lr=lr, steps=steps,
+    result, config = runner(run, fs.join(workdir, run.name), lr=lr, steps=steps,
                             splits=tasks_lib.DEFAULT_SPLITS, what="final run")
     results[run.name] = {"group": run.group, "dataset": run.dataset, **_top1(result),
+                         **tasks_lib.task_version(run.dataset, config.tfds_data_dir),
                          "base_lr": config.base_lr, "total_steps": config.total_steps,
-                         "workdir": os.path.join(workdir, run.name)}
+                         "workdir": fs.join(workdir, run.name)}
     if sweep is not None:
       results[run.name]["val200"] = val[run.name]
   report = {"checkpoint": checkpoint,

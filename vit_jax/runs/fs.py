@@ -16,12 +16,58 @@ STORAGE_EMULATOR_HOST, so what the tests run against the emulator is the product
 """
 
 import functools
+import logging
 import os
 import shutil
 import tempfile
-from typing import List, Optional, Union
+from typing import Callable, Dict, List, Optional, TypeVar, Union
+
+from vit_jax import console, errors
 
 Data = Union[str, bytes]
+F = TypeVar("F", bound=Callable)
+_ANSWERS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError,
+            PermissionError)  # what the store said, as opposed to not answering at all
+_unreachable: Dict[str, str] = {}  # protocol -> why, once a request ran out of retries
+
+
+class StorageUnavailable(errors.UserError, OSError):
+  """The object store stopped answering (after the client's own retries)."""
+
+
+def _store_errors(function: F) -> F:
+  """For URLs: a store that stopped answering becomes one StorageUnavailable line, and
+  later calls fail at once instead of each waiting through the client's retries."""
+
+  @functools.wraps(function)
+  def wrapped(path, *args, **kwargs):
+    if not is_url(path):
+      return function(path, *args, **kwargs)
+    protocol = str(path).split("://", 1)[0]
+    if protocol in _unreachable:
+      raise StorageUnavailable(_unreachable[protocol])
+    try:
+      return function(path, *args, **kwargs)
+    except _ANSWERS:
+      raise
+    except (OSError, TimeoutError, _client_errors()) as e:
+      _unreachable[protocol] = (
+          f"lost the connection to {protocol}:// while accessing {path} "
+          f"({' '.join(str(e).split())[:200]}); checkpoints are saved whole or not at all, "
+          "so the last complete one is intact: check the connection and credentials, then "
+          "rerun the same command to resume from it")
+      raise StorageUnavailable(_unreachable[protocol]) from None
+
+  return wrapped  # type: ignore[return-value]
+
+
+@functools.lru_cache(maxsize=None)
+def _client_errors() -> tuple:
+  try:
+    import aiohttp  # pylint: disable=import-outside-toplevel
+    return (aiohttp.ClientError,)
+  except ImportError:
+    return ()
 
 
 def is_url(path: str) -> bool:
@@ -37,6 +83,9 @@ def join(*parts: str) -> str:
 @functools.lru_cache(maxsize=None)
 def _filesystem(protocol: str):
   import fsspec  # pylint: disable=g-import-not-at-top  (only runs writing to URLs need it)
+  if not console.verbose_requested():  # it logs a traceback per failed retry series
+    for name in ("fsspec", "gcsfs"):
+      logging.getLogger(name).setLevel(logging.CRITICAL)
   try:
     return fsspec.filesystem(protocol)
   except (ImportError, ValueError) as e:
@@ -55,6 +104,7 @@ def _as_bytes(data: Data) -> bytes:
   return data.encode("utf-8") if isinstance(data, str) else data
 
 
+@_store_errors
 def write_atomic(path: str, data: Data) -> None:
   """Writes the whole of `path` (str: UTF-8 text) so that no reader, and no kill at any
   moment, sees a partial file; creates missing parent folders."""
@@ -86,6 +136,7 @@ def _umask() -> int:
   return mask
 
 
+@_store_errors
 def create_exclusive(path: str, data: Data) -> bool:
   """Creates `path` holding `data` only if nothing is there; False if something is."""
   payload = _as_bytes(data)
@@ -94,11 +145,9 @@ def create_exclusive(path: str, data: Data) -> bool:
     if fs.exists(key):  # stores that ignore the precondition still refuse a visible file
       return False
     try:
-      fs.pipe_file(key, payload, mode="create")
-    except (FileExistsError, OSError) as e:
-      if isinstance(e, FileExistsError) or "412" in str(e) or "Precondition" in str(e):
-        return False
-      raise
+      fs.pipe_file(key, payload, mode="create")  # 412 (gcsfs: FileExistsError) if taken
+    except FileExistsError:
+      return False
     fs.invalidate_cache(key)
     return True
   try:
@@ -110,6 +159,15 @@ def create_exclusive(path: str, data: Data) -> bool:
   return True
 
 
+def open_append(path: str):
+  """A local text file opened for appending (object stores cannot append: callers write
+  separate objects there instead)."""
+  if is_url(path):
+    raise ValueError(f"cannot append to {path}: objects are written whole")
+  return open(path, "a", encoding="utf-8")
+
+
+@_store_errors
 def read_bytes(path: str) -> bytes:
   if is_url(path):
     fs, key = _url_fs(path)
@@ -122,6 +180,7 @@ def read_text(path: str) -> str:
   return read_bytes(path).decode("utf-8")
 
 
+@_store_errors
 def exists(path: str) -> bool:
   if is_url(path):
     fs, key = _url_fs(path)
@@ -130,6 +189,7 @@ def exists(path: str) -> bool:
   return os.path.exists(path)
 
 
+@_store_errors
 def isdir(path: str) -> bool:
   if is_url(path):
     fs, key = _url_fs(path)
@@ -138,6 +198,7 @@ def isdir(path: str) -> bool:
   return os.path.isdir(path)
 
 
+@_store_errors
 def isfile(path: str) -> bool:
   if is_url(path):
     fs, key = _url_fs(path)
@@ -152,6 +213,7 @@ def makedirs(path: str) -> None:
     os.makedirs(path, exist_ok=True)
 
 
+@_store_errors
 def listdir(path: str) -> List[str]:
   """Names directly under `path` (files and folders), sorted; [] if there is none."""
   if is_url(path):
@@ -167,6 +229,7 @@ def listdir(path: str) -> List[str]:
     return []
 
 
+@_store_errors
 def modified_time(path: str) -> float:
   """Seconds since the epoch of the last write (an object's upload time on stores)."""
   if is_url(path):
@@ -176,6 +239,7 @@ def modified_time(path: str) -> float:
   return os.path.getmtime(path)
 
 
+@_store_errors
 def remove(path: str) -> None:
   """Deletes a file; missing is fine."""
   try:
@@ -189,6 +253,38 @@ def remove(path: str) -> None:
     pass
 
 
+@_store_errors
+def generation(path: str) -> Optional[str]:
+  """The version of a GCS object (changes with every upload); None elsewhere."""
+  if not str(path).startswith("gs://"):
+    return None
+  fs, key = _url_fs(path)
+  fs.invalidate_cache(key)
+  return str(fs.info(key).get("generation"))
+
+
+@_store_errors
+def remove_generation(path: str, version: str) -> None:
+  """Deletes a GCS object only if it is still at `version` (a newer upload, e.g. another
+  run's lock, survives); missing or already replaced is fine."""
+  fs, key = _url_fs(path)
+  bucket, name, _ = fs.split_path(key)
+  try:
+    fs.call("DELETE", "b/{}/o/{}", bucket, name, ifGenerationMatch=version)
+  except (FileNotFoundError, FileExistsError):  # gone, or 412: replaced since
+    pass
+  fs.invalidate_cache(key)
+
+
+@_store_errors
+def touch(path: str) -> None:
+  """Renews a file's modification time (object stores: uploads the same bytes again)."""
+  if is_url(path):
+    write_atomic(path, read_bytes(path))
+  else:
+    os.utime(path)
+
+
 def remove_empty_dir(path: str) -> None:
   """Removes a local folder if empty (object stores have no empty folders)."""
   if not is_url(path):
@@ -198,6 +294,7 @@ def remove_empty_dir(path: str) -> None:
       pass
 
 
+@_store_errors
 def move(source: str, dest: str) -> None:
   """Moves a file or folder (local: one rename; object stores: copy then delete, so a kill
   half-way leaves both copies, never none)."""

@@ -1,59 +1,108 @@
 """Where training numbers go: TensorBoard (clu), `metrics.jsonl`, and a progress line.
 
 `metrics.jsonl` holds one JSON object per write, `{"step": N, "<name>": value, ...}`,
-so scripts can read results without TensorBoard.
+so scripts can read results without TensorBoard; `read_rows(workdir)` reads it (local or
+object store, finished or running).
 """
 
 import json
-import os
 import time
-from typing import Any, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from clu import metric_writers
 from clu.metric_writers import interface
 
 from vit_jax.console import log
+from vit_jax.runs import event_files, fs
 
 
-def supersede_rows_after(path: str, step: Optional[int]) -> None:
+METRICS = "metrics.jsonl"
+SUPERSEDED = "metrics.superseded.jsonl"
+PARTS = "metrics.parts"  # object stores only: one object per write until the run closes
+
+
+def _step_of(line: str) -> Optional[int]:
+  try:
+    return int(json.loads(line)["step"])
+  except (ValueError, KeyError, TypeError):  # a line cut short by a kill
+    return None
+
+
+def _lines(path: str) -> List[str]:
+  return [line for line in fs.read_text(path).splitlines() if line.strip()] if fs.exists(
+      path) else []
+
+
+def _part_paths(workdir: str) -> List[str]:
+  return [fs.join(workdir, PARTS, name) for name in fs.listdir(fs.join(workdir, PARTS))]
+
+
+def _all_lines(workdir: str) -> Tuple[List[str], List[str]]:
+  """(every row line in step order, the part objects they came from). Parts at or below
+  the last step of metrics.jsonl were already merged into it (by a close that was
+  interrupted before deleting them) and are skipped."""
+  lines = _lines(fs.join(workdir, METRICS))
+  merged_up_to = max((s for s in map(_step_of, lines) if s is not None), default=-1)
+  parts = _part_paths(workdir) if fs.is_url(workdir) else []
+  for part in parts:  # names sort by step, then by write order
+    lines += [line for line in _lines(part) if (_step_of(line) or 0) > merged_up_to]
+  return lines, parts
+
+
+def read_rows(workdir: str) -> List[Dict[str, Any]]:
+  """The rows of a run's metrics.jsonl, also while it runs on an object store (where the
+  newest rows are still separate objects): the one reader every consumer uses."""
+  return [json.loads(line) for line in _all_lines(workdir)[0] if _step_of(line) is not None]
+
+
+def _rewrite(workdir: str, lines: List[str], parts: List[str]) -> None:
+  fs.write_atomic(fs.join(workdir, METRICS), "".join(line + "\n" for line in lines))
+  for part in parts:  # after the merged file is complete: a kill in between loses nothing
+    fs.remove(part)
+
+
+def supersede_rows_after(workdir: str, step: Optional[int]) -> None:
   """Moves rows newer than the resumed `step` (all rows for a fresh start, step None) to
   metrics.superseded.jsonl: after a kill, the killed run's steps past its last checkpoint
   are trained again, and metrics.jsonl must hold each step once. Nothing is deleted."""
-  if not os.path.exists(path):
-    return
-  with open(path, encoding="utf-8") as f:
-    lines = [line for line in f.read().splitlines() if line.strip()]
+  lines, parts = _all_lines(workdir)
   keep, moved = [], []
   for line in lines:
-    try:
-      row_step = json.loads(line)["step"]
-    except (ValueError, KeyError, TypeError):  # a line cut short by the kill
-      row_step = None
+    row_step = _step_of(line)
     (keep if step is not None and row_step is not None and row_step <= step else moved
      ).append(line)
-  if not moved:
+  if not moved and not parts:
     return
-  superseded = os.path.join(os.path.dirname(path), "metrics.superseded.jsonl")
-  with open(superseded, "a", encoding="utf-8") as f:
-    f.write("".join(line + "\n" for line in moved))
-  tmp = path + ".tmp"
-  with open(tmp, "w", encoding="utf-8") as f:
-    f.write("".join(line + "\n" for line in keep))
-  os.replace(tmp, path)
-  log.info("moved %d metrics.jsonl row(s) past step %d (from before the restart) to %s",
-           len(moved), step or 0, superseded)
+  if moved:
+    superseded = fs.join(workdir, SUPERSEDED)
+    fs.write_atomic(superseded, "".join(line + "\n" for line in _lines(superseded) + moved))
+    log.info("moved %d metrics.jsonl row(s) past step %d (from before the restart) to %s",
+             len(moved), step or 0, superseded)
+  _rewrite(workdir, keep, parts)
 
 
 class JsonlWriter(interface.MetricWriter):
-  """Appends scalars (and texts) as JSON lines; other summary kinds belong to TensorBoard."""
+  """Scalars (and texts) as JSON lines; other summary kinds belong to TensorBoard.
 
-  def __init__(self, path: str):
-    self._file = open(path, "a", encoding="utf-8")
+  A local metrics.jsonl is appended to. Objects cannot be appended to, and uploading the
+  whole history at every write would cost more with every step, so on object stores each
+  write is one small object under metrics.parts/, merged into metrics.jsonl when the
+  writer closes (and on the next start, for a run that was killed)."""
+
+  def __init__(self, workdir: str):
+    self._workdir = workdir
+    self._file = None if fs.is_url(workdir) else fs.open_append(fs.join(workdir, METRICS))
+    self._sequence = 0
 
   def _write(self, step: int, values: Mapping[str, Any]) -> None:
-    self._file.write(json.dumps({"step": int(step), **values}) + "\n")
-    self._file.flush()
-
+    line = json.dumps({"step": int(step), **values}) + "\n"
+    if self._file is not None:
+      self._file.write(line)
+      self._file.flush()
+      return
+    self._sequence += 1
+    fs.write_atomic(fs.join(self._workdir, PARTS, f"{int(step):010d}-{self._sequence:06d}.jsonl"),
+                    line)
   def write_scalars(self, step, scalars):
     self._write(step, {name: float(value) for name, value in scalars.items()})
 
@@ -79,10 +128,14 @@ class JsonlWriter(interface.MetricWriter):
     self._write(0, {"hparams": {k: str(v) for k, v in hparams.items()}})
 
   def flush(self):
-    self._file.flush()
+    if self._file is not None:
+      self._file.flush()
 
   def close(self):
-    self._file.close()
+    if self._file is not None:
+      self._file.close()
+    elif self._sequence:
+      _rewrite(self._workdir, *_all_lines(self._workdir))
 
 
 def create_writer(workdir: str, *, is_main_process: bool,
@@ -93,13 +146,14 @@ def create_writer(workdir: str, *, is_main_process: bool,
   supersede_rows_after."""
   if not is_main_process:
     return metric_writers.MultiWriter([])
-  os.makedirs(workdir, exist_ok=True)
-  path = os.path.join(workdir, "metrics.jsonl")
-  supersede_rows_after(path, resume_step)
-  return metric_writers.MultiWriter([
-      metric_writers.create_default_writer(workdir, asynchronous=False),
-      JsonlWriter(path),
-  ])
+  fs.makedirs(workdir)
+  supersede_rows_after(workdir, resume_step)
+  if fs.is_url(workdir):
+    tensorboard = metric_writers.MultiWriter([metric_writers.LoggingWriter(),
+                                              event_files.SegmentedEventWriter(workdir)])
+  else:
+    tensorboard = metric_writers.create_default_writer(workdir, asynchronous=False)
+  return metric_writers.MultiWriter([tensorboard, JsonlWriter(workdir)])
 
 
 def format_duration(seconds: float) -> str:
@@ -176,10 +230,10 @@ def final_summary(*, workdir: str, steps: tuple, seconds: float, img_per_sec: Op
       *[f"    {name}: accuracy {eval_metrics[f'eval/{name}/accuracy']:.4f} on "
         f"{int(eval_metrics[f'eval/{name}/examples'])} examples"
         for name in _eval_set_names(eval_metrics)],
-      f"  params:      {os.path.join(workdir, 'params.npz')}",
-      f"  metrics:     {os.path.join(workdir, 'metrics.jsonl')} (final: final_metrics.json)",
+      f"  params:      {fs.join(workdir, 'params.npz')}",
+      f"  metrics:     {fs.join(workdir, METRICS)} (final: final_metrics.json)",
       f"  tensorboard: tensorboard --logdir={workdir}",
-      f"  checkpoints: {os.path.join(workdir, 'checkpoints')} (steps "
+      f"  checkpoints: {fs.join(workdir, 'checkpoints')} (steps "
       f"{', '.join(map(str, checkpoint_steps))})",
   ]
   return "\n".join(lines)

@@ -1,20 +1,35 @@
 """The files a run leaves in its workdir besides checkpoints and metrics: config.json,
 parameters.txt, and at the end params.npz and final_metrics.json (which also tell a rerun
-that the run has finished). Each is written whole and atomically (runs/fs.py), so a kill
-never leaves a truncated file that a rerun would then fail to read."""
+that the run has finished), each written whole and atomically (runs/fs.py), so a kill never
+leaves a truncated file that a rerun would then fail to read; and the no-clobber rule of
+every command that writes a folder or a file the user names (convert, visualize --out,
+fewshot --json, vtab, export).
+
+No clobbering: a writer creates a new folder, or writes into an empty one or one that holds
+its own marker (MARKER, {"written_by": "vit_jax.<kind>"}) from an earlier run of the same
+command; anything else (a training workdir, someone's model folder, another command's
+output) is refused in one line unless the user passes --overwrite. A destination file is
+written if absent, or over a JSON file stamped with the same "written_by", else refused
+the same way. A path below an existing file is refused in one line, not as [Errno 17].
+"""
 
 import json
-from typing import Any, Dict, Optional, Sequence
+import os
+from typing import Any, Dict, List, Optional, Sequence
 
 import jax
 import numpy as np
 from clu import parameter_overview
 
+from vit_jax import errors
 from vit_jax.checkpoints import npz
 from vit_jax.runs import fs, metrics
 from vit_jax.console import log
 
 PARAMS = "params.npz"
+MARKER = ".vit_jax-output.json"
+OVERWRITE_HELP = ("Write into an existing folder, or over an existing file, that this "
+                  "command did not create (refused by default: nothing is clobbered).")
 FINAL_METRICS = "final_metrics.json"
 CONFIG = "config.json"
 PARAMETER_TABLE = "parameters.txt"
@@ -58,3 +73,84 @@ def write_final(params: Any, eval_metrics: Dict[str, float], workdir: str,
   final_metrics.json, each atomic, written last."""
   npz.save_npz(params, fs.join(workdir, PARAMS), class_names=class_names)
   fs.write_atomic(fs.join(workdir, FINAL_METRICS), json.dumps(eval_metrics, indent=2))
+
+
+class OutputExistsError(errors.InvalidInput):
+  """A destination that holds something this command did not write; one line naming the
+  path, what is there and --overwrite."""
+
+
+def written_by(kind: str) -> Dict[str, str]:
+  """The stamp a writer of `kind` ("convert", "fewshot", ...) puts in its marker or JSON."""
+  return {"written_by": f"vit_jax.{kind}"}
+
+
+def _stamp_of(path: str) -> Optional[str]:
+  """The "written_by" of a JSON file (a marker, a result file); None for anything else."""
+  try:
+    if not fs.isfile(path) or (not fs.is_url(path) and os.path.getsize(path) > 1 << 20):
+      return None  # no stamp of ours is that large
+    value = json.loads(fs.read_bytes(path))
+  except (OSError, ValueError):
+    return None
+  return value.get("written_by") if isinstance(value, dict) else None
+
+
+def _check_parents(path: str) -> None:
+  """A path under an existing file cannot be created: say so instead of [Errno 17]/[20]
+  (object stores have no such paths)."""
+  if fs.is_url(path):
+    return
+  parent = os.path.dirname(os.path.abspath(path))
+  while not os.path.exists(parent) and os.path.dirname(parent) != parent:
+    parent = os.path.dirname(parent)
+  if not os.path.isdir(parent):
+    raise OutputExistsError(f"cannot write {path}: {parent} is a file, not a folder; pick "
+                            "another path")
+
+
+def _listing(names: List[str]) -> str:
+  names = sorted(names)
+  return ", ".join(names[:3]) + (f" (+{len(names) - 3} more)" if len(names) > 3 else "")
+
+
+def check_output_dir(path: str, kind: str, overwrite: bool = False) -> None:
+  """Raises OutputExistsError unless `path` is new, empty, our `kind`'s earlier output, or
+  `overwrite`; writes nothing (call it before slow work, then claim_output_dir)."""
+  path = os.fspath(path)
+  _check_parents(path)
+  if fs.isfile(path):
+    raise OutputExistsError(f"{path} is a file, not a folder: name a new folder for the "
+                            f"output of vit_jax.{kind}")
+  if overwrite:
+    return
+  entries = [name for name in fs.listdir(path) if name != MARKER]
+  owner = _stamp_of(fs.join(path, MARKER))
+  if entries and owner != written_by(kind)["written_by"]:
+    what = f"the output of {owner}" if owner else f"files it did not write ({_listing(entries)})"
+    raise OutputExistsError(f"{path} already holds {what}: name a new folder for vit_jax.{kind}"
+                            ", or pass --overwrite to write into it")
+
+
+def claim_output_dir(path: str, kind: str, overwrite: bool = False) -> str:
+  """The folder `path`, created if missing and marked as `kind`'s output, after
+  check_output_dir; returns the path."""
+  check_output_dir(path, kind, overwrite)
+  path = os.fspath(path)
+  fs.makedirs(path)
+  marker = fs.join(path, MARKER)
+  if _stamp_of(marker) != written_by(kind)["written_by"]:
+    fs.write_atomic(marker, json.dumps(written_by(kind)))
+  return path
+
+
+def claim_output_file(path: str, kind: str, overwrite: bool = False) -> None:
+  """Raises OutputExistsError unless the file `path` is absent, a JSON file stamped
+  written_by(kind) (write yours with that stamp), or `overwrite`."""
+  path = os.fspath(path)
+  _check_parents(path)
+  if fs.isdir(path):
+    raise OutputExistsError(f"{path} is a folder, not a file: name the file to write")
+  if fs.exists(path) and not overwrite and _stamp_of(path) != written_by(kind)["written_by"]:
+    raise OutputExistsError(f"{path} already exists and vit_jax.{kind} did not write it: "
+                            "name a new file, or pass --overwrite to replace it")

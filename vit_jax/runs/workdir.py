@@ -9,6 +9,10 @@ run takes it over:
     after the lock was written (pid reuse);
   * another host: stale when its heartbeat (the file's mtime, touched every
     HEARTBEAT_S by the holder) is older than STALE_AFTER_S.
+The workdir may be a local path or an object-store URL (gs://): everything here goes
+through runs/fs.py. On GCS the lock is created with the precondition "no live object"
+and a stale one is deleted only at the generation that was judged stale, so of two runs
+racing for it exactly one wins, as with O_EXCL and rename on a local disk.
 """
 
 import contextlib
@@ -23,6 +27,8 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from vit_jax.runs import fs
+
 from vit_jax import errors
 
 LOCK_NAME = "run.lock"
@@ -34,17 +40,27 @@ class WorkdirError(errors.InvalidInput):
   """A workdir that cannot be used; the message names it and the fix."""
 
 
+def _prepare_url(workdir: str) -> bool:
+  """Object stores have no folders to create; checks that the store answers and that
+  the workdir is not an object. Writability shows when the lock is created."""
+  try:
+    if fs.isfile(workdir):
+      raise WorkdirError(f"--workdir={workdir} is an object, not a folder: pass a prefix "
+                         "that holds no object of that name")
+    return not fs.isdir(workdir)
+  except (OSError, ValueError) as e:  # auth, unknown bucket, unreachable endpoint
+    raise WorkdirError(f"cannot use --workdir={workdir}: {' '.join(str(e).split())[:300]}; "
+                       "check the bucket name and your credentials (gcloud auth "
+                       "application-default login)") from None
+
+
 def prepare(workdir: str) -> bool:
   """Creates `workdir` if needed and checks that it is a writable directory.
 
   Returns whether it was created (so a run that fails early can remove it again).
-  URLs are refused: the job's own files (lock, metrics.jsonl, config.json) need a POSIX
-  filesystem, and os.makedirs would quietly make a local folder named `gs:`.
   """
-  if "://" in workdir:
-    raise WorkdirError(f"--workdir={workdir} is a URL; the workdir must be a filesystem path: "
-                       "mount the bucket (e.g. gcsfuse gs://BUCKET /mnt/BUCKET) and pass "
-                       "--workdir=/mnt/BUCKET/...")
+  if fs.is_url(workdir):
+    return _prepare_url(workdir)
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise WorkdirError(f"--workdir={workdir} is a file, not a directory: pass a directory "
                        "path (it is created if missing)")
@@ -62,10 +78,7 @@ def prepare(workdir: str) -> bool:
 
 def remove_if_empty(workdir: str) -> None:
   """Undoes prepare() for a run that failed before writing anything."""
-  try:
-    os.rmdir(workdir)
-  except OSError:
-    pass
+  fs.remove_empty_dir(workdir)
 
 
 def _process_start_time(pid: int) -> Optional[float]:
@@ -105,22 +118,24 @@ class WorkdirLock:
   """Exclusive use of a workdir by one job; `release()` (or the context) gives it back."""
 
   def __init__(self, workdir: str):
-    self.path = os.path.join(workdir, LOCK_NAME)
+    self.path = fs.join(workdir, LOCK_NAME)
     self.workdir = workdir
     self._stop = threading.Event()
     self._heartbeat: Optional[threading.Thread] = None
     self._held = False
 
   def _holder(self) -> Optional[dict]:
+    """The lock's record plus its heartbeat time (None: no lock); `generation` on GCS."""
     try:
-      with open(self.path, encoding="utf-8") as f:
-        holder = json.load(f)
-      holder["heartbeat"] = os.path.getmtime(self.path)
-      return holder
+      version = fs.generation(self.path)
+      heartbeat = fs.modified_time(self.path)
+      try:
+        holder = json.loads(fs.read_text(self.path))
+      except ValueError:  # half-written by a holder killed while creating it (local)
+        holder = {}
     except FileNotFoundError:
       return None
-    except (OSError, ValueError):  # half-written by a holder killed while creating it
-      return {"heartbeat": os.path.getmtime(self.path) if os.path.exists(self.path) else 0}
+    return {**holder, "heartbeat": heartbeat, "generation": version}
 
   @staticmethod
   def is_stale(holder: dict, now: Optional[float] = None) -> bool:
@@ -141,9 +156,7 @@ class WorkdirLock:
     record = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
                          "started": time.time()})
     for _ in range(3):
-      try:
-        fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-      except FileExistsError:
+      if not fs.create_exclusive(self.path, record):
         holder = self._holder()
         if holder is None:
           continue  # released meanwhile
@@ -152,15 +165,8 @@ class WorkdirLock:
               f"--workdir={self.workdir} is in use by another run ({_describe(holder)}): wait "
               f"for it to finish, stop it, or pick another --workdir; if that process is "
               f"gone, delete {self.path}") from None
-        # Stale: move it out of the way; of two racing runs only one rename succeeds.
-        try:
-          os.replace(self.path, f"{self.path}.stale-{os.getpid()}")
-          os.unlink(f"{self.path}.stale-{os.getpid()}")
-        except FileNotFoundError:
-          pass
+        self._take_away_stale(holder)
         continue
-      with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(record)
       self._held = True
       self._heartbeat = threading.Thread(target=self._beat, daemon=True, name="workdir-lock")
       self._heartbeat.start()
@@ -168,12 +174,32 @@ class WorkdirLock:
     raise WorkdirError(f"could not take the lock {self.path} (other runs keep taking it): "
                        "make sure only one run uses this --workdir")
 
+  def _take_away_stale(self, holder: dict) -> None:
+    """Removes the stale lock so that create_exclusive can be retried; of two runs racing
+    for it only one removal takes effect (local: a rename; GCS: a delete conditional on
+    the stale generation), and only one create then succeeds."""
+    if holder.get("generation") is not None:
+      fs.remove_generation(self.path, holder["generation"])
+      return
+    aside = f"{self.path}.stale-{os.getpid()}"
+    try:
+      fs.move(self.path, aside)
+    except FileNotFoundError:
+      return
+    fs.remove(aside)
+
   def _beat(self) -> None:
     while not self._stop.wait(HEARTBEAT_S):
       try:
-        os.utime(self.path)
+        if self._is_ours(self._holder()):  # never renew a lock another run took over
+          fs.touch(self.path)
       except OSError:
         pass
+
+  @staticmethod
+  def _is_ours(holder: Optional[dict]) -> bool:
+    return bool(holder) and holder.get("pid") == os.getpid() and (
+        holder.get("host") == socket.gethostname())
 
   def release(self) -> None:
     """Gives the lock back (only if it is still ours)."""
@@ -182,12 +208,8 @@ class WorkdirLock:
     self._stop.set()
     self._heartbeat.join()
     self._held = False
-    holder = self._holder()
-    if holder and holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
-      try:
-        os.unlink(self.path)
-      except FileNotFoundError:
-        pass
+    if self._is_ours(self._holder()):
+      fs.remove(self.path)
 
   def __enter__(self):
     return self.acquire()

@@ -1,0 +1,149 @@
+"""The tests' Cloud Storage: gcp-storage-emulator (from PyPI) on 127.0.0.1, in a process of
+its own so that a test can stop it mid-run and start it again on the same data.
+
+The emulator serves the JSON API that gcsfs and tensorstore speak, but ignores the
+request preconditions (ifGenerationMatch / ifGenerationNotMatch) and sends no
+x-goog-generation header with downloads. Real GCS does both, tensorstore's OCDBT writes
+rely on them (without them a second commit fails with "Malformed StorageGeneration") and
+so does our lock, so this launcher adds exactly those to the emulator's handlers:
+412 when a generation precondition fails, 304 when a download's generation is unchanged,
+the generation headers on downloads. Everything else is the emulator as published.
+
+Run as a script: python gcs_emulator.py PORT DATA_DIR BUCKET
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from http import HTTPStatus
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+class Emulator:
+  """A started emulator; `env` points gcsfs, tensorstore and etils.epath at it."""
+
+  def __init__(self, data_dir: str, bucket: str = "bucket"):
+    self.port, self.data_dir, self.bucket = _free_port(), data_dir, bucket
+    self.endpoint = f"http://127.0.0.1:{self.port}"
+    self.env = {
+        "STORAGE_EMULATOR_HOST": self.endpoint,  # gcsfs (our files, orbax via epath)
+        "TENSORSTORE_GCS_HTTP_URL": self.endpoint,  # orbax's arrays
+        "GOOGLE_AUTH_TOKEN_FOR_TESTING": "test",  # tensorstore: no credential lookup
+        "EPATH_USE_TF": "false",  # orbax's epath: fsspec (tf.io.gfile has no endpoint)
+        # gcsfs's default class asks the storage-control gRPC API for the bucket layout,
+        # which the emulator does not serve (a 60 s timeout per call).
+        "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+    }
+    self._process = None
+    self.start()
+
+  def start(self) -> None:
+    self._process = subprocess.Popen(
+        [sys.executable, __file__, str(self.port), self.data_dir, self.bucket],
+        stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.data_dir, "log"), "a"))
+    deadline = time.time() + 30
+    while True:
+      try:
+        socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+        return
+      except OSError:
+        if time.time() > deadline or self._process.poll() is not None:
+          raise RuntimeError(f"the storage emulator did not start (see {self.data_dir}/log)")
+        time.sleep(0.1)
+
+  def stop(self) -> None:
+    self._process.terminate()
+    self._process.wait(timeout=30)
+
+
+def _add_preconditions():
+  """Patches the emulator's handlers (see the module docstring) before its server module
+  builds its routing table from them."""
+  from gcp_storage_emulator import storage as storage_lib  # pylint: disable=import-outside-toplevel
+  from gcp_storage_emulator.exceptions import NotFound  # pylint: disable=import-outside-toplevel
+  from gcp_storage_emulator.handlers import objects  # pylint: disable=import-outside-toplevel
+
+  class PreconditionFailed(Exception):
+    pass
+
+  expected = {}  # the upload in progress (the emulator serves one request at a time)
+
+  def query(request, name):
+    values = request.query.get(name)
+    return values[0] if values else None
+
+  def generation(storage, bucket, name):
+    try:
+      return str(storage.get_file_obj(bucket, name)["generation"])
+    except NotFound:
+      return "0"
+
+  def refuse(response):
+    response.status = HTTPStatus.PRECONDITION_FAILED
+    response.json({"error": {"code": 412, "message": "conditionNotMet"}})
+
+  create_file = storage_lib.Storage.create_file
+
+  def checked_create_file(self, bucket_name, file_name, content, file_obj, file_id=None):
+    wanted = expected.get("generation")
+    if wanted is not None and generation(self, bucket_name, file_name) != wanted:
+      raise PreconditionFailed
+    return create_file(self, bucket_name, file_name, content, file_obj, file_id)
+
+  insert, download, delete = objects.insert, objects.download, objects.delete
+
+  def checked_insert(request, response, storage, *args, **kwargs):
+    expected["generation"] = query(request, "ifGenerationMatch")
+    try:
+      return insert(request, response, storage, *args, **kwargs)
+    except PreconditionFailed:
+      refuse(response)
+    finally:
+      expected.clear()
+
+  def checked_download(request, response, storage, *args, **kwargs):
+    bucket, name = request.params["bucket_name"], request.params["object_id"]
+    current = generation(storage, bucket, name)
+    if current != "0":
+      match = query(request, "ifGenerationMatch")
+      if match is not None and match != current:
+        return refuse(response)
+      if query(request, "ifGenerationNotMatch") == current:
+        response.status = HTTPStatus.NOT_MODIFIED
+        return None
+      response["x-goog-generation"] = current
+      response["x-goog-metageneration"] = str(
+          storage.get_file_obj(bucket, name).get("metageneration", "1"))
+    return download(request, response, storage, *args, **kwargs)
+
+  def checked_delete(request, response, storage, *args, **kwargs):
+    match = query(request, "ifGenerationMatch")
+    current = generation(storage, request.params["bucket_name"], request.params["object_id"])
+    if match is not None and current != "0" and match != current:
+      return refuse(response)
+    return delete(request, response, storage, *args, **kwargs)
+
+  storage_lib.Storage.create_file = checked_create_file
+  objects.insert, objects.download, objects.delete = (checked_insert, checked_download,
+                                                      checked_delete)
+
+
+def _serve(port: int, data_dir: str, bucket: str) -> None:
+  _add_preconditions()
+  from gcp_storage_emulator import server  # pylint: disable=import-outside-toplevel
+  storage_dir = os.path.join(data_dir, "storage")
+  fresh = not os.path.exists(storage_dir)
+  os.makedirs(storage_dir, exist_ok=True)
+  server.create_server("127.0.0.1", port, in_memory=False, data_dir=storage_dir,
+                       default_bucket=bucket if fresh else None).run()
+
+
+if __name__ == "__main__":
+  _serve(int(sys.argv[1]), sys.argv[2], sys.argv[3])

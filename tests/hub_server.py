@@ -1,0 +1,206 @@
+"""A local stand-in for the Hugging Face Hub's file API and for a bucket that says 403.
+
+HubServer answers what huggingface_hub's hf_hub_download asks: HEAD and GET on
+/{org}/{name}/resolve/{revision}/{file} with X-Repo-Commit, ETag (the sha256 of the file,
+as the Hub sends for large files), X-Linked-Etag and X-Linked-Size, Content-Length, and
+Range requests (resumed downloads); a missing repository or file is a 404 with the Hub's
+X-Error-Code (RepoNotFound, EntryNotFound). `tamper` makes a file be served truncated
+(the connection closes early) or altered (same length, other bytes).
+"""
+
+import hashlib
+import http.server
+import json
+import os
+import threading
+from typing import Dict, Optional
+
+from conftest import RELEASED_FIXTURES, init_params, tiny_model
+from vit_jax.checkpoints import convert, npz, released
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+  protocol_version = "HTTP/1.1"
+  server: "_Server"
+
+  def log_message(self, *args):  # pylint: disable=arguments-differ
+    pass
+
+  def _send(self, code: int, headers: Dict[str, str], body: bytes = b"") -> None:
+    self.send_response(code)
+    for key, value in headers.items():
+      self.send_header(key, value)
+    self.end_headers()
+    if self.command != "HEAD" and body:
+      try:
+        self.wfile.write(body)
+      except (BrokenPipeError, ConnectionResetError):
+        pass
+
+  def _error(self, code: int, error_code: str) -> None:
+    body = f'{{"error": "{error_code}"}}'.encode()
+    self._send(code, {"X-Error-Code": error_code, "X-Error-Message": error_code,
+                      "Content-Type": "application/json", "Content-Length": str(len(body)),
+                      "X-Repo-Commit": COMMIT}, body)
+
+  def do_HEAD(self):  # pylint: disable=invalid-name
+    self.do_GET()
+
+  def do_GET(self):  # pylint: disable=invalid-name
+    self.server.requests.append(f"{self.command} {self.path}")
+    if self.server.forbid:
+      self._error(403, "Forbidden")
+      return
+    parts = self.path.split("?")[0].strip("/").split("/")
+    if len(parts) < 5 or parts[2] != "resolve":
+      self._error(404, "RepoNotFound")
+      return
+    repo, filename = "/".join(parts[:2]), "/".join(parts[4:])
+    files = self.server.repos.get(repo)
+    if files is None:
+      self._error(404, "RepoNotFound")
+      return
+    if filename not in files:
+      self._error(404, "EntryNotFound")
+      return
+    data = files[filename]
+    sha = hashlib.sha256(data).hexdigest()
+    tamper = self.server.tamper.get(f"{repo}/{filename}")
+    if tamper == "altered" and self.command == "GET":
+      data = bytes(b ^ 0xFF for b in data[:64]) + data[64:]
+    start = 0
+    if self.headers.get("Range", "").startswith("bytes="):
+      start = int(self.headers["Range"][len("bytes="):].split("-")[0] or 0)
+    body = data[start:]
+    headers = {"X-Repo-Commit": COMMIT, "ETag": f'"{sha}"', "X-Linked-Etag": f'"{sha}"',
+               "X-Linked-Size": str(len(data)), "Content-Length": str(len(body)),
+               "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
+    if tamper == "truncated" and self.command == "GET":
+      self._send(206 if start else 200, headers, body[:len(body) // 2])
+      self.close_connection = True
+      return
+    self._send(206 if start else 200, headers, body)
+
+
+class _Server(http.server.ThreadingHTTPServer):
+  daemon_threads = True
+  repos: Dict[str, Dict[str, bytes]]
+  tamper: Dict[str, str]
+  requests: list
+  forbid: bool
+
+
+class HubServer:
+  """Serves `repos` ({'org/name': {file: bytes}}) on 127.0.0.1; `forbid=True` answers 403
+  to everything (the closed bucket)."""
+
+  def __init__(self, repos: Optional[Dict[str, Dict[str, bytes]]] = None, forbid=False):
+    self.server = _Server(("127.0.0.1", 0), _Handler)
+    self.server.repos, self.server.tamper = dict(repos or {}), {}
+    self.server.requests, self.server.forbid = [], forbid
+    self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+    self.thread.start()
+
+  @property
+  def url(self) -> str:
+    return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+  @property
+  def repos(self) -> Dict[str, Dict[str, bytes]]:
+    return self.server.repos
+
+  @property
+  def tamper(self) -> Dict[str, str]:
+    return self.server.tamper
+
+  @property
+  def requests(self) -> list:
+    return self.server.requests
+
+  def close(self) -> None:
+    self.server.shutdown()
+    self.server.server_close()
+    self.thread.join()
+
+
+def repo_files(folder: str) -> Dict[str, bytes]:
+  """The files of a model folder (as vit_jax.convert writes it), for HubServer."""
+  return {name: open(os.path.join(folder, name), "rb").read() for name in os.listdir(folder)}
+
+
+def hub_timm_config(folder, architecture):
+  """config.json as timm's Hub repositories have it: the architecture and pretrained_cfg,
+  no model_args (so neither the activation nor the sizes are stated)."""
+  path = os.path.join(folder, "config.json")
+  with open(path, encoding="utf-8") as f:
+    config = json.load(f)
+  config = {"architecture": architecture, "num_classes": config["num_classes"],
+            "num_features": config["num_features"], "global_pool": "token",
+            "pretrained_cfg": {"tag": "augreg_in21k", "mean": [0.5] * 3, "std": [0.5] * 3}}
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(config, f)
+
+
+def google_config(folder):
+  """Google's conversions say hidden_act 'gelu' and transformers' default eps 1e-12,
+  although the weights were trained with the tanh GELU and LayerNorm eps 1e-6."""
+  path = os.path.join(folder, "config.json")
+  with open(path, encoding="utf-8") as f:
+    config = json.load(f)
+  config.update(hidden_act="gelu", layer_norm_eps=1e-12)
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(config, f)
+
+
+def converted(src, dst, **kwargs):
+  convert.convert(str(src), str(dst), **kwargs)
+  return str(dst)
+
+
+def with_config(files, config):
+  return {**files, "config.json": json.dumps(config).encode()}
+
+
+def build_repos(root) -> Dict[str, Dict[str, bytes]]:
+  """{repository: files}: released-format fixtures (and a tiny model) in the layouts of
+  timm's and Google's repositories, plus repositories that are no ViT vit_jax computes."""
+  timm_ti = converted(RELEASED_FIXTURES / "vit-ti16.npz", root / "timm_ti", to="timm")
+  hub_timm_config(timm_ti, "vit_tiny_patch16_224")
+  timm_r = converted(RELEASED_FIXTURES / "r-vit-ti16.npz", root / "timm_r", to="timm")
+  hub_timm_config(timm_r, "vit_tiny_r_s16_p8_224")
+  google = converted(RELEASED_FIXTURES / "vit-ti16-prelogits.npz", root / "google", to="hf",
+                     pre_logits="pooler")
+  google_config(google)
+  npz.save_npz(init_params(tiny_model(num_classes=3), 16), str(root / "tiny.npz"))
+  tiny = converted(root / "tiny.npz", root / "timm_tiny", to="timm")
+  tiny_files = repo_files(tiny)
+  return {
+      "timm/vit_tiny_patch16_224.augreg_in21k": repo_files(timm_ti),
+      "timm/vit_tiny_r_s16_p8_224.augreg_in21k": repo_files(timm_r),
+      "google/vit-base-patch16-224-in21k": repo_files(google),
+      "timm/vit_base_patch32_224.orig_in21k": tiny_files,  # google's B/32 copy is missing
+      "timm/vit_tiny_patch16_224.augreg2_test": repo_files(timm_ti),  # not a bucket file
+      "timm/vit_base_patch16_clip_224.openai": with_config(tiny_files, {
+          "architecture": "vit_base_patch16_clip_224", "num_classes": 3}),
+      "someone/resnet": with_config(tiny_files, {"architecture": "resnet50"}),
+      "facebook/deit-tiny": with_config(tiny_files, {"model_type": "deit"}),
+      "someone/weights-only": {"model.safetensors": tiny_files["model.safetensors"]},
+  }
+
+
+def use_servers(hub_site: HubServer, bucket: HubServer, tmp_path, monkeypatch):
+  """The Hub stand-in as HF_ENDPOINT, the 403 bucket as the storage host, a fresh
+  huggingface_hub cache, cwd in tmp_path (checkpoints/ lands there)."""
+  import huggingface_hub.constants  # pylint: disable=import-outside-toplevel
+  monkeypatch.setenv("HF_ENDPOINT", hub_site.url)
+  monkeypatch.setenv(released.EMULATOR_ENV, bucket.url)
+  monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+  monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+  monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf_cache"))
+  monkeypatch.chdir(tmp_path)
+  for server in (hub_site, bucket):
+    server.requests.clear()
+    server.tamper.clear()
+  return hub_site, bucket

@@ -1,0 +1,105 @@
+"""python -m vit_jax.download: released names through their Hub mirror, then the bucket;
+other URLs copied; --list; names and URLs that are no file refused. Offline: the Hub and
+the bucket are local servers (tests/hub_server.py)."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import RELEASED_FIXTURES, REPO
+from helpers import serve_from
+from hub_server import HubServer, build_repos, use_servers
+from vit_jax import download
+from vit_jax.checkpoints import hub
+
+TI16 = "augreg/Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0"
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+  site, bucket = HubServer(build_repos(tmp_path_factory.mktemp("repos"))), HubServer(forbid=True)
+  yield site, bucket
+  site.close()
+  bucket.close()
+
+
+@pytest.fixture
+def site(servers, tmp_path, monkeypatch):
+  return use_servers(*servers, tmp_path, monkeypatch)
+
+
+def test_released_name_from_the_mirror_once_unless_forced(site, capsys):
+  hub_site, bucket = site
+  path = download.download("ViT-Ti_16", "ck", verbose=False)
+  assert path == os.path.join("ck", TI16 + ".npz")
+  assert os.path.exists(hub.provenance_path(path)) and bucket.requests == []
+  asked = len(hub_site.requests)
+  assert download.download("ViT-Ti_16", "ck") == path
+  assert len(hub_site.requests) == asked
+  assert "is already downloaded (--force fetches it again)" in capsys.readouterr().err
+  download.download("ViT-Ti_16", "ck", force=True, verbose=False)
+  assert len(hub_site.requests) > asked
+
+
+def test_the_bucket_is_last_for_users_it_still_serves(site, tmp_path):
+  """No mirror answers for ViT-L/16: the bucket (an opener standing in for credentials
+  that still open it) serves the file."""
+  source = tmp_path / "L16.npz"
+  np.savez(source, w=np.zeros(3, np.float32))
+  urlopen, asked = serve_from(source)
+  path = download.download("imagenet21k/ViT-L_16", "ck", urlopen=urlopen, verbose=False)
+  assert asked == [f"{os.environ['STORAGE_EMULATOR_HOST']}/vit_models/imagenet21k/ViT-L_16.npz"]
+  assert open(path, "rb").read() == source.read_bytes()
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9/", "http://127.0.0.1:9/a/..",
+                                 "http://127.0.0.1:9"])
+@pytest.mark.parametrize("force", [False, True])
+def test_a_url_without_file_name_is_refused_and_writes_nothing(tmp_path, url, force):
+  (tmp_path / "dir").mkdir()
+  before = sorted(os.listdir(tmp_path.parent))
+  with pytest.raises(ValueError, match="names no file to save"):
+    download.download(url, str(tmp_path / "dir"), force=force, verbose=False)
+  assert os.listdir(tmp_path / "dir") == [] and sorted(os.listdir(tmp_path.parent)) == before
+
+
+def run_download(*args, cwd, **env):
+  return subprocess.run([sys.executable, "-m", "vit_jax.download", *args], cwd=cwd,
+                        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+                        capture_output=True, text=True, timeout=120)
+
+
+def test_download_command_online_then_offline_from_the_cache(servers, tmp_path):
+  hub_site, bucket = servers
+  env = dict(HF_ENDPOINT=hub_site.url, STORAGE_EMULATOR_HOST=bucket.url,
+             HF_HUB_CACHE=str(tmp_path / "hf_cache"))
+  done = run_download("hf-hub:timm/vit_tiny_patch16_224.augreg_in21k", "--dir=ck",
+                      cwd=tmp_path, **env)
+  assert done.returncode == 0, done.stderr
+  path = tmp_path / "ck" / "hf-hub" / "timm" / "vit_tiny_patch16_224.augreg_in21k.npz"
+  assert done.stdout.strip() == os.path.relpath(path, tmp_path)
+  with np.load(path) as got, np.load(RELEASED_FIXTURES / "vit-ti16.npz") as want:
+    assert all(np.array_equal(got[key], want[key]) for key in want.files)
+
+  # The same weights by their released name, with HF_HUB_OFFLINE: from the Hub cache.
+  asked = len(hub_site.requests)
+  done = run_download(TI16, "--dir=ck", cwd=tmp_path, HF_HUB_OFFLINE="1", **env)
+  assert done.returncode == 0, done.stderr
+  assert done.stdout.strip() == os.path.join("ck", TI16 + ".npz")
+  assert len(hub_site.requests) == asked
+
+  failed = run_download("imagenet21k/ViT-B_16", "--dir=ck", cwd=tmp_path, HF_HUB_OFFLINE="1",
+                        **env)
+  assert failed.returncode == 1 and "Traceback" not in failed.stderr
+  [line] = failed.stderr.strip().splitlines()
+  assert line.startswith("error: cannot fetch imagenet21k/ViT-B_16.npz: Hub mirror google/")
+
+
+def test_list_command(tmp_path):
+  done = run_download("--list", "sam", cwd=tmp_path)
+  assert done.returncode == 0, done.stderr
+  assert done.stdout.splitlines() == ["sam/ViT-B_16  <- timm/vit_base_patch16_224.sam_in1k",
+                                      "sam/ViT-B_32  <- timm/vit_base_patch32_224.sam_in1k"]

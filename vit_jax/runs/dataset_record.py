@@ -1,0 +1,97 @@
+"""dataset.json: what a run trains on, recorded in its workdir when it starts.
+
+Labels are positions in the class list (the sorted class folders of an image directory),
+and a checkpoint holds no names: a class folder renamed or added between two runs of the
+same command would silently give the resumed run other labels. So the first run records
+the class names in label order and the dataset's identity (source, splits, their sizes),
+and a resume refuses a different class list in one line that shows the difference. Other
+changes of identity (images added, another source with the same classes) only warn: the
+labels still mean what they meant.
+"""
+
+import json
+import os
+from typing import Any, Dict, List, Optional, Sequence
+
+from vit_jax import errors
+from vit_jax.console import log
+from vit_jax.runs import fs
+
+RECORD = "dataset.json"
+_SHOWN = 4  # changes listed in the one-line error
+
+
+class ClassesChangedError(errors.InvalidInput):
+  """The dataset's classes differ from those the run started with; one line."""
+
+
+def describe(config, info) -> Dict[str, Any]:
+  """The record of config.dataset as opened (`info`: pipeline.DatasetInfo)."""
+  source, splits = config.dataset, (config.get("train_split"), config.get("eval_split"))
+  if isinstance(source, str) and os.path.isdir(os.path.expanduser(source)):
+    source = os.path.abspath(os.path.expanduser(source))
+    splits = (None, None)  # a directory's splits are its train/ and test/ folders
+  return {"source": source, "train_split": splits[0], "eval_split": splits[1],
+          "num_train": info.num_train,
+          "num_eval": info.num_eval, "num_classes": info.num_classes,
+          "class_names": list(info.class_names)}
+
+
+def read(workdir: str) -> Optional[Dict[str, Any]]:
+  """The workdir's record; None if it has none (a run from before records existed)."""
+  path = fs.join(workdir, RECORD)
+  if not fs.exists(path):
+    return None
+  try:
+    return json.loads(fs.read_text(path))
+  except ValueError:
+    raise errors.InvalidInput(f"{path} is damaged (not JSON): restore it from a backup, or "
+                              "delete it to resume without checking the class list") from None
+
+
+def write(workdir: str, record: Dict[str, Any]) -> None:
+  fs.write_atomic(fs.join(workdir, RECORD), json.dumps(record, indent=2, sort_keys=True))
+
+
+def _names(names: Sequence[str]) -> str:
+  shown = ", ".join(repr(n) for n in names[:_SHOWN])  # repr: undecodable bytes print too
+  return shown + (f" (+{len(names) - _SHOWN} more)" if len(names) > _SHOWN else "")
+
+
+def describe_change(old: List[str], new: List[str]) -> str:
+  """What differs between two class lists: names removed and added, labels moved."""
+  parts = []
+  removed = [n for n in old if n not in set(new)]
+  added = [n for n in new if n not in set(old)]
+  if removed:
+    parts.append(f"removed {_names(removed)}")
+  if added:
+    parts.append(f"added {_names(added)}")
+  moved = [f"label {i} was {a!r}, now {b!r}" for i, (a, b) in enumerate(zip(old, new))
+           if a != b]
+  if moved:
+    parts.append("; ".join(moved[:_SHOWN]) + (f" (+{len(moved) - _SHOWN} more)"
+                                              if len(moved) > _SHOWN else ""))
+  if len(old) != len(new):
+    parts.append(f"{len(old)} -> {len(new)} classes")
+  return "; ".join(parts)
+
+
+def check_resume(workdir: str, record: Dict[str, Any]) -> None:
+  """Refuses to resume on other classes than the run started with; warns about other
+  changes of the dataset's identity."""
+  saved = read(workdir)
+  if saved is None:
+    return
+  old, new = saved.get("class_names", []), record["class_names"]
+  if old != new:
+    raise ClassesChangedError(
+        f"the classes of {record['source']} changed since this run started in {workdir} "
+        f"({RECORD}): {describe_change(old, new)}; resuming would train on other labels: "
+        "restore the class folders as they were, or use a new --workdir")
+  changed = [f"{key} {saved.get(key)} -> {record[key]}" for key in
+             ("source", "train_split", "eval_split", "num_train", "num_eval")
+             if saved.get(key) != record[key]]
+  if changed:
+    log.warning("the dataset changed since this run started (%s); the classes are the same, "
+                "so the run resumes", ", ".join(changed))

@@ -1,0 +1,75 @@
+"""TensorBoard event files on object stores, written without appends.
+
+TensorFlow's summary writer appends to one event file, which an object store can only
+imitate by uploading the whole file again at every flush (a cost that grows with the run),
+and it goes through tf.io.gfile, whose GCS client cannot be pointed at any other endpoint
+(so no test could see it). Here every write becomes its own small event file, uploaded
+once through runs/fs.py: TensorBoard reads all `events.out.tfevents.*` files of a folder
+in name order, so the sequence numbers keep the steps in order. Local workdirs keep clu's
+TensorFlow writer.
+"""
+
+import io
+import socket
+import time
+from typing import Any, Mapping
+
+from clu.metric_writers import interface
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer import record_writer
+
+from vit_jax.runs import fs
+
+
+class SegmentedEventWriter(interface.MetricWriter):
+  """Scalars as TensorBoard events, one uploaded file per write; other kinds are not
+  needed by the train loop and are left out (metrics.jsonl keeps texts and hparams)."""
+
+  def __init__(self, logdir: str):
+    self._logdir = logdir
+    self._prefix = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}"
+    self._sequence = 0
+
+  def _upload(self, events) -> None:
+    buffer = io.BytesIO()
+    records = record_writer.RecordWriter(buffer)
+    records.write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
+                  .SerializeToString())
+    for event in events:
+      records.write(event.SerializeToString())
+    self._sequence += 1
+    fs.write_atomic(fs.join(self._logdir, f"{self._prefix}.{self._sequence:06d}.v2"),
+                    buffer.getvalue())
+
+  def write_scalars(self, step: int, scalars: Mapping[str, Any]):
+    values = [summary_pb2.Summary.Value(tag=name, simple_value=float(value))
+              for name, value in scalars.items()]
+    self._upload([event_pb2.Event(wall_time=time.time(), step=int(step),
+                                  summary=summary_pb2.Summary(value=values))])
+
+  def write_texts(self, step, texts):
+    """Texts are in metrics.jsonl."""
+
+  def write_summaries(self, step, values, metadata=None):
+    """Tensor summaries are not written by the train loop."""
+
+  def write_images(self, step, images):
+    """Images are not written by the train loop."""
+
+  def write_videos(self, step, videos):
+    """Videos are not written by the train loop."""
+
+  def write_audios(self, step, audios, *, sample_rate):
+    """Audio is not written by the train loop."""
+
+  def write_histograms(self, step, arrays, num_buckets=None):
+    """Histograms are not written by the train loop."""
+
+  def write_hparams(self, hparams):
+    """Hyperparameters are in metrics.jsonl and config.json."""
+
+  def flush(self):
+    """Every write is already uploaded."""
+
+  def close(self):
+    """Nothing is held open."""
