@@ -81,6 +81,23 @@ def test_refused_runs_write_nothing_and_print_one_line(tmp_path, args, message):
   assert not workdir.exists()
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--config=configs/demo.py:digits", "--config.dataset=/data/pets"],
+     "error: --config.dataset=/data/pets would keep the splits, steps, crop and eval sets "
+     "configs/demo.py chose for its own dataset; pass the dataset after the colon instead: "
+     "--config=configs/demo.py:/data/pets (--help shows the usage)"),
+    (["--config=configs/pretrain.py:ViT-B_16"],
+     "error: cannot load --config: configs/pretrain.py takes MODEL,DATASET (e.g. "
+     "--config=configs/pretrain.py:ViT-B_16,imagenet21k), got 'ViT-B_16'; MODEL is one of "
+     "ViT-Ti_16, "),
+], ids=["dataset_override", "pretrain_without_dataset"])
+def test_config_arguments_are_one_usage_line(tmp_path, args, message):
+  result = run_main(*args, f"--workdir={tmp_path / 'run'}")
+  assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+  assert result.stderr.startswith(message)
+  assert not (tmp_path / "run").exists()
+
+
 def test_a_file_as_workdir_is_one_line(tmp_path):
   (tmp_path / "file").write_text("data")
   result = run_main("--config=configs/demo.py", f"--workdir={tmp_path / 'file'}")

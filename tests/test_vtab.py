@@ -1,4 +1,4 @@
-"""The VTAB-1k runner (vit_jax.evaluators.vtab) and its command (vit_jax.vtab): real tiny
+"""The VTAB-1k runner (vit_jax.runs.vtab) and its command (vit_jax.vtab): real tiny
 runs on image folders, group means and the table, the sweep, reruns, usage errors."""
 
 import json
@@ -16,8 +16,7 @@ from conftest import REPO, init_params, tiny_model
 from helpers import read_metrics
 from vit_jax import cli, save_npz, train
 from vit_jax import vtab as command
-from vit_jax.evaluators import vtab
-from vit_jax.runs import outputs
+from vit_jax.runs import outputs, vtab
 
 FOLDERS = {"alpha": 0, "beta": 3, "gamma": 6}  # folder -> test images with the wrong label
 TINY = {"batch": 16, "batch_eval": 16, "total_steps": 4, "accum_steps": 1, "pp.crop": 16,
@@ -68,7 +67,7 @@ def test_three_folders_end_to_end_then_rerun_skips(folders, checkpoint, tmp_path
   workdir = str(tmp_path / "work")
   specs = [str(folders / name) for name in FOLDERS]
   report = vtab.run_benchmark(vtab.base_config(), specs, checkpoint=checkpoint,
-                              workdir=workdir, overrides=TINY)
+                              workdir=workdir, overrides=TINY, train_fn=train.train_and_evaluate)
   assert read_json(workdir, "vtab.json") == json.loads(json.dumps(report))
   top1 = {}
   for name in FOLDERS:
@@ -100,7 +99,7 @@ def test_three_folders_end_to_end_then_rerun_skips(folders, checkpoint, tmp_path
   monkeypatch.setattr(train, "train_and_evaluate", no_training)
   with caplog.at_level(logging.INFO, logger="vit_jax"):
     again = vtab.run_benchmark(vtab.base_config(), specs, checkpoint=checkpoint,
-                               workdir=workdir, overrides=TINY)
+                               workdir=workdir, overrides=TINY, train_fn=train.train_and_evaluate)
   assert again == report
   assert caplog.text.count("final run: skipped, already finished") == 3
   assert "task 3 of 3: gamma (custom)" in caplog.text
@@ -112,12 +111,14 @@ def test_rerun_with_other_settings_trains_anew_and_keeps_the_old_run(folders, ch
   resume it: the old run moves to superseded/1 untouched and the task trains anew."""
   workdir, spec = tmp_path / "work", [str(folders / "alpha")]
   first = vtab.run_benchmark(vtab.base_config(), spec, checkpoint=checkpoint,
-                             workdir=str(workdir), overrides=TINY)
+                             workdir=str(workdir), overrides=TINY,
+                             train_fn=train.train_and_evaluate)
   old_files = {p.name: p.read_bytes() for p in (workdir / "alpha").iterdir() if p.is_file()
                and p.name != "run.lock"}
   with caplog.at_level(logging.WARNING, logger="vit_jax"):
     second = vtab.run_benchmark(vtab.base_config(), spec, checkpoint=checkpoint,
-                                workdir=str(workdir), overrides={**TINY, "total_steps": 6})
+                                workdir=str(workdir), overrides={**TINY, "total_steps": 6},
+                                train_fn=train.train_and_evaluate)
   assert "holds a run with other settings (eval_every, total_steps)" in caplog.text
   kept = workdir / "alpha" / "superseded" / "1"
   assert {p.name: p.read_bytes() for p in kept.iterdir() if p.is_file()} == old_files

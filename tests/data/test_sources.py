@@ -8,7 +8,8 @@ import pytest
 import requests
 import tensorflow_datasets as tfds
 
-from helpers import make_config, train
+from helpers import make_config, train, write_image
+from vit_jax import errors
 from vit_jax.data import pipeline, sources
 
 
@@ -140,10 +141,26 @@ def test_tfds_prepared(tmp_path, monkeypatch, limit):
   assert sum(b["mask"].sum() for b in train_split) == 18
 
 
-def test_class_count_reads_no_examples(folder):
-  """The benchmark's head size for a config: from metadata, nothing prepared needed."""
-  counts = {name: sources.class_count(make_config(name)) for name in
-            ("digits", str(folder), "vtab/clevr_count", "cifar100")}
-  assert counts == {"digits": 10, str(folder): 2, "vtab/clevr_count": 8, "cifar100": 100}
-  with pytest.raises(ValueError, match="unknown dataset 'cifar-100'"):
-    sources.class_count(make_config("cifar-100"))
+@pytest.mark.parametrize("where", ["train/loop", "train/cat/loop.png", "test/cat/loop.jpg"])
+def test_a_symlink_loop_in_an_image_folder_is_one_line_naming_it(tmp_path, where):
+  for split in ("train", "test"):
+    write_image(tmp_path / split / "cat" / "a.png")
+  loop = tmp_path / where
+  os.symlink(loop.name, loop)  # points at itself: every stat fails with ELOOP
+  with pytest.raises(errors.InvalidInput) as error:
+    sources.directory_source(str(tmp_path))
+  assert str(error.value) == (f"cannot read {loop}: Too many levels of symbolic links (a "
+                              "symlink loop); fix or remove that entry of the image folder")
+
+
+def test_a_dangling_link_and_an_unreadable_image_are_named(tmp_path):
+  for split in ("train", "test"):
+    write_image(tmp_path / split / "cat" / "a.png")
+  os.symlink(tmp_path / "gone.png", tmp_path / "train" / "cat" / "b.png")
+  with pytest.raises(errors.InvalidInput, match=r"cannot read .*train/cat/b.png: No such file"):
+    sources.directory_source(str(tmp_path))
+  os.remove(tmp_path / "train" / "cat" / "b.png")
+  if os.geteuid() != 0:  # root reads anything
+    os.chmod(tmp_path / "test" / "cat" / "a.png", 0)
+    with pytest.raises(errors.InvalidInput, match=r"test/cat/a.png: Permission denied"):
+      sources.directory_source(str(tmp_path))

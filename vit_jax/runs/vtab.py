@@ -338,7 +338,8 @@ def _top1(result: Mapping[str, float]) -> Dict[str, float]:
 def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, checkpoint: str,
                   workdir: str, overrides: Optional[Mapping[str, Any]] = None,
                   sweep: Optional[Tuple[Sequence[float], Sequence[int]]] = None,
-                  select: str = "task", train_fn: Optional[Callable] = None,
+                  select: str = "task",
+                  train_fn: Callable[[ml_collections.ConfigDict, str], dict],
                   overwrite: bool = False) -> Dict[str, Any]:
   """Fine-tunes and evaluates every task of `specs`; writes WORKDIR/vtab.json and
   vtab.md and returns the report. `sweep` = (lrs, steps) runs the model selection first.
@@ -350,9 +351,6 @@ def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, chec
     raise errors.InvalidInput(f"unknown selection {select!r}; use one of {', '.join(SELECTIONS)}")
   runs = resolve_tasks(specs)
   outputs.claim_output_dir(workdir, KIND, overwrite)
-  if train_fn is None:
-    from vit_jax import train  # jax and the models: only when something runs
-    train_fn = train.train_and_evaluate
   runner = Runner(base, checkpoint, workdir, overrides, model_settings(checkpoint), train_fn)
   log.info("VTAB-1k: %d task(s) from %s in %s%s", len(runs), checkpoint, workdir,
            " with the lr/schedule sweep" if sweep else "")
