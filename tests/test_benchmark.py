@@ -7,6 +7,7 @@ import pytest
 
 from vit_jax import benchmark, objectives, sharding
 from vit_jax.models import zoo
+from vit_jax.runs import fs
 
 
 def test_b16_training_flops_match_the_published_count():
@@ -160,3 +161,18 @@ def test_config_times_the_step_that_trains_its_objective_with_polyak():
   state, step_metrics = step(state, batch, rng)
   assert float(step_metrics["loss"]) == pytest.approx(float(expected), rel=1e-5)
   assert state.polyak is not None
+
+
+def test_json_rows_go_to_a_gs_file_without_appends(gcs, capsys, monkeypatch):
+  """--json=gs://...: the file is uploaded whole after each row (objects cannot be
+  appended to), so it holds every row measured so far."""
+  def out_of_memory(*args, **kwargs):
+    raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 3e10 bytes.")
+
+  monkeypatch.setattr(benchmark, "run", out_of_memory)
+  monkeypatch.setattr(benchmark, "SUITE", [("ViT-L_16", "train", 384), ("ViT-B_16", "infer", 224)])
+  out = f"gs://{gcs.bucket}/bench/suite.jsonl"
+  benchmark.main(["--suite", "--batch=2", f"--json={out}"])
+  rows = [json.loads(line) for line in fs.read_text(out).splitlines()]
+  assert [(row["model"], row["error"]) for row in rows] == [("ViT-L_16", "out of memory"),
+                                                            ("ViT-B_16", "out of memory")]
