@@ -50,6 +50,10 @@ class HubError(errors.UserError, OSError, ValueError):
   repository and the cause."""
 
 
+class MissingFile(HubError):
+  """The repository exists but lacks the file (the next weights file or mirror may do)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Mirror:
   repo: str
@@ -114,9 +118,6 @@ def _hub_error_text(error: BaseException, repo: str) -> str:
     return f"no repository {repo} on the Hub (or it is private: set HF_TOKEN)"
   if isinstance(error, hf_errors.RevisionNotFoundError):
     return f"{repo} has no such revision"
-  if isinstance(error, hf_errors.RemoteEntryNotFoundError):
-    return f"{repo} has no file {error.response.url.path.rsplit('/', 1)[-1]}" if getattr(
-        error, "response", None) is not None else f"{repo} lacks a file"
   if isinstance(error, hf_errors.LocalEntryNotFoundError):
     if offline():
       return f"HF_HUB_OFFLINE is set and the Hub cache holds no copy of {repo}"
@@ -168,6 +169,8 @@ def _download(repo: str, filename: str, *, force: bool, verbose: bool) -> Dict[s
     else:
       with disable_progress_bars():
         path = huggingface_hub.hf_hub_download(repo, filename, **kwargs)
+  except huggingface_hub.errors.RemoteEntryNotFoundError:
+    raise MissingFile(f"{repo} has no file {filename}") from None
   except (huggingface_hub.errors.HfHubHTTPError, huggingface_hub.errors.EntryNotFoundError,
           OSError, ValueError) as e:
     raise HubError(_hub_error_text(e, repo)) from None
@@ -241,9 +244,7 @@ def _weights(repo: str, *, force: bool, verbose: bool) -> Dict[str, Any]:
       continue
     try:
       return {"name": filename, **_download(repo, filename, force=force, verbose=verbose)}
-    except HubError as e:
-      if f"has no file {filename}" not in str(e):
-        raise
+    except MissingFile as e:
       tried.append(str(e))
   raise HubError(f"{repo} has no weights vit_jax reads: {'; '.join(tried)}")
 
