@@ -36,9 +36,9 @@ for seed in $seeds; do
 import sys
 import jax
 import jax.numpy as jnp
-from vit_jax import config_defaults, save_npz, train
+from vit_jax import config_defaults, objectives, save_npz
 config = config_defaults.demo_config()
-module, _ = train.build_model(config, 10, load_pretrained=False)
+module, _ = objectives.get(config).create_model(config, 10, load_pretrained=False)
 side = config.pp.crop
 params = module.init(jax.random.PRNGKey(int(sys.argv[2])), jnp.zeros((1, side, side, 3)))
 save_npz(params["params"], sys.argv[1])

@@ -15,35 +15,30 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from vit_jax import optim, sharding, train_step
+from vit_jax import sharding, trainer
 from vit_jax.models import zoo
 
 LAYOUTS = {"data=8": {"data": -1}, "data=4 x fsdp=2": {"data": 4, "fsdp": 2},
            "data=2 x tensor=4": {"data": 2, "tensor": 4}, "fsdp=8": {"fsdp": -1}}
 
 
-def finetune_config(total_steps: int) -> ml_collections.ConfigDict:
+def finetune_config(total_steps: int, image_size: int) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(
       optimizer="sgd", momentum=0.9, optim_dtype="bfloat16", base_lr=0.03, warmup_steps=1,
       total_steps=total_steps, decay_type="cosine", grad_norm_clip=1.0, weight_decay=0.0,
-      adam_b1=0.9, adam_b2=0.999, accum_steps=1, loss="softmax_xent", label_smoothing=0.0))
+      adam_b1=0.9, adam_b2=0.999, accum_steps=1, loss="softmax_xent", label_smoothing=0.0,
+      polyak_decay=0.0, objective="classification", pp={"crop": image_size}))
 
 
 def measure(module, config, layout, batch_size, image_size, steps):
   mesh = sharding.make_mesh(layout)
   sharding.check_tensor_parallel(module.num_heads, module.mlp_dim, mesh)
-  optimizer = optim.make_optimizer(config)
   images = jnp.zeros((batch_size, image_size, image_size, 3))
-  init = lambda rng: train_step.create_train_state(module.init(rng, images[:1])["params"],
-                                                   optimizer)
-  state_sharding = sharding.param_shardings(jax.eval_shape(init, jax.random.PRNGKey(0)), mesh)
-  state = jax.jit(init, out_shardings=state_sharding)(jax.random.PRNGKey(0))
+  run = trainer.build(config, module, mesh)
+  state = run.init(jax.random.PRNGKey(0))
   batch = jax.device_put({"image": images, "label": jnp.zeros((batch_size,), jnp.int32)},
                          sharding.batch_sharding(mesh))
-  step = jax.jit(train_step.make_train_step(module, optimizer, config),
-                 in_shardings=(state_sharding, sharding.batch_sharding(mesh),
-                               sharding.replicated(mesh)),
-                 out_shardings=(state_sharding, sharding.replicated(mesh)), donate_argnums=0)
+  step = run.step
   start = time.perf_counter()
   compiled = step.lower(state, batch, jax.random.PRNGKey(1)).compile()
   compile_s = time.perf_counter() - start
@@ -66,7 +61,7 @@ def main():
   parser.add_argument("--steps", type=int, default=3)
   args = parser.parse_args()
   module = zoo.create_model(args.model, num_classes=1000)
-  config = finetune_config(args.steps + 1)
+  config = finetune_config(args.steps + 1, args.image_size)
   print(f"{args.model}, batch {args.batch} at {args.image_size} px, {jax.device_count()} "
         f"{jax.devices()[0].platform} devices, jax {jax.__version__}")
   print(f"{'layout':<20} {'compile s':>10} {'step s':>8} {'img/s':>8} {'MiB/device':>11}")

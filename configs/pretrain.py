@@ -22,9 +22,13 @@ BATCH = 4096
 
 
 def get_config(arg="ViT-B_16,imagenet2012"):
-  model_name, dataset = (part.strip() for part in arg.split(","))
-  if dataset not in RECIPES:
-    raise ValueError(f"pretrain.py knows {', '.join(RECIPES)}, got {dataset!r}")
+  parts = [part.strip() for part in str(arg).split(",")]
+  model_name, dataset = parts if len(parts) == 2 else (None, None)
+  if model_name not in zoo.RELEASED or dataset not in RECIPES:
+    raise ValueError(
+        f"configs/pretrain.py takes MODEL,DATASET (e.g. "
+        f"--config=configs/pretrain.py:ViT-B_16,imagenet21k), got {arg!r}; MODEL is one of "
+        f"{', '.join(zoo.RELEASED)}; DATASET is {' or '.join(RECIPES)}")
   examples, epochs, lr, weight_decay, decay, loss, eval_split = RECIPES[dataset]
   config = config_defaults.with_dataset(config_defaults.get_config(), dataset)
   config.model_name = model_name

@@ -29,13 +29,37 @@ demo = load_module("demo.py")  # configs/ holds files loaded by path, not a pack
 
 
 
+# The short demo run that most main-job tests make, in process (demo_config) or as a
+# command (demo_args): programs compiled for the same settings (and device count) are
+# shared between tests, workers and processes through the persistent XLA cache, so a
+# test that can use these settings (overriding only what does not change a compiled
+# program, such as eval_every or progress_every) pays no compile of its own.
+DEMO_SETTINGS = dict(total_steps=6, batch=32, batch_eval=128, progress_every=2, eval_every=3,
+                     checkpoint_every=3, warmup_steps=2)
+
+
 def demo_config(**overrides):
   config = demo.get_config()
-  config.update(dict(total_steps=6, batch=32, batch_eval=128, progress_every=2,
-                     eval_every=3, checkpoint_every=3, warmup_steps=2))
-  config.update(overrides)
+  config.update({**DEMO_SETTINGS, **overrides})
   config.lock()
   return config
+
+
+def demo_args(**overrides):
+  """`python -m vit_jax.main` flags for the same run as demo_config(**overrides)."""
+  return ["--config=configs/demo.py"] + [f"--config.{key}={value}" for key, value
+                                         in {**DEMO_SETTINGS, **overrides}.items()]
+
+
+def subprocess_env(devices=None, **extra):
+  """The environment of a command a test starts: this checkout's code, TensorFlow quiet,
+  the test XLA flags set in conftest, and `devices` CPU devices when given."""
+  env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3", **extra}
+  if devices:
+    flags = [flag for flag in os.environ.get("XLA_FLAGS", "").split()
+             if not flag.startswith("--xla_force_host_platform_device_count")]
+    env["XLA_FLAGS"] = " ".join(flags + [f"--xla_force_host_platform_device_count={devices}"])
+  return env
 
 
 def read_metrics(workdir):

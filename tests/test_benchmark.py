@@ -5,7 +5,7 @@ import json
 import jax
 import pytest
 
-from vit_jax import benchmark
+from vit_jax import benchmark, objectives, sharding
 from vit_jax.models import zoo
 
 
@@ -103,13 +103,13 @@ def test_config_times_exactly_the_configs_step(tmp_path, capsys, monkeypatch):
   """--config takes the model, its fast paths, batch, crop, dtype, mesh, accumulation and
   optimizer from a training config (plus --config.KEY overrides), as vit_jax.main would."""
   seen = {}
-  real_step_function = benchmark._step_function
+  real_step_function = benchmark.step_function
 
   def spy(module, mode, mesh, batch, image_size, config):
     seen.update(module=module, batch=batch, image_size=image_size, config=config)
     return real_step_function(module, mode, mesh, batch, image_size, config)
 
-  monkeypatch.setattr(benchmark, "_step_function", spy)
+  monkeypatch.setattr(benchmark, "step_function", spy)
   out = tmp_path / "results.jsonl"
   benchmark.main(["--config=configs/demo.py", "--config.batch=16", "--config.accum_steps=2",
                   "--config.model.remat_policy=full", "--steps=2", "--peak_tflops=1",
@@ -140,3 +140,23 @@ def test_config_mistakes_are_one_error_line(capsys, argv, problem):
   assert exit_info.value.code == 2
   err = capsys.readouterr().err
   assert err.startswith("error: ") and problem in err and err.count("\n") == 1
+
+
+def test_config_times_the_step_that_trains_its_objective_with_polyak():
+  """benchmark --config once built its own state, without the Polyak average, and minimised
+  the classification loss whatever config.objective said: the state must carry the
+  average, and the step's loss must be the configured objective's (here MPP)."""
+  config = benchmark.load_config("configs/mpp.py:digits", [
+      "--config.polyak_decay=0.9", "--config.batch=8", "--config.accum_steps=1"])
+  objective = objectives.get(config)
+  module, _ = objective.create_model(config, 10, load_pretrained=False)
+  mesh = sharding.make_mesh({"data": 1}, jax.devices()[:1])
+  step, (state, batch, rng) = benchmark.step_function(module, "train", mesh, 8,
+                                                      config.pp.crop, config)
+  assert state.polyak is not None
+  params = jax.device_get(state.params)
+  key = jax.random.fold_in(jax.random.fold_in(rng, 0), 0)  # step 0, micro-batch 0
+  expected = objective.make_batch_loss(module, config)(params, jax.device_get(batch), key)
+  state, step_metrics = step(state, batch, rng)
+  assert float(step_metrics["loss"]) == pytest.approx(float(expected), rel=1e-5)
+  assert state.polyak is not None

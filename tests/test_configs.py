@@ -7,7 +7,7 @@ import pytest
 import setuptools
 
 from helpers import load_module
-from vit_jax import config_defaults
+from vit_jax import config_checks, config_defaults
 from vit_jax.models import zoo
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -41,7 +41,7 @@ def test_model_config_headline_and_dataset_argument(name):
   assert (cifar.dataset, cifar.train_split, cifar.pp.crop) == (
       "cifar10", "train[:98%]", headline.pp.crop)  # Table 2's datasets share the resolution
   folder = load(f"{name}:/data/my_images")
-  assert folder.dataset == "/data/my_images" and folder.total_steps == config_defaults.HYPERRULE
+  assert folder.dataset == "/data/my_images" and folder.total_steps == config_checks.HYPERRULE
 
 
 def test_reference_key_names_exist():
@@ -76,8 +76,12 @@ def test_pretraining_recipe_matches_the_paper():
   assert config.model.representation_size == 768 and config.model.head_bias_init == -10.0
   assert config.total_steps == 14_197_122 * 90 // 4096
   assert load("pretrain.py:ViT-L_16,imagenet2012").weight_decay == 0.3
-  with pytest.raises(ValueError, match="pretrain.py knows"):
-    load("pretrain.py:ViT-B_16,jft")
+  for bad in ("ViT-B_16,jft", "ViT-B_16", "ViT-X_16,imagenet2012", "ViT-B_16,imagenet2012,x"):
+    with pytest.raises(ValueError, match=(
+        r"^configs/pretrain.py takes MODEL,DATASET \(e.g. "
+        r"--config=configs/pretrain.py:ViT-B_16,imagenet21k\), got '.*'; MODEL is one of "
+        r"ViT-Ti_16, .*; DATASET is imagenet21k or imagenet2012$")):
+      load(f"pretrain.py:{bad}")
 
 
 def test_configs_are_locked_against_typos():
@@ -95,7 +99,7 @@ def test_demo_takes_a_dataset_like_the_model_configs():
   folder = load("demo.py:/data/my_images")
   assert (folder.dataset, folder.train_split, folder.eval_split) == ("/data/my_images",
                                                                     "train", "test")
-  assert folder.total_steps == config_defaults.HYPERRULE and folder.pretrained is None
+  assert folder.total_steps == config_checks.HYPERRULE and folder.pretrained is None
   assert (folder.pp.crop, folder.pp.flip, folder.model) == (32, True, digits.model)
   cifar = load("demo.py:cifar10")
   assert (cifar.train_split, cifar.total_steps) == ("train[:98%]", 10_000)

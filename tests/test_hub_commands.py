@@ -15,7 +15,7 @@ from conftest import RELEASED_FIXTURES, REPO
 from hub_server import HubServer, build_repos, use_servers
 from vit_jax import fewshot
 from vit_jax.checkpoints import npz_layout
-from vit_jax.evaluators import vtab
+from vit_jax.runs import vtab
 from vit_jax.models import posemb
 
 

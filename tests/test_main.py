@@ -8,12 +8,12 @@ import sys
 import pytest
 
 from conftest import REPO
+from helpers import demo_args, subprocess_env
 
 
 def run_main(*args, devices=1, timeout=300):
-  env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3",
-         "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
-  return subprocess.run([sys.executable, "-m", "vit_jax.main", *args], cwd=REPO, env=env,
+  return subprocess.run([sys.executable, "-m", "vit_jax.main", *args], cwd=REPO,
+                        env=subprocess_env(devices),
                         capture_output=True, text=True, timeout=timeout)
 
 
@@ -50,9 +50,9 @@ def test_batch_not_divisible_by_devices(tmp_path):
                                   ["--config.mesh.data=2", "--config.mesh.tensor=4"]],
                          ids=["data8", "data4_fsdp2", "data2_tensor4"])
 def test_short_demo_run_on_8_devices(tmp_path, mesh):
-  result = run_main("--config=configs/demo.py", f"--workdir={tmp_path}",
-                    "--config.total_steps=4", "--config.warmup_steps=2", "--config.batch=64",
-                    "--config.eval_every=4", "--config.progress_every=2", *mesh, devices=8)
+  # The shared demo run (helpers.DEMO_SETTINGS): data8 compiles what test_multiprocess's
+  # 8-device run compiles.
+  result = run_main(*demo_args(eval_every=6), f"--workdir={tmp_path}", *mesh, devices=8)
   assert result.returncode == 0, result.stderr[-2000:]
   assert "img/s/device" in result.stderr and "ETA" in result.stderr
   final = json.loads((tmp_path / "final_metrics.json").read_text())
@@ -62,7 +62,7 @@ def test_short_demo_run_on_8_devices(tmp_path, mesh):
                 "Hyperparameters"):
     assert noise not in result.stderr, noise
   assert len(result.stderr.splitlines()) < 20, result.stderr
-  summary = result.stderr[result.stderr.index("done: trained steps 1-4 of 4"):]
+  summary = result.stderr[result.stderr.index("done: trained steps 1-6 of 6"):]
   assert f"eval accuracy {final['eval/accuracy']:.4f}" in summary
   for path in ("params.npz", "metrics.jsonl", "checkpoints"):
     assert str(tmp_path / path) in summary
@@ -79,6 +79,23 @@ def test_refused_runs_write_nothing_and_print_one_line(tmp_path, args, message):
   assert result.returncode == 1
   assert result.stderr.strip().startswith(message) and len(result.stderr.splitlines()) == 1
   assert not workdir.exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--config=configs/demo.py:digits", "--config.dataset=/data/pets"],
+     "error: --config.dataset=/data/pets would keep the splits, steps, crop and eval sets "
+     "configs/demo.py chose for its own dataset; pass the dataset after the colon instead: "
+     "--config=configs/demo.py:/data/pets (--help shows the usage)"),
+    (["--config=configs/pretrain.py:ViT-B_16"],
+     "error: cannot load --config: configs/pretrain.py takes MODEL,DATASET (e.g. "
+     "--config=configs/pretrain.py:ViT-B_16,imagenet21k), got 'ViT-B_16'; MODEL is one of "
+     "ViT-Ti_16, "),
+], ids=["dataset_override", "pretrain_without_dataset"])
+def test_config_arguments_are_one_usage_line(tmp_path, args, message):
+  result = run_main(*args, f"--workdir={tmp_path / 'run'}")
+  assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+  assert result.stderr.startswith(message)
+  assert not (tmp_path / "run").exists()
 
 
 def test_a_file_as_workdir_is_one_line(tmp_path):

@@ -2,6 +2,7 @@
 their checkpoint resumes in a single process."""
 
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -11,10 +12,11 @@ import time
 import numpy as np
 
 from conftest import REPO
-from helpers import read_metrics
+from helpers import demo_args, demo_config, read_metrics, subprocess_env
+from vit_jax import train
 
-ARGS = ["--config=configs/demo.py", "--config.total_steps=6", "--config.batch=32",
-        "--config.checkpoint_every=3", "--config.eval_every=6", "--config.warmup_steps=2"]
+# The shared demo run (helpers.DEMO_SETTINGS), evaluated once at the end.
+ARGS = demo_args(eval_every=6)
 
 
 def free_port() -> int:
@@ -25,11 +27,10 @@ def free_port() -> int:
 
 def launch(workdir, devices, tag, *extra):
   """Starts the main job with `devices` CPU devices, logging to <workdir>.<tag>.log."""
-  env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3",
-         "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
   log = open(f"{workdir}.{tag}.log", "w")
   return subprocess.Popen([sys.executable, "-m", "vit_jax.main", *ARGS, f"--workdir={workdir}",
-                           *extra], cwd=REPO, env=env, stdout=log, stderr=log)
+                           *extra], cwd=REPO, env=subprocess_env(devices), stdout=log,
+                          stderr=log)
 
 
 def output(workdir, tag):
@@ -48,26 +49,27 @@ def assert_close(ours, reference):
     np.testing.assert_allclose(ours[key], value, rtol=1e-4, atol=1e-5, err_msg=key)
 
 
-def test_two_processes_match_one_process_and_resume_in_one(tmp_path):
+def test_two_processes_match_one_process_and_resume_in_one(tmp_path, caplog):
   port = free_port()
   two = str(tmp_path / "two")
   workers = [launch(two, 4, str(i), f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
                     f"--process_id={i}") for i in range(2)]
+  eight = launch(str(tmp_path / "eight"), 8, "run")
+  # One device: this (1-device) test process runs the same job while the others run.
+  train.train_and_evaluate(demo_config(eval_every=6), str(tmp_path / "one"))
   codes = [w.wait(timeout=400) for w in workers]
   assert codes == [0, 0], output(two, "0")[-3000:] + output(two, "1")[-3000:]
   assert "process 1 of 2 reads rows [16, 32) of every global batch of 32" in output(two, "1")
   assert "process 0 of 2 reads rows [0, 16)" in output(two, "0")
   with open(os.path.join(two, "final_metrics.json")) as f:
     assert json.load(f)["eval/examples"] == 300  # evaluation exact across processes
-
-  for name, devices in (("one", 1), ("eight", 8)):
-    single = launch(str(tmp_path / name), devices, "run")
-    assert single.wait(timeout=400) == 0, output(str(tmp_path / name), "run")[-3000:]
+  assert eight.wait(timeout=400) == 0, output(str(tmp_path / "eight"), "run")[-3000:]
+  for name in ("one", "eight"):
     assert_close(params(str(tmp_path / name)), params(two))
 
-  resumed = launch(two, 1, "resumed", "--config.total_steps=8")
-  assert resumed.wait(timeout=400) == 0, output(two, "resumed")[-3000:]
-  assert "resumed from step 6" in output(two, "resumed")
+  with caplog.at_level(logging.INFO):  # in one process, here
+    train.train_and_evaluate(demo_config(eval_every=6, total_steps=8), two)
+  assert "resumed from step 6" in caplog.text
 
 
 def test_a_dead_peer_stops_the_survivor(tmp_path):

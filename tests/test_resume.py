@@ -13,18 +13,19 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from helpers import read_metrics
+from helpers import demo_args, demo_config, read_metrics, subprocess_env
+from vit_jax import train
 
-DEMO = ["--config=configs/demo.py", "--config.batch=32", "--config.progress_every=1",
-        "--config.eval_every=1000", "--config.warmup_steps=2"]
+# The shared demo run (helpers.DEMO_SETTINGS), logging every step, never evaluating.
+DEMO = dict(progress_every=1, eval_every=1000)
 
 
-def start_main(workdir, *overrides, log_path=None):
+def start_main(workdir, log_path=None, **settings):
   """Starts the main job; its output goes to <workdir>.log (a pipe could fill and block)."""
-  env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3"}
   log = open(log_path or f"{workdir}.log", "w")
-  return subprocess.Popen([sys.executable, "-m", "vit_jax.main", *DEMO, f"--workdir={workdir}",
-                           *overrides], cwd=REPO, env=env, stdout=log, stderr=log)
+  return subprocess.Popen([sys.executable, "-m", "vit_jax.main",
+                           *demo_args(**{**DEMO, **settings}), f"--workdir={workdir}"],
+                          cwd=REPO, env=subprocess_env(), stdout=log, stderr=log)
 
 
 def finish(process, workdir, timeout=300):
@@ -53,11 +54,11 @@ def trained_steps(workdir):
 
 def test_a_second_run_is_refused_and_sigterm_saves_the_current_step(tmp_path):
   workdir = str(tmp_path / "run")
-  process = start_main(workdir, "--config.total_steps=100000", "--config.checkpoint_every=100000")
+  process = start_main(workdir, total_steps=100000, checkpoint_every=100000)
   wait_for(lambda: trained_steps(workdir) >= 3)
   # The same workdir from a second process, with another config: refused, nothing touched.
   config_before = open(os.path.join(workdir, "config.json")).read()
-  second_run = start_main(workdir, "--config.base_lr=0.1", log_path=f"{workdir}.second.log")
+  second_run = start_main(workdir, log_path=f"{workdir}.second.log", base_lr=0.1)
   code, second = finish(second_run, f"{workdir}.second")
   assert code == 1
   assert second.strip().splitlines() == [
@@ -74,7 +75,7 @@ def test_a_second_run_is_refused_and_sigterm_saves_the_current_step(tmp_path):
 
 def test_ctrl_c_saves_the_current_step_and_a_second_one_aborts_at_once(tmp_path):
   workdir = str(tmp_path / "run")
-  process = start_main(workdir, "--config.total_steps=100000", "--config.checkpoint_every=100000")
+  process = start_main(workdir, total_steps=100000, checkpoint_every=100000)
   wait_for(lambda: trained_steps(workdir) >= 3)
   process.send_signal(signal.SIGINT)
   code, output = finish(process, workdir)
@@ -87,7 +88,7 @@ def test_ctrl_c_saves_the_current_step_and_a_second_one_aborts_at_once(tmp_path)
                        f"{workdir}/checkpoints; rerun the same command to resume")
   assert sum(line.startswith("Ctrl-C: saving a checkpoint") for line in lines) == 1
 
-  process = start_main(workdir, "--config.total_steps=100000", "--config.checkpoint_every=100000")
+  process = start_main(workdir, total_steps=100000, checkpoint_every=100000)
   wait_for(lambda: trained_steps(workdir) >= steps[0] + 2)  # resumed
   process.send_signal(signal.SIGINT)
   wait_for(lambda: "Ctrl-C: saving" in open(f"{workdir}.log").read(), timeout=10)  # at once
@@ -100,16 +101,16 @@ def test_ctrl_c_saves_the_current_step_and_a_second_one_aborts_at_once(tmp_path)
 
 
 def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path):
-  common = ["--config.total_steps=40", "--config.checkpoint_every=4"]
+  common = dict(total_steps=40, checkpoint_every=4)
   reference_dir, killed_dir = str(tmp_path / "reference"), str(tmp_path / "killed")
-  reference = start_main(reference_dir, *common)
-  killed = start_main(killed_dir, *common)
+  killed = start_main(killed_dir, **common)
   wait_for(lambda: checkpoint_steps(killed_dir) or killed.poll() is not None)
   killed.kill()
   killed.wait()
-  code, output = finish(reference, reference_dir)
-  assert code == 0, output[-2000:]
-  code, stderr = finish(start_main(killed_dir, *common), killed_dir)
+  # The uninterrupted run, in this process: the same job and programs as the command
+  # (compiled by now, so they come from the persistent cache).
+  train.train_and_evaluate(demo_config(**DEMO, **common), reference_dir)
+  code, stderr = finish(start_main(killed_dir, **common), killed_dir)
   assert code == 0, stderr[-2000:]
   resumed_from = int(stderr.split("resumed from step ")[1].split()[0])
   assert 4 <= resumed_from < 40  # the kill landed mid-run, after a checkpoint
@@ -127,15 +128,14 @@ def run_in_tiny_filesystem(script, size="5m"):
   if unshare is None or subprocess.run(
       [unshare, "--user", "--map-root-user", "--mount", "true"], capture_output=True).returncode:
     pytest.skip("cannot create a private mount namespace (unshare) to fill a disk")
-  env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3"}
   return subprocess.run([unshare, "--user", "--map-root-user", "--mount", "sh", "-c",
                          f"mount -t tmpfs -o size={size} tmpfs /mnt && {script}"],
-                        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+                        cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=600)
 
 
 def test_a_full_disk_keeps_the_last_checkpoint_and_says_so_in_one_line():
-  main = " ".join([sys.executable, "-m", "vit_jax.main", *DEMO, "--workdir=/mnt/run",
-                   "--config.total_steps=8", "--config.checkpoint_every=2"])
+  main = " ".join([sys.executable, "-m", "vit_jax.main", "--workdir=/mnt/run",
+                   *demo_args(**DEMO, total_steps=8, checkpoint_every=2)])
   result = run_in_tiny_filesystem(
       f"{main} 2>/mnt/first.log; echo \"== first exit $?\"; cat /mnt/first.log; "
       f"echo == checkpoints; ls /mnt/run/checkpoints; echo == second; {main} 2>&1; "

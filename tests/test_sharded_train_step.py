@@ -4,11 +4,12 @@ The comparison runs in a subprocess, because the device count is fixed when jax 
 """
 
 import json
-import os
 import subprocess
 import sys
 
 import numpy as np
+
+from helpers import subprocess_env
 
 LAYOUTS = {"data8": {"data": 8}, "data4_fsdp2": {"data": 4, "fsdp": 2},
            "data2_tensor4": {"data": 2, "tensor": 4}}
@@ -21,6 +22,7 @@ def run_layouts():
   import jax.numpy as jnp
   import ml_collections
   from vit_jax import optim, sharding, train_step
+  from vit_jax.objectives import classification
   from vit_jax.models import vit, zoo
 
   tiny = dict(num_classes=8, patch_size=8, hidden_size=128, mlp_dim=512, num_heads=4,
@@ -42,7 +44,9 @@ def run_layouts():
     devices = jax.devices()[:1] if name == "one" else jax.devices()
     mesh = sharding.make_mesh(layout, devices)
     scan = name in SCANNED
-    step = train_step.make_train_step(scanned if scan else module, optimizer, config)
+    model = scanned if scan else module
+    step = train_step.make_train_step(classification.make_batch_loss(model, config), optimizer,
+                                      config)
     state = train_step.create_train_state(vit.to_scan_layout(params) if scan else params,
                                           optimizer)
     state_sharding = sharding.param_shardings(jax.eval_shape(lambda: state), mesh)
@@ -64,10 +68,8 @@ def run_layouts():
 
 
 def test_sharded_layouts_match_one_device():
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-         "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
-  out = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True,
-                       timeout=600)
+  out = subprocess.run([sys.executable, __file__], env=subprocess_env(devices=8),
+                       capture_output=True, text=True, timeout=600)
   assert out.returncode == 0, out.stderr[-3000:]
   results = json.loads(out.stdout.splitlines()[-1])
   one = results.pop("one")

@@ -106,7 +106,7 @@ def test_hyperrule_steps():
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
   workdir = str(tmp_path / "run")
-  train.train_and_evaluate(demo_config(total_steps=2, checkpoint_every=2), workdir)
+  train.train_and_evaluate(demo_config(), workdir)  # the shared demo run: compiled once
   exploding = demo_config(total_steps=12, checkpoint_every=1, progress_every=5,
                           base_lr=1e38)
   with pytest.raises(FloatingPointError, match="is (nan|inf) at step .*last good checkpoint "
@@ -145,23 +145,23 @@ def snapshot(workdir):
 
 def test_rerunning_a_finished_run_writes_nothing(tmp_path, caplog):
   workdir = str(tmp_path / "run")
-  first = train.train_and_evaluate(demo_config(total_steps=3, eval_every=3), workdir)
+  first = train.train_and_evaluate(demo_config(), workdir)
   before = snapshot(workdir)
   with caplog.at_level(logging.INFO):
-    again = train.train_and_evaluate(demo_config(total_steps=3, eval_every=3), workdir)
+    again = train.train_and_evaluate(demo_config(), workdir)
   assert again == first
-  assert f"already finished at step 3; results in {workdir}" in caplog.text
+  assert f"already finished at step 6; results in {workdir}" in caplog.text
   assert snapshot(workdir) == before  # no hparams row, no events file, same config.json
 
 
 def test_a_resumed_run_with_changed_settings_keeps_the_original_config(tmp_path):
   workdir = tmp_path / "run"
-  train.train_and_evaluate(demo_config(total_steps=3), str(workdir))
+  train.train_and_evaluate(demo_config(), str(workdir))
   original = (workdir / "config.json").read_text()
-  train.train_and_evaluate(demo_config(total_steps=4, base_lr=5e-4), str(workdir))
+  train.train_and_evaluate(demo_config(total_steps=8, base_lr=5e-4), str(workdir))
   assert (workdir / "config.json").read_text() == original
-  resumed = json.loads((workdir / "config.resumed-3.json").read_text())
-  assert resumed["total_steps"] == 4 and resumed["base_lr"] == 5e-4
+  resumed = json.loads((workdir / "config.resumed-6.json").read_text())
+  assert resumed["total_steps"] == 8 and resumed["base_lr"] == 5e-4
 
 
 @pytest.mark.parametrize("override, message", [
@@ -237,8 +237,8 @@ def diverging_from(bad_step, poison_loss):
   """make_train_step whose state (and loss, if poison_loss) turns NaN from bad_step on."""
   original = train_step.make_train_step
 
-  def make(module, optimizer, config):
-    step_fn = original(module, optimizer, config)
+  def make(batch_loss, optimizer, config):
+    step_fn = original(batch_loss, optimizer, config)
 
     def poisoned(state, batch, rng):
       state, step_metrics = step_fn(state, batch, rng)

@@ -1,4 +1,5 @@
-"""Train/eval steps: accumulation, losses, masked eval sums."""
+"""The generic train step: accumulation, optimizer, Polyak average (with the classification
+loss; the losses themselves: tests/objectives/test_classification.py)."""
 
 import jax
 import jax.numpy as jnp
@@ -8,6 +9,7 @@ import pytest
 
 from conftest import init_params, tiny_model
 from vit_jax import optim, train_step
+from vit_jax.objectives import classification
 
 NUM_CLASSES = 5
 
@@ -16,9 +18,15 @@ def make_config(**overrides) -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict(dict(
       optimizer="sgd", base_lr=0.1, warmup_steps=0, total_steps=100, decay_type="constant",
       momentum=0.9, optim_dtype="float32", adam_b1=0.9, adam_b2=0.999, weight_decay=0.0,
-      grad_norm_clip=1.0, accum_steps=1, loss="softmax_xent", label_smoothing=0.0))
+      grad_norm_clip=1.0, accum_steps=1, loss="softmax_xent", label_smoothing=0.0,
+      polyak_decay=0.0))
   config.update(overrides)
   return config
+
+
+def classification_step(model, optimizer, config):
+  return train_step.make_train_step(classification.make_batch_loss(model, config), optimizer,
+                                    config)
 
 
 def make_batch(size=8, seed=0):
@@ -32,7 +40,7 @@ def run_steps(config, batch, num_steps=1):
   model = tiny_model(NUM_CLASSES)
   optimizer = optim.make_optimizer(config)
   state = train_step.create_train_state(init_params(model), optimizer)
-  step_fn = jax.jit(train_step.make_train_step(model, optimizer, config))
+  step_fn = jax.jit(classification_step(model, optimizer, config))
   history = []
   for _ in range(num_steps):
     state, metrics = step_fn(state, batch, jax.random.PRNGKey(1))
@@ -61,7 +69,7 @@ def test_batch_not_divisible_by_accum_steps_fails_at_trace_time():
   model = tiny_model(NUM_CLASSES)
   optimizer = optim.make_optimizer(config)
   state = train_step.create_train_state(init_params(model), optimizer)
-  step_fn = train_step.make_train_step(model, optimizer, config)
+  step_fn = classification_step(model, optimizer, config)
   with pytest.raises(ValueError, match="6 examples does not split into config.accum_steps=4"):
     jax.eval_shape(step_fn, state, make_batch(6), jax.random.PRNGKey(0))
 
@@ -89,65 +97,12 @@ def test_one_hot_float_labels_train_like_int_labels():
   assert max_abs_diff(from_ints.params, from_floats.params) <= 1e-7
 
 
-def log_softmax(x):
-  return x - np.log(np.sum(np.exp(x), axis=-1, keepdims=True))
-
-
-LOGITS = np.array([[2.0, 0.0, -1.0], [0.5, 0.5, -3.0]], np.float32)
-
-
-def test_label_smoothing_matches_hand_computation():
-  loss_fn = train_step.make_loss_fn(make_config(label_smoothing=0.3))
-  smoothed = np.array([[0.8, 0.1, 0.1], [0.1, 0.1, 0.8]])  # 0.7 * one_hot + 0.3 / 3
-  expected = -np.sum(smoothed * log_softmax(LOGITS), axis=-1)
-  np.testing.assert_allclose(loss_fn(LOGITS, np.array([0, 2])), expected, rtol=1e-6)
-
-
-def test_sigmoid_xent_sums_classes_per_example():
-  loss_fn = train_step.make_loss_fn(make_config(loss="sigmoid_xent"))
-  labels = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
-  prob = 1.0 / (1.0 + np.exp(-LOGITS.astype(np.float64)))
-  expected = -np.sum(labels * np.log(prob) + (1 - labels) * np.log(1 - prob), axis=-1)
-  np.testing.assert_allclose(loss_fn(LOGITS, np.array([0, 2])), expected, rtol=1e-6)
-  np.testing.assert_allclose(loss_fn(LOGITS, labels), expected, rtol=1e-6)
-
-
-def test_soft_labels_give_the_mixed_cross_entropy():
-  loss_fn = train_step.make_loss_fn(make_config())
-  mixed = np.array([[0.7, 0.3, 0.0], [0.0, 0.4, 0.6]], np.float32)
-  expected = -np.sum(mixed * log_softmax(LOGITS), axis=-1)
-  np.testing.assert_allclose(loss_fn(LOGITS, mixed), expected, rtol=1e-6)
-
-
-def test_unknown_loss_fails_with_the_valid_choices():
-  with pytest.raises(ValueError, match="config.loss='l2'; choose one of softmax_xent"):
-    train_step.make_loss_fn(make_config(loss="l2"))
-
-
-def test_eval_sums_count_only_unmasked_rows():
-  model = tiny_model(NUM_CLASSES)
-  params = init_params(model)
-  eval_step = jax.jit(train_step.make_eval_step(model))
-  real = make_batch(4)
-  padded = {"image": jnp.concatenate([real["image"], jnp.full((2, 16, 16, 3), 5.0)]),
-            "label": jnp.concatenate([real["label"], jnp.array([0, 0])]),
-            "mask": jnp.array([1.0, 1, 1, 1, 0, 0])}
-  sums = jax.device_get(eval_step(params, padded))
-
-  logits = np.asarray(model.apply({"params": params}, real["image"]), np.float64)
-  labels = np.asarray(real["label"])
-  expected_loss = -np.sum(log_softmax(logits)[np.arange(4), labels])
-  assert sums["examples"] == 4.0
-  assert sums["correct"] == np.sum(np.argmax(logits, axis=-1) == labels)
-  assert sums["loss_sum"] == pytest.approx(expected_loss, rel=1e-5)
-
-
 def test_polyak_average_is_the_exponential_moving_average_of_the_params():
   config = make_config(polyak_decay=0.75)
   model = tiny_model(NUM_CLASSES)
   optimizer = optim.make_optimizer(config)
   state = train_step.create_train_state(init_params(model), optimizer, polyak=True)
-  step_fn = jax.jit(train_step.make_train_step(model, optimizer, config), donate_argnums=0)
+  step_fn = jax.jit(classification_step(model, optimizer, config), donate_argnums=0)
   expected = jax.device_get(state.params)
   for seed in range(3):
     state, _ = step_fn(state, make_batch(seed=seed), jax.random.PRNGKey(1))

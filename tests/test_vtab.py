@@ -1,4 +1,4 @@
-"""The VTAB-1k runner (vit_jax.evaluators.vtab) and its command (vit_jax.vtab): real tiny
+"""The VTAB-1k runner (vit_jax.runs.vtab) and its command (vit_jax.vtab): real tiny
 runs on image folders, group means and the table, the sweep, reruns, usage errors."""
 
 import json
@@ -16,8 +16,7 @@ from conftest import REPO, init_params, tiny_model
 from helpers import read_metrics
 from vit_jax import cli, save_npz, train
 from vit_jax import vtab as command
-from vit_jax.evaluators import vtab
-from vit_jax.runs import outputs
+from vit_jax.runs import outputs, vtab
 
 FOLDERS = {"alpha": 0, "beta": 3, "gamma": 6}  # folder -> test images with the wrong label
 TINY = {"batch": 16, "batch_eval": 16, "total_steps": 4, "accum_steps": 1, "pp.crop": 16,
@@ -68,7 +67,7 @@ def test_three_folders_end_to_end_then_rerun_skips(folders, checkpoint, tmp_path
   workdir = str(tmp_path / "work")
   specs = [str(folders / name) for name in FOLDERS]
   report = vtab.run_benchmark(vtab.base_config(), specs, checkpoint=checkpoint,
-                              workdir=workdir, overrides=TINY)
+                              workdir=workdir, overrides=TINY, train_fn=train.train_and_evaluate)
   assert read_json(workdir, "vtab.json") == json.loads(json.dumps(report))
   top1 = {}
   for name in FOLDERS:
@@ -100,7 +99,7 @@ def test_three_folders_end_to_end_then_rerun_skips(folders, checkpoint, tmp_path
   monkeypatch.setattr(train, "train_and_evaluate", no_training)
   with caplog.at_level(logging.INFO, logger="vit_jax"):
     again = vtab.run_benchmark(vtab.base_config(), specs, checkpoint=checkpoint,
-                               workdir=workdir, overrides=TINY)
+                               workdir=workdir, overrides=TINY, train_fn=train.train_and_evaluate)
   assert again == report
   assert caplog.text.count("final run: skipped, already finished") == 3
   assert "task 3 of 3: gamma (custom)" in caplog.text
@@ -112,12 +111,14 @@ def test_rerun_with_other_settings_trains_anew_and_keeps_the_old_run(folders, ch
   resume it: the old run moves to superseded/1 untouched and the task trains anew."""
   workdir, spec = tmp_path / "work", [str(folders / "alpha")]
   first = vtab.run_benchmark(vtab.base_config(), spec, checkpoint=checkpoint,
-                             workdir=str(workdir), overrides=TINY)
+                             workdir=str(workdir), overrides=TINY,
+                             train_fn=train.train_and_evaluate)
   old_files = {p.name: p.read_bytes() for p in (workdir / "alpha").iterdir() if p.is_file()
                and p.name != "run.lock"}
   with caplog.at_level(logging.WARNING, logger="vit_jax"):
     second = vtab.run_benchmark(vtab.base_config(), spec, checkpoint=checkpoint,
-                                workdir=str(workdir), overrides={**TINY, "total_steps": 6})
+                                workdir=str(workdir), overrides={**TINY, "total_steps": 6},
+                                train_fn=train.train_and_evaluate)
   assert "holds a run with other settings (eval_every, total_steps)" in caplog.text
   kept = workdir / "alpha" / "superseded" / "1"
   assert {p.name: p.read_bytes() for p in kept.iterdir() if p.is_file()} == old_files
@@ -171,17 +172,37 @@ def test_group_means_and_the_table(tmp_path):
       384, False)
   table = (tmp_path / "w" / "vtab.md").read_text().splitlines()
   rows = [line for line in table if line.startswith("| ")][1:]
-  assert rows == [
-      "| Natural | dtd | 50.00 | 0.01 | 2500 |", "| Natural | svhn | 70.00 | 0.01 | 2500 |",
-      "| **Natural mean** | 2 of 7 tasks | **60.00** | | |",
-      "| Specialized | eurosat | 90.00 | 0.01 | 2500 |",
-      "| **Specialized mean** | 1 of 4 tasks | **90.00** | | |",
-      "| Structured | clevr_count | 30.00 | 0.01 | 2500 |",
-      "| Structured | dsprites_location | 40.00 | 0.01 | 2500 |",
-      "| **Structured mean** | 2 of 8 tasks | **35.00** | | |",
-      "| Custom | my_images | 80.00 | 0.01 | 2500 |",
-      "| **Custom mean** | 1 task, in no VTAB group | **80.00** | | |",
-      "| **Mean** | 6 tasks, 1 custom included | **60.00** | | |"]
+  assert rows == [  # the TFDS version each task read (TFDS 4.9 has the benchmark's)
+      "| Natural | dtd | 50.00 | 0.01 | 2500 | 3.0.1 |",
+      "| Natural | svhn | 70.00 | 0.01 | 2500 | 3.1.0 |",
+      "| **Natural mean** | 2 of 7 tasks | **60.00** | | | |",
+      "| Specialized | eurosat | 90.00 | 0.01 | 2500 | 2.0.0 |",
+      "| **Specialized mean** | 1 of 4 tasks | **90.00** | | | |",
+      "| Structured | clevr_count | 30.00 | 0.01 | 2500 | 3.1.0 |",
+      "| Structured | dsprites_location | 40.00 | 0.01 | 2500 | 2.0.0 |",
+      "| **Structured mean** | 2 of 8 tasks | **35.00** | | | |",
+      "| Custom | my_images | 80.00 | 0.01 | 2500 | (image directory) |",
+      "| **Custom mean** | 1 task, in no VTAB group | **80.00** | | | |",
+      "| **Mean** | 6 tasks, 1 custom included | **60.00** | | | |"]
+  assert report["tasks"]["dtd"]["tfds_version"] == "3.0.1"
+  assert report["tasks"]["dtd"]["reference_version"] == "3.*.*"
+
+
+def test_the_table_marks_a_task_not_at_the_benchmarks_version(tmp_path):
+  """TFDS 4.9 cannot build Pets 3.*.* (the reference's): with none prepared, the task
+  reads 4.0.0 and vtab.json / vtab.md say so."""
+  base = vtab.base_config()
+  base.tfds_data_dir = str(tmp_path / "tfds")
+  report = vtab.run_benchmark(base, ["oxford_iiit_pet"], checkpoint="ViT-B_16",
+                              workdir=str(tmp_path / "w"),
+                              train_fn=fake_training({"oxford_iiit_pet": 0.9}, []))
+  pets = report["tasks"]["oxford_iiit_pet"]
+  assert (pets["tfds_version"], pets["reference_version"]) == ("4.0.0", "3.*.*")
+  assert "cannot build 3.*.*" in pets["version_note"]
+  assert json.loads((tmp_path / "w" / "vtab.json").read_text())["tasks"]["oxford_iiit_pet"][
+      "tfds_version"] == "4.0.0"
+  assert "| Natural | oxford_iiit_pet | 90.00 | 0.01 | 2500 | 4.0.0 (benchmark: 3.*.*) |" in (
+      tmp_path / "w" / "vtab.md").read_text()
 
 
 

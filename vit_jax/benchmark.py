@@ -36,9 +36,9 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from vit_jax import cli, console, errors, optim, sharding, train_step
-from vit_jax.data import sources
-from vit_jax.models import vit, zoo
+from vit_jax import cli, console, errors, objectives, sharding, trainer
+from vit_jax.data import registry
+from vit_jax.models import attention, vit, zoo
 from vit_jax.runs import fs
 
 SUITE = [(model, mode, size) for model in ("ViT-Ti_16", "ViT-B_16", "ViT-L_16")
@@ -74,17 +74,19 @@ def measure_peak_flops(dtype, size: Optional[int] = None, repeats: int = 5) -> f
   return 2 * size**3 / best
 
 
-def benchmark_config() -> ml_collections.ConfigDict:
-  """The fine-tuning optimizer of the paper: SGD momentum (bf16 buffer), clip 1, cosine."""
+def benchmark_config(image_size: int) -> ml_collections.ConfigDict:
+  """Classification with the fine-tuning optimizer of the paper: SGD momentum (bf16
+  buffer), clip 1, cosine; no accumulation, no Polyak average."""
   return ml_collections.ConfigDict(dict(
-      optimizer="sgd", momentum=0.9, optim_dtype="bfloat16", base_lr=0.01, warmup_steps=10,
-      total_steps=1000, decay_type="cosine", grad_norm_clip=1.0, weight_decay=0.0,
-      adam_b1=0.9, adam_b2=0.999, accum_steps=1, loss="softmax_xent", label_smoothing=0.0))
+      objective="classification", optimizer="sgd", momentum=0.9, optim_dtype="bfloat16",
+      base_lr=0.01, warmup_steps=10, total_steps=1000, decay_type="cosine", grad_norm_clip=1.0,
+      weight_decay=0.0, adam_b1=0.9, adam_b2=0.999, accum_steps=1, polyak_decay=0.0,
+      loss="softmax_xent", label_smoothing=0.0, pp={"crop": image_size}))
 
 
-def _step_function(module, mode, mesh, batch, image_size, config):
-  """(jitted fn, args) of a train step (optimizer, accumulation and loss of `config`) or
-  of inference, state placed on the mesh."""
+def step_function(module, mode, mesh, batch, image_size, config):
+  """(jitted fn, args) of the train step `config` trains `module` with (vit_jax.trainer:
+  the main job's own) or of inference, state placed on the mesh."""
   images = jax.random.uniform(jax.random.PRNGKey(2), (batch, image_size, image_size, 3),
                               minval=-1, maxval=1)  # not zeros: those can run faster
   batch_sharding = sharding.batch_sharding(mesh)
@@ -96,17 +98,10 @@ def _step_function(module, mode, mesh, batch, image_size, config):
     fn = jax.jit(lambda p, x: module.apply({"params": p}, x),
                  in_shardings=(param_sharding, batch_sharding))
     return fn, (params, jax.device_put(images, batch_sharding))
-  optimizer = optim.make_optimizer(config)
-  init = lambda r: train_step.create_train_state(module.init(r, images[:1])["params"], optimizer)
-  state_sharding = sharding.param_shardings(jax.eval_shape(init, jax.random.PRNGKey(0)), mesh)
-  state = jax.jit(init, out_shardings=state_sharding)(jax.random.PRNGKey(0))
-  labels = jax.random.randint(jax.random.PRNGKey(3), (batch,), 0, module.num_classes)
-  data = jax.device_put({"image": images, "label": labels},
-                        batch_sharding)
-  fn = jax.jit(train_step.make_train_step(module, optimizer, config),
-               in_shardings=(state_sharding, batch_sharding, sharding.replicated(mesh)),
-               out_shardings=(state_sharding, sharding.replicated(mesh)), donate_argnums=0)
-  return fn, (state, data, jax.random.PRNGKey(1))
+  run = trainer.build(config, module, mesh)
+  labels = jax.random.randint(jax.random.PRNGKey(3), (batch,), 0, max(module.num_classes, 1))
+  data = jax.device_put({"image": images, "label": labels}, batch_sharding)
+  return run.step, (run.init(jax.random.PRNGKey(0)), data, jax.random.PRNGKey(1))
 
 
 def run(model: str, mode: str, batch: int, image_size: int, dtype: str = "float32",
@@ -116,8 +111,8 @@ def run(model: str, mode: str, batch: int, image_size: int, dtype: str = "float3
   mesh = sharding.make_mesh(mesh_config or {"data": -1})
   sharding.check_batch_size(batch, mesh)
   module = zoo.create_model(model, num_classes=1000, dtype=jnp.dtype(dtype), **model_overrides)
-  return measure(module, mode, mesh, batch, image_size, benchmark_config(), steps, peak_flops,
-                 model_name=model)
+  return measure(module, mode, mesh, batch, image_size, benchmark_config(image_size), steps,
+                 peak_flops, model_name=model)
 
 
 def run_config(config: ml_collections.ConfigDict, mode: str = "train", steps: int = 10,
@@ -125,7 +120,8 @@ def run_config(config: ml_collections.ConfigDict, mode: str = "train", steps: in
   """Benchmarks the step a training config runs (see the module docstring)."""
   mesh = sharding.make_mesh(config.mesh)
   sharding.check_config_batches(config, mesh)
-  module = zoo.model_from_config(config, sources.class_count(config))
+  module, _ = objectives.get(config).create_model(config, registry.class_count(config),
+                                                  load_pretrained=False)
   batch = config.batch if mode == "train" else config.batch_eval
   result = measure(module, mode, mesh, batch, config.pp.crop, config, steps, peak_flops,
                    model_name=config.model_name)
@@ -137,7 +133,7 @@ def measure(module: vit.VisionTransformer, mode: str, mesh, batch: int, image_si
             model_name: str) -> dict:
   """Compiles and times `steps` steps of `module`; the numbers as a dict."""
   dtype = jnp.dtype(module.dtype).name
-  fn, args = _step_function(module, mode, mesh, batch, image_size, config)
+  fn, args = step_function(module, mode, mesh, batch, image_size, config)
   start = time.perf_counter()
   compiled = fn.lower(*args).compile()
   compile_s = time.perf_counter() - start
@@ -163,7 +159,7 @@ def measure(module: vit.VisionTransformer, mode: str, mesh, batch: int, image_si
   return {
       "model": model_name, "mode": mode, "batch": batch, "image_size": image_size,
       "dtype": dtype,
-      "attention_impl": vit.attention_backend(module.attention_impl, module.dtype),
+      "attention_impl": attention.attention_backend(module.attention_impl, module.dtype),
       "unpadded_inference": module.unpadded_inference,
       "remat_policy": module.remat_policy,
       "scan_layers": module.scan_layers,
@@ -261,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
   parser.add_argument("--mesh", type=parse_mesh, default={"data": -1},
                       help="device mesh as AXIS=SIZE,... over data, fsdp, tensor; -1: all "
                       "remaining devices (default data=-1)")
-  parser.add_argument("--attention", choices=vit.ATTENTION_IMPLS, default="dot_product",
+  parser.add_argument("--attention", choices=attention.ATTENTION_IMPLS, default="dot_product",
                       help="attention implementation (default %(default)s)")
   parser.add_argument("--padded_inference", action="store_true",
                       help="cuDNN attention: pad odd token counts in the forward pass too, as "
@@ -383,10 +379,11 @@ def describe_config(config: ml_collections.ConfigDict, mode: str) -> str:
   """What --config makes the benchmark time, on one line."""
   batch = (f"batch {config.batch} in {config.accum_steps} micro-batch(es)" if mode == "train"
            else f"batch_eval {config.batch_eval}")
-  backend = vit.attention_backend(config.model.attention_impl, jnp.dtype(config.dtype))
+  backend = attention.attention_backend(config.model.attention_impl, jnp.dtype(config.dtype))
   return (f"{config.model_name} {mode}, {batch}, {config.pp.crop} px, {config.dtype}, mesh "
           f"{dict(config.mesh)}, attention {backend}, remat {config.model.remat_policy}, "
-          f"scan {config.model.scan_layers}, optimizer {config.optimizer}")
+          f"scan {config.model.scan_layers}, optimizer {config.optimizer}, objective "
+          f"{objectives.get(config).name}, polyak_decay {config.polyak_decay:g}")
 
 
 if __name__ == "__main__":

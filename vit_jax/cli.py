@@ -16,6 +16,7 @@
 
 import errno
 import functools
+import re
 import sys
 from typing import Any, Callable, Iterable, List, NoReturn, Tuple
 
@@ -94,6 +95,11 @@ def positive_numbers(values: Iterable[str], kind: type, flag: str,
 
 
 def flag_error(error: BaseException) -> NoReturn:
+  text = str(innermost(error))
+  if "Traceback (most recent call last)" in text:  # config_flags pastes the config file's
+    cause = text.strip().splitlines()[-1]  # traceback: its last line is the error itself
+    fail(f"cannot load --config: {re.sub(r'^[A-Za-z_.]*(Error|Exception): ', '', cause)}",
+         code=2)
   unknown = "no config key " if isinstance(innermost(error), (AttributeError, KeyError)) else ""
   fail(f"bad flag or config override: {unknown}{one_line(error)}", code=2)
 

@@ -12,6 +12,7 @@ vision_transformer configs where they exist.
 
 import ml_collections
 
+from vit_jax import config_checks
 from vit_jax.models import zoo
 
 # name -> (train split, eval split, total steps). Train splits hold out the paper's dev
@@ -23,8 +24,8 @@ DATASET_PRESETS = {
     "oxford_iiit_pet": ("train[:90%]", "test", 500),
     "oxford_flowers102": ("train[:90%]", "test", 500),
 }
-# Any other TFDS name or an image directory: 'train' / 'test' and BiT's HyperRule length.
-HYPERRULE = -1
+# Any other TFDS name or an image directory: 'train' / 'test' and BiT's HyperRule length
+# (config_checks.HYPERRULE).
 # Extra evaluation sets of a preset (config.evals), evaluated when their data is present:
 # ImageNet fine-tuning also reports ReaL (paper Table 2) and ImageNet-V2.
 EVAL_PRESETS = {
@@ -40,6 +41,11 @@ EVAL_PRESETS = {
 VTAB_PREFIX = "vtab/"
 VTAB_PRESET = ("train800val200", "test", 2_500)
 VTAB_LR = 0.01
+# Few-shot probes: big_vision's ridge. Features are O(1) per dimension, so a feature vector's
+# squared norm is O(D) ~ 10^3: the ridge then matters at 1-5 shots (a stable, centroid-like
+# solution) and fades as the shots add data.
+FEWSHOT_SHOTS = (1, 5, 10, 25)
+FEWSHOT_L2_REG = 2.0**10
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -139,9 +145,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.fewshot.datasets = ()  # empty: off
   config.fewshot.train_split = "train"  # TFDS splits (e.g. eval_split='validation' for
   config.fewshot.eval_split = "test"  # imagenet2012); directories use train/ and test/
-  config.fewshot.shots = (1, 5, 10, 25)
+  config.fewshot.shots = FEWSHOT_SHOTS
   config.fewshot.seeds = 3  # draws of the k-shot sets, averaged
-  config.fewshot.l2_reg = 2.0**10  # ridge; see vit_jax.evaluators.fewshot.DEFAULT_L2_REG
+  config.fewshot.l2_reg = FEWSHOT_L2_REG  # ridge
   config.fewshot.every_steps = 1_000  # and at the last step
   config.fewshot.batch_size = 512
 
@@ -159,7 +165,7 @@ def with_dataset(config: ml_collections.ConfigDict, dataset: str) -> ml_collecti
   directory."""
   config.dataset = dataset
   train_split, eval_split, total_steps = DATASET_PRESETS.get(
-      dataset, ("train", "test", HYPERRULE))
+      dataset, ("train", "test", config_checks.HYPERRULE))
   if dataset.startswith(VTAB_PREFIX):
     (train_split, eval_split, total_steps), config.base_lr = VTAB_PRESET, VTAB_LR
   config.train_split, config.eval_split, config.total_steps = (

@@ -12,7 +12,7 @@ import jax
 import ml_collections
 from absl import flags
 
-from vit_jax import cli, sharding
+from vit_jax import cli, config_defaults, sharding
 from vit_jax.checkpoints import hub, npz
 from vit_jax.data import pipeline
 from vit_jax.evaluators import fewshot as probes
@@ -93,10 +93,11 @@ def define_flags(flag_values=flags.FLAGS) -> None:
                       **define)
   flags.DEFINE_string("dataset", None, "'digits', an image directory (train/ and test/ with "
                       "one folder per class) or a TFDS name.", **define)
-  flags.DEFINE_list("shots", [str(k) for k in probes.DEFAULT_SHOTS], "Examples per class.", **define)
+  flags.DEFINE_list("shots", [str(k) for k in config_defaults.FEWSHOT_SHOTS],
+                    "Examples per class.", **define)
   flags.DEFINE_integer("seeds", 3, "Random draws of the few-shot sets (seeds 0..n-1).",
                        lower_bound=1, **define)
-  flags.DEFINE_float("l2_reg", probes.DEFAULT_L2_REG, "Ridge regularisation (> 0).", **define)
+  flags.DEFINE_float("l2_reg", config_defaults.FEWSHOT_L2_REG, "Ridge regularisation (> 0).", **define)
   flags.DEFINE_integer("image_size", None, "Input side in pixels; default: the checkpoint's.",
                        lower_bound=1, **define)
   flags.DEFINE_boolean("allow_nonfinite", False, npz.ALLOW_NONFINITE_HELP, **define)

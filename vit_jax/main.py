@@ -55,10 +55,25 @@ def initialize_distributed() -> None:
                    jax.process_count(), jax.local_device_count(), jax.device_count())
 
 
+def check_dataset_override(flag_values: flags.FlagValues = FLAGS) -> None:
+  """--config.dataset=X would keep what the config file chose for its own dataset (splits,
+  steps, crop, extra eval sets): every config file takes the dataset after its colon,
+  which derives all of them, so the override is refused and the colon form named."""
+  overrides = config_flags.get_override_values(flag_values["config"])
+  if "dataset" not in overrides:
+    return
+  file = flag_values["config"].config_filename.split(":", 1)[0]
+  raise cli.UsageError(
+      f"--config.dataset={overrides['dataset']} would keep the splits, steps, crop and eval "
+      f"sets {file} chose for its own dataset; pass the dataset after the colon instead: "
+      f"--config={file}:{overrides['dataset']}")
+
+
 @cli.command
 def main(argv):
   cli.no_arguments(argv)
   config = cli.load_config()
+  check_dataset_override()
   cli.keep_tensorflow_off_accelerators()
   initialize_distributed()
   from vit_jax import train

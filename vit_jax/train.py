@@ -9,19 +9,19 @@ is written until then. A finished run is reported, not repeated.
 import math
 import os
 import time
-from typing import Dict, Optional, Tuple
+from typing import Dict
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 from jax.experimental import multihost_utils
 
-from vit_jax import config_checks, errors, objectives, optim, sharding, train_step
-from vit_jax.checkpoints import formats, hub, npz, released, train_state
+from vit_jax import config_checks, errors, objectives, optim, sharding, trainer
+from vit_jax import evaluators as evaluators_lib
+from vit_jax.checkpoints import formats, hub, released, train_state
 from vit_jax.console import log
 from vit_jax.data import pipeline
-from vit_jax.evaluators import classification, fewshot
-from vit_jax.models import vit, zoo
+from vit_jax.models import attention, vit, zoo
 from vit_jax.runs import dataset_record, fs, metrics, outputs, preemption
 from vit_jax.runs import workdir as workdir_lib
 
@@ -43,26 +43,10 @@ def resolve_config(config: ml_collections.ConfigDict,
   return config
 
 
-def build_model(config, num_classes: int, *, load_pretrained: bool
-                ) -> Tuple[vit.VisionTransformer, Optional[dict]]:
-  """The module, plus host params when starting from a released checkpoint."""
-  create_model = objectives.get(config).create_model
-  if create_model is not None:  # another objective's model, from scratch
-    return create_model(config, zoo.config_overrides(config)), None
-  wants_pre_logits = config.model.representation_size is not None
-  if load_pretrained:
-    return npz.load_npz(hub.resolve(config.pretrained), image_size=config.pp.crop,
-                        num_classes=num_classes, model_name=config.model_name,
-                        pre_logits=wants_pre_logits,
-                        allow_nonfinite=config.get("allow_nonfinite_pretrained", False),
-                        **zoo.config_overrides(config))
-  return zoo.model_from_config(config, num_classes), None
-
-
 def describe_devices(config) -> str:
   """What the run computes on, so that a missing accelerator or an unused fast path
   (cuDNN flash attention needs a GPU and bfloat16/float16) shows before the first step."""
-  backend = vit.attention_backend(config.model.attention_impl, jnp.dtype(config.dtype))
+  backend = attention.attention_backend(config.model.attention_impl, jnp.dtype(config.dtype))
   hint = ""
   if (jax.default_backend() == "gpu" and backend == "xla"
       and config.model.attention_impl == "dot_product"):
@@ -142,7 +126,7 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   """Everything about the config that can be refused without reading data or files."""
   config_checks.normalize(config)
   config_checks.check(config)
-  classification.check_evals(config)
+  evaluators_lib.check_all(config)
   objectives.get(config).check(config)
   sharding.check_config_batches(config, mesh)
   optim.check_choices(config)
@@ -185,46 +169,33 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   latest_step = checkpointer.latest_step()
   finished = outputs.finished_results(workdir, latest_step, config.total_steps)
   if finished is not None:
-    log.info("already finished at step %d; results in %s (params.npz, metrics.jsonl, "
-             "final_metrics.json): pass a larger --config.total_steps to train on, or use a "
-             "new --workdir", latest_step, workdir)
+    log.info("already finished at step %d; results in %s (%s, %s, %s): pass a larger "
+             "--config.total_steps to train on, or use a new --workdir", latest_step, workdir,
+             outputs.PARAMS, metrics.METRICS, outputs.FINAL_METRICS)
     return finished
   record = dataset_record.describe(config, dataset.info)
   if latest_step is not None:  # the labels must mean what they meant
     dataset_record.check_resume(workdir, record)
   log.info("devices: %s", describe_devices(config))
   load_pretrained = latest_step is None and config.pretrained is not None
-  module, host_params = build_model(config, dataset.info.num_classes,
-                                    load_pretrained=load_pretrained)
   objective = objectives.get(config)
-  evaluator = classification.Evaluator(  # opens its sets now
-      config, module, mesh, dataset, eval_step=objective.make_eval_step(module, config))
-  fewshot_eval = fewshot.Evaluator(config, module, mesh)  # opens its datasets now
+  module, host_params = objective.create_model(config, dataset.info.num_classes,
+                                               load_pretrained=load_pretrained)
+  evaluators = evaluators_lib.build_all(config, module, mesh, dataset, objective)  # opens data
 
-  # --- State, created directly with its shardings -------------------------------------
-  optimizer = optim.make_optimizer(config)
-  polyak = config.get("polyak_decay", 0.0) > 0
-  image_shape = (1, config.pp.crop, config.pp.crop, 3)
-
-  def init_state(rng):
-    params = module.init(rng, jnp.zeros(image_shape, jnp.float32))["params"]
-    return train_step.create_train_state(params, optimizer, polyak=polyak)
-
-  abstract_state = jax.eval_shape(init_state, jax.random.PRNGKey(config.seed))
-  state_shardings = sharding.param_shardings(abstract_state, mesh)
+  # --- State and compiled step, created directly with their shardings ----------------
+  run = trainer.build(config, module, mesh, objective)
   state, resume_step = None, None
   if latest_step is not None:
     state, resume_step = checkpointer.restore_latest(jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-        abstract_state, state_shardings))
+        run.abstract_state, run.state_shardings))
     log.info("resumed from step %d (checkpoint in %s)", resume_step, checkpointer.directory)
   elif host_params is not None:
-    params = jax.device_put(host_params, state_shardings.params)
-    state = jax.jit(lambda p: train_step.create_train_state(p, optimizer, polyak=polyak),
-                    out_shardings=state_shardings)(params)
+    state = run.from_params(host_params)
     log.info("starting from pretrained %s", config.pretrained)
   else:
-    state = jax.jit(init_state, out_shardings=state_shardings)(jax.random.PRNGKey(config.seed))
+    state = run.init(jax.random.PRNGKey(config.seed))
     log.info("starting from scratch (seed %d)", config.seed)
 
   writer = metrics.create_writer(workdir, is_main_process=is_main, resume_step=resume_step)
@@ -238,13 +209,6 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
                fs.join(workdir, outputs.PARAMETER_TABLE))
       writer.write_hparams({"num_params": num_params})
 
-  # --- Compiled steps -------------------------------------------------------------------
-  batch_sharding = sharding.batch_sharding(mesh)
-  replicated = sharding.replicated(mesh)
-  step_fn = jax.jit(objective.make_train_step(module, optimizer, config),
-                    in_shardings=(state_shardings, batch_sharding, replicated),
-                    out_shardings=(state_shardings, replicated), donate_argnums=(0,))
-
   # --- Loop -------------------------------------------------------------------------------
   start_step, total_steps = int(state.step), config.total_steps
   if jax.process_count() > 1:
@@ -252,6 +216,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
     log.info("process %d of %d reads rows [%d, %d) of every global batch of %d",
              jax.process_index(), jax.process_count(), jax.process_index() * rows,
              (jax.process_index() + 1) * rows, config.batch)
+  batch_sharding, replicated = sharding.batch_sharding(mesh), sharding.replicated(mesh)
   batches = pipeline.prefetch_to_device(dataset.train_batches(
       batch_size=config.batch, start_step=start_step, num_steps=total_steps, seed=config.seed,
       process_index=jax.process_index(), process_count=jax.process_count()), batch_sharding)
@@ -265,7 +230,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
     for step in range(start_step + 1, total_steps + 1):
       batch = next(batches)
       with jax.transfer_guard("disallow"):  # inputs must already be on the devices
-        state, step_metrics = step_fn(state, batch, dropout_rng)
+        state, step_metrics = run.step(state, batch, dropout_rng)
         first_nonfinite = track_nonfinite(first_nonfinite, state.step, step_metrics)
       done_step = step
       if step == start_step + 1:
@@ -279,11 +244,11 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
         check_finite(step, host_metrics, checkpointer, first_nonfinite)
         if is_progress_step:
           write_train_metrics(writer, step, host_metrics, progress)
-      if step % config.eval_every == 0 or step == total_steps:
-        eval_metrics = evaluator.of_state(state, step)
-        writer.write_scalars(step, eval_metrics)
-      if fewshot_eval.due(step, total_steps):
-        writer.write_scalars(step, fewshot_eval(state.eval_params))
+      for evaluator in evaluators:
+        if evaluator.due(step, total_steps):
+          measured = evaluator.run(state, step)
+          writer.write_scalars(step, measured)
+          eval_metrics.update(measured)
       if is_checkpoint_step or preempted:
         checkpointer.save(step, state)
       if preempted:
@@ -306,11 +271,12 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
     log.warning("preempted: %s", saved)
     return {"preempted_at_step": preempted_at, **eval_metrics}
   if not eval_metrics:  # resumed at the end: report the final state anyway
-    eval_metrics = evaluator.of_state(state, total_steps)
+    for evaluator in evaluators:
+      eval_metrics.update(evaluator.run(state, total_steps))
   final_params = objective.export_params(  # all-gather: a collective
       multihost_utils.process_allgather(state.eval_params, tiled=True))
   if is_main:  # a classifier's head carries the dataset's class names; mpp exports none
-    class_names = dataset.info.class_names if objective.create_model is None else None
+    class_names = dataset.info.class_names if objective.predicts_classes else None
     outputs.write_final(final_params, eval_metrics, workdir, class_names)
   writer.flush()
   writer.close()

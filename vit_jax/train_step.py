@@ -1,22 +1,19 @@
-"""Pure train and eval step functions; the caller jits them with shardings and donation.
+"""The generic train step: any objective's batch loss, gradient accumulation, the optimizer
+and the Polyak average. Pure; vit_jax.trainer jits it with shardings and donation.
 
-Keys read: loss ('softmax_xent' | 'sigmoid_xent', default softmax), label_smoothing
-(default 0), accum_steps (default 1), and the schedule keys of vit_jax.optim (for the
-`lr` metric).
+Keys read: accum_steps, polyak_decay (when the state keeps an average), and the schedule
+keys of vit_jax.optim (for the `lr` metric).
 """
 
-from typing import Any, Callable, Dict
+from typing import Any, Callable
 
 import flax
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
 
 from vit_jax import errors, optim
-
-Metrics = Dict[str, jax.Array]
 
 
 @flax.struct.dataclass
@@ -45,45 +42,6 @@ def create_train_state(params, optimizer: optax.GradientTransformation, *,
 def polyak_update(average, params, decay: float):
   """average <- decay * average + (1 - decay) * params, leaf by leaf."""
   return jax.tree.map(lambda a, p: decay * a + (1.0 - decay) * p, average, params)
-
-
-def targets(labels: jax.Array, num_classes: int) -> jax.Array:
-  """[B, K] float targets from int class ids [B] or soft / one-hot targets [B, K] (mixup)."""
-  if labels.ndim == 1:
-    return jax.nn.one_hot(labels, num_classes, dtype=jnp.float32)
-  return labels.astype(jnp.float32)
-
-
-def softmax_xent(logits: jax.Array, target: jax.Array) -> jax.Array:
-  """Per-example cross-entropy of the softmax against [B, K] targets."""
-  return optax.softmax_cross_entropy(logits, target)
-
-
-def sigmoid_xent(logits: jax.Array, target: jax.Array) -> jax.Array:
-  """Per-example sum over classes of independent binary cross-entropies (i21k pre-training)."""
-  return jnp.sum(optax.sigmoid_binary_cross_entropy(logits, target), axis=-1)
-
-
-_LOSSES = {"softmax_xent": softmax_xent, "sigmoid_xent": sigmoid_xent}
-
-
-def make_loss_fn(config: ml_collections.ConfigDict) -> Callable[[jax.Array, Any], jax.Array]:
-  """(logits [B, K], labels) -> per-example losses [B], with the configured smoothing.
-
-  Label smoothing mixes the targets (int or soft) with the uniform distribution,
-  t <- (1 - s) t + s / K, whichever the loss.
-  """
-  loss = optim.config_choice(_LOSSES, "loss", config.get("loss", "softmax_xent"))
-  smoothing = config.get("label_smoothing", 0.0)
-
-  def loss_fn(logits, labels):
-    num_classes = logits.shape[-1]
-    target = targets(labels, num_classes)
-    if smoothing:
-      target = (1.0 - smoothing) * target + smoothing / num_classes
-    return loss(logits, target)
-
-  return loss_fn
 
 
 def split_micro_batches(tree, accum_steps: int):
@@ -125,34 +83,20 @@ def accumulate_gradients(loss_and_grad, params, micro_batches, rng):
   return jax.tree.map(lambda x: x / num_micro, total)
 
 
-def classification_loss(model: nn.Module, config: ml_collections.ConfigDict):
-  """batch_loss(params, batch, rng) -> the mean of the configured loss over the batch's
-  labels; `rng` is the dropout key."""
-  loss_fn = make_loss_fn(config)
-
-  def mean_loss(params, batch, rng):
-    logits = model.apply({"params": params}, batch["image"], train=True,
-                         rngs={"dropout": rng})
-    return jnp.mean(loss_fn(logits, batch["label"]))
-
-  return mean_loss
-
-
-def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation,
-                    config: ml_collections.ConfigDict, batch_loss=None):
+def make_train_step(batch_loss: Callable, optimizer: optax.GradientTransformation,
+                    config: ml_collections.ConfigDict):
   """train_step(state, batch, rng) -> (state, metrics) for batch {'image', 'label'}.
 
+  batch_loss(params, micro_batch, key) -> scalar mean loss is what is minimised (an
+  objective's make_batch_loss, vit_jax.objectives), over config.accum_steps micro-batches;
+  the Polyak average, if the state keeps one, moves with config.polyak_decay.
   `rng` may stay the same every step: the key of a micro-batch is
   fold_in(fold_in(rng, state.step), micro-batch index).
   metrics: `loss` (batch mean), `grad_norm` (of the mean gradient, before clipping),
   `lr` (the schedule's value used by this update).
-  batch_loss(params, micro_batch, key) -> scalar mean loss is what is minimised; default
-  classification_loss(model, config). Other objectives (vit_jax.objectives) pass theirs.
   """
-  if batch_loss is None:
-    batch_loss = classification_loss(model, config)
   schedule = optim.make_schedule(config)
-  accum_steps = config.get("accum_steps", 1)
+  accum_steps = config.accum_steps
   loss_and_grad = jax.value_and_grad(batch_loss)
 
   def train_step(state: TrainState, batch, rng):
@@ -163,7 +107,7 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation,
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     polyak = (None if state.polyak is None
-              else polyak_update(state.polyak, params, config.get("polyak_decay", 0.0)))
+              else polyak_update(state.polyak, params, config.polyak_decay))
     new_state = state.replace(step=state.step + 1, opt_state=opt_state, params=params,
                               polyak=polyak)
     metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads),
@@ -171,23 +115,3 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation,
     return new_state, metrics
 
   return train_step
-
-
-def make_eval_step(model: nn.Module):
-  """eval_step(params, batch) -> sums over the rows where batch['mask'] is 1.
-
-  Sums (not means) so the caller can add them over batches and hosts and divide once:
-  padded rows count nowhere. `loss_sum` is the unsmoothed softmax cross-entropy whatever
-  the training loss, so runs with different losses compare.
-  """
-  def eval_step(params, batch) -> Metrics:
-    logits = model.apply({"params": params}, batch["image"], train=False)
-    target = targets(batch["label"], logits.shape[-1])
-    real = batch["mask"] > 0
-    correct = jnp.argmax(logits, axis=-1) == jnp.argmax(target, axis=-1)
-    masked_sum = lambda x: jnp.sum(jnp.where(real, x, 0.0))
-    return {"loss_sum": masked_sum(softmax_xent(logits, target)),
-            "correct": masked_sum(correct.astype(jnp.float32)),
-            "examples": jnp.sum(real, dtype=jnp.float32)}
-
-  return eval_step

@@ -6,7 +6,7 @@ DIR/<task>/, then writes DIR/vtab.json and DIR/vtab.md and prints the table. --t
 takes task names, groups (natural, specialized, structured) and image directories;
 --lr_sweep first selects lr and schedule on the 200-example validation sets. Any config
 key can be overridden (--config.batch=64 --config.pp.crop=224). Rerunning the same
-command resumes: finished runs are skipped. The runs are in vit_jax.evaluators.vtab.
+command resumes: finished runs are skipped. The runs are in vit_jax.runs.vtab.
 """
 
 from absl import flags
@@ -15,8 +15,7 @@ from ml_collections import config_flags
 from vit_jax import cli, console, errors
 from vit_jax.checkpoints import hub
 from vit_jax.data import vtab as tasks_lib
-from vit_jax.evaluators import vtab
-from vit_jax.runs import outputs
+from vit_jax.runs import outputs, vtab
 
 
 @cli.command
@@ -38,11 +37,13 @@ def main(argv, flag_values=flags.FLAGS):
   except errors.InvalidInput as e:
     raise cli.UsageError(str(e)) from None
   cli.keep_tensorflow_off_accelerators()
+  from vit_jax import train  # jax and the models: only once the flags are right
   try:
     report = vtab.run_benchmark(flag_values.config, flag_values.tasks,
                                 checkpoint=flag_values.checkpoint, workdir=flag_values.workdir,
                                 overrides=overrides, sweep=sweep,
                                 select=flag_values.sweep_select,
+                                train_fn=train.train_and_evaluate,
                                 overwrite=flag_values.overwrite)
   except vtab.Preempted as e:
     console.log.warning("%s", e)

@@ -427,7 +427,8 @@ CASES = {  # id: (released name, overrides, image size, tolerance)
     "map-sincos2d": ("ViT-Ti_16", dict(TINY, classifier="map", posemb="sincos2d"), IMAGE, 1e-5),
     # timm's stem standardises kernels with another epsilon (see timm_layout): 5e-5 to
     # 1.1e-4 measured over random weights and inputs; 2e-4 keeps clear of that spread.
-    "R50+B16-384": ("R50+ViT-B_16", {}, 384, 2e-4),
+    # The ResNet-50 stem at 384 px is what this case adds: B16-384 has the 12 blocks.
+    "R50+B16-384-depth2": ("R50+ViT-B_16", dict(num_layers=2), 384, 2e-4),
 }
 
 
@@ -490,7 +491,7 @@ def test_their_checkpoints_round_trip_bit_identical_and_compute_their_logits(
                            ("hf", hf_vit, tmp_path / "hf")):
     truth = run_torch(torch, model, x)
     assert relative_error(logits(src, x), truth) <= 1e-5, src
-    convert.convert(src, tmp_path / "ours.npz")
+    convert.convert(src, tmp_path / "ours.npz", overwrite=True)  # one file per source
     convert.convert(tmp_path / "ours.npz", tmp_path / f"back-{name}", to=name)
     back = load_file(str(tmp_path / f"back-{name}/model.safetensors"))
     original = {k: v.numpy() for k, v in (theirs["timm"] if name == "timm" else
@@ -545,3 +546,48 @@ def test_pytorch_files_without_pytorch_say_how_to_read_them(tmp_path, monkeypatc
   with pytest.raises(CheckpointError, match=r"model.pth is a PyTorch file, and reading one "
                      r"needs PyTorch \(pip install torch\); or convert it to .safetensors"):
     load_npz(tmp_path / "model.pth")
+
+
+def test_a_pytorch_file_with_pickled_objects_is_refused_without_unsafe_advice(tmp_path, torch):
+  import argparse  # pylint: disable=import-outside-toplevel
+  torch.save({"weight": torch.zeros(2), "args": argparse.Namespace(lr=0.1)},
+             tmp_path / "model.pth")  # a training script's habit: its arguments beside
+  with pytest.raises(CheckpointError) as error:
+    load_npz(tmp_path / "model.pth")
+  message = str(error.value)
+  assert message.startswith(f"{tmp_path / 'model.pth'} holds pickled Python objects besides "
+                            "tensors, which vit_jax never unpickles")
+  assert "safetensors.torch.save_file" in message and "\n" not in message
+  assert "weights_only" not in message and "arbitrary code execution" not in message
+
+
+@pytest.mark.parametrize("to, edit, message", [
+    ("hf", {"hidden_size": 768}, "hidden_size 768 but the weights have 32"),
+    ("hf", {"num_hidden_layers": 12, "patch_size": 16},
+     "num_hidden_layers 12 but the weights have 2; patch_size 16 but the weights have 4"),
+    ("hf", {"image_size": 224}, "image_size 224 but the weights have 16"),
+    ("timm", {"model_args": {"depth": 6}}, "model_args.depth 6 but the weights have 2"),
+    ("timm", {"model_args": {"img_size": 224}}, "model_args.img_size 224 but the weights "
+     "have 16"),
+    ("hf", {"id2label": {"0": "cat", "1": "dog", "2": "emu"}},
+     "architectures ViTForImageClassification with num_labels 3 but the weights have 5"),
+])
+def test_a_config_that_contradicts_its_weights_is_refused(tmp_path, to, edit, message):
+  convert.convert(tiny_file(tmp_path), tmp_path / to, to=to)
+  config_path = tmp_path / to / "config.json"
+  config = json.loads(config_path.read_text())
+  model_args = {**config.get("model_args", {}), **edit.pop("model_args", {})}
+  config_path.write_text(json.dumps({**config, **edit, "model_args": model_args}))
+  with pytest.raises(CheckpointError) as error:
+    load_npz(tmp_path / to)
+  assert str(error.value).startswith(f"{tmp_path / to} its config.json contradicts its weights")
+  assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_the_head_count_stays_the_configs(tmp_path):
+  convert.convert(tiny_file(tmp_path), tmp_path / "hf", to="hf")
+  config_path = tmp_path / "hf" / "config.json"
+  config_path.write_text(json.dumps({**json.loads(config_path.read_text()),
+                                     "num_attention_heads": 4}))
+  module, _ = load_npz(tmp_path / "hf")
+  assert module.num_heads == 4

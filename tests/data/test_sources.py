@@ -8,8 +8,9 @@ import pytest
 import requests
 import tensorflow_datasets as tfds
 
-from helpers import make_config, train
-from vit_jax.data import pipeline, sources
+from helpers import make_config, train, write_image
+from vit_jax import errors
+from vit_jax.data import pipeline, registry, sources
 
 
 def overwrite(path, content: bytes) -> None:
@@ -53,7 +54,7 @@ def test_tfds_missing_fails_fast(tmp_path):
   config = make_config("cifar10")
   config.tfds_data_dir = str(tmp_path)
   start = time.time()
-  with pytest.raises(FileNotFoundError, match="not prepared.*tfds build cifar10 --data_dir"):
+  with pytest.raises(FileNotFoundError, match="not prepared.*tfds build cifar10:3.0.2 --data_dir"):
     pipeline.open_dataset(config)
   assert time.time() - start < 5
 
@@ -75,7 +76,7 @@ def test_tfds_download_offline_fails_fast(tmp_path, monkeypatch):
   start = time.time()
   with pytest.raises(FileNotFoundError, match=r"^cannot download TFDS dataset cifar10: no "
                      r"network connection to https://www\.cs\.toronto\.edu/ \(ConnectionError\)"
-                     r", .*tfds build cifar10 --data_dir=DIR.*config\.tfds_data_dir"):
+                     r", .*tfds build cifar10:3.0.2 --data_dir=DIR.*config\.tfds_data_dir"):
     pipeline.open_dataset(tfds_download_config(tmp_path))
   assert time.time() - start < 5
 
@@ -142,8 +143,33 @@ def test_tfds_prepared(tmp_path, monkeypatch, limit):
 
 def test_class_count_reads_no_examples(folder):
   """The benchmark's head size for a config: from metadata, nothing prepared needed."""
-  counts = {name: sources.class_count(make_config(name)) for name in
+  counts = {name: registry.class_count(make_config(name)) for name in
             ("digits", str(folder), "vtab/clevr_count", "cifar100")}
   assert counts == {"digits": 10, str(folder): 2, "vtab/clevr_count": 8, "cifar100": 100}
   with pytest.raises(ValueError, match="unknown dataset 'cifar-100'"):
-    sources.class_count(make_config("cifar-100"))
+    registry.class_count(make_config("cifar-100"))
+
+
+@pytest.mark.parametrize("where", ["train/loop", "train/cat/loop.png", "test/cat/loop.jpg"])
+def test_a_symlink_loop_in_an_image_folder_is_one_line_naming_it(tmp_path, where):
+  for split in ("train", "test"):
+    write_image(tmp_path / split / "cat" / "a.png")
+  loop = tmp_path / where
+  os.symlink(loop.name, loop)  # points at itself: every stat fails with ELOOP
+  with pytest.raises(errors.InvalidInput) as error:
+    sources.directory_source(str(tmp_path))
+  assert str(error.value) == (f"cannot read {loop}: Too many levels of symbolic links (a "
+                              "symlink loop); fix or remove that entry of the image folder")
+
+
+def test_a_dangling_link_and_an_unreadable_image_are_named(tmp_path):
+  for split in ("train", "test"):
+    write_image(tmp_path / split / "cat" / "a.png")
+  os.symlink(tmp_path / "gone.png", tmp_path / "train" / "cat" / "b.png")
+  with pytest.raises(errors.InvalidInput, match=r"cannot read .*train/cat/b.png: No such file"):
+    sources.directory_source(str(tmp_path))
+  os.remove(tmp_path / "train" / "cat" / "b.png")
+  if os.geteuid() != 0:  # root reads anything
+    os.chmod(tmp_path / "test" / "cat" / "a.png", 0)
+    with pytest.raises(errors.InvalidInput, match=r"test/cat/a.png: Permission denied"):
+      sources.directory_source(str(tmp_path))

@@ -56,7 +56,8 @@ def fake_clevr(tmp_path_factory):
 @pytest.fixture(name="clevr_task")
 def fixture_clevr_task(monkeypatch, fake_clevr):
   """vtab/clevr_count, read from the fake dataset."""
-  task = dataclasses.replace(vtab.TASKS["clevr_count"], tfds_name="vtab_fake_clevr")
+  task = dataclasses.replace(vtab.TASKS["clevr_count"], tfds_name="vtab_fake_clevr",
+                             reference_version="1.*.*")
   monkeypatch.setitem(vtab.TASKS, "clevr_count", task)
   return fake_clevr
 
@@ -255,9 +256,54 @@ def test_unknown_task_and_split_are_one_line():
     pipeline.open_dataset(vtab_config("dtd", "train[:98%]", "test"))
 
 
+def fake_pets(version):
+  """A builder named vtab_fake_pets at `version`, with 1,000 train examples."""
+  class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+    name = "vtab_fake_pets"
+    VERSION = tfds.core.Version(version)
+
+    def _info(self):
+      return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({
+          "image": tfds.features.Image(shape=(4, 4, 3)),
+          "label": tfds.features.ClassLabel(num_classes=37)}))
+
+    def _split_generators(self, dl_manager):
+      return {"train": self._generate_examples(), "test": self._generate_examples()}
+
+    def _generate_examples(self):
+      for i in range(1000):
+        yield i, {"image": np.full((4, 4, 3), i % 256, np.uint8), "label": i % 37}
+  return Builder
+
+
+def test_tasks_load_the_benchmarks_version_where_tfds_can(tmp_path, monkeypatch, caplog):
+  # TFDS 4.9 builds KITTI 3.1.0 (the reference's) though its default is 3.3.0.
+  builder, why_not = vtab.task_builder(vtab.TASKS["kitti_distance"], str(tmp_path))
+  assert (str(builder.version), why_not) == ("3.1.0", "")
+  assert sources.build_name(builder) == "kitti:3.1.0"  # what the not-prepared error says
+  # Pets 3.*.* it cannot build: when none is prepared, its default, and one line why.
+  builder, why_not = vtab.task_builder(vtab.TASKS["oxford_iiit_pet"], str(tmp_path))
+  assert str(builder.version) == "4.0.0" and "\n" not in why_not
+  assert why_not.startswith("using TFDS oxford_iiit_pet 4.0.0, not the benchmark's 3.*.*: ")
+  # A version that the installed TFDS has no code for is read when it is prepared.
+  pets = dataclasses.replace(vtab.TASKS["oxford_iiit_pet"], tfds_name="vtab_fake_pets")
+  monkeypatch.setitem(vtab.TASKS, "oxford_iiit_pet", pets)
+  installed = fake_pets("4.0.0")  # the code the installed TFDS has
+  monkeypatch.setattr(tfds.core.registered, "_DATASET_REGISTRY",
+                      {**tfds.core.registered._DATASET_REGISTRY, installed.name: installed})
+  assert vtab.task_version("vtab/oxford_iiit_pet", str(tmp_path))["tfds_version"] == "4.0.0"
+  fake_pets("3.2.0")(data_dir=str(tmp_path)).download_and_prepare()
+  assert vtab.task_version("vtab/oxford_iiit_pet", str(tmp_path)) == {
+      "tfds_version": "3.2.0", "reference_version": "3.*.*"}
+  with caplog.at_level("WARNING"):
+    train_split, _, _ = vtab.open_task(vtab_config("oxford_iiit_pet", "train800", "test",
+                                                   str(tmp_path)))
+  assert len(train_split) == 800 and "benchmark" not in caplog.text
+
+
 def test_missing_tfds_data_is_the_tfds_error(tmp_path):
   with pytest.raises(FileNotFoundError, match=r"^TFDS dataset dtd is not prepared in .*; "
-                     r"run `tfds build dtd --data_dir="):
+                     r"run `tfds build dtd:3.0.1 --data_dir="):
     pipeline.open_dataset(vtab_config("dtd", None, None, str(tmp_path)))
   with pytest.raises(FileNotFoundError, match="diabetic_retinopathy_detection is not prepared.*"
                      "TFDS cannot download it by itself"):

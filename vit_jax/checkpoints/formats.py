@@ -15,13 +15,15 @@ without one, the head count follows the width (768 -> 12, 1280 -> 16, else width
 
 import json
 import os
+import pickle
 from typing import Any, Dict, Tuple
 
 import ml_dtypes
 import numpy as np
 
 from vit_jax import console, errors
-from vit_jax.checkpoints import hf_layout, npz_layout, timm_layout, torch_layout
+from vit_jax.checkpoints import (config_consistency, hf_layout, npz_layout, timm_layout,
+                                 torch_layout)
 
 Flat = Dict[str, np.ndarray]
 SAFETENSORS = ".safetensors"
@@ -87,6 +89,12 @@ def _read_torch(path: str) -> Flat:
     state = _unwrap(torch.load(path, map_location="cpu", weights_only=True))
   except FormatError:
     raise
+  except pickle.UnpicklingError:  # torch's text goes on to advise weights_only=False: never
+    raise FormatError(
+        "holds pickled Python objects besides tensors, which vit_jax never unpickles (that "
+        "can run arbitrary code); only where you trust its source, load it in PyTorch and save "
+        "the tensors with safetensors.torch.save_file(state_dict, 'model.safetensors'), then "
+        "pass that file") from None
   except Exception as e:  # pylint: disable=broad-except  # torch's unpickler raises many kinds
     raise FormatError(f"is not a readable PyTorch state dict ({type(e).__name__}: "
                       f"{str(e).splitlines()[0] if str(e) else ''})") from None
@@ -190,10 +198,15 @@ def read_foreign(path: str, *, notes: bool = True) -> Flat:
   try:
     if any(".patch_embeddings.projection." in key or key.startswith("embeddings.patch_embeddings")
            for key in state):
-      return _hf_to_released(state, config, notes)
+      flat = _hf_to_released(state, config, notes)
+      config_consistency.check(config, flat, "hf")
+      return flat
     if "patch_embed.proj.weight" in state:
-      return _timm_to_released(state, config, notes)
-  except (timm_layout.Unsupported, hf_layout.Unsupported) as e:
+      flat = _timm_to_released(state, config, notes)
+      config_consistency.check(config, flat, "timm")
+      return flat
+  except (timm_layout.Unsupported, hf_layout.Unsupported,
+          config_consistency.ConfigMismatch) as e:
     raise FormatError(str(e)) from None
   raise FormatError("is neither a timm VisionTransformer nor a Hugging Face ViT state dict: "
                     f"it holds {npz_layout.describe(state)}")

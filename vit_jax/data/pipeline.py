@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from vit_jax import errors
-from vit_jax.data import preprocess, sources
+from vit_jax.data import preprocess, registry
 from vit_jax.data.sources import (  # CorruptImageError: raised by the batch iterators
     CorruptImageError, IndexedSplit, StreamingSplit, read_tfds)
 
@@ -333,15 +333,15 @@ def open_dataset(config) -> Dataset:
   the splits apply to TFDS only (default 'train' / 'test').
   """
   _check_pp(config.pp)
-  train, eval_split, class_names = sources.open_source(config)
+  train, eval_split, class_names = registry.open_source(config)
   return Dataset(train, eval_split, class_names, config.pp, config.shuffle_buffer)
 
 
 def open_eval_dataset(config, dataset: str, split: str, label_feature: str = "label") -> Dataset:
   """An evaluation-only Dataset (eval_batches only) of `dataset`'s `split`, with the
-  eval preprocessing of config.pp; see sources.open_eval_source."""
+  eval preprocessing of config.pp; see registry.open_eval_source."""
   _check_pp(config.pp)
-  eval_split, class_names = sources.open_eval_source(dataset, split, config, label_feature)
+  eval_split, class_names = registry.open_eval_source(dataset, split, config, label_feature)
   return Dataset(None, eval_split, class_names, config.pp, config.shuffle_buffer)
 
 

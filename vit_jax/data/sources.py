@@ -8,6 +8,7 @@ index in any order; TFDS datasets over IN_MEMORY_LIMIT_BYTES are a StreamingSpli
 
 import dataclasses
 import difflib
+import errno
 import os
 import re
 import urllib.parse
@@ -22,6 +23,7 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 IN_MEMORY_LIMIT_BYTES = 2 << 30  # TFDS datasets up to this size are held in memory
 DIGITS_TEST_SIZE = 300  # the digits' test split: the first 300 of a permutation drawn
 DIGITS_SPLIT_SEED = 0   # with this seed; the other 1,497 are the train split
+DIGITS_CLASSES = tuple(str(d) for d in range(10))
 _TFDS_READ_BATCH = 4096
 _JPEG_MAGIC, _PNG_MAGIC = b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n"
 _TAIL_BYTES = 64 << 10  # where an image file's end marker must be (trailers allowed)
@@ -108,7 +110,7 @@ def digits_source():
   order = np.random.default_rng(DIGITS_SPLIT_SEED).permutation(len(labels))
   test, train = order[:DIGITS_TEST_SIZE], order[DIGITS_TEST_SIZE:]
   return (IndexedSplit(pixels[train], labels[train], "pixels"),
-          IndexedSplit(pixels[test], labels[test], "pixels"), [str(d) for d in range(10)])
+          IndexedSplit(pixels[test], labels[test], "pixels"), list(DIGITS_CLASSES))
 
 
 # --- Image directories ---------------------------------------------------------------------
@@ -117,11 +119,14 @@ def digits_source():
 def check_image_file(path: str) -> None:
   """Cheap up-front check (magic bytes, end marker) so that a corrupt file fails now,
   naming itself, rather than hours into training."""
-  size = os.path.getsize(path)
-  with open(path, "rb") as f:
-    head = f.read(8)
-    f.seek(max(0, size - _TAIL_BYTES))
-    tail = f.read()
+  try:
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+      head = f.read(8)
+      f.seek(max(0, size - _TAIL_BYTES))
+      tail = f.read()
+  except OSError as e:  # no permission, or gone since the scan
+    raise _unreadable(path, e) from None
   if head.startswith(_JPEG_MAGIC):
     complete = b"\xff\xd9" in tail
   elif head.startswith(_PNG_MAGIC):
@@ -134,19 +139,44 @@ def check_image_file(path: str) -> None:
                             "remove it")
 
 
-def _class_folders(split_dir: str) -> List[str]:
-  return sorted(entry.name for entry in os.scandir(split_dir)
-                if entry.is_dir() and not entry.name.startswith("."))
+def _unreadable(path: str, error: OSError) -> errors.InvalidInput:
+  loop = " (a symlink loop)" if error.errno == errno.ELOOP else ""
+  return errors.InvalidInput(f"cannot read {path}: {error.strerror}{loop}; fix or remove "
+                             "that entry of the image folder")
+
+
+def _scan(folder: str, want_dirs: bool) -> List[os.DirEntry]:
+  """The folders (want_dirs) or files of `folder`; an entry that cannot be read (a
+  symlink loop, no permission) is one line naming it."""
+  try:
+    entries = list(os.scandir(folder))
+  except OSError as e:
+    raise _unreadable(folder, e) from None
+  found = []
+  for entry in entries:
+    try:
+      if entry.is_dir() if want_dirs else entry.is_file():
+        found.append(entry)
+      elif entry.is_symlink():
+        os.stat(entry.path)  # a dangling link: FileNotFoundError names it
+    except OSError as e:
+      raise _unreadable(entry.path, e) from None
+  return found
+
+
+def class_folders(split_dir: str) -> List[str]:
+  return sorted(entry.name for entry in _scan(split_dir, want_dirs=True)
+                if not entry.name.startswith("."))
 
 
 def _image_files(folder: str) -> List[str]:
-  return sorted(entry.path for entry in os.scandir(folder)
-                if entry.is_file() and entry.name.lower().endswith(IMAGE_EXTENSIONS))
+  return sorted(entry.path for entry in _scan(folder, want_dirs=False)
+                if entry.name.lower().endswith(IMAGE_EXTENSIONS))
 
 
 def _folder_split(split_dir: str, classes: List[str]) -> IndexedSplit:
   """Files of split_dir/<class>/ for each class folder present, labelled by `classes`."""
-  unknown = sorted(set(_class_folders(split_dir)) - set(classes))
+  unknown = sorted(set(class_folders(split_dir)) - set(classes))
   if unknown:
     raise errors.InvalidInput(
         f"{split_dir} has classes that train/ lacks: {', '.join(unknown)}; "
@@ -194,7 +224,7 @@ def directory_source(root: str):
     raise errors.InvalidInput(
         f"{root} has neither test/ nor validation/; hold out images in "
         f"{root}/test/<class>/")
-  classes = _class_folders(train_dir)
+  classes = class_folders(train_dir)
   return _folder_split(train_dir, classes), _folder_split(eval_dir, classes), classes
 
 
@@ -222,6 +252,12 @@ def _instructions(builder) -> str:
   return " ".join((builder.MANUAL_DOWNLOAD_INSTRUCTIONS or "").split())
 
 
+def build_name(builder) -> str:
+  """`name[/config]:version` as `tfds build` takes it: builds the version this run reads."""
+  name, version = builder.info.full_name.rsplit("/", 1)
+  return f"{name}:{version}"
+
+
 def read_tfds(builder, split, **kwargs) -> tf.data.Dataset:
   """Examples with undecoded images (decode after the shuffle / the crop window), or a
   one-line error if the data is absent (tfds's download=False semantics)."""
@@ -237,8 +273,8 @@ def read_tfds(builder, split, **kwargs) -> tf.data.Dataset:
           f"those files in config.tfds_manual_dir (default {_default_manual_dir(builder)}), "
           "then set config.tfds_download=True to prepare them") from None
     raise FileNotFoundError(
-        f"{where}; run `tfds build {builder.name} --data_dir={builder.data_dir_root}` on a "
-        "machine with network, or set config.tfds_data_dir to a prepared copy (or "
+        f"{where}; run `tfds build {build_name(builder)} --data_dir={builder.data_dir_root}` "
+        "on a machine with network, or set config.tfds_data_dir to a prepared copy (or "
         "config.tfds_download=True)") from None
 
 
@@ -269,8 +305,8 @@ def _check_network(builder) -> None:
       failures.append(f"{origin} ({type(e).__name__})")
   raise FileNotFoundError(
       f"cannot download TFDS dataset {builder.name}: no network connection to "
-      f"{', '.join(failures)}; connect to the network, or run `tfds build {builder.name} "
-      f"--data_dir=DIR` on a machine with network and set config.tfds_data_dir to a copy of DIR")
+      f"{', '.join(failures)}; connect to the network, or run "
+      f"`tfds build {build_name(builder)} --data_dir=DIR` on a machine with network and set config.tfds_data_dir to a copy of DIR")
 
 
 def _download_and_prepare(builder, manual_dir: Optional[str]) -> None:
@@ -292,7 +328,7 @@ def _download_and_prepare(builder, manual_dir: Optional[str]) -> None:
   except (requests.RequestException, tfds.download.DownloadError) as e:
     raise FileNotFoundError(f"downloading TFDS dataset {builder.name} failed: "
                             f"{' '.join(str(e).split())}; check the network and rerun, or "
-                            f"run `tfds build {builder.name}` where it works") from e
+                            f"run `tfds build {build_name(builder)}` where it works") from e
 
 
 def _tfds_in_memory(builder, split: str, features=image_and_label) -> IndexedSplit:
@@ -311,9 +347,25 @@ def prepared_builder(name: str, *, data_dir=None, manual_dir=None, download=Fals
   """The TFDS builder of `name`, prepared first with download=True (touches the network
   only then: it may take minutes; offline it fails in seconds)."""
   builder = _tfds_builder(name, data_dir)
-  if download and not builder.is_prepared():
-    _download_and_prepare(builder, manual_dir)
+  if download:
+    prepare(builder, manual_dir)
   return builder
+
+
+def prepare(builder, manual_dir=None) -> None:
+  if not builder.is_prepared():
+    _download_and_prepare(builder, manual_dir)
+
+
+def versioned_builder(name: str, version: str, data_dir=None):
+  """The TFDS builder of `name` at `version` (a TFDS pattern such as '3.*.*'), or None
+  when the installed TFDS can neither build that version nor read it prepared in
+  data_dir (or does not know `name`)."""
+  import tensorflow_datasets as tfds
+  try:
+    return tfds.builder(f"{name}:{version}", data_dir=data_dir)
+  except (AssertionError, ValueError):  # "cannot be loaded at version 3.*.*, only: 4.0.0"
+    return None
 
 
 def tfds_split(builder, split: str, features=image_and_label):
@@ -372,54 +424,8 @@ def tfds_eval_source(name: str, split: str, *, label_feature: str = "label", dat
   return tfds_split(builder, split, features), names
 
 
-def _is_path(name: str) -> bool:
-  return os.path.isdir(os.path.expanduser(name)) or name.startswith(("/", "./", "../", "~"))
-
-
-def open_source(config):
-  """(train split, eval split, class names) of config.dataset: 'digits', a directory or
-  a TFDS name (config.train_split / eval_split apply to TFDS only), or a VTAB-1k task
-  ('vtab/<task>', or a directory with VTAB split names: see vit_jax.data.vtab)."""
-  from vit_jax.data import vtab  # builds on this module
-  if vtab.handles(config):
-    return vtab.open_task(config)
-  name = config.dataset
-  if name == "digits":
-    return digits_source()
-  if _is_path(name):
-    return directory_source(name)
-  return tfds_source(name, config.train_split or "train", config.eval_split or "test",
-                     data_dir=config.tfds_data_dir, manual_dir=config.tfds_manual_dir,
-                     download=config.tfds_download)
-
-
-def class_count(config) -> int:
-  """The number of classes of config.dataset from its metadata alone (no example is
-  read): 10 digits, a directory's train/ class folders, a VTAB task's, TFDS's 'label'."""
-  from vit_jax.data import vtab  # builds on this module
-  name = config.dataset
-  if name == "digits":
-    return 10
-  if name.startswith(vtab.PREFIX):
-    return vtab.get_task(name[len(vtab.PREFIX):]).num_classes
-  if _is_path(name):
-    return len(_class_folders(os.path.join(os.path.expanduser(name), "train")))
-  builder = _tfds_builder(name, config.tfds_data_dir)
+def tfds_class_count(name: str, data_dir: Optional[str]) -> int:
+  """The 'label' feature's class count from TFDS's metadata (no example read)."""
+  builder = _tfds_builder(name, data_dir)
   _check_features(builder, "label")
   return builder.info.features["label"].num_classes
-
-
-def open_eval_source(name: str, split: str, config, label_feature: str = "label"):
-  """(split, class names) of an evaluation-only set: a TFDS split, or the eval split of
-  'digits' or of a directory (whose test/ or validation/ folder is used; `split` is then
-  ignored). TFDS location and download settings come from config.tfds_*."""
-  if name == "digits" or _is_path(name):
-    if label_feature != "label":
-      raise errors.InvalidInput(
-          f"{name}: a list of labels ({label_feature!r}) needs a TFDS dataset "
-          "with that feature")
-    _, evaluation, class_names = digits_source() if name == "digits" else directory_source(name)
-    return evaluation, class_names
-  return tfds_eval_source(name, split, label_feature=label_feature,
-                          data_dir=config.tfds_data_dir, manual_dir=config.tfds_manual_dir,
-                          download=config.tfds_download)

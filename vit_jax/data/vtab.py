@@ -32,10 +32,11 @@ from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from vit_jax import errors
+from vit_jax import config_defaults, errors
+from vit_jax.console import log
 from vit_jax.data import sources
 
-PREFIX = "vtab/"
+PREFIX = config_defaults.VTAB_PREFIX
 GROUPS = ("natural", "specialized", "structured")
 CUSTOM_GROUP = "custom"  # image directories: in the overall mean, in no VTAB group
 SPLITS = ("train800", "val200", "train800val200", "test")
@@ -100,7 +101,7 @@ class Task:
   string, or '' for the rest of train after sum(train_percents)% (floors added)."""
   name: str
   group: str
-  tfds_name: str  # builder[/config]; the prepared version is used
+  tfds_name: str  # builder[/config]
   num_classes: int
   val_split: str = "validation"
   test_split: str = "test"
@@ -113,7 +114,8 @@ class Task:
   # label survives losing the image borders, flips where a mirror image keeps its label.
   crop: bool = True
   flip: bool = True
-  reference_version: str = ""  # the TFDS version task_adaptation read
+  # The TFDS version (pattern) task_adaptation reads: loaded where TFDS can (see builder).
+  reference_version: str = ""
 
   def label(self, example: dict) -> tf.Tensor:
     if self.label_fn is not None:
@@ -138,47 +140,47 @@ _NO_CROP_OR_FLIP = dict(crop=False, flip=False)  # and mirroring changes positio
 TASKS: Dict[str, Task] = {task.name: task for task in (
     # Natural.
     Task("caltech101", "natural", "caltech101", 102, "train", train_percents=(90,),
-         reference_version="3.*"),
+         reference_version="3.*.*"),
     Task("cifar100", "natural", "cifar100", 100, "train", train_percents=(90,),
-         reference_version="3.*"),
-    Task("dtd", "natural", "dtd", 47, reference_version="3.*"),
-    Task("oxford_flowers102", "natural", "oxford_flowers102", 102, reference_version="2.*"),
+         reference_version="3.*.*"),
+    Task("dtd", "natural", "dtd", 47, reference_version="3.*.*"),
+    Task("oxford_flowers102", "natural", "oxford_flowers102", 102, reference_version="2.*.*"),
     Task("oxford_iiit_pet", "natural", "oxford_iiit_pet", 37, "train", train_percents=(80,),
-         reference_version="3.*"),
-    Task("sun397", "natural", "sun397/tfds", 397, reference_version="4.*"),
+         reference_version="3.*.*"),
+    Task("sun397", "natural", "sun397/tfds", 397, reference_version="4.*.*"),
     Task("svhn", "natural", "svhn_cropped", 10, "train", train_percents=(90,),
-         reference_version="3.*"),
+         reference_version="3.*.*"),
     # Specialized.
-    Task("patch_camelyon", "specialized", "patch_camelyon", 2, reference_version="2.*"),
+    Task("patch_camelyon", "specialized", "patch_camelyon", 2, reference_version="2.*.*"),
     Task("eurosat", "specialized", "eurosat/rgb", 10, "train", "", (60, 20),
-         reference_version="2.*"),
+         reference_version="2.*.*"),
     Task("resisc45", "specialized", "resisc45", 45, "train", "", (60, 20),
-         reference_version="3.*"),
+         reference_version="3.*.*"),
     Task("diabetic_retinopathy", "specialized", "diabetic_retinopathy_detection/btgraham-300",
-         5, reference_version="3.*"),
+         5, reference_version="3.*.*"),
     # Structured.
     Task("clevr_count", "structured", "clevr", 8, "train", "validation", (90,),
-         label_fn=clevr_count, reference_version="3.*", **_NO_CROP,
+         label_fn=clevr_count, reference_version="3.*.*", **_NO_CROP,
          class_names=tuple(f"{n} objects" for n in range(3, 11))),
     Task("clevr_distance", "structured", "clevr", 6, "train", "validation", (90,),
          label_fn=clevr_distance, class_names=_bucket_names(CLEVR_DISTANCE_THRESHOLDS),
-         reference_version="3.*", **_NO_CROP),
+         reference_version="3.*.*", **_NO_CROP),
     Task("dmlab", "structured", "dmlab", 6, reference_version="2.0.1", **_NO_CROP),
     Task("dsprites_location", "structured", "dsprites", DSPRITES_BINS, "train", "", (80, 10),
          label_fn=binned("label_x_position", 32), image_fn=scale_binary_image,
          class_names=tuple(f"x bin {i}" for i in range(DSPRITES_BINS)),
-         reference_version="2.*", **_NO_CROP_OR_FLIP),
+         reference_version="2.*.*", **_NO_CROP_OR_FLIP),
     Task("dsprites_orientation", "structured", "dsprites", DSPRITES_BINS, "train", "", (80, 10),
          label_fn=binned("label_orientation", 40), image_fn=scale_binary_image,
          class_names=tuple(f"orientation bin {i}" for i in range(DSPRITES_BINS)),
-         reference_version="2.*", **_NO_CROP_OR_FLIP),
+         reference_version="2.*.*", **_NO_CROP_OR_FLIP),
     Task("kitti_distance", "structured", "kitti", 4, label_fn=kitti_distance,
          class_names=_bucket_names(KITTI_DISTANCE_THRESHOLDS, " m") + ("no vehicle",),
          reference_version="3.1.0", **_NO_CROP),
     Task("smallnorb_azimuth", "structured", "smallnorb", 18, "test", "test[50%:]",
-         label_feature="label_azimuth", reference_version="2.*", **_NO_CROP_OR_FLIP),
+         label_feature="label_azimuth", reference_version="2.*.*", **_NO_CROP_OR_FLIP),
     Task("smallnorb_elevation", "structured", "smallnorb", 9, "test", "test[50%:]",
-         label_feature="label_elevation", reference_version="2.*", **_NO_CROP),
+         label_feature="label_elevation", reference_version="2.*.*", **_NO_CROP),
 )}
 
 
@@ -265,6 +267,31 @@ def handles(config) -> bool:
       {config.train_split, config.eval_split} & selection)
 
 
+def task_builder(task: Task, data_dir: Optional[str]) -> Tuple[object, str]:
+  """(TFDS builder, '' or why it is not at the reference's version): the version
+  task_adaptation reads where the installed TFDS can build it or finds it prepared in
+  `data_dir`, else TFDS's default version (other versions can differ in their examples,
+  splits or labels, so the results table records the version of every task)."""
+  builder = sources.versioned_builder(task.tfds_name, task.reference_version, data_dir)
+  if builder is not None:
+    return builder, ""
+  builder = sources.prepared_builder(task.tfds_name, data_dir=data_dir)
+  return builder, (f"using TFDS {task.tfds_name} {builder.version}, not the benchmark's "
+                   f"{task.reference_version}: the installed tensorflow-datasets cannot build "
+                   f"{task.reference_version} and none is prepared in {builder.data_dir_root}")
+
+
+def task_version(name: str, data_dir: Optional[str]) -> Dict[str, str]:
+  """The TFDS version a task reads (with the reference's, and why they differ), for the
+  results table; {} for an image directory."""
+  if not name.startswith(PREFIX):
+    return {}
+  task = get_task(name[len(PREFIX):])
+  builder, why_not = task_builder(task, data_dir)
+  return {"tfds_version": str(builder.version), "reference_version": task.reference_version,
+          **({"version_note": why_not} if why_not else {})}
+
+
 def class_names(task: Task, builder) -> list:
   if task.class_names:
     return list(task.class_names)
@@ -283,9 +310,11 @@ def open_task(config):
   if not config.dataset.startswith(PREFIX):
     return open_directory(config.dataset, train_name, eval_name)
   task = get_task(config.dataset[len(PREFIX):])
-  builder = sources.prepared_builder(task.tfds_name, data_dir=config.tfds_data_dir,
-                                     manual_dir=config.tfds_manual_dir,
-                                     download=config.tfds_download)
+  builder, why_not = task_builder(task, config.tfds_data_dir)
+  if why_not:
+    log.warning("VTAB task %s: %s", task.name, why_not)
+  if config.tfds_download:
+    sources.prepare(builder, config.tfds_manual_dir)
   sources.read_tfds(builder, "train")  # absent data: the one-line TFDS error, first
   splits = tfds_splits(task, split_counts(builder))
   names = class_names(task, builder)

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from vit_jax import errors, sharding, train_step
+from vit_jax import errors, objectives, sharding, train_step
 from vit_jax.console import log
 from vit_jax.data import pipeline
 
@@ -47,7 +47,7 @@ def make_real_eval_step(model):
     correct = jnp.take_along_axis(labels, top1[:, None], axis=-1)[:, 0] > 0
     target = labels / jnp.maximum(num_labels, 1.0)[:, None]
     masked_sum = lambda x: jnp.sum(jnp.where(counted, x, 0.0))
-    return {"loss_sum": masked_sum(train_step.softmax_xent(logits, target)),
+    return {"loss_sum": masked_sum(objectives.classification.softmax_xent(logits, target)),
             "correct": masked_sum(correct.astype(jnp.float32)),
             "examples": jnp.sum(counted, dtype=jnp.float32),
             "excluded": jnp.sum(real & (num_labels == 0), dtype=jnp.float32)}
@@ -63,7 +63,7 @@ def own_set_name(config: ml_collections.ConfigDict) -> str:
   return re.sub(r"\W+", "_", config.eval_split.split("[")[0]).strip("_") or "test"
 
 
-def check_evals(config: ml_collections.ConfigDict) -> None:
+def check(config: ml_collections.ConfigDict) -> None:
   """config.evals / eval_primary mistakes, refused before anything is read."""
   names = [own_set_name(config)]
   for name, spec in config.get("evals", {}).items():
@@ -89,11 +89,11 @@ def check_evals(config: ml_collections.ConfigDict) -> None:
       raise errors.InvalidInput(
           f"{where}.metric={metric!r} is not one of "
           f"{', '.join(LABEL_FEATURES)}")
-    objective = config.get("objective", "classification")
-    if metric == "real" and objective != "classification":
+    objective = objectives.get(config)
+    if metric == "real" and not objective.predicts_classes:
       raise errors.InvalidInput(
           f"{where}.metric='real' needs class predictions, which "
-          f"config.objective={objective!r} does not make: drop the set "
+          f"config.objective={objective.name!r} does not make: drop the set "
           f"(--config.evals.{name}.metric=accuracy evaluates its objective)")
   primary = config.get("eval_primary", "")
   if primary and primary not in names:
@@ -144,7 +144,7 @@ class Evaluator:
 
   def __init__(self, config: ml_collections.ConfigDict, module, mesh,
                dataset: pipeline.Dataset, eval_step: Optional[Callable] = None):
-    check_evals(config)
+    check(config)
     self.config, self.mesh = config, mesh
     self.sets = open_sets(config, dataset)
     self.primary = config.get("eval_primary", "") or self.sets[0].name
@@ -152,7 +152,7 @@ class Evaluator:
       raise errors.InvalidInput(
           f"config.eval_primary={self.primary!r}: that set was skipped (its data "
           "is absent); prepare it or choose another primary set")
-    self._steps = {"accuracy": eval_step or train_step.make_eval_step(module),
+    self._steps = {"accuracy": eval_step or objectives.classification.make_eval_step(module),
                    "real": make_real_eval_step(module)}
     self._compiled = {}
 
@@ -171,6 +171,9 @@ class Evaluator:
                                                process_count=jax.process_count()):
       sums = step(params, pipeline.to_global(batch, batch_sharding))
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+    if totals is None:
+      raise errors.InvalidInput(f"eval set {eval_set.name}: its split yielded no batch (no "
+                                "examples); point it at a split that has some")
     totals = {k: float(v) for k, v in jax.device_get(totals).items()}
     examples = totals.pop("examples")
     results = {"accuracy": totals.pop("correct") / max(examples, 1.0),
@@ -192,10 +195,21 @@ class Evaluator:
                excluded)
     return metrics
 
-  def of_state(self, state: train_step.TrainState, step: int) -> Dict[str, float]:
+  def due(self, step: int, total_steps: int) -> bool:
+    return step % self.config.eval_every == 0 or step == total_steps
+
+  def run(self, state: train_step.TrainState, step: int) -> Dict[str, float]:
     """eval/* of the evaluated parameters (the Polyak average when on), plus eval_raw/*
     of the raw parameters when they differ."""
     metrics = self(state.eval_params, step)
     if state.polyak is not None:
       metrics.update(self(state.params, step, prefix="eval_raw"))
     return metrics
+
+
+def build(config: ml_collections.ConfigDict, module, mesh, dataset: pipeline.Dataset,
+          objective) -> Evaluator:
+  """The evaluator of the dataset's eval split and config.evals, scored by the objective's
+  eval step ('accuracy' sets) and ReaL's ('real' sets)."""
+  return Evaluator(config, module, mesh, dataset,
+                   eval_step=objective.make_eval_step(module, config))

@@ -20,15 +20,10 @@ import numpy as np
 import scipy.linalg
 from jax.experimental import multihost_utils
 
-from vit_jax import errors, sharding
+from vit_jax import config_defaults, errors, sharding
 from vit_jax.console import log
 from vit_jax.data import pipeline
 
-# big_vision's few-shot default. Features are O(1) per dimension, so a feature vector's
-# squared norm is O(D) ~ 10^3: the ridge then matters at 1-5 shots (a stable,
-# centroid-like solution) and fades as the shots add data. Override with l2_reg=.
-DEFAULT_L2_REG = 2.0**10
-DEFAULT_SHOTS = (1, 5, 10, 25)
 _ROWS_PER_CHUNK = 4096  # train rows augmented to float64 at a time (primal solve)
 _SCORES_PER_CHUNK = 1 << 22  # float64 test scores held at once: 32 MiB
 
@@ -117,8 +112,8 @@ def _warn_small_classes(labels: np.ndarray, num_classes: int, shots: int) -> Non
 
 def fewshot_accuracies(train_features: np.ndarray, train_labels: np.ndarray,
                        test_features: np.ndarray, test_labels: np.ndarray, *,
-                       shots: Sequence[int] = DEFAULT_SHOTS, seeds: Sequence[int] = (0, 1, 2),
-                       l2_reg: float = DEFAULT_L2_REG,
+                       shots: Sequence[int] = config_defaults.FEWSHOT_SHOTS, seeds: Sequence[int] = (0, 1, 2),
+                       l2_reg: float = config_defaults.FEWSHOT_L2_REG,
                        num_classes: Optional[int] = None) -> Dict[int, List[float]]:
   """{k: [test accuracy per seed]}. Classes with fewer than k train examples use all of
   theirs (one warning); num_classes defaults to the largest label + 1."""
@@ -150,8 +145,8 @@ def summarize(per_seed: Dict[int, List[float]]) -> Dict[str, float]:
 
 
 def evaluate_fewshot(train_features, train_labels, test_features, test_labels, *,
-                     shots: Sequence[int] = DEFAULT_SHOTS, seeds: Sequence[int] = (0, 1, 2),
-                     l2_reg: float = DEFAULT_L2_REG,
+                     shots: Sequence[int] = config_defaults.FEWSHOT_SHOTS, seeds: Sequence[int] = (0, 1, 2),
+                     l2_reg: float = config_defaults.FEWSHOT_L2_REG,
                      num_classes: Optional[int] = None) -> Dict[str, float]:
   """Mean and std over seeds of the k-shot test accuracy: {'1shot': ..., '1shot_std': ...}."""
   return summarize(fewshot_accuracies(train_features, train_labels, test_features, test_labels,
@@ -242,6 +237,11 @@ class Evaluator:
   def due(self, step: int, total_steps: int) -> bool:
     return bool(self.datasets) and (step % self.every_steps == 0 or step == total_steps)
 
+  def run(self, state, step: int) -> Dict[str, float]:
+    """{'fewshot/<dataset>_<k>shot': ...} of the state's evaluated parameters."""
+    del step
+    return self(state.eval_params)
+
   def __call__(self, params) -> Dict[str, float]:
     """{'fewshot/<dataset>_<k>shot': mean test accuracy over the seeds, ...}."""
     if self._feature_fn is None:
@@ -256,3 +256,14 @@ class Evaluator:
           f"{k}-shot {summary[f'{k}shot']:.4f}" for k in self.shots))
       results.update({f"fewshot/{key}_{k}shot": summary[f"{k}shot"] for k in self.shots})
     return results
+
+
+def build(config: ml_collections.ConfigDict, module, mesh: jax.sharding.Mesh, dataset,
+          objective) -> Optional[Evaluator]:
+  """The probes of config.fewshot.datasets; None when it names none."""
+  del dataset, objective  # the probes read their own datasets and the model's features
+  return Evaluator(config, module, mesh) if config.fewshot.datasets else None
+
+
+def check(config: ml_collections.ConfigDict) -> None:
+  del config  # the batch size is checked against the mesh when built

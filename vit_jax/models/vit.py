@@ -16,7 +16,6 @@ big_vision's ViT variants are the same modules with its names: `classifier='map'
 """
 
 import dataclasses
-import functools
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import flax.linen as nn
@@ -25,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vit_jax import errors
+from vit_jax.models import attention
 from vit_jax.models import posemb as posemb_lib
 from vit_jax.models import resnet
 
@@ -54,131 +54,12 @@ class MlpBlock(nn.Module):
     return nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
 
 
-# softmax: explicit einsum + float32 softmax (the reference's math; exposes the weights).
-# xla / cudnn: jax.nn.dot_product_attention with that backend (cudnn = flash attention,
-# GPU and bfloat16/float16 only). dot_product: cudnn where it applies, else xla.
-ATTENTION_IMPLS = ("softmax", "dot_product", "xla", "cudnn")
-FLASH_DTYPES = (jnp.bfloat16, jnp.float16)
-
-
-def attention_backend(impl: str, dtype: Any) -> str:
-  """The jax.nn.dot_product_attention backend for `impl` ('dot_product' resolved here:
-  its own default is XLA even on GPUs, which leaves cuDNN's flash kernels unused)."""
-  if impl != "dot_product":
-    return impl
-  flash = jax.default_backend() == "gpu" and jnp.dtype(dtype) in FLASH_DTYPES
-  return "cudnn" if flash else "xla"
-
-
 REMAT_POLICIES = {
     "none": None,  # keep every activation (fastest, most memory)
     "full": jax.checkpoint_policies.nothing_saveable,  # recompute the whole block
     "dots": jax.checkpoint_policies.checkpoint_dots,  # keep matmul outputs only
     "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
-
-
-def fused_attention(query, key, value, backend: str, pad_to_even: Optional[bool] = None,
-                    pad_for_gradients_only: bool = False):
-  """softmax(q k^T / sqrt(d)) v over [batch, tokens, heads, head_dim] via
-  jax.nn.dot_product_attention.
-
-  cuDNN's backward pass (jax 0.10-0.11) rejects odd token counts such as ViT's
-  1 + 14*14 = 197, so by default (pad_to_even=None) cuDNN's tokens are padded to an even
-  count, the padding is masked out by sequence length and the output is cut back: the
-  same function. Its forward pass takes odd counts, and padding costs inference ~3% on
-  an H100: pad_for_gradients_only=True runs the forward unpadded and keeps the padded
-  route for gradients, if any are taken (for inference; a training step would compute
-  the attention twice)."""
-  if pad_to_even is None:
-    pad_to_even = backend == "cudnn"
-  if pad_to_even and pad_for_gradients_only and query.shape[1] % 2:
-    return _unpadded_forward_padded_gradients(query, key, value, backend)
-  return _dot_product_attention(query, key, value, backend, pad_to_even)
-
-
-def _dot_product_attention(query, key, value, backend: str, pad_to_even: bool):
-  tokens = query.shape[1]
-  lengths = None
-  if pad_to_even and tokens % 2:
-    query, key, value = (jnp.pad(t, ((0, 0), (0, 1), (0, 0), (0, 0)))
-                         for t in (query, key, value))
-    lengths = jnp.full((query.shape[0],), tokens, jnp.int32)
-  mixed = jax.nn.dot_product_attention(
-      query, key, value, scale=query.shape[-1]**-0.5, query_seq_lengths=lengths,
-      key_value_seq_lengths=lengths, implementation=backend)
-  return mixed[:, :tokens]
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _unpadded_forward_padded_gradients(query, key, value, backend):
-  return _dot_product_attention(query, key, value, backend, pad_to_even=False)
-
-
-def _unpadded_forward(query, key, value, backend):
-  return _unpadded_forward_padded_gradients(query, key, value, backend), (query, key, value)
-
-
-def _padded_gradients(backend, inputs, cotangent):
-  _, pullback = jax.vjp(
-      lambda *qkv: _dot_product_attention(*qkv, backend, pad_to_even=True), *inputs)
-  return pullback(cotangent)
-
-
-_unpadded_forward_padded_gradients.defvjp(_unpadded_forward, _padded_gradients)
-
-
-class SelfAttention(nn.Module):
-  """Multi-head self-attention with the released parameter layout.
-
-  query/key/value kernels are (D, heads, head_dim), out is (heads, head_dim, D);
-  the query is scaled by 1/sqrt(head_dim) and the softmax runs in float32.
-  The fused implementations (see ATTENTION_IMPLS) fall back to the explicit softmax
-  when the attention weights are needed (introspection, attention dropout in training).
-  With `inputs_kv` the queries come from `x` and the keys and values from `inputs_kv`
-  (the MAP head's probe attending to the tokens), always with the explicit softmax.
-  unpadded_inference: see VisionTransformer.
-  """
-  num_heads: int
-  dropout_rate: float = 0.0
-  dtype: Any = jnp.float32
-  attention_impl: str = "softmax"
-  unpadded_inference: bool = True
-
-  @nn.compact
-  def __call__(self, x, *, deterministic: bool, inputs_kv=None):
-    hidden = x.shape[-1]
-    if hidden % self.num_heads:
-      raise errors.InvalidInput(
-          f"hidden size {hidden} is not divisible by num_heads={self.num_heads}")
-    head_dim = hidden // self.num_heads
-    projection = lambda name: nn.DenseGeneral(
-        (self.num_heads, head_dim), dtype=self.dtype, name=name,
-        kernel_init=nn.initializers.xavier_uniform(), bias_init=nn.initializers.zeros)
-    if self.attention_impl not in ATTENTION_IMPLS:
-      raise errors.InvalidInput(
-          f"unknown attention_impl {self.attention_impl!r}; choose one of "
-          f"{', '.join(ATTENTION_IMPLS)}")
-    kv = x if inputs_kv is None else inputs_kv
-    query, key, value = (projection(name)(inputs)
-                         for name, inputs in (("query", x), ("key", kv), ("value", kv)))
-    needs_weights = self.is_mutable_collection("intermediates") or (
-        self.dropout_rate > 0 and not deterministic) or inputs_kv is not None
-    if self.attention_impl != "softmax" and not needs_weights:
-      mixed = fused_attention(query, key, value,
-                              attention_backend(self.attention_impl, self.dtype),
-                              pad_for_gradients_only=deterministic and self.unpadded_inference)
-    else:
-      query = query / jnp.sqrt(head_dim).astype(self.dtype)
-      logits = jnp.einsum("bqhd,bkhd->bhqk", query, key)
-      weights = nn.softmax(logits.astype(jnp.float32), axis=-1)
-      self.sow("intermediates", "attention_weights", weights)
-      weights = nn.Dropout(self.dropout_rate)(weights, deterministic=deterministic)
-      mixed = jnp.einsum("bhqk,bkhd->bqhd", weights.astype(self.dtype), value)
-    return nn.DenseGeneral(
-        hidden, axis=(-2, -1), dtype=self.dtype, name="out",
-        kernel_init=nn.initializers.xavier_uniform(),
-        bias_init=nn.initializers.zeros)(mixed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,7 +82,7 @@ class Encoder1DBlock(nn.Module):
   def __call__(self, inputs, deterministic: bool):
     o = self.options
     x = layer_norm("LayerNorm_0", o.dtype)(inputs)
-    x = SelfAttention(o.num_heads, o.attention_dropout_rate, o.dtype, o.attention_impl,
+    x = attention.SelfAttention(o.num_heads, o.attention_dropout_rate, o.dtype, o.attention_impl,
                       o.unpadded_inference,
                       name="MultiHeadDotProductAttention_1")(x, deterministic=deterministic)
     x = nn.Dropout(o.dropout_rate)(x, deterministic=deterministic)
@@ -245,8 +126,9 @@ class MAPHead(nn.Module):
     probe = self.param("probe", nn.initializers.xavier_uniform(), (1, 1, x.shape[-1]),
                        jnp.float32)
     probe = jnp.tile(probe.astype(x.dtype), (x.shape[0], 1, 1))
-    y = SelfAttention(self.num_heads, dtype=self.dtype, name="MultiHeadDotProductAttention_0")(
-        probe, deterministic=True, inputs_kv=x)
+    y = attention.SelfAttention(self.num_heads, dtype=self.dtype,
+                                name="MultiHeadDotProductAttention_0")(
+                                    probe, deterministic=True, inputs_kv=x)
     z = layer_norm("LayerNorm_0", self.dtype)(y)
     y = y + MlpBlock(self.mlp_dim, dtype=self.dtype, name="MlpBlock_0")(z, deterministic=True)
     return y[:, 0]

@@ -1,54 +1,51 @@
 """Training objectives, chosen by `config.objective`: what the main job builds, minimises,
-evaluates and exports.
+evaluates and exports. Each is one object with the `Objective` protocol:
 
-  * classification (default): the VisionTransformer on the labels (vit_jax.train_step);
-  * mpp: masked patch prediction, self-supervised (vit_jax.objectives.mpp); labels unused.
+  * classification (default): the VisionTransformer on the labels (objectives.classification);
+  * mpp: masked patch prediction, self-supervised (objectives.mpp); labels unused.
 
-Every objective keeps the step signatures of vit_jax.train_step: train_step(state, batch,
-rng) -> (state, metrics) and eval_step(params, batch) -> {'loss_sum', 'correct',
-'examples'} sums; its model answers apply(..., representation=True) with the backbone's
-features, so few-shot probes run whatever the objective.
+vit_jax.train_step turns an objective's batch loss into the generic train step; its eval
+step returns {'loss_sum', 'correct', 'examples'} sums over the real rows; its model answers
+apply(..., representation=True) with the backbone's features, so few-shot probes run
+whatever the objective. A new objective is one module here plus an entry in OBJECTIVES.
 """
 
-import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol, Tuple
 
-from vit_jax import errors, train_step
-from vit_jax.objectives import mpp
+import ml_collections
+
+from vit_jax import errors
+from vit_jax.objectives import classification, mpp
 
 DEFAULT = "classification"
 
 
-@dataclasses.dataclass(frozen=True)
-class Objective:
-  """check(config) refuses settings early; create_model(config, model overrides) builds
-  the module (None: the classifier, built by vit_jax.train.build_model, pretrained files
-  included); make_train_step(module, optimizer, config) and make_eval_step(module,
-  config) give the steps; export_params(host params) -> what params.npz holds."""
+class Objective(Protocol):
   name: str
-  check: Callable[[Any], None]
-  create_model: Optional[Callable[..., Any]]
-  make_train_step: Callable[..., Callable]
-  make_eval_step: Callable[..., Callable]
-  export_params: Callable[[Any], Any]
+  predicts_classes: bool  # class logits: ReaL sets, class names in params.npz
+
+  def check(self, config: ml_collections.ConfigDict) -> None:
+    """Refuses settings the objective cannot run with, before anything slow."""
+
+  def create_model(self, config: ml_collections.ConfigDict, num_classes: int, *,
+                   load_pretrained: bool) -> Tuple[Any, Optional[dict]]:
+    """(module, host params of config.pretrained if load_pretrained, else None)."""
+
+  def make_batch_loss(self, module, config: ml_collections.ConfigDict) -> Callable:
+    """batch_loss(params, batch, rng) -> the scalar mean loss the train step minimises."""
+
+  def make_eval_step(self, module, config: ml_collections.ConfigDict) -> Callable:
+    """eval_step(params, batch) -> {'loss_sum', 'correct', 'examples'} over real rows."""
+
+  def export_params(self, params: Any) -> Any:
+    """Host params -> what params.npz holds."""
 
 
-OBJECTIVES = {
-    "classification": Objective(
-        "classification", check=lambda config: None, create_model=None,
-        # Looked up at each call, not bound at import, so that wrappers of
-        # train_step's functions (tests, user patches) reach the main job.
-        make_train_step=lambda *args: train_step.make_train_step(*args),
-        make_eval_step=lambda module, config: train_step.make_eval_step(module),
-        export_params=lambda params: params),
-    "mpp": Objective(
-        "mpp", check=mpp.check_config, create_model=mpp.create_model,
-        make_train_step=mpp.make_train_step, make_eval_step=mpp.make_eval_step,
-        export_params=mpp.export_backbone),
-}
+OBJECTIVES = {"classification": classification.Classification(),
+              "mpp": mpp.MaskedPatchPrediction()}
 
 
-def get(config) -> Objective:
+def get(config: ml_collections.ConfigDict) -> Objective:
   """The objective config.objective names (classification when the key is absent)."""
   name = config.get("objective", DEFAULT)
   if name not in OBJECTIVES:

@@ -30,7 +30,7 @@ cropping and flips, so they describe exactly what the model saw), u = (x + 1) / 
 Classification targets are trained with softmax cross-entropy (averaged over the 16
 cells for downsized_4x4).
 
-Evaluation (make_eval_step) follows the eval-step contract of vit_jax.train_step: sums
+Evaluation (make_eval_step) follows the eval-step contract of vit_jax.objectives: sums
 over the corrupted patches of the real (unmasked) rows: `loss_sum`, `correct` (patches
 whose target class is predicted; for downsized_4x4 the share of its 16 cells; for
 l2_patch whether the predicted patch's 3-bit mean colour is the target's) and
@@ -49,7 +49,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from vit_jax import errors, train_step
+from vit_jax import errors
 from vit_jax.console import log
 from vit_jax.models import mpp as mpp_model
 from vit_jax.models import zoo
@@ -296,13 +296,6 @@ def make_batch_loss(model: mpp_model.MaskedPatchPredictor, settings: Settings):
   return batch_loss
 
 
-def make_train_step(model: mpp_model.MaskedPatchPredictor,
-                    optimizer: optax.GradientTransformation, config: ml_collections.ConfigDict):
-  """vit_jax.train_step.make_train_step with the MPP loss: same signature and metrics."""
-  return train_step.make_train_step(
-      model, optimizer, config, batch_loss=make_batch_loss(model, Settings.from_config(config)))
-
-
 def make_eval_step(model: mpp_model.MaskedPatchPredictor, config: ml_collections.ConfigDict):
   """eval_step(params, batch) -> {'loss_sum', 'correct', 'examples'} summed over the
   corrupted patches of the rows where batch['mask'] is 1 (deterministic corruption)."""
@@ -333,3 +326,26 @@ def export_backbone(params: Dict[str, Any]) -> Dict[str, Any]:
   log.info("params.npz: the MPP backbone, [mask] embedding and prediction head dropped, "
                "with a zero %d-class head (replaced when fine-tuning)", EXPORTED_CLASSES)
   return backbone
+
+
+class MaskedPatchPrediction:
+  """The objective protocol (vit_jax.objectives) for MPP: from scratch, no labels."""
+  name = "mpp"
+  predicts_classes = False
+
+  def check(self, config: ml_collections.ConfigDict) -> None:
+    check_config(config)
+
+  def create_model(self, config: ml_collections.ConfigDict, num_classes: int, *,
+                   load_pretrained: bool) -> Tuple[mpp_model.MaskedPatchPredictor, None]:
+    del num_classes, load_pretrained  # check_config refuses config.pretrained
+    return create_model(config, zoo.config_overrides(config)), None
+
+  def make_batch_loss(self, module, config):
+    return make_batch_loss(module, Settings.from_config(config))
+
+  def make_eval_step(self, module, config):
+    return make_eval_step(module, config)
+
+  def export_params(self, params):
+    return export_backbone(params)

@@ -297,26 +297,36 @@ def _tasks(count: int) -> str:
   return f"{count} task{'' if count == 1 else 's'}"
 
 
+def _version(task: Mapping[str, Any]) -> str:
+  """The TFDS version a task read, marked where it is not the benchmark's."""
+  if "tfds_version" not in task:
+    return "(image directory)"
+  if "version_note" in task:
+    return f"{task['tfds_version']} (benchmark: {task['reference_version']})"
+  return task["tfds_version"]
+
+
 def format_table(report: Mapping[str, Any]) -> str:
   """Markdown: tasks grouped as the paper reports VTAB, each group's mean, the mean."""
   sweep = report["sweep"]
   lines = [f"VTAB-1k: `{report['checkpoint']}` fine-tuned on train800val200, top-1 on test"
            + (f"; settings chosen on val200 ({sweep['select']})" if sweep else "") + ".", "",
-           "| Group | Task | Top-1 (%) | lr | steps |", "|---|---|---:|---:|---:|"]
+           "| Group | Task | Top-1 (%) | lr | steps | TFDS version |",
+           "|---|---|---:|---:|---:|---|"]
   tasks = report["tasks"]
   for group, summary in report["groups"].items():
     title = GROUP_TITLES[group]
     for name, task in tasks.items():
       if task["group"] == group:
         lines.append(f"| {title} | {name} | {100 * task['top1']:.2f} | {task['base_lr']:g} "
-                     f"| {task['total_steps']} |")
+                     f"| {task['total_steps']} | {_version(task)} |")
     count = (f"{summary['tasks']} of {summary['of']} tasks" if "of" in summary
              else f"{_tasks(summary['tasks'])}, in no VTAB group")
-    lines.append(f"| **{title} mean** | {count} | **{100 * summary['mean']:.2f}** | | |")
+    lines.append(f"| **{title} mean** | {count} | **{100 * summary['mean']:.2f}** | | | |")
   custom = report["groups"].get(tasks_lib.CUSTOM_GROUP)
   included = f", {custom['tasks']} custom included" if custom else ""
   lines.append(f"| **Mean** | {_tasks(report['num_tasks'])}{included} | "
-               f"**{100 * report['mean']:.2f}** | | |")
+               f"**{100 * report['mean']:.2f}** | | | |")
   return "\n".join(lines) + "\n"
 
 
@@ -328,7 +338,8 @@ def _top1(result: Mapping[str, float]) -> Dict[str, float]:
 def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, checkpoint: str,
                   workdir: str, overrides: Optional[Mapping[str, Any]] = None,
                   sweep: Optional[Tuple[Sequence[float], Sequence[int]]] = None,
-                  select: str = "task", train_fn: Optional[Callable] = None,
+                  select: str = "task",
+                  train_fn: Callable[[ml_collections.ConfigDict, str], dict],
                   overwrite: bool = False) -> Dict[str, Any]:
   """Fine-tunes and evaluates every task of `specs`; writes WORKDIR/vtab.json and
   vtab.md and returns the report. `sweep` = (lrs, steps) runs the model selection first.
@@ -340,9 +351,6 @@ def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, chec
     raise errors.InvalidInput(f"unknown selection {select!r}; use one of {', '.join(SELECTIONS)}")
   runs = resolve_tasks(specs)
   outputs.claim_output_dir(workdir, KIND, overwrite)
-  if train_fn is None:
-    from vit_jax import train  # jax and the models: only when something runs
-    train_fn = train.train_and_evaluate
   runner = Runner(base, checkpoint, workdir, overrides, model_settings(checkpoint), train_fn)
   log.info("VTAB-1k: %d task(s) from %s in %s%s", len(runs), checkpoint, workdir,
            " with the lr/schedule sweep" if sweep else "")
@@ -371,6 +379,7 @@ def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, chec
     result, config = runner(run, fs.join(workdir, run.name), lr=lr, steps=steps,
                             splits=tasks_lib.DEFAULT_SPLITS, what="final run")
     results[run.name] = {"group": run.group, "dataset": run.dataset, **_top1(result),
+                         **tasks_lib.task_version(run.dataset, config.tfds_data_dir),
                          "base_lr": config.base_lr, "total_steps": config.total_steps,
                          "workdir": fs.join(workdir, run.name)}
     if sweep is not None:

@@ -1,0 +1,128 @@
+"""Which source reads a config.dataset: one object per kind, tried in order (SOURCES).
+
+  * a VTAB-1k task: 'vtab/<task>', or a directory read with VTAB split names
+    (vit_jax.data.vtab);
+  * 'digits': scikit-learn's embedded digits (vit_jax.data.sources.digits_source);
+  * an image directory: ROOT/train/<class>/, ROOT/test/<class>/;
+  * otherwise a TFDS name.
+
+Each answers `open(config)` -> (train split, eval split, class names), `class_count(config)`
+from metadata alone, and `open_eval(name, split, config, label_feature)` -> (split, class
+names) for an evaluation-only set (None: the kind serves no evaluation-only sets). A new
+kind is one class here; the sources themselves import none of this.
+"""
+
+import os
+from typing import List, Tuple
+
+from vit_jax import errors
+from vit_jax.data import sources, vtab
+
+
+def _is_path(name: str) -> bool:
+  return os.path.isdir(os.path.expanduser(name)) or name.startswith(("/", "./", "../", "~"))
+
+
+def _labels_only(name: str, label_feature: str) -> None:
+  if label_feature != "label":
+    raise errors.InvalidInput(f"{name}: a list of labels ({label_feature!r}) needs a TFDS "
+                              "dataset with that feature")
+
+
+class VtabTask:
+  def handles(self, config) -> bool:
+    return vtab.handles(config)
+
+  def open(self, config):
+    return vtab.open_task(config)
+
+  def class_count(self, config) -> int:
+    if not config.dataset.startswith(vtab.PREFIX):
+      return Folder().class_count(config)
+    return vtab.get_task(config.dataset[len(vtab.PREFIX):]).num_classes
+
+  def open_eval(self, name, split, config, label_feature):
+    return None
+
+
+class Digits:
+  def handles(self, config) -> bool:
+    return config.dataset == "digits"
+
+  def open(self, config):
+    return sources.digits_source()
+
+  def class_count(self, config) -> int:
+    return len(sources.DIGITS_CLASSES)
+
+  def open_eval(self, name, split, config, label_feature):
+    if name != "digits":
+      return None
+    _labels_only(name, label_feature)
+    _, evaluation, class_names = sources.digits_source()
+    return evaluation, class_names
+
+
+class Folder:
+  def handles(self, config) -> bool:
+    return _is_path(config.dataset)
+
+  def open(self, config):
+    return sources.directory_source(config.dataset)
+
+  def class_count(self, config) -> int:
+    return len(sources.class_folders(
+        os.path.join(os.path.expanduser(config.dataset), "train")))
+
+  def open_eval(self, name, split, config, label_feature):
+    if not _is_path(name):
+      return None
+    _labels_only(name, label_feature)
+    _, evaluation, class_names = sources.directory_source(name)
+    return evaluation, class_names
+
+
+class Tfds:
+  def handles(self, config) -> bool:
+    return True
+
+  def open(self, config):
+    return sources.tfds_source(config.dataset, config.train_split or "train",
+                               config.eval_split or "test", data_dir=config.tfds_data_dir,
+                               manual_dir=config.tfds_manual_dir, download=config.tfds_download)
+
+  def class_count(self, config) -> int:
+    return sources.tfds_class_count(config.dataset, config.tfds_data_dir)
+
+  def open_eval(self, name, split, config, label_feature):
+    return sources.tfds_eval_source(name, split, label_feature=label_feature,
+                                    data_dir=config.tfds_data_dir,
+                                    manual_dir=config.tfds_manual_dir,
+                                    download=config.tfds_download)
+
+
+SOURCES = (VtabTask(), Digits(), Folder(), Tfds())  # the first that handles a name reads it
+
+
+def find(config):
+  return next(source for source in SOURCES if source.handles(config))
+
+
+def open_source(config):
+  """(train split, eval split, class names) of config.dataset (config.train_split /
+  eval_split apply to TFDS and VTAB only)."""
+  return find(config).open(config)
+
+
+def class_count(config) -> int:
+  """The number of classes of config.dataset from its metadata alone (no example read)."""
+  return find(config).class_count(config)
+
+
+def open_eval_source(name: str, split: str, config,
+                     label_feature: str = "label") -> Tuple[object, List[str]]:
+  """(split, class names) of an evaluation-only set: a TFDS split, or the eval split of
+  'digits' or of a directory (whose test/ or validation/ folder is used; `split` is then
+  ignored). TFDS location and download settings come from config.tfds_*."""
+  opened = (source.open_eval(name, split, config, label_feature) for source in SOURCES)
+  return next(found for found in opened if found is not None)  # Tfds takes any name

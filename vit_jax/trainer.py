@@ -1,0 +1,56 @@
+"""The train state and the compiled train step of a config, placed on a mesh: built here
+once, for the main job (vit_jax.train) and the benchmark (vit_jax.benchmark --config), so
+the benchmark times exactly the step that trains (objective, Polyak, accumulation,
+optimizer, shardings)."""
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from vit_jax import objectives, optim, sharding, train_step
+
+
+@dataclasses.dataclass(frozen=True)
+class Trainer:
+  """optimizer; abstract_state (shapes) and state_shardings; init(rng) and
+  from_params(host params) -> a placed state at step 0; step(state, batch, rng) ->
+  (state, metrics), jitted with the state donated."""
+  optimizer: optax.GradientTransformation
+  abstract_state: Any
+  state_shardings: Any
+  init: Callable
+  from_params: Callable
+  step: Callable
+
+
+def build(config: ml_collections.ConfigDict, module, mesh,
+          objective: objectives.Objective = None) -> Trainer:
+  """The state and step that `config` trains `module` with on `mesh`."""
+  objective = objective or objectives.get(config)
+  optimizer = optim.make_optimizer(config)
+  polyak = config.polyak_decay > 0
+  image_shape = (1, config.pp.crop, config.pp.crop, 3)
+
+  def state_of(params):
+    return train_step.create_train_state(params, optimizer, polyak=polyak)
+
+  def init_state(rng):
+    return state_of(module.init(rng, jnp.zeros(image_shape, jnp.float32))["params"])
+
+  abstract_state = jax.eval_shape(init_state, jax.random.PRNGKey(0))
+  state_shardings = sharding.param_shardings(abstract_state, mesh)
+  batch_sharding, replicated = sharding.batch_sharding(mesh), sharding.replicated(mesh)
+  step = jax.jit(
+      train_step.make_train_step(objective.make_batch_loss(module, config), optimizer, config),
+      in_shardings=(state_shardings, batch_sharding, replicated),
+      out_shardings=(state_shardings, replicated), donate_argnums=(0,))
+  place = jax.jit(state_of, out_shardings=state_shardings)
+  return Trainer(
+      optimizer=optimizer, abstract_state=abstract_state, state_shardings=state_shardings,
+      init=jax.jit(init_state, out_shardings=state_shardings),
+      from_params=lambda params: place(jax.device_put(params, state_shardings.params)),
+      step=step)
