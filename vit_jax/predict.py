@@ -178,7 +178,7 @@ def image_arguments(argv: Sequence[str]) -> List[str]:
 @cli.command
 def main(argv):
   image_paths = image_arguments(argv)
-  path = released.resolve(FLAGS.checkpoint)
+  path = hub.resolve(FLAGS.checkpoint)  # released and hf-hub: names: fetched first
   module, params, image_size = npz.load_for_inference(
       path, FLAGS.image_size, allow_nonfinite=FLAGS.allow_nonfinite)
   check_trained_head(params, FLAGS.checkpoint)

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vit_jax import errors
-from vit_jax.checkpoints import npz, released
+from vit_jax.checkpoints import hub, npz
 from vit_jax.models import vit, zoo
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -66,7 +66,7 @@ def load_source(checkpoint: str, image_size: Optional[int], dtype: str) -> Sourc
   """The checkpoint loaded as load_npz does (image_size must be a multiple of the stride);
   raises an errors.UserError (one line: CheckpointError, ExportError, ...) for what cannot
   be read or exported."""
-  path = released.resolve(checkpoint)
+  path = hub.resolve(checkpoint)  # released and hf-hub: names: fetched first
   module, params, size = npz.load_for_inference(path, image_size)
   weight_bytes = sum(np.asarray(p).nbytes for p in jax.tree.leaves(params))
   if weight_bytes > MAX_WEIGHT_BYTES:
