@@ -32,7 +32,7 @@ COMMANDS = {
                         "--model: Released model name"],
     "vit_jax.export": ["--to: Format: stablehlo, saved_model, tflite, onnx",
                        "--batch: Batch dimension", "--[no]with_preprocessing: saved_model",
-                       "--[no]overwrite: Replace an existing OUT"],
+                       "--[no]overwrite: Replace an existing OUT that is no"],
     "vit_jax.benchmark": ["--model MODEL model to time", "--batch BATCH global batch",
                           "--steps STEPS timed steps", "--mesh MESH device mesh",
                           "models (--model): ViT-Ti_16, ViT-S_16"],

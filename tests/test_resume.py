@@ -88,6 +88,15 @@ def test_ctrl_c_saves_the_current_step_and_a_second_one_aborts_at_once(tmp_path)
                        f"{workdir}/checkpoints; rerun the same command to resume")
   assert sum(line.startswith("Ctrl-C: saving a checkpoint") for line in lines) == 1
 
+  # A resume that cannot restore (another model size): one line, nothing else, nothing lost.
+  code, output = finish(start_main(workdir, log_path=f"{workdir}.mismatch.log",
+                                   **{"model.hidden_size": 32}), f"{workdir}.mismatch")
+  assert code == 1 and len(output.splitlines()) == 1, output[-3000:]
+  assert output.startswith(f"error: cannot resume: no checkpoint in {workdir}/checkpoints "
+                           f"(steps {steps[0]}) can be used (step {steps[0]}: Requested shape")
+  assert "strict=False" not in output and "padding" not in output
+  assert checkpoint_steps(workdir) == steps
+
   process = start_main(workdir, total_steps=100000, checkpoint_every=100000)
   wait_for(lambda: trained_steps(workdir) >= steps[0] + 2)  # resumed
   process.send_signal(signal.SIGINT)

@@ -176,7 +176,6 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   record = dataset_record.describe(config, dataset.info)
   if latest_step is not None:  # the labels must mean what they meant
     dataset_record.check_resume(workdir, record)
-  log.info("devices: %s", describe_devices(config))
   load_pretrained = latest_step is None and config.pretrained is not None
   objective = objectives.get(config)
   module, host_params = objective.create_model(config, dataset.info.num_classes,
@@ -198,6 +197,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
     state = run.init(jax.random.PRNGKey(config.seed))
     log.info("starting from scratch (seed %d)", config.seed)
 
+  log.info("devices: %s", describe_devices(config))  # after a resume that can fail in one line
   writer = metrics.create_writer(workdir, is_main_process=is_main, resume_step=resume_step)
   if is_main:
     outputs.save_config(config, workdir, resume_step)

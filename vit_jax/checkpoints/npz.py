@@ -10,14 +10,12 @@ through vit_jax.checkpoints.formats into the same arrays.
 import dataclasses
 import io
 import logging
-import math
 import os
 import zipfile
 import zlib
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import jax
-import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 from flax import traverse_util
@@ -26,17 +24,15 @@ from vit_jax import console, errors
 from vit_jax.checkpoints import class_names as class_names_lib
 from vit_jax.checkpoints import formats, hub, npz_layout, released
 from vit_jax.checkpoints.class_names import read_class_names  # pylint: disable=unused-import
+from vit_jax.checkpoints.npz_checks import (  # pylint: disable=unused-import
+    SINCOS_IMAGE_SIZE, CheckpointError, ImageSize, ImageSizeError, check_against, check_finite,
+    check_image_size, expected_shapes, native_image_size, nonfinite_arrays, side_pair)
 from vit_jax.models import posemb
 from vit_jax.models import vit, zoo
 from vit_jax.runs import fs
 
-ImageSize = Union[int, Sequence[int]]
 POSEMB_KEY = npz_layout.POSEMB
 _DOWNLOAD_HINT = "fetch a released file with: python -m vit_jax.download imagenet21k/ViT-B_16"
-
-
-class CheckpointError(errors.InvalidInput):
-  """A checkpoint that cannot be used; the message is one line naming problem and fix."""
 
 
 def _directory_hint(path: str) -> str:
@@ -142,7 +138,7 @@ def save_npz(params: Any, path: str, *, class_names: Optional[Sequence[str]] = N
           f"{head_classes[0] if head_classes else 'no'} classes: pass one name "
           "per class of the head, or none")
   flat = {key: np.asarray(value, np.float32) for key, value in flat.items()}
-  bad = None if allow_nonfinite else _nonfinite_arrays(flat)
+  bad = None if allow_nonfinite else nonfinite_arrays(flat)
   if bad:
     raise CheckpointError(
         f"not saving {os.fspath(path)}: NaN/Inf weights in {bad}; every loader would refuse "
@@ -157,133 +153,6 @@ def save_npz(params: Any, path: str, *, class_names: Optional[Sequence[str]] = N
   fs.write_atomic(path, data)
   if sidecar is None:  # an earlier file's long list must not be read as this file's
     fs.remove(class_names_lib.sidecar_path(path))
-
-
-def _side_pair(image_size: ImageSize) -> Tuple[int, int]:
-  if isinstance(image_size, int):
-    return image_size, image_size
-  height, width = image_size
-  return int(height), int(width)
-
-
-def expected_shapes(module: vit.VisionTransformer, image_size: ImageSize) -> Dict[str, tuple]:
-  """Flat parameter shapes of `module` at `image_size`, without allocating anything."""
-  height, width = _side_pair(image_size)
-  shapes = jax.eval_shape(module.init, jax.random.PRNGKey(0),
-                          jnp.zeros((1, height, width, 3), jnp.float32))
-  return {k: v.shape for k, v in traverse_util.flatten_dict(shapes["params"], sep="/").items()}
-
-
-def _list(keys) -> str:
-  keys = sorted(keys)
-  shown = ", ".join(keys[:6])
-  return shown + (f" (+{len(keys) - 6} more)" if len(keys) > 6 else "")
-
-
-def check_against(flat: Dict[str, np.ndarray], shapes: Dict[str, tuple], path: str,
-                  model_name: Optional[str] = None) -> None:
-  """Raises CheckpointError on missing/extra keys or the first shape mismatch."""
-  if model_name is None:
-    hint = ("the file's arrays do not fit the architecture its shapes imply: it is damaged, "
-            "edited or of an unsupported layout")
-  else:
-    hint = f"is it a {model_name}? pass the right model_name, or none to infer it from the file"
-  missing, extra = set(shapes) - set(flat), set(flat) - set(shapes)
-  if missing or extra:
-    parts = ([f"missing {_list(missing)}"] if missing else []) + (
-        [f"unexpected {_list(extra)}"] if extra else [])
-    raise CheckpointError(f"{path} does not fit the model: {'; '.join(parts)} ({hint})")
-  for key, shape in sorted(shapes.items()):
-    if flat[key].shape != tuple(shape):
-      raise CheckpointError(f"{path}: {key} has shape {flat[key].shape}, the model expects "
-                            f"{tuple(shape)} ({hint})")
-
-
-class ImageSizeError(errors.InvalidInput):
-  """An input size the model cannot run at; the message names valid sizes."""
-
-
-# Most patch tokens an image may give: a 128 x 128 grid (2048 px at stride 16, 4096 px at
-# the hybrids' 32). Attention scores grow with the square of the token count: at this bound
-# one image's float32 scores take 16384^2 * 4 B = 1 GiB per head and layer, 12 GiB for
-# ViT-B's 12 heads in the explicit softmax that introspection uses, about one accelerator's
-# memory. Released models run at 14^2 to 37^2 tokens, far below.
-MAX_TOKENS = 128 * 128
-
-
-def _size_text(height: int, width: int) -> str:
-  return str(height) if height == width else f"{height}x{width}"
-
-
-def check_image_size(module: vit.VisionTransformer, image_size: ImageSize, *,
-                     strict: bool = False) -> None:
-  """Raises ImageSizeError for sizes that give no token or more than MAX_TOKENS, and with
-  strict=True for a side that is not a multiple of the model's stride (else that only
-  warns: the remainder is dropped, as fine-tuning H/14 at 384 px does by design)."""
-  height, width = _side_pair(image_size)
-  stride, size = zoo.model_stride(module), _size_text(height, width)
-  grid = zoo.token_grid(module, height), zoo.token_grid(module, width)
-  max_side = math.isqrt(MAX_TOKENS) * stride
-  if min(height, width) < 1 or min(grid) < 1:
-    raise ImageSizeError(f"image size {size} is smaller than the model's {stride} px patches "
-                         f"(no token): use {stride} or a larger multiple of {stride}")
-  if grid[0] * grid[1] > MAX_TOKENS:
-    raise ImageSizeError(
-        f"image size {size} gives {grid[0]}x{grid[1]} = {grid[0] * grid[1]:,} tokens, over the "
-        f"limit of {MAX_TOKENS:,} (attention memory grows with their square): use at most "
-        f"{max_side} px")
-  ragged = [side for side in (height, width) if side % stride]
-  if ragged and strict:
-    lower = ragged[0] // stride * stride
-    nearest = [str(s) for s in (lower, lower + stride) if 0 < s <= max_side]
-    raise ImageSizeError(f"image size {size} is not a multiple of the model's stride "
-                         f"{stride} px: use {' or '.join(nearest)}")
-  if ragged:
-    logging.warning("image size %s is not a multiple of the model's stride %d: the last "
-                    "%d x %d pixels fall outside every patch and are ignored",
-                    size, stride, height % stride, width % stride)
-
-
-def _nonfinite_counts(value: np.ndarray) -> str:
-  nans = int(np.isnan(value).sum())
-  infs = int(np.isinf(value).sum())
-  return ", ".join(f"{count} {what}" for count, what in ((nans, "NaN"), (infs, "Inf")) if count)
-
-
-def _nonfinite_arrays(flat: Dict[str, np.ndarray]) -> Optional[str]:
-  """'N of M arrays: key (counts), ...' for arrays holding NaN/Inf; None if all finite."""
-  bad = [key for key, value in sorted(flat.items()) if not np.isfinite(value).all()]
-  if not bad:
-    return None
-  shown = ", ".join(f"{key} ({_nonfinite_counts(flat[key])})" for key in bad[:3])
-  more = f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""
-  return f"{len(bad)} of {len(flat)} arrays: {shown}{more}"
-
-
-def check_finite(flat: Dict[str, np.ndarray], path: str) -> None:
-  """NaN/Inf weights give NaN outputs and losses far from their cause: refuse them here,
-  naming the first arrays that hold them."""
-  bad = _nonfinite_arrays(flat)
-  if bad:
-    raise CheckpointError(
-        f"{path} has NaN/Inf weights in {bad}; the "
-        "file is damaged or saved from a diverged run: use another checkpoint, or load it "
-        "anyway with allow_nonfinite=True (commands: --allow_nonfinite; training: "
-        "--config.allow_nonfinite_pretrained=True)")
-
-
-# sincos2d models hold no table to read a resolution from: big_vision trains them at 224.
-SINCOS_IMAGE_SIZE = 224
-
-
-def native_image_size(module: vit.VisionTransformer, params: Any) -> int:
-  """Input side the params' position embedding was made for (224, 384, ...); for a
-  sincos2d model, which works at any size, SINCOS_IMAGE_SIZE."""
-  if module.posemb == "sincos2d":
-    return SINCOS_IMAGE_SIZE
-  num_tokens = params["Transformer"]["posembed_input"]["pos_embedding"].shape[1]
-  side = posemb.square_grid_side(num_tokens - (module.classifier == "token"))
-  return side * zoo.model_stride(module)
 
 
 def _not_square(path: str) -> CheckpointError:
@@ -430,7 +299,7 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
       raise _not_square(path) from None
   else:
     check_image_size(module, image_size, strict=strict_image_size)
-  height, width = _side_pair(image_size)
+  height, width = side_pair(image_size)
   shapes = expected_shapes(module.clone(scan_layers=False), (height, width))
   if not keep_head:
     flat["head/kernel"] = np.zeros(shapes["head/kernel"], np.float32)

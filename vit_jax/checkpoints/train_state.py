@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 import time
 from typing import Any, List, Optional, Tuple
 
@@ -122,8 +123,14 @@ def _rebuilt(abstract_state: Any, restored: Any) -> Any:
 
 
 def _reason(error: BaseException) -> str:
+  """orbax's first line, without its advice to pad or truncate arrays (`strict=False`,
+  `enable_padding_and_truncation`): that would load a state of another shape."""
   text = str(error).strip()
-  return text.splitlines()[0][:300] if text else type(error).__name__
+  if not text:
+    return type(error).__name__
+  text = re.split(r"\s*(?:Truncating/padding is disabled|To enable it, set)",
+                  text.splitlines()[0])[0]
+  return text.rstrip(". ")[:300]
 
 
 class Checkpointer:
