@@ -10,7 +10,7 @@ import tensorflow_datasets as tfds
 
 from helpers import make_config, train, write_image
 from vit_jax import errors
-from vit_jax.data import pipeline, registry, sources
+from vit_jax.data import pipeline, sources
 
 
 def overwrite(path, content: bytes) -> None:
@@ -139,15 +139,6 @@ def test_tfds_prepared(tmp_path, monkeypatch, limit):
   train_split = dataset.eval_batches(batch_size=6, process_index=0, process_count=1,
                                      split="train")
   assert sum(b["mask"].sum() for b in train_split) == 18
-
-
-def test_class_count_reads_no_examples(folder):
-  """The benchmark's head size for a config: from metadata, nothing prepared needed."""
-  counts = {name: registry.class_count(make_config(name)) for name in
-            ("digits", str(folder), "vtab/clevr_count", "cifar100")}
-  assert counts == {"digits": 10, str(folder): 2, "vtab/clevr_count": 8, "cifar100": 100}
-  with pytest.raises(ValueError, match="unknown dataset 'cifar-100'"):
-    registry.class_count(make_config("cifar-100"))
 
 
 @pytest.mark.parametrize("where", ["train/loop", "train/cat/loop.png", "test/cat/loop.jpg"])

@@ -306,7 +306,8 @@ def _check_network(builder) -> None:
   raise FileNotFoundError(
       f"cannot download TFDS dataset {builder.name}: no network connection to "
       f"{', '.join(failures)}; connect to the network, or run "
-      f"`tfds build {build_name(builder)} --data_dir=DIR` on a machine with network and set config.tfds_data_dir to a copy of DIR")
+      f"`tfds build {build_name(builder)} --data_dir=DIR` on a machine with network and set "
+      "config.tfds_data_dir to a copy of DIR")
 
 
 def _download_and_prepare(builder, manual_dir: Optional[str]) -> None:
