@@ -46,6 +46,13 @@ INSTALL_REQUIRES = [
 # ViTs never call them).
 INTEROP_REQUIRES = ["torch==2.13.0", "torchvision==0.28.0", "timm==1.0.31",
                     "transformers==5.23.0"]
+# python -m vit_jax.export's runtimes (CPU wheels: onnxruntime, not onnxruntime-gpu; no
+# torch). jax2onnx converts the ONNX export (tf2onnx cannot read jax2tf's StableHLO ops);
+# its releases after 0.13.0 cap orbax-checkpoint below 0.11.37, which this project's
+# orbax excludes. ai-edge-litert is the TFLite interpreter (tf.lite.Interpreter is
+# deprecated in TensorFlow 2.21); StableHLO and the SavedModel need only jax and tensorflow.
+EXPORT_REQUIRES = ["jax2onnx==0.13.0", "onnx==1.23.2", "onnxruntime==1.32.0",
+                   "ai-edge-litert==2.3.0"]
 
 setuptools.setup(
     name="vit_jax",
@@ -74,5 +81,6 @@ setuptools.setup(
         "cuda": [f"jax[cuda13]{JAX_VERSIONS}"],
         "cuda12": [f"jax[cuda12]{JAX_VERSIONS}"],
         "interop": INTEROP_REQUIRES,
+        "export": EXPORT_REQUIRES,
     },
 )

@@ -181,6 +181,7 @@ def build_repos(root) -> Dict[str, Dict[str, bytes]]:
       "timm/vit_tiny_r_s16_p8_224.augreg_in21k": repo_files(timm_r),
       "google/vit-base-patch16-224-in21k": repo_files(google),
       "timm/vit_base_patch32_224.orig_in21k": tiny_files,  # google's B/32 copy is missing
+      "timm/vit_base_patch16_384.orig_in21k_ft_in1k": tiny_files,  # the notebook's start
       "timm/vit_tiny_patch16_224.augreg2_test": repo_files(timm_ti),  # not a bucket file
       "timm/vit_base_patch16_clip_224.openai": with_config(tiny_files, {
           "architecture": "vit_base_patch16_clip_224", "num_classes": 3}),

@@ -160,3 +160,14 @@ def test_config_times_the_step_that_trains_its_objective_with_polyak():
   state, step_metrics = step(state, batch, rng)
   assert float(step_metrics["loss"]) == pytest.approx(float(expected), rel=1e-5)
   assert state.polyak is not None
+
+
+def test_a_batch_too_big_for_memory_is_the_same_row_on_the_model_path(capsys):
+  """A real allocation failure (300 GB of images), not a faked one: XLA reports it as
+  'INTERNAL: ... Out of memory allocating', not RESOURCE_EXHAUSTED."""
+  benchmark.main(["--model=ViT-Ti_16", "--batch=100000000", "--image_size=16", "--mode=infer", "--steps=1",
+                  "--peak_tflops=1"])
+  rows = capsys.readouterr().out.splitlines()
+  assert rows[-1].split()[:5] == ["ViT-Ti_16", "infer", "16", "100000000", "float32"]
+  assert rows[-1].endswith("out of memory (try --remat=full, --dtype=bfloat16 or a smaller "
+                           "batch)")

@@ -5,6 +5,7 @@ the bucket are local servers (tests/hub_server.py)."""
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -96,6 +97,19 @@ def test_download_command_online_then_offline_from_the_cache(servers, tmp_path):
   assert failed.returncode == 1 and "Traceback" not in failed.stderr
   [line] = failed.stderr.strip().splitlines()
   assert line.startswith("error: cannot fetch imagenet21k/ViT-B_16.npz: Hub mirror google/")
+
+
+def test_download_command_refuses_a_hub_repository_that_is_no_vit(servers, tmp_path):
+  hub_site, bucket = servers
+  start = time.monotonic()
+  failed = run_download("hf-hub:someone/resnet", "--dir=ck", cwd=tmp_path,
+                        HF_ENDPOINT=hub_site.url, STORAGE_EMULATOR_HOST=bucket.url,
+                        HF_HUB_CACHE=str(tmp_path / "hf_cache"))
+  assert failed.returncode == 1 and time.monotonic() - start < 60
+  assert failed.stderr.strip().splitlines() == [
+      "error: someone/resnet is a timm resnet50, not one of timm's VisionTransformer models "
+      "that vit_jax computes (hf-hub: takes plain ViTs and their R26/R50 hybrids)"]
+  assert not (tmp_path / "ck").exists()
 
 
 def test_list_command(tmp_path):

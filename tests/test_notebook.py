@@ -11,6 +11,7 @@ import pytest
 from nbclient import NotebookClient
 
 from conftest import REPO
+from hub_server import HubServer, build_repos, use_servers
 
 NOTEBOOK = REPO / "notebooks" / "vit_jax.ipynb"
 
@@ -39,6 +40,28 @@ def test_notebook_runs_offline(tmp_path, monkeypatch):
   images = [o for cell in notebook.cells if cell.cell_type == "code"
             for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
   assert len(images) == 4  # the four figures are displayed
+
+
+def test_online_path_fetches_the_released_start_through_the_hub(tmp_path, monkeypatch):
+  """The online cells (devices and network, the checkpoint) against the local Hub stand-in
+  (a tiny model in the mirror's repository): is_online asks the Hub, not the closed bucket,
+  and the released file arrives in checkpoints/ through its mirror."""
+  site, bucket = HubServer(build_repos(tmp_path / "repos")), HubServer(forbid=True)
+  try:
+    use_servers(site, bucket, tmp_path, monkeypatch)
+    monkeypatch.delenv("VIT_JAX_OFFLINE", raising=False)
+    cells = [cell.source for cell in nbformat.read(NOTEBOOK, as_version=4).cells
+             if cell.cell_type == "code"]
+    namespace = {}
+    for source in (cells[1], cells[2]):  # "Devices and network", "A checkpoint"
+      exec(source, namespace)  # pylint: disable=exec-used
+    assert namespace["ONLINE"]
+    assert namespace["CHECKPOINT"] == os.path.join(
+        "checkpoints", "imagenet21k+imagenet2012", "ViT-B_16.npz")
+    assert namespace["module"].num_classes == 3 and bucket.requests == []
+  finally:
+    site.close()
+    bucket.close()
 
 
 def test_notebook_is_stored_without_outputs():

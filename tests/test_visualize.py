@@ -9,6 +9,7 @@ from PIL import Image
 
 from conftest import RELEASED_FIXTURES, init_params, tiny_model
 from vit_jax import save_npz, visualize
+from vit_jax.runs import fs
 
 FIGURES = ["attention_rollout.png", "embedding_filters.png", "position_similarity.png",
            "attention_distance.png"]
@@ -149,3 +150,14 @@ def test_command_refuses_nonfinite_weights_unless_allowed(run, image, tmp_path):
   assert code == 0, stderr
   for name in FIGURES:
     assert_not_blank(tmp_path / "out" / name)
+
+
+def test_command_writes_the_figures_to_a_gs_folder(run, image, gcs):
+  """--out=gs://...: each PNG is rendered in memory and uploaded whole (the emulator)."""
+  out = f"gs://{gcs.bucket}/figures"
+  code, stdout, stderr = run(f"--checkpoint={RELEASED_FIXTURES / 'vit-ti16.npz'}",
+                             f"--out={out}", image)
+  assert code == 0, stderr
+  assert stdout.split() == [f"{out}/{name}" for name in FIGURES]
+  for name in FIGURES:
+    assert fs.read_bytes(f"{out}/{name}").startswith(b"\x89PNG")

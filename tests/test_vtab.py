@@ -16,7 +16,7 @@ from conftest import REPO, init_params, tiny_model
 from helpers import read_metrics
 from vit_jax import cli, save_npz, train
 from vit_jax import vtab as command
-from vit_jax.runs import outputs, vtab
+from vit_jax.runs import fs, outputs, vtab
 
 FOLDERS = {"alpha": 0, "beta": 3, "gamma": 6}  # folder -> test images with the wrong label
 TINY = {"batch": 16, "batch_eval": 16, "total_steps": 4, "accum_steps": 1, "pp.crop": 16,
@@ -341,3 +341,16 @@ def test_a_usage_error_is_one_line(tmp_path):
   assert done.returncode == 2
   assert done.stdout.startswith("error: unknown task 'nope' in --tasks") and done.stdout.endswith(
       "(--help shows the usage)\n") and done.stdout.count("\n") == 1
+
+
+def test_a_gs_workdir_gets_the_report_and_a_rerun_reads_it_back(gcs):
+  """--workdir=gs://...: the output claim, the per-task folders and the report files go
+  to the bucket (the emulator), and a second run into it is accepted as the same kind."""
+  workdir = f"gs://{gcs.bucket}/vtab"
+  calls = []
+  for _ in range(2):
+    report = vtab.run_benchmark(vtab.base_config(), ["dtd"], checkpoint="ViT-B_16",
+                                workdir=workdir, train_fn=fake_training({"dtd": 0.5}, calls))
+  assert [call["workdir"] for call in calls] == [f"{workdir}/dtd"] * 2
+  assert json.loads(fs.read_text(f"{workdir}/vtab.json")) == json.loads(json.dumps(report))
+  assert "dtd" in fs.read_text(f"{workdir}/vtab.md")

@@ -361,8 +361,11 @@ def run_and_print(measure_fn, key: dict, json_path: Optional[str]) -> None:
   out-of-memory line instead, and the caller goes on with the rest."""
   try:
     result = measure_fn()
-  except jax.errors.JaxRuntimeError as e:
-    if "RESOURCE_EXHAUSTED" not in str(e):
+  except (jax.errors.JaxRuntimeError, MemoryError) as e:
+    # XLA says RESOURCE_EXHAUSTED at compilation, "INTERNAL: ... Out of memory allocating"
+    # when a buffer is allocated at run time (CPU); numpy raises MemoryError on the host.
+    if not (isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in str(e)
+            or "out of memory" in str(e).lower()):
       raise
     result = {**key, "error": "out of memory"}
     print(f"{_key_columns(key['model'], key['mode'], key['image_size'], key['batch'], key['dtype'])}"

@@ -3,7 +3,9 @@
 
 Converts a checkpoint between our released .npz layout, timm and Hugging Face transformers
 (see vit_jax.checkpoints.convert): SRC is anything load_npz reads (a released, big_vision
-or params.npz file, a timm / HF .safetensors, .pth or .bin file, or a model folder); the
+or params.npz file, a timm / HF .safetensors, .pth or .bin file, or a model folder), a
+released name (ViT-B_16, FAMILY/NAME) or a Hub ViT (hf-hub:ORG/NAME), fetched into
+checkpoints/ first (see vit_jax.checkpoints.hub); the
 target follows DST's name (.npz: npz, .safetensors: timm) unless --to says it. Prints what
 it read and wrote and the call that loads the result. DST must be new (or an earlier
 conversion's output): anything else is refused unless --overwrite.
@@ -12,7 +14,7 @@ conversion's output): anything else is refused unless --overwrite.
 from absl import flags
 
 from vit_jax import cli
-from vit_jax.checkpoints import convert
+from vit_jax.checkpoints import convert, hub
 from vit_jax.runs import outputs
 
 FLAGS = flags.FLAGS
@@ -23,7 +25,7 @@ def main(argv):
   if len(argv) != 3:
     raise cli.UsageError("pass SRC and DST, e.g. python -m vit_jax.convert params.npz "
                          "out/ --to=hf")
-  lines = convert.convert(argv[1], argv[2], to=FLAGS.to, model_name=FLAGS.model,
+  lines = convert.convert(hub.resolve(argv[1]), argv[2], to=FLAGS.to, model_name=FLAGS.model,
                           pre_logits=FLAGS.pre_logits, image_size=FLAGS.image_size,
                           overwrite=FLAGS.overwrite)
   print("\n".join(lines))

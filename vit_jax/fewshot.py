@@ -13,7 +13,7 @@ import ml_collections
 from absl import flags
 
 from vit_jax import cli, config_defaults, sharding
-from vit_jax.checkpoints import npz
+from vit_jax.checkpoints import hub, npz
 from vit_jax.data import pipeline
 from vit_jax.evaluators import fewshot as probes
 from vit_jax.runs import fs, outputs
@@ -89,7 +89,7 @@ def main(argv, flag_values=flags.FLAGS):
 def define_flags(flag_values=flags.FLAGS) -> None:
   """The command's flags; not defined on import, so importers' flags stay their own."""
   define = dict(flag_values=flag_values)
-  flags.DEFINE_string("checkpoint", None, "Path, URL, FAMILY/NAME or released model name.",
+  flags.DEFINE_string("checkpoint", None, hub.CHECKPOINT_HELP,
                       **define)
   flags.DEFINE_string("dataset", None, "'digits', an image directory (train/ and test/ with "
                       "one folder per class) or a TFDS name.", **define)

@@ -1,6 +1,7 @@
 """Classifies images: python -m vit_jax.predict --checkpoint=CHECKPOINT IMAGE [IMAGE ...].
 
-CHECKPOINT is a path, a URL, FAMILY/NAME or a released name (see checkpoints/README.md);
+CHECKPOINT is a path, a gs:// URL, FAMILY/NAME, a released name or hf-hub:ORG/NAME (released
+and Hub names are fetched into checkpoints/ first: see checkpoints/README.md);
 images are local paths or tf.io.gfile URLs. Each image is preprocessed exactly like
 evaluation (bilinear resize to the checkpoint's own resolution, scaled to [-1, 1]); batches
 have a fixed shape, so the one jitted function compiles once however many images there are.
@@ -18,7 +19,7 @@ import tensorflow as tf
 from absl import flags, logging
 
 from vit_jax import cli, download, errors
-from vit_jax.checkpoints import formats, npz, released
+from vit_jax.checkpoints import formats, hub, npz, released
 from vit_jax.data import preprocess
 from vit_jax.models import vit
 
@@ -177,7 +178,7 @@ def image_arguments(argv: Sequence[str]) -> List[str]:
 @cli.command
 def main(argv):
   image_paths = image_arguments(argv)
-  path = released.resolve(FLAGS.checkpoint)
+  path = hub.resolve(FLAGS.checkpoint)  # released and hf-hub: names: fetched first
   module, params, image_size = npz.load_for_inference(
       path, FLAGS.image_size, allow_nonfinite=FLAGS.allow_nonfinite)
   check_trained_head(params, FLAGS.checkpoint)
@@ -191,7 +192,7 @@ def main(argv):
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   """The command's flags; not defined on import, so importers' flags stay their own."""
   define = dict(flag_values=flag_values)
-  flags.DEFINE_string("checkpoint", None, "Path, URL, FAMILY/NAME or released model name.",
+  flags.DEFINE_string("checkpoint", None, hub.CHECKPOINT_HELP,
                       **define)
   flags.DEFINE_integer("image_size", None, "Input side in pixels; default: the checkpoint's own.",
                        lower_bound=1, **define)

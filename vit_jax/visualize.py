@@ -19,7 +19,7 @@ import numpy as np
 from absl import flags
 
 from vit_jax import cli, predict
-from vit_jax.checkpoints import npz
+from vit_jax.checkpoints import hub, npz
 from vit_jax.models import introspect
 from vit_jax.models import posemb as posemb_lib
 from vit_jax.models import vit, zoo
@@ -33,7 +33,7 @@ DPI = 100
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   """The command's flags; defined on demand so that importing this module defines none."""
-  flags.DEFINE_string("checkpoint", None, "Path, URL, FAMILY/NAME or released model name.",
+  flags.DEFINE_string("checkpoint", None, hub.CHECKPOINT_HELP,
                       flag_values=flag_values)
   flags.DEFINE_string("out", None, "Folder for the PNG figures (created if missing).",
                       flag_values=flag_values)

@@ -13,6 +13,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from vit_jax import cli, console, errors
+from vit_jax.checkpoints import hub
 from vit_jax.data import vtab as tasks_lib
 from vit_jax.runs import outputs, vtab
 
@@ -56,8 +57,8 @@ def define_flags(flag_values=flags.FLAGS) -> None:
   config_flags.DEFINE_config_dict(
       "config", vtab.base_config(), "The settings every task starts from (the paper's VTAB "
       "setting); override any key: --config.batch=64.", lock_config=True, **define)
-  flags.DEFINE_string("checkpoint", None, "Path, URL, FAMILY/NAME or released model name "
-                      "to fine-tune.", **define)
+  flags.DEFINE_string("checkpoint", None, "The checkpoint to fine-tune. " +
+                      hub.CHECKPOINT_HELP, **define)
   flags.DEFINE_string("workdir", None, "Where each task's run (WORKDIR/<task>/) and the "
                       "report (vtab.json, vtab.md) go.", **define)
   flags.DEFINE_list("tasks", list(tasks_lib.TASKS), "Tasks to run: VTAB task names, "

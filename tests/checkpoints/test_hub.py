@@ -202,7 +202,8 @@ def test_a_name_is_never_a_path_out_of_the_cache(site, tmp_path, name):
 
 
 def test_http_urls_are_downloaded_first(site):
-  with pytest.raises(ValueError, match="python -m vit_jax.download http://example.com/m.npz"):
+  with pytest.raises(ValueError, match="fetch it first with python -m vit_jax.download "
+                     "http://example.com/m.npz"):
     hub.resolve("http://example.com/m.npz")
   assert hub.resolve("gs://my-bucket/ft.npz") == "gs://my-bucket/ft.npz"  # as before
 

@@ -52,3 +52,14 @@ def read_metadata(out):
 def leftovers(directory):
   """Staging folders an export left behind (it must leave none)."""
   return [n for n in os.listdir(directory) if ".partial-" in n or ".old-" in n]
+
+
+def export_cases(fmt, checkpoints, root, **options):
+  """{case: OUT folder} for every case exported to `fmt` (the export verifies itself)."""
+  from vit_jax import export
+  outs = {}
+  for case in CASES:
+    path, size = checkpoints[case]
+    outs[case] = str(root / case)
+    export.export(path, outs[case], to=fmt, image_size=size, log=lambda _: None, **options)
+  return outs

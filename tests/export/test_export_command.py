@@ -45,9 +45,9 @@ def runs(checkpoints, tmp_path_factory):
 
 
 @pytest.mark.parametrize("case, names", [
-    ("corrupt", ["corrupt.npz"]), ("unwritable", ["a_file", "writable"]),
+    ("corrupt", ["corrupt.npz"]), ("unwritable", ["a_file", "is a file, not a folder"]),
     ("unknown_to", ["keras", "stablehlo, saved_model, tflite, onnx"]),
-    ("existing", ["already exists", "--overwrite"])])
+    ("existing", ["already holds files it did not write", "--overwrite"])])
 def test_bad_input_is_one_line_and_writes_nothing(runs, case, names):
   root, out, code, stdout, stderr = runs[case]
   lines = stderr.strip().splitlines()
@@ -65,6 +65,6 @@ def test_good_run_prints_the_parity(runs):
   _, out, code, stdout, stderr = runs["good"]
   assert code == 0, stderr
   meta = read_metadata(out)
-  assert sorted(os.listdir(out)) == ["metadata.json", "model.stablehlo"]
+  assert sorted(os.listdir(out)) == [".vit_jax-output.json", "metadata.json", "model.stablehlo"]
   assert "max relative logit difference" in stdout and "tolerance 1e-05" in stdout
   assert meta["parity"]["max_relative_logit_difference"] <= 1e-5

@@ -1,12 +1,12 @@
-"""The staging folder: OUT appears complete or not at all, and an existing OUT survives a
-failed export."""
+"""The staging folder: OUT appears complete or not at all, an existing OUT survives a
+failed export, and only an earlier export is replaced without overwrite."""
 
 import os
 
 import pytest
 
 from vit_jax.export import output
-from vit_jax.export.source import ExportError
+from vit_jax.runs.outputs import OutputExistsError
 
 
 def test_failure_leaves_nothing_and_keeps_the_old_out(tmp_path):
@@ -26,18 +26,21 @@ def test_success_replaces_out_only_with_overwrite(tmp_path):
   with output.staged(str(out), overwrite=False) as staging:
     (tmp_path / staging / "model").write_text("new")
   assert (out / "model").read_text() == "new"
-  with pytest.raises(ExportError, match="--overwrite"):
-    output.check_writable(str(out), overwrite=False)
-  output.check_writable(str(out), overwrite=True)
-  with output.staged(str(out), overwrite=True) as staging:
+  output.check_writable(str(out), overwrite=False)  # an earlier export: replaced
+  with output.staged(str(out), overwrite=False) as staging:
     (tmp_path / staging / "other").write_text("newer")
-  assert os.listdir(out) == ["other"]
+  assert sorted(os.listdir(out)) == [".vit_jax-output.json", "other"]
   assert sorted(os.listdir(out.parent)) == ["out"]
+  (tmp_path / "theirs").mkdir()
+  (tmp_path / "theirs" / "model.npz").write_text("someone's")
+  with pytest.raises(OutputExistsError, match="--overwrite"):
+    output.check_writable(str(tmp_path / "theirs"), overwrite=False)
+  output.check_writable(str(tmp_path / "theirs"), overwrite=True)
 
 
 def test_out_that_is_a_file_or_under_one(tmp_path):
   (tmp_path / "file").write_text("x")
-  with pytest.raises(ExportError, match="is a file"):
+  with pytest.raises(OutputExistsError, match="is a file"):
     output.check_writable(str(tmp_path / "file"), overwrite=True)
-  with pytest.raises(ExportError, match="not a writable folder"):
+  with pytest.raises(OutputExistsError, match="is a file, not a folder"):
     output.check_writable(str(tmp_path / "file" / "out"), overwrite=False)

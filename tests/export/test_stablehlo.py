@@ -6,20 +6,13 @@ import numpy as np
 import pytest
 
 from export_cases import (CASES, checkpoints,  # noqa: F401 (checkpoints: a fixture)
-                          flax_logits, random_images, read_metadata, relative)
+                          export_cases, flax_logits, random_images, read_metadata, relative)
 from vit_jax import export
 
 
 @pytest.fixture(scope="module")
 def exported(checkpoints, tmp_path_factory):
-  """{case: OUT folder} for every case, exported once for the module."""
-  root = tmp_path_factory.mktemp("stablehlo")
-  outs = {}
-  for case in CASES:
-    path, size = checkpoints[case]
-    outs[case] = str(root / case)
-    export.export(path, outs[case], to="stablehlo", image_size=size, log=lambda _: None)
-  return outs
+  return export_cases("stablehlo", checkpoints, tmp_path_factory.mktemp("stablehlo"))
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -3,7 +3,7 @@
 import json
 import os
 
-from vit_jax.runs import metrics
+from vit_jax.runs import fs, metrics
 
 
 def test_jsonl_and_tensorboard(tmp_path):
@@ -56,3 +56,43 @@ def test_progress_rates_and_eta(monkeypatch):
 def test_format_duration():
   assert metrics.format_duration(75) == "1m15s"
   assert metrics.format_duration(3 * 3600 + 120) == "3h02m"
+
+
+def test_on_object_stores_each_write_is_one_small_object_merged_once(gcs, tmp_path):
+  """No appends on gs://: a write uploads one row (its cost does not grow with the run), the
+  reader sees the rows while the run goes, a killed run's extra rows move aside on resume,
+  and the close leaves one metrics.jsonl. TensorBoard gets one event file per write."""
+  from tensorboard.backend.event_processing import event_file_loader  # pylint: disable=import-outside-toplevel
+  from tensorboard.compat.proto import event_pb2  # pylint: disable=import-outside-toplevel
+  workdir = f"gs://{gcs.bucket}/metrics"
+  writer = metrics.create_writer(workdir, is_main_process=True)
+  for step in (0, 10, 20, 30):
+    writer.write_scalars(step, {"train/loss": float(step)})
+  parts = [f"{workdir}/{metrics.PARTS}/{name}" for name in fs.listdir(f"{workdir}/{metrics.PARTS}")]
+  assert [fs.read_text(part).count("\n") for part in parts] == [1, 1, 1, 1]
+  assert [row["step"] for row in metrics.read_rows(workdir)] == [0, 10, 20, 30]
+  assert not fs.exists(f"{workdir}/metrics.jsonl")
+
+  # SIGKILLed here (no close); the rerun resumes from the checkpoint of step 20.
+  writer = metrics.create_writer(workdir, is_main_process=True, resume_step=20)
+  writer.write_scalars(30, {"train/loss": -30.0})
+  writer.close()
+  rows = [json.loads(l) for l in fs.read_text(f"{workdir}/metrics.jsonl").splitlines()]
+  assert [(r["step"], r["train/loss"]) for r in rows] == [(0, 0.0), (10, 10.0), (20, 20.0),
+                                                           (30, -30.0)]
+  assert metrics.read_rows(workdir) == rows
+  assert fs.read_text(f"{workdir}/metrics.superseded.jsonl").splitlines() == [
+      '{"step": 30, "train/loss": 30.0}']
+  assert fs.listdir(f"{workdir}/{metrics.PARTS}") == []
+
+  events = [name for name in fs.listdir(workdir) if name.startswith("events.out.tfevents")]
+  assert len(events) == 5
+  scalars = []
+  for name in events:
+    (tmp_path / name).write_bytes(fs.read_bytes(f"{workdir}/{name}"))
+    for record in event_file_loader.RawEventFileLoader(str(tmp_path / name)).Load():
+      event = event_pb2.Event.FromString(record)
+      scalars += [(event.step, value.tag, value.simple_value) for value in event.summary.value]
+  assert sorted(scalars) == [(0, "train/loss", 0.0), (10, "train/loss", 10.0),
+                             (20, "train/loss", 20.0), (30, "train/loss", -30.0),
+                             (30, "train/loss", 30.0)]

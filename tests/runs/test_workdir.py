@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from vit_jax.runs import workdir
+from vit_jax.runs import fs, workdir
 
 HOLD_LOCK = """
 import sys, time
-from vit_jax.runs import workdir
+from vit_jax.runs import fs, workdir
 lock = workdir.WorkdirLock(sys.argv[1]).acquire()
 print("held", flush=True)
 time.sleep(120)
@@ -90,3 +90,25 @@ def test_a_half_written_lock_of_a_dead_holder_expires_by_its_age(tmp_path):
   old = time.time() - workdir.STALE_AFTER_S - 5
   os.utime(lock, (old, old))
   workdir.WorkdirLock(str(tmp_path)).acquire().release()
+
+
+def test_gcs_workdirs_lock_like_local_ones(gcs):
+  """On the emulator: a missing bucket and an object as workdir are one line; the lock
+  refuses a live holder with its host and pid and is taken over from a dead one."""
+  with pytest.raises(workdir.WorkdirError, match="the bucket gs://no-such-bucket does not"):
+    workdir.prepare("gs://no-such-bucket/run")
+  root = f"gs://{gcs.bucket}/locks"
+  assert workdir.prepare(root)  # nothing there yet
+  lock = workdir.WorkdirLock(root).acquire()
+  with pytest.raises(workdir.WorkdirError, match=f"in use by another run .*pid {os.getpid()},"):
+    workdir.WorkdirLock(root).acquire()
+  lock.release()
+  assert not fs.exists(f"{root}/{workdir.LOCK_NAME}")
+  dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                        capture_output=True, text=True, check=True).stdout.strip()
+  fs.write_atomic(f"{root}/{workdir.LOCK_NAME}", json.dumps(
+      {"host": socket.gethostname(), "pid": int(dead), "started": time.time() - 5}))
+  workdir.WorkdirLock(root).acquire().release()  # a dead holder on this host: taken over
+  fs.write_atomic(f"{root}/results.txt", "keep me")
+  with pytest.raises(workdir.WorkdirError, match="is an object, not a folder"):
+    workdir.prepare(f"{root}/results.txt")

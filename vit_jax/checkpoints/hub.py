@@ -39,11 +39,19 @@ WEIGHTS = ("model.safetensors", "pytorch_model.bin")  # the .bin only where torc
 CONVERTED = ("renamed and reshaped into the released .npz layout by "
              "vit_jax.checkpoints.formats; values unchanged (float32)")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+# The --checkpoint help of predict, fewshot, visualize and vtab.
+CHECKPOINT_HELP = ("A .npz / timm / Hugging Face file or folder, a gs:// URL, a released name "
+                   "(ViT-B_16, FAMILY/NAME; fetched from its Hugging Face Hub mirror into "
+                   "checkpoints/ on first use) or any Hub ViT as hf-hub:ORG/NAME.")
 
 
 class HubError(errors.UserError, OSError, ValueError):
   """A Hub fetch that failed, or a Hub model vit_jax refuses; one line naming the
   repository and the cause."""
+
+
+class MissingFile(HubError):
+  """The repository exists but lacks the file (the next weights file or mirror may do)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,8 +96,8 @@ def nearest(path: str, count: int = 3) -> List[str]:
 def listing(family: Optional[str] = None) -> List[str]:
   """`FAMILY/FILE <- repo (what differs)` for every fetchable file (of one family)."""
   if family is not None and family not in released.FAMILIES:
-    raise ValueError(f"unknown checkpoint family {family!r}; families: "
-                     f"{', '.join(released.FAMILIES)}")
+    raise errors.InvalidInput(f"unknown checkpoint family {family!r}; families: "
+                              f"{', '.join(released.FAMILIES)}")
   lines = []
   for path, rows in table()["mirrors"].items():
     if family is None or path.startswith(family + "/"):
@@ -110,9 +118,6 @@ def _hub_error_text(error: BaseException, repo: str) -> str:
     return f"no repository {repo} on the Hub (or it is private: set HF_TOKEN)"
   if isinstance(error, hf_errors.RevisionNotFoundError):
     return f"{repo} has no such revision"
-  if isinstance(error, hf_errors.RemoteEntryNotFoundError):
-    return f"{repo} has no file {error.response.url.path.rsplit('/', 1)[-1]}" if getattr(
-        error, "response", None) is not None else f"{repo} lacks a file"
   if isinstance(error, hf_errors.LocalEntryNotFoundError):
     if offline():
       return f"HF_HUB_OFFLINE is set and the Hub cache holds no copy of {repo}"
@@ -164,6 +169,8 @@ def _download(repo: str, filename: str, *, force: bool, verbose: bool) -> Dict[s
     else:
       with disable_progress_bars():
         path = huggingface_hub.hf_hub_download(repo, filename, **kwargs)
+  except huggingface_hub.errors.RemoteEntryNotFoundError:
+    raise MissingFile(f"{repo} has no file {filename}") from None
   except (huggingface_hub.errors.HfHubHTTPError, huggingface_hub.errors.EntryNotFoundError,
           OSError, ValueError) as e:
     raise HubError(_hub_error_text(e, repo)) from None
@@ -237,9 +244,7 @@ def _weights(repo: str, *, force: bool, verbose: bool) -> Dict[str, Any]:
       continue
     try:
       return {"name": filename, **_download(repo, filename, force=force, verbose=verbose)}
-    except HubError as e:
-      if f"has no file {filename}" not in str(e):
-        raise
+    except MissingFile as e:
       tried.append(str(e))
   raise HubError(f"{repo} has no weights vit_jax reads: {'; '.join(tried)}")
 
@@ -313,12 +318,12 @@ def fetch_released(url: str, dest: str, *, force: bool = False, verbose: bool = 
 
 
 def parse_hub_name(name: str) -> str:
-  """`hf-hub:ORG/NAME` -> `ORG/NAME`, or ValueError."""
+  """`hf-hub:ORG/NAME` -> `ORG/NAME`, or InvalidInput."""
   repo = name[len(HUB_PREFIX):]
   parts = repo.split("/")
   if len(parts) != 2 or not all(released.is_file_name(p) for p in parts):
-    raise ValueError(f"{name!r} is no Hub repository name: write hf-hub:ORG/NAME, e.g. "
-                     "hf-hub:google/vit-base-patch16-224")
+    raise errors.InvalidInput(f"{name!r} is no Hub repository name: write hf-hub:ORG/NAME, "
+                              "e.g. hf-hub:google/vit-base-patch16-224")
   return repo
 
 
@@ -347,6 +352,7 @@ def resolve(name_or_url: str, local_dir: str = released.LOCAL_DIR, *, force: boo
       return dest
     return fetch_released(target, dest, force=force, verbose=verbose)
   if target.startswith(("http://", "https://")):
-    raise ValueError(f"{text} is read by download, not directly: python -m vit_jax.download "
-                     f"{text} --dir={local_dir}, then pass the path it prints")
+    raise errors.InvalidInput(f"{text} is not read directly: fetch it first with python -m "
+                              f"vit_jax.download {text} --dir={local_dir}, then pass the "
+                              "path it prints")
   return target

@@ -2,6 +2,9 @@
 
   python -m vit_jax.checkpoints.hub_table   # needs timm (the interop extra); rewrites the file
 
+(Where timm's import fails because torchvision's wheel was built for another torch, the
+interop tests' declare_missing_torchvision_ops shows the workaround.)
+
 Rows come from timm's own pretrained configs (`get_pretrained_cfg(NAME).url` names the
 bucket file a `timm/NAME` repository was converted from; the paper's ImageNet-21k files
 are the `orig_in21k` tags, which record no url) and from Google's `google/vit-*`

@@ -113,8 +113,8 @@ def released_i21k_url(model_name: str) -> str:
 def local_path(url: str, directory: str = LOCAL_DIR) -> str:
   """Where vit_jax.download keeps `url`: DIR/FAMILY/FILE for released files, else DIR/FILE.
 
-  Raises InvalidInput (a ValueError) for a URL that names no file (`http://host/`, `.../..`): the result
-  never lies outside `directory`."""
+  Raises InvalidInput (a ValueError) for a URL that names no file (`http://host/`,
+  `.../..`): the result never lies outside `directory`."""
   path = urllib.parse.urlparse(url).path if has_scheme(url) else url
   parts = urllib.parse.unquote(path).split("/")
   keep = parts[-2:] if is_bucket_url(url) and len(parts) >= 2 else parts[-1:]

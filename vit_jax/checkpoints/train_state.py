@@ -48,6 +48,9 @@ class DiskFullError(errors.UserError, OSError):
 _SPACE_MARGIN = 2.0
 _SPACE_SLACK_BYTES = 1 << 20
 _DISK_FULL_SIGNS = ("No space left on device", "os_error_code='28'", "ENOSPC")
+# tensorstore's and the HTTP clients' words for a store that stopped answering.
+_UNREACHABLE_SIGNS = ("UNAVAILABLE", "Connection refused", "Couldn't connect", "CURL error",
+                      "Cannot connect to host", "DEADLINE_EXCEEDED")
 
 
 @jax.jit
@@ -231,7 +234,7 @@ class Checkpointer:
           "lower config.base_lr or check the data, then rerun to resume from it")
     self._check_space(step, state)
     self._pending_step = step
-    with self._disk_full_as_one_line(step):
+    with self._storage_errors_as_one_line(step), _silenced_library_logs():  # see wait()
       self._open().save(step, args=ocp.args.StandardSave(_stored_fields(state)), force=True)
 
   def _check_space(self, step: int, state: Any) -> None:
@@ -252,17 +255,23 @@ class Checkpointer:
             f"same command to resume from {f'step {kept}' if kept else 'the start'}")
 
   @contextlib.contextmanager
-  def _disk_full_as_one_line(self, step: int):
+  def _storage_errors_as_one_line(self, step: int):
     try:
       yield
+    except fs.StorageUnavailable:
+      raise
     except Exception as e:  # orbax wraps ENOSPC in ValueError/OSError/XlaRuntimeError
       if any(sign in str(e) for sign in _DISK_FULL_SIGNS):
         raise DiskFullError(self._disk_full_message(step, "No space left on device")) from None
+      if fs.is_url(self.directory) and any(sign in str(e) for sign in _UNREACHABLE_SIGNS):
+        raise fs.unavailable(self.directory, e) from None
       raise
 
   def wait(self) -> None:
     if self._manager is not None:
-      with self._disk_full_as_one_line(self._pending_step):
+      # orbax logs a failed background save with its traceback before raising it here;
+      # the failure is reported once, in one line, by _storage_errors_as_one_line.
+      with self._storage_errors_as_one_line(self._pending_step), _silenced_library_logs():
         self._manager.wait_until_finished()
 
   def close(self) -> None:

@@ -39,7 +39,8 @@ def define_flags(flag_values=flags.FLAGS) -> None:
   flags.DEFINE_boolean("with_preprocessing", False, "saved_model: the signature takes "
                        "encoded image bytes and decodes, resizes and scales them in the "
                        "graph, as python -m vit_jax.predict does.", **define)
-  flags.DEFINE_boolean("overwrite", False, "Replace an existing OUT.", **define)
+  flags.DEFINE_boolean("overwrite", False, "Replace an existing OUT that is no earlier "
+                       "export (refused by default: nothing is clobbered).", **define)
   flags.mark_flag_as_required("to", flag_values=flag_values)
 
 

@@ -117,7 +117,7 @@ def export(checkpoint: str, out: str, *, to: str, image_size: Optional[int] = No
     parity = {"max_relative_logit_difference": difference, "tolerance": tolerance,
               "runtime": fmt.RUNTIME, "reference": f"the Flax model ({source.dtype}, jax CPU)",
               "batch": len(reference),
-              "inputs": "encoded PNG images" if with_preprocessing else
+              "inputs": "encoded JPEG images" if with_preprocessing else
                         f"uniform noise in [-1, 1], seed {source_lib.VERIFY_SEED}"}
     metadata.write(metadata.describe(
         source, fmt=to, files=files, signature=signature, parity=parity,
@@ -131,5 +131,7 @@ def verification_batch(source: source_lib.Source, options: Options):
   if not options.with_preprocessing:
     return images, source.flax_logits(images)
   from vit_jax.export import preprocessing  # TensorFlow only where it is needed
-  encoded = preprocessing.encode_png(images)
-  return encoded, source.flax_logits(preprocessing.eval_preprocess(encoded, source.image_size))
+  encoded = preprocessing.verification_jpegs(len(images), source.image_size,
+                                             source_lib.VERIFY_SEED)
+  return encoded, source.flax_logits(preprocessing.preprocess_eagerly(encoded,
+                                                                      source.image_size))

@@ -1,30 +1,34 @@
 """OUT appears complete or not at all: an export is written into a temporary folder beside
-OUT and renamed to OUT only after it verified; an existing OUT is kept unless overwrite."""
+OUT and renamed to OUT only after it verified. What OUT may replace follows the project's
+no-clobber rule (vit_jax.runs.outputs): a new or empty folder, an earlier export, or
+anything with overwrite."""
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
 from typing import Iterator
 
+from vit_jax.checkpoints import released
 from vit_jax.export.source import ExportError
+from vit_jax.runs import outputs
+
+KIND = "export"
 
 
 def check_writable(out: str, overwrite: bool) -> None:
   """Fails in one line, before any slow work, when OUT cannot (or must not) be written."""
-  if os.path.exists(out) and not os.path.isdir(out):
-    raise ExportError(f"{out} is a file: OUT must be a folder path (it receives the model "
-                      "and metadata.json)")
-  if os.path.isdir(out) and os.listdir(out) and not overwrite:
-    raise ExportError(f"{out} already exists and is not empty: pass --overwrite to replace "
-                      "it, or choose another OUT")
-  parent = os.path.dirname(os.path.abspath(out))
-  existing = parent
+  if released.has_scheme(out):
+    raise ExportError(f"OUT must be a local folder, got {out}: export locally, then copy the "
+                      "folder (e.g. gcloud storage cp -r)")
+  outputs.check_output_dir(out, KIND, overwrite)
+  existing = os.path.abspath(out)
   while not os.path.exists(existing):
     existing = os.path.dirname(existing)
-  if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
-    raise ExportError(f"cannot write {out}: {existing} is not a writable folder (choose an "
-                      "OUT where you may create files)")
+  if not os.access(existing, os.W_OK | os.X_OK):
+    raise ExportError(f"cannot write {out}: {existing} is not writable (choose an OUT where "
+                      "you may create files)")
 
 
 @contextlib.contextmanager
@@ -40,14 +44,17 @@ def staged(out: str, overwrite: bool) -> Iterator[str]:
     raise ExportError(f"cannot write {out}: {e.strerror or e}") from None
   try:
     yield tmp
-    _publish(tmp, out, overwrite)
+    with open(os.path.join(tmp, outputs.MARKER), "w", encoding="utf-8") as f:
+      json.dump(outputs.written_by(KIND), f)
+    _publish(tmp, out)
   finally:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _publish(tmp: str, out: str, overwrite: bool) -> None:
+def _publish(tmp: str, out: str) -> None:
+  """Renames tmp to out; an existing out (checked by check_writable) is swapped out first."""
   os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes owner-only folders; outputs are shared
-  if os.path.isdir(out) and (overwrite or not os.listdir(out)):
+  if os.path.isdir(out):
     old = tempfile.mkdtemp(dir=os.path.dirname(out), prefix=f".{os.path.basename(out)}.old-")
     os.rename(out, os.path.join(old, "out"))
     os.rename(tmp, out)

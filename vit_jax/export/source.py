@@ -11,10 +11,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from vit_jax import errors
-from vit_jax.checkpoints import npz, released
+from vit_jax.checkpoints import hub, npz
 from vit_jax.models import vit, zoo
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+# What StableHLO and SavedModel exports are lowered for (lowering needs no such device);
+# they are verified on the CPU.
+PLATFORMS = ("cpu", "cuda", "tpu")
 VERIFY_SEED = 0
 # jax2tf, jax.export (flatbuffers) and ONNX (protobuf) keep a model in one buffer that
 # cannot exceed 2 GiB; weights above this do not fit with the graph around them.
@@ -38,8 +41,11 @@ class Source:
 
   def logits_fn(self):
     """images [B, H, W, 3] float32 in [-1, 1] -> float32 logits, weights closed over."""
-    module, params = self.module, self.params
-    return lambda images: module.apply({"params": params}, images, train=False)
+    return lambda images: self.apply(self.params, images)
+
+  def apply(self, params, images):
+    """The model's logits for images [B, H, W, 3] float32 in [-1, 1], given weights."""
+    return self.module.apply({"params": params}, images, train=False)
 
   def flax_logits(self, images: np.ndarray) -> np.ndarray:
     return np.asarray(jax.jit(self.logits_fn())(images))
@@ -66,7 +72,7 @@ def load_source(checkpoint: str, image_size: Optional[int], dtype: str) -> Sourc
   """The checkpoint loaded as load_npz does (image_size must be a multiple of the stride);
   raises an errors.UserError (one line: CheckpointError, ExportError, ...) for what cannot
   be read or exported."""
-  path = released.resolve(checkpoint)
+  path = hub.resolve(checkpoint)  # a released or hf-hub: name is fetched first
   module, params, size = npz.load_for_inference(path, image_size)
   weight_bytes = sum(np.asarray(p).nbytes for p in jax.tree.leaves(params))
   if weight_bytes > MAX_WEIGHT_BYTES:

@@ -15,8 +15,6 @@ import numpy as np
 from vit_jax.export import source as source_lib
 
 FILE = "model.stablehlo"
-# Lowered for each; verified here on the CPU (lowering needs no device of the kind).
-PLATFORMS = ("cpu", "cuda", "tpu")
 RUNTIME = f"jax {jax.__version__} (jax.export.deserialize, XLA CPU)"
 TOLERANCE = {"float32": 1e-5, "bfloat16": 1e-5}  # the same XLA program as the Flax model
 REFUSED = {"with_preprocessing": "JPEG decoding is no StableHLO operation: feed images "
@@ -32,7 +30,8 @@ def input_spec(batch, image_size: int) -> jax.ShapeDtypeStruct:
 
 
 def write(source: source_lib.Source, options, directory: str) -> Tuple[Dict, Dict[str, Any]]:
-  exported = jax.export.export(jax.jit(source.logits_fn()), platforms=PLATFORMS)(
+  exported = jax.export.export(jax.jit(source.logits_fn()),
+                               platforms=source_lib.PLATFORMS)(
       input_spec(options.batch, source.image_size))
   with open(os.path.join(directory, FILE), "wb") as f:
     f.write(exported.serialize())

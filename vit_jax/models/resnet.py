@@ -97,7 +97,8 @@ def apply_stem(x, stage_sizes: Sequence[int], width_factor: float, dtype: Any):
   width = int(64 * width_factor)
   x = StdConv(width, (7, 7), (2, 2), dtype, name="conv_root")(x)
   x = nn.relu(group_norm("gn_root", dtype)(x))
-  x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+  # window_shape by keyword: jax2onnx 0.13 replaces nn.max_pool by one that takes no other
+  x = nn.max_pool(x, window_shape=(3, 3), strides=(2, 2), padding="SAME")
   for stage, num_units in enumerate(stage_sizes):
     x = ResNetStage(num_units, width * 2**stage, (1, 1) if stage == 0 else (2, 2),
                     dtype, name=f"block{stage + 1}")(x)

@@ -10,6 +10,8 @@ TensorFlow writer.
 """
 
 import io
+import itertools
+import os
 import socket
 import time
 from typing import Any, Mapping
@@ -20,6 +22,8 @@ from tensorboard.summary.writer import record_writer
 
 from vit_jax.runs import fs
 
+_WRITERS = itertools.count()
+
 
 class SegmentedEventWriter(interface.MetricWriter):
   """Scalars as TensorBoard events, one uploaded file per write; other kinds are not
@@ -27,7 +31,10 @@ class SegmentedEventWriter(interface.MetricWriter):
 
   def __init__(self, logdir: str):
     self._logdir = logdir
-    self._prefix = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}"
+    # Unique per writer (a restart in the same second, another writer in this process),
+    # and sorting by time first, so TensorBoard reads the writes in order.
+    self._prefix = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}."
+                    f"{os.getpid()}.{next(_WRITERS):03d}")
     self._sequence = 0
 
   def _upload(self, events) -> None:

@@ -22,7 +22,16 @@ import shutil
 import tempfile
 from typing import Callable, Dict, List, Optional, TypeVar, Union
 
+import fsspec
+
 from vit_jax import console, errors
+
+# gcsfs caches folder listings for as long as the process lives, but a workdir is also
+# written by others: tensorstore (orbax's arrays), other hosts of the job. A stale listing
+# made orbax's retention fail to delete a step it had just written, so listings are read
+# fresh (a user's own fsspec configuration for gs still wins).
+for _protocol in ("gs", "gcs"):
+  fsspec.config.conf.setdefault(_protocol, {}).setdefault("use_listings_cache", False)
 
 Data = Union[str, bytes]
 F = TypeVar("F", bound=Callable)
@@ -50,15 +59,22 @@ def _store_errors(function: F) -> F:
       return function(path, *args, **kwargs)
     except _ANSWERS:
       raise
-    except (OSError, TimeoutError, _client_errors()) as e:
-      _unreachable[protocol] = (
-          f"lost the connection to {protocol}:// while accessing {path} "
-          f"({' '.join(str(e).split())[:200]}); checkpoints are saved whole or not at all, "
-          "so the last complete one is intact: check the connection and credentials, then "
-          "rerun the same command to resume from it")
-      raise StorageUnavailable(_unreachable[protocol]) from None
+    except (OSError, TimeoutError, *_client_errors()) as e:
+      raise unavailable(path, e) from None
 
   return wrapped  # type: ignore[return-value]
+
+
+def unavailable(path: str, error: BaseException) -> StorageUnavailable:
+  """The one-line error for a store that stopped answering at `path`; from now on every
+  call on that protocol fails at once (the client already spent its retries)."""
+  protocol = str(path).split("://", 1)[0]
+  _unreachable[protocol] = (
+      f"lost the connection to {protocol}:// while accessing {path} "
+      f"({' '.join(str(error).split())[:200]}); checkpoints are saved whole or not at all, "
+      "so the last complete one is intact: check the connection and credentials, then "
+      "rerun the same command to resume from it")
+  return StorageUnavailable(_unreachable[protocol])
 
 
 @functools.lru_cache(maxsize=None)
@@ -82,7 +98,6 @@ def join(*parts: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _filesystem(protocol: str):
-  import fsspec  # pylint: disable=g-import-not-at-top  (only runs writing to URLs need it)
   if not console.verbose_requested():  # it logs a traceback per failed retry series
     for name in ("fsspec", "gcsfs"):
       logging.getLogger(name).setLevel(logging.CRITICAL)

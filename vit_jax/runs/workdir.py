@@ -43,7 +43,11 @@ class WorkdirError(errors.InvalidInput):
 def _prepare_url(workdir: str) -> bool:
   """Object stores have no folders to create; checks that the store answers and that
   the workdir is not an object. Writability shows when the lock is created."""
+  bucket = "/".join(workdir.split("/")[:3])  # gs://BUCKET
   try:
+    if not fs.exists(bucket):
+      raise WorkdirError(f"--workdir={workdir}: the bucket {bucket} does not exist (or this "
+                         "account cannot see it): create it or fix the name")
     if fs.isfile(workdir):
       raise WorkdirError(f"--workdir={workdir} is an object, not a folder: pass a prefix "
                          "that holds no object of that name")
@@ -208,8 +212,11 @@ class WorkdirLock:
     self._stop.set()
     self._heartbeat.join()
     self._held = False
-    if self._is_ours(self._holder()):
-      fs.remove(self.path)
+    try:
+      if self._is_ours(self._holder()):
+        fs.remove(self.path)
+    except OSError:  # the store went away: the lock expires (same host: at once, its pid is
+      pass           # gone; other hosts: after STALE_AFTER_S), the error that ended the run shows
 
   def __enter__(self):
     return self.acquire()

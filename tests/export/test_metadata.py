@@ -1,0 +1,36 @@
+"""metadata.json names the classes (a run's own, or ImageNet-1k's offline), the source
+checkpoint's sha256 and the preprocessing contract."""
+
+import hashlib
+
+import jax
+
+from conftest import init_params, tiny_model
+from export_cases import read_metadata
+from vit_jax import export
+from vit_jax.checkpoints import npz
+
+
+def exported_metadata(tmp_path, num_classes, class_names=None):
+  module = tiny_model(num_classes=num_classes, classifier="gap")
+  path = tmp_path / "params.npz"
+  npz.save_npz(jax.device_get(init_params(module)), str(path), class_names=class_names)
+  export.export(str(path), str(tmp_path / "out"), to="stablehlo", log=lambda _: None)
+  return path, read_metadata(tmp_path / "out")
+
+
+def test_a_runs_class_names_and_the_checkpoint_hash(tmp_path):
+  path, meta = exported_metadata(tmp_path, 3, ["café", "猫 cat", "dog"])
+  assert meta["classes"] == ["café", "猫 cat", "dog"]
+  assert meta["source_checkpoint"]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+  assert meta["image_size"] == 16 and meta["num_classes"] == 3
+  assert meta["preprocessing"]["in_graph"] is False
+  assert "bilinear resize to 16x16" in " ".join(meta["preprocessing"]["steps"])
+  assert meta["model"].endswith("(gap)")
+
+
+def test_imagenet_heads_get_the_wordnet_ids_offline(tmp_path):
+  _, meta = exported_metadata(tmp_path, 1000)
+  assert len(meta["classes"]) == 1000
+  assert meta["classes"][:2] == ["n01440764", "n01443537"]  # tench, goldfish
+  assert "WordNet" in meta["classes_from"]

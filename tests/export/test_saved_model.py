@@ -1,0 +1,67 @@
+"""SavedModel exports reload in TensorFlow and compute the Flax logits at any batch size;
+with --with_preprocessing, image files' bytes give vit_jax.predict's classes."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from export_cases import (CASES, checkpoints,  # noqa: F401 (checkpoints: a fixture)
+                          export_cases, flax_logits, random_images, read_metadata, relative)
+from vit_jax import export, predict
+from vit_jax.checkpoints import npz
+
+
+@pytest.fixture(scope="module")
+def exported(checkpoints, tmp_path_factory):
+  return export_cases("saved_model", checkpoints, tmp_path_factory.mktemp("saved_model"))
+
+
+def serving(out):
+  return tf.saved_model.load(f"{out}/saved_model").signatures["serving_default"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_reloads_and_matches_flax_at_batch_1_and_7(exported, checkpoints, case):
+  path, _ = checkpoints[case]
+  meta = read_metadata(exported[case])
+  serve = serving(exported[case])
+  images = random_images(7, meta["image_size"])
+  truth = flax_logits(path, meta["image_size"], images)
+  for batch in (1, 7):
+    out = serve(images=tf.constant(images[:batch]))
+    assert relative(out["logits"], truth[:batch]) <= 1e-5
+    np.testing.assert_allclose(out["probabilities"], tf.nn.softmax(truth[:batch]), atol=1e-6)
+  assert meta["batch"] == "dynamic" and meta["parity"]["tolerance"] == 1e-5
+  assert meta["signature"]["inputs"]["images"]["shape"][0] is None
+
+
+def write_jpegs(folder, sizes):
+  """Real JPEG files: smooth pictures of several sizes, one grayscale."""
+  paths = []
+  rng = np.random.default_rng(5)
+  for i, (width, height) in enumerate(sizes):
+    small = Image.fromarray(rng.integers(0, 256, (4, 4, 3), dtype=np.uint8))
+    picture = small.resize((width, height), Image.BILINEAR)
+    if i == 1:
+      picture = picture.convert("L")
+    paths.append(str(folder / f"{i}.jpg"))
+    picture.save(paths[-1], quality=85)
+  return paths
+
+
+def test_with_preprocessing_gives_the_top_1_of_predict(checkpoints, tmp_path):
+  path, _ = checkpoints["gap"]
+  out = tmp_path / "out"
+  export.export(path, str(out), to="saved_model", with_preprocessing=True, log=lambda _: None)
+  files = write_jpegs(tmp_path, [(40, 30), (17, 23), (16, 16), (64, 48), (31, 90)])
+  raw = [open(f, "rb").read() for f in files]
+  logits = serving(out)(images=tf.constant(raw))["logits"].numpy()
+  module, params = npz.load_npz(path)
+  predicted = predict.classify(module, params, files, top_k=1)
+  assert [p[0][0] for p in predicted] == list(np.argmax(logits, axis=1))
+  images = np.stack([predict.load_image(f, 16) for f in files])
+  assert relative(logits, flax_logits(path, 16, images)) <= 1e-5
+  meta = read_metadata(out)
+  assert meta["signature"]["inputs"]["images"]["dtype"] == "string"
+  assert meta["preprocessing"]["in_graph"] is True

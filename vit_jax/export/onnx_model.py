@@ -1,0 +1,93 @@
+"""ONNX through jax2onnx, straight from the Flax model (no TensorFlow in between): one
+.onnx file with the weights as initializers, inputs `images` [B, side, side, 3] float32
+(NHWC, as everywhere in this project), outputs `logits` and `probabilities`, batch
+symbolic ("B") unless --batch=N. Verified with onnxruntime's CPU provider.
+
+Why jax2onnx and not tf2onnx: tf2onnx 1.17 cannot read the SavedModel export (its model
+is one XlaCallModule op of StableHLO, which tf2onnx does not convert), and even from
+jax2tf's deprecated non-native TF graph it fails against onnx 1.23 ("Could not infer the
+attribute type" in onnx.helper.make_attribute). jax2onnx converts the jaxpr itself and
+works with jax 0.10.2 / flax 0.12.8; its newer releases (0.14+) cap orbax-checkpoint below
+0.11.37, which this project's orbax 0.12.8 excludes, so the extra pins 0.13.0.
+"""
+
+import contextlib
+import io
+import logging
+import os
+from typing import Any, Dict, Tuple
+
+import jax
+import jax2onnx
+import numpy as np
+import onnx
+import onnxruntime
+
+from vit_jax.export import source as source_lib
+
+FILE = "model.onnx"
+OPSET = 21
+RUNTIME = f"onnxruntime {onnxruntime.__version__} (CPUExecutionProvider)"
+# onnxruntime's CPU kernels (MLAS) sum in other orders than XLA and compute its GELU, tanh
+# and softmax with their own approximations: ~1e-6 measured; 1e-4 leaves room for depth.
+TOLERANCE = {"float32": 1e-4}
+REFUSED = {
+    "with_preprocessing": "JPEG decoding is no ONNX operator: decode and resize in the "
+                          "client, or use --to=saved_model --with_preprocessing",
+    "dtype=bfloat16": "onnxruntime's CPU provider lacks bfloat16 kernels for this model: "
+                      "export float32",
+    "dtype=float16": "float16 weights are a TFLite option; export float32"}
+
+
+def write(source: source_lib.Source, options, directory: str) -> Tuple[Dict, Dict[str, Any]]:
+  side, classes = source.image_size, source.module.num_classes
+  batch = "B" if options.batch is None else options.batch
+  logits_fn = source.logits_fn()
+
+  def outputs(images):
+    logits = logits_fn(images)
+    return logits, jax.nn.softmax(logits)
+
+  with _quiet_converter():
+    model = jax2onnx.to_onnx(outputs, [(batch, side, side, 3)], model_name="vit_jax",
+                             opset=OPSET, input_names=["images"],
+                             output_names=["logits", "probabilities"])
+  onnx.save(model, os.path.join(directory, FILE))
+  shape = [options.batch]
+  signature = {"inputs": {"images": {"shape": shape + [side, side, 3], "dtype": "float32"}},
+               "outputs": {"logits": {"shape": shape + [classes], "dtype": "float32"},
+                           "probabilities": {"shape": shape + [classes], "dtype": "float32"}},
+               "opset": OPSET, "converter": f"jax2onnx {_version()}"}
+  return {"model": FILE}, signature
+
+
+@contextlib.contextmanager
+def _quiet_converter():
+  """jax2onnx 0.13 prints DEBUG lines, logs tracebacks of plugins for libraries we do not
+  use (dm_pix) and onnx_ir warns about untyped constants: none of it concerns the user."""
+  loggers = [logging.getLogger(name) for name in ("jax2onnx", "onnx_ir")]
+  levels = [logger.level for logger in loggers]
+  for logger in loggers:
+    logger.setLevel(logging.ERROR)
+  try:
+    with contextlib.redirect_stdout(io.StringIO()):
+      yield
+  finally:
+    for logger, level in zip(loggers, levels):
+      logger.setLevel(level)
+
+
+def _version() -> str:
+  from importlib import metadata
+  return metadata.version("jax2onnx")
+
+
+def session(directory: str) -> onnxruntime.InferenceSession:
+  options = onnxruntime.SessionOptions()
+  options.log_severity_level = 3  # errors only: not its notes on jax2onnx's unused constants
+  return onnxruntime.InferenceSession(os.path.join(directory, FILE), options,
+                                      providers=["CPUExecutionProvider"])
+
+
+def run(directory: str, images: np.ndarray) -> np.ndarray:
+  return session(directory).run(["logits"], {"images": images})[0]
