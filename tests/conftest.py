@@ -83,3 +83,26 @@ def fixture_folder(tmp_path):
   helpers.write_image(tmp_path / "test/cat/e.png")
   helpers.write_image(tmp_path / "test/dog/f.jpg", fmt="JPEG")
   return tmp_path
+
+
+# The Hub stand-in and the closed bucket (tests/hub_server.py), one pair per test module.
+@pytest.fixture(scope="module")
+def hub_repos(tmp_path_factory):
+  import hub_server  # pylint: disable=import-outside-toplevel (it imports this module)
+  return hub_server.build_repos(tmp_path_factory.mktemp("repos"))
+
+
+@pytest.fixture(scope="module")
+def hub_servers(hub_repos):
+  import hub_server  # pylint: disable=import-outside-toplevel
+  site, bucket = hub_server.HubServer(hub_repos), hub_server.HubServer(forbid=True)
+  yield site, bucket
+  site.close()
+  bucket.close()
+
+
+@pytest.fixture
+def hub_site_and_bucket(hub_servers, tmp_path, monkeypatch):
+  """Both servers in use (HF_ENDPOINT, the storage host), a fresh Hub cache, cwd tmp_path."""
+  import hub_server  # pylint: disable=import-outside-toplevel
+  return hub_server.use_servers(*hub_servers, tmp_path, monkeypatch)

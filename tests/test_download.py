@@ -12,28 +12,16 @@ import pytest
 
 from conftest import RELEASED_FIXTURES, REPO
 from helpers import serve_from
-from hub_server import HubServer, build_repos, use_servers
 from vit_jax import download
 from vit_jax.checkpoints import hub
 
 TI16 = "augreg/Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0"
 
 
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory):
-  site, bucket = HubServer(build_repos(tmp_path_factory.mktemp("repos"))), HubServer(forbid=True)
-  yield site, bucket
-  site.close()
-  bucket.close()
 
 
-@pytest.fixture
-def site(servers, tmp_path, monkeypatch):
-  return use_servers(*servers, tmp_path, monkeypatch)
-
-
-def test_released_name_from_the_mirror_once_unless_forced(site, capsys):
-  hub_site, bucket = site
+def test_released_name_from_the_mirror_once_unless_forced(hub_site_and_bucket, capsys):
+  hub_site, bucket = hub_site_and_bucket
   path = download.download("ViT-Ti_16", "ck", verbose=False)
   assert path == os.path.join("ck", TI16 + ".npz")
   assert os.path.exists(hub.provenance_path(path)) and bucket.requests == []
@@ -45,7 +33,7 @@ def test_released_name_from_the_mirror_once_unless_forced(site, capsys):
   assert len(hub_site.requests) > asked
 
 
-def test_the_bucket_is_last_for_users_it_still_serves(site, tmp_path):
+def test_the_bucket_is_last_for_users_it_still_serves(hub_site_and_bucket, tmp_path):
   """No mirror answers for ViT-L/16: the bucket (an opener standing in for credentials
   that still open it) serves the file."""
   source = tmp_path / "L16.npz"
@@ -73,8 +61,8 @@ def run_download(*args, cwd, **env):
                         capture_output=True, text=True, timeout=120)
 
 
-def test_download_command_online_then_offline_from_the_cache(servers, tmp_path):
-  hub_site, bucket = servers
+def test_download_command_online_then_offline_from_the_cache(hub_servers, tmp_path):
+  hub_site, bucket = hub_servers
   env = dict(HF_ENDPOINT=hub_site.url, STORAGE_EMULATOR_HOST=bucket.url,
              HF_HUB_CACHE=str(tmp_path / "hf_cache"))
   done = run_download("hf-hub:timm/vit_tiny_patch16_224.augreg_in21k", "--dir=ck",
@@ -99,8 +87,8 @@ def test_download_command_online_then_offline_from_the_cache(servers, tmp_path):
   assert line.startswith("error: cannot fetch imagenet21k/ViT-B_16.npz: Hub mirror google/")
 
 
-def test_download_command_refuses_a_hub_repository_that_is_no_vit(servers, tmp_path):
-  hub_site, bucket = servers
+def test_download_command_refuses_a_hub_repository_that_is_no_vit(hub_servers, tmp_path):
+  hub_site, bucket = hub_servers
   start = time.monotonic()
   failed = run_download("hf-hub:someone/resnet", "--dir=ck", cwd=tmp_path,
                         HF_ENDPOINT=hub_site.url, STORAGE_EMULATOR_HOST=bucket.url,

@@ -12,34 +12,22 @@ import pytest
 from absl import flags
 
 from conftest import RELEASED_FIXTURES, REPO
-from hub_server import HubServer, build_repos, use_servers
 from vit_jax import fewshot
 from vit_jax.checkpoints import npz_layout
 from vit_jax.runs import vtab
 from vit_jax.models import posemb
 
 
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory):
-  site, bucket = HubServer(build_repos(tmp_path_factory.mktemp("repos"))), HubServer(forbid=True)
-  yield site, bucket
-  site.close()
-  bucket.close()
 
 
-@pytest.fixture
-def site(servers, tmp_path, monkeypatch):
-  return use_servers(*servers, tmp_path, monkeypatch)
-
-
-def hub_env(servers, tmp_path):
-  site, bucket = servers
+def hub_env(hub_servers, tmp_path):
+  site, bucket = hub_servers
   return {**os.environ, "PYTHONPATH": str(REPO), "HF_ENDPOINT": site.url,
           "STORAGE_EMULATOR_HOST": bucket.url, "HF_HUB_CACHE": str(tmp_path / "hf_cache"),
           "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
-def test_main_fine_tunes_from_a_released_name_bit_identical(servers, tmp_path):
+def test_main_fine_tunes_from_a_released_name_bit_identical(hub_servers, tmp_path):
   """configs/vit_ti16.py starts from config.pretrained='ViT-Ti_16': its AugReg i21k file,
   through timm's mirror. With a zero learning rate the saved params are the start."""
   workdir = tmp_path / "run"
@@ -49,7 +37,7 @@ def test_main_fine_tunes_from_a_released_name_bit_identical(servers, tmp_path):
        "--config.total_steps=1", "--config.warmup_steps=0",
        "--config.base_lr=0", "--config.batch=8", "--config.batch_eval=120",
        "--config.eval_every=1", "--config.progress_every=1"],
-      cwd=tmp_path, env=hub_env(servers, tmp_path), capture_output=True, text=True,
+      cwd=tmp_path, env=hub_env(hub_servers, tmp_path), capture_output=True, text=True,
       timeout=400)
   assert done.returncode == 0, done.stderr[-3000:]
   assert "exact GELU" not in done.stderr
@@ -68,18 +56,18 @@ def test_main_fine_tunes_from_a_released_name_bit_identical(servers, tmp_path):
         np.testing.assert_array_equal(tuned[key], fixture[key], err_msg=key)
 
 
-def test_predict_with_a_released_name(servers, tmp_path):
+def test_predict_with_a_released_name(hub_servers, tmp_path):
   from PIL import Image  # pylint: disable=import-outside-toplevel
   Image.fromarray(np.full((32, 32, 3), 200, np.uint8)).save(tmp_path / "a.png")
   done = subprocess.run(
       [sys.executable, "-m", "vit_jax.predict", "--checkpoint=ViT-Ti_16", "--top_k=2",
-       str(tmp_path / "a.png")], cwd=tmp_path, env=hub_env(servers, tmp_path),
+       str(tmp_path / "a.png")], cwd=tmp_path, env=hub_env(hub_servers, tmp_path),
       capture_output=True, text=True, timeout=200)
   assert done.returncode == 0, done.stderr[-3000:]
   assert done.stdout.startswith(str(tmp_path / "a.png"))
 
 
-def test_fewshot_with_a_released_name(site, tmp_path, capsys):
+def test_fewshot_with_a_released_name(hub_site_and_bucket, tmp_path, capsys):
   flag_values = flags.FlagValues()
   fewshot.define_flags(flag_values)
   argv = flag_values(["fewshot", "--checkpoint=imagenet21k/ViT-B_32", "--dataset=digits",
@@ -89,7 +77,7 @@ def test_fewshot_with_a_released_name(site, tmp_path, capsys):
   assert os.path.isfile(os.path.join("checkpoints", "imagenet21k", "ViT-B_32.npz"))
 
 
-def test_vtab_reads_a_hub_name_once_to_build_its_tasks(site):
+def test_vtab_reads_a_hub_name_once_to_build_its_tasks(hub_site_and_bucket):
   settings = vtab.model_settings("hf-hub:timm/vit_base_patch32_224.orig_in21k")
   assert settings["model.hidden_size"] == 32 and settings["model.num_layers"] == 2
   assert os.path.isfile(os.path.join("checkpoints", "hf-hub", "timm",

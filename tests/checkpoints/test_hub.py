@@ -14,29 +14,14 @@ import numpy as np
 import pytest
 
 from conftest import RELEASED_FIXTURES, TINY
-from hub_server import COMMIT, HubServer, build_repos, use_servers
+from hub_server import COMMIT
 from vit_jax.checkpoints import hub, npz, released, transfer
 
 TI16_I21K = "augreg/Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0"
 R_TI16_I21K = "augreg/R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0"
 
 
-@pytest.fixture(scope="module")
-def repos(tmp_path_factory):
-  return build_repos(tmp_path_factory.mktemp("repos"))
 
-
-@pytest.fixture(scope="module")
-def servers(repos):
-  site, bucket = HubServer(repos), HubServer(forbid=True)
-  yield site, bucket
-  site.close()
-  bucket.close()
-
-
-@pytest.fixture
-def site(servers, tmp_path, monkeypatch):
-  return use_servers(*servers, tmp_path, monkeypatch)
 
 
 def assert_same_arrays(path, fixture, missing=()):
@@ -51,9 +36,9 @@ def assert_same_arrays(path, fixture, missing=()):
     ("ViT-Ti_16", "vit-ti16.npz", "timm/vit_tiny_patch16_224.augreg_in21k"),
     ("R+ViT-Ti_16", "r-vit-ti16.npz", "timm/vit_tiny_r_s16_p8_224.augreg_in21k"),
 ], ids=["vit", "hybrid"])
-def test_released_name_comes_from_its_timm_mirror_bit_identical(site, repos, name, fixture,
-                                                                repo, caplog):
-  hub_site, bucket = site
+def test_released_name_comes_from_its_timm_mirror_bit_identical(hub_site_and_bucket, hub_repos,
+                                                                name, fixture, repo, caplog):
+  hub_site, bucket = hub_site_and_bucket
   with caplog.at_level(logging.WARNING):
     path = hub.resolve(name, verbose=False)
   expected = released.local_path(released.resolve(name, local_dir=None), "checkpoints")
@@ -62,7 +47,7 @@ def test_released_name_comes_from_its_timm_mirror_bit_identical(site, repos, nam
   assert not caplog.records  # the bucket's weights: no exact-GELU warning
   assert bucket.requests == []
   provenance = json.loads(open(hub.provenance_path(path)).read())
-  weights = repos[repo]["model.safetensors"]
+  weights = hub_repos[repo]["model.safetensors"]
   assert provenance["repository"] == repo and provenance["revision"] == COMMIT
   assert provenance["bucket_file"] == released.bucket_path(released.resolve(name, local_dir=None))
   assert provenance["files"]["model.safetensors"] == {
@@ -74,7 +59,7 @@ def test_released_name_comes_from_its_timm_mirror_bit_identical(site, repos, nam
   assert hub.resolve(name, verbose=False) == path and len(hub_site.requests) == asked
 
 
-def test_google_in21k_copy_keeps_pre_logits_without_wrong_warnings(site, caplog):
+def test_google_in21k_copy_keeps_pre_logits_without_wrong_warnings(hub_site_and_bucket, caplog):
   with caplog.at_level(logging.WARNING):
     path = hub.resolve("imagenet21k/ViT-B_16", verbose=False)
   assert path == os.path.join("checkpoints", "imagenet21k", "ViT-B_16.npz")
@@ -85,8 +70,8 @@ def test_google_in21k_copy_keeps_pre_logits_without_wrong_warnings(site, caplog)
   assert module.representation_size == 192 and params["head"]["kernel"].shape == (192, 5)
 
 
-def test_a_missing_mirror_falls_through_to_the_next(site):
-  hub_site, _ = site
+def test_a_missing_mirror_falls_through_to_the_next(hub_site_and_bucket):
+  hub_site, _ = hub_site_and_bucket
   path = hub.resolve("imagenet21k/ViT-B_32", verbose=False)
   assert any("google/vit-base-patch32-224-in21k" in r for r in hub_site.requests)
   assert json.loads(open(hub.provenance_path(path)).read())["repository"] == (
@@ -95,8 +80,8 @@ def test_a_missing_mirror_falls_through_to_the_next(site):
   assert module.hidden_size == TINY["hidden_size"]
 
 
-def test_bucket_403_is_one_line_naming_the_mirrors_tried(site):
-  _, bucket = site
+def test_bucket_403_is_one_line_naming_the_mirrors_tried(hub_site_and_bucket):
+  _, bucket = hub_site_and_bucket
   with pytest.raises(hub.HubError) as error:
     hub.resolve("imagenet21k/ViT-L_16", verbose=False)
   message = str(error.value)
@@ -109,15 +94,15 @@ def test_bucket_403_is_one_line_naming_the_mirrors_tried(site):
   assert not os.path.exists("checkpoints")  # no empty family folder left behind
 
 
-def test_a_file_without_mirror_names_the_nearest(site):
+def test_a_file_without_mirror_names_the_nearest(hub_site_and_bucket):
   with pytest.raises(hub.HubError, match=r"no Hub mirror of imagenet21k/ViT-B_8.npz is known "
                      r"\(mirrored: augreg/B_8-i21k-"):
     hub.resolve("imagenet21k/ViT-B_8", verbose=False)
 
 
 @pytest.mark.parametrize("tamper", ["truncated", "altered"])
-def test_truncated_or_altered_download_is_refused_and_leaves_nothing(site, tamper):
-  hub_site, _ = site
+def test_truncated_or_altered_download_is_refused_and_leaves_nothing(hub_site_and_bucket, tamper):
+  hub_site, _ = hub_site_and_bucket
   hub_site.tamper[f"timm/vit_tiny_patch16_224.augreg_in21k/model.safetensors"] = tamper
   start = time.monotonic()
   with pytest.raises(hub.HubError) as error:
@@ -129,11 +114,11 @@ def test_truncated_or_altered_download_is_refused_and_leaves_nothing(site, tampe
   assert_same_arrays(hub.resolve(TI16_I21K, verbose=False), RELEASED_FIXTURES / "vit-ti16.npz")
 
 
-def test_offline_uses_the_hub_cache(site, monkeypatch):
+def test_offline_uses_the_hub_cache(hub_site_and_bucket, monkeypatch):
   path = hub.resolve(TI16_I21K, verbose=False)
   os.unlink(path)
   monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-  hub_site, bucket = site
+  hub_site, bucket = hub_site_and_bucket
   asked = len(hub_site.requests)
   assert hub.resolve(TI16_I21K, verbose=False) == path
   assert len(hub_site.requests) == asked and bucket.requests == []
@@ -148,7 +133,7 @@ def closed_port_url():
     return f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
-def test_no_network_is_one_line_within_seconds(site, monkeypatch):
+def test_no_network_is_one_line_within_seconds(hub_site_and_bucket, monkeypatch):
   monkeypatch.setenv("HF_ENDPOINT", closed_port_url())
   monkeypatch.setenv(released.EMULATOR_ENV, closed_port_url())
   start = time.monotonic()
@@ -171,14 +156,14 @@ def test_no_network_is_one_line_within_seconds(site, monkeypatch):
     ("hf-hub:../x", "is no Hub repository name"),
     ("hf-hub:a/b/c", "is no Hub repository name"),
 ], ids=["clip", "not-a-vit", "deit", "no-config", "missing", "dotdot", "three-parts"])
-def test_hub_names_that_are_no_vit_we_compute_are_one_line(site, name, message):
+def test_hub_names_that_are_no_vit_we_compute_are_one_line(hub_site_and_bucket, name, message):
   with pytest.raises((hub.HubError, ValueError)) as error:
     hub.resolve(name, verbose=False)
   assert message in str(error.value) and "\n" not in str(error.value)
   assert not os.path.exists("checkpoints")
 
 
-def test_any_hub_vit_by_name_with_a_true_activation_note(site, caplog):
+def test_any_hub_vit_by_name_with_a_true_activation_note(hub_site_and_bucket, caplog):
   with caplog.at_level(logging.WARNING):
     path = hub.resolve("hf-hub:timm/vit_tiny_patch16_224.augreg2_test", verbose=False)
   assert path == os.path.join("checkpoints", "hf-hub", "timm",
@@ -195,20 +180,20 @@ def test_any_hub_vit_by_name_with_a_true_activation_note(site, caplog):
 
 @pytest.mark.parametrize("name", ["imagenet21k/..%2F..%2Fx", "imagenet21k/../x",
                                   "augreg/a/b", "imagenet21k/.hidden"])
-def test_a_name_is_never_a_path_out_of_the_cache(site, tmp_path, name):
+def test_a_name_is_never_a_path_out_of_the_cache(hub_site_and_bucket, tmp_path, name):
   np.savez(tmp_path / "x.npz", w=np.zeros(1))
   with pytest.raises(ValueError, match="is no released file name"):
     hub.resolve(name, verbose=False)
 
 
-def test_http_urls_are_downloaded_first(site):
+def test_http_urls_are_downloaded_first(hub_site_and_bucket):
   with pytest.raises(ValueError, match="fetch it first with python -m vit_jax.download "
                      "http://example.com/m.npz"):
     hub.resolve("http://example.com/m.npz")
   assert hub.resolve("gs://my-bucket/ft.npz") == "gs://my-bucket/ft.npz"  # as before
 
 
-def test_load_for_inference_takes_released_and_hub_names(site):
+def test_load_for_inference_takes_released_and_hub_names(hub_site_and_bucket):
   module, params, side = npz.load_for_inference("ViT-Ti_16")
   assert side == 224 and module.num_classes == 10
   with np.load(RELEASED_FIXTURES / "vit-ti16.npz") as want:

@@ -195,31 +195,26 @@ def read_text(path: str) -> str:
   return read_bytes(path).decode("utf-8")
 
 
-@_store_errors
-def exists(path: str) -> bool:
-  if is_url(path):
-    fs, key = _url_fs(path)
-    fs.invalidate_cache(key)
-    return fs.exists(key)
-  return os.path.exists(path)
+def _probe(name: str):
+  """The local os.path test `name`, or the store's own, asked afresh (other hosts and
+  tensorstore write the same workdir, so a cached listing may be stale)."""
+  local = getattr(os.path, name)
+
+  @_store_errors
+  def probe(path: str) -> bool:
+    if is_url(path):
+      fs, key = _url_fs(path)
+      fs.invalidate_cache(key)
+      return getattr(fs, name)(key)
+    return local(path)
+
+  probe.__name__ = probe.__qualname__ = name
+  return probe
 
 
-@_store_errors
-def isdir(path: str) -> bool:
-  if is_url(path):
-    fs, key = _url_fs(path)
-    fs.invalidate_cache(key)
-    return fs.isdir(key)
-  return os.path.isdir(path)
-
-
-@_store_errors
-def isfile(path: str) -> bool:
-  if is_url(path):
-    fs, key = _url_fs(path)
-    fs.invalidate_cache(key)
-    return fs.isfile(key)
-  return os.path.isfile(path)
+exists = _probe("exists")
+isdir = _probe("isdir")
+isfile = _probe("isfile")
 
 
 def makedirs(path: str) -> None:
