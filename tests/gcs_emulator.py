@@ -7,11 +7,15 @@ x-goog-generation header with downloads. Real GCS does both, tensorstore's OCDBT
 rely on them (without them a second commit fails with "Malformed StorageGeneration") and
 so does our lock, so this launcher adds exactly those to the emulator's handlers:
 412 when a generation precondition fails, 304 when a download's generation is unchanged,
-the generation headers on downloads. Everything else is the emulator as published.
+the generation headers on downloads. It also parses multipart uploads exactly: the
+emulator's email parser drops a line-break byte that ends the content (about one random
+upload in a hundred arrived one byte short), which real GCS never does. Everything else
+is the emulator as published.
 
 Run as a script: python gcs_emulator.py PORT DATA_DIR BUCKET
 """
 
+import json
 import os
 import socket
 import subprocess
@@ -135,9 +139,37 @@ def _add_preconditions():
                                                       checked_delete)
 
 
+def _exact_multipart_uploads(server) -> None:
+  """Reads a multipart/related upload (JSON metadata, then the content) byte for byte: the
+  content is everything between its part's blank line and the line break that precedes
+  the closing delimiter, in the line-break style the client used (gcsfs: LF)."""
+  read_data = server._read_data  # pylint: disable=protected-access
+
+  def exact_read_data(request_handler, query):
+    content_type = request_handler.headers.get("Content-Type") or ""
+    if not content_type.startswith("multipart/related"):
+      return read_data(request_handler, query)
+    raw = server._decode_raw_data(server._read_raw_data(request_handler), request_handler)  # pylint: disable=protected-access
+    delimiter = b"--" + content_type.split("boundary=", 1)[1].strip('"').encode()
+    newline = b"\r\n" if raw.startswith(delimiter + b"\r\n") else b"\n"
+    body = raw[len(delimiter + newline):]
+    meta_part, rest = body.split(newline + delimiter + newline, 1)
+    content_part = rest[:rest.rindex(newline + delimiter + b"--")]
+    headers, _, content = content_part.partition(newline + newline)
+    part_type = "application/octet-stream"
+    for line in headers.decode("latin-1").splitlines():
+      if line.lower().startswith("content-type:"):
+        part_type = line.split(":", 1)[1].strip()
+    return {"meta": json.loads(meta_part.partition(newline + newline)[2]), "content": content,
+            "content-type": part_type}
+
+  server._read_data = exact_read_data  # pylint: disable=protected-access
+
+
 def _serve(port: int, data_dir: str, bucket: str) -> None:
   _add_preconditions()
   from gcp_storage_emulator import server  # pylint: disable=import-outside-toplevel
+  _exact_multipart_uploads(server)
   storage_dir = os.path.join(data_dir, "storage")
   fresh = not os.path.exists(storage_dir)
   os.makedirs(storage_dir, exist_ok=True)

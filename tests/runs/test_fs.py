@@ -80,6 +80,16 @@ def test_the_same_calls_on_gcs(gcs):
     fs.open_append(f"{root}/metrics.jsonl")
 
 
+@pytest.mark.parametrize("ending", [b"\r", b"\n", b"\r\n", b"\n--==0==", b""])
+def test_binary_files_round_trip_byte_for_byte_on_gcs(gcs, ending):
+  """Event files and .npz are binary: any last byte survives the upload (the emulator's
+  multipart parser once dropped a final line break; tests/gcs_emulator.py)."""
+  path = f"gs://{gcs.bucket}/fs/blob"
+  payload = bytes(range(256)) + ending
+  fs.write_atomic(path, payload)
+  assert fs.read_bytes(path) == payload
+
+
 def test_create_exclusive_and_generation_preconditions_on_gcs(gcs):
   path = f"gs://{gcs.bucket}/fs/run.lock"
   assert fs.create_exclusive(path, "mine")
