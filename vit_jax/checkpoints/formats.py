@@ -116,7 +116,8 @@ def _read_weights(path: str) -> Tuple[Flat, Dict[str, str]]:
   return _read_torch(path), {}
 
 
-def _read_config(path: str) -> Dict[str, Any]:
+def read_config(path: str) -> Dict[str, Any]:
+  """A timm / Hugging Face config.json as a dict, or one FormatError line."""
   try:
     with open(path, encoding="utf-8") as f:
       config = json.load(f)
@@ -134,13 +135,13 @@ def _is_model_config(config: Dict[str, Any]) -> bool:
 def _locate(path: str) -> Tuple[str, Dict[str, Any]]:
   """(weights file, config) of a folder or a file (with a model config beside it, if any)."""
   if os.path.isdir(path):
-    config = _read_config(os.path.join(path, CONFIG))
+    config = read_config(os.path.join(path, CONFIG))
     for name in WEIGHT_FILES:
       if os.path.isfile(os.path.join(path, name)):
         return os.path.join(path, name), config
     raise FormatError(f"has {CONFIG} but none of the weight files {', '.join(WEIGHT_FILES)}")
   beside = os.path.join(os.path.dirname(os.path.abspath(path)), CONFIG)
-  config = _read_config(beside) if os.path.isfile(beside) else {}
+  config = read_config(beside) if os.path.isfile(beside) else {}
   return path, config if _is_model_config(config) else {}
 
 

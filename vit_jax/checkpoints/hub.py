@@ -226,13 +226,9 @@ def _check_architecture(config: Dict[str, Any], repo: str, original: bool) -> No
 
 def _read_config(path: str, repo: str) -> Dict[str, Any]:
   try:
-    with open(path, encoding="utf-8") as f:
-      config = json.load(f)
-  except (OSError, ValueError) as e:
-    raise HubError(f"{repo}'s config.json is no JSON ({transfer.one_line(e)})") from None
-  if not isinstance(config, dict):
-    raise HubError(f"{repo}'s config.json holds no JSON object")
-  return config
+    return formats.read_config(path)
+  except formats.FormatError as e:
+    raise HubError(f"{repo}: {e}") from None
 
 
 def _weights(repo: str, *, force: bool, verbose: bool) -> Dict[str, Any]:
