@@ -17,6 +17,7 @@ Run as a script: python gcs_emulator.py PORT DATA_DIR BUCKET
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -63,6 +64,7 @@ class Emulator:
         time.sleep(0.1)
 
   def stop(self) -> None:
+    """Stops serving after the request in progress (clients then get connection refused)."""
     self._process.terminate()
     self._process.wait(timeout=30)
 
@@ -167,6 +169,10 @@ def _exact_multipart_uploads(server) -> None:
 
 
 def _serve(port: int, data_dir: str, bucket: str) -> None:
+  # SIGTERM (Emulator.stop) ends the server between requests, as the emulator's own Ctrl-C
+  # does: killed mid-request it could leave its metadata file half written, which a
+  # restart on the same data then fails to read.
+  signal.signal(signal.SIGTERM, signal.default_int_handler)
   _add_preconditions()
   from gcp_storage_emulator import server  # pylint: disable=import-outside-toplevel
   _exact_multipart_uploads(server)

@@ -43,6 +43,22 @@ def wait_for(predicate, timeout=240):
   raise TimeoutError("condition not reached")
 
 
+def press_ctrl_c(process):
+  """Sends SIGINT and returns once the kernel has delivered it: two signals pending at the
+  same time merge into one, so a second press must wait for the first to arrive."""
+  process.send_signal(signal.SIGINT)
+  pending_bit = 1 << (signal.SIGINT - 1)
+  deadline = time.time() + 10
+  while time.time() < deadline:
+    with open(f"/proc/{process.pid}/status") as status:
+      masks = [int(line.split()[1], 16) for line in status
+               if line.startswith(("SigPnd:", "ShdPnd:"))]
+    if not any(mask & pending_bit for mask in masks):
+      return
+    time.sleep(0.001)
+  raise TimeoutError("SIGINT was not delivered within 10 s")
+
+
 def checkpoint_steps(workdir):
   path = os.path.join(workdir, "checkpoints")
   return sorted(int(d) for d in os.listdir(path) if d.isdigit()) if os.path.isdir(path) else []
@@ -77,7 +93,7 @@ def test_ctrl_c_saves_the_current_step_and_a_second_one_aborts_at_once(tmp_path)
   workdir = str(tmp_path / "run")
   process = start_main(workdir, total_steps=100000, checkpoint_every=100000)
   wait_for(lambda: trained_steps(workdir) >= 3)
-  process.send_signal(signal.SIGINT)
+  press_ctrl_c(process)
   code, output = finish(process, workdir)
   assert code == 130, output[-2000:]
   steps = checkpoint_steps(workdir)
@@ -99,13 +115,14 @@ def test_ctrl_c_saves_the_current_step_and_a_second_one_aborts_at_once(tmp_path)
 
   process = start_main(workdir, total_steps=100000, checkpoint_every=100000)
   wait_for(lambda: trained_steps(workdir) >= steps[0] + 2)  # resumed
-  process.send_signal(signal.SIGINT)
-  wait_for(lambda: "Ctrl-C: saving" in open(f"{workdir}.log").read(), timeout=10)  # at once
-  process.send_signal(signal.SIGINT)  # a second press (signals sent together merge)
+  press_ctrl_c(process)
+  press_ctrl_c(process)  # a second press, before the first one's save can end
   started = time.time()
   code, output = finish(process, workdir, timeout=30)
   assert code == 130 and time.time() - started < 10, output[-2000:]
-  assert output.strip().splitlines()[-1].startswith("second Ctrl-C: aborted at once")
+  lines = output.strip().splitlines()
+  assert lines[-2].startswith("Ctrl-C: saving a checkpoint"), output[-2000:]
+  assert lines[-1].startswith("second Ctrl-C: aborted at once"), output[-2000:]
   assert set(steps) <= set(checkpoint_steps(workdir))  # nothing lost
 
 
