@@ -34,16 +34,6 @@ def indices_of(images: np.ndarray) -> np.ndarray:
 
 
 
-def test_digits_source():
-  dataset = pipeline.open_dataset(make_config())
-  assert (dataset.info.num_train, dataset.info.num_eval, dataset.info.num_classes) == (
-      1497, 300, 10)
-  assert dataset.train.data.shape == (1497, 8, 8, 3) and dataset.train.data.dtype == np.uint8
-  assert dataset.train.data.max() == 255
-  batch = train(dataset, num_steps=1)[0]
-  assert batch["image"].shape == (8, 16, 16, 3) and batch["label"].dtype == np.int32
-
-
 @pytest.mark.parametrize("pp", [{}, {"mixup_alpha": 0.1},
                                 {"preset": "inception", "resize": None}])
 def test_global_batches_do_not_depend_on_process_count(pp):
@@ -151,10 +141,6 @@ def test_training_on_non_ascii_names(tmp_path):
   result = train_lib.train_and_evaluate(config, str(tmp_path / "run"))
   assert result["eval/examples"] == 9
 
-
-def test_image_folder_uses_validation_without_test(folder):
-  os.rename(folder / "test", folder / "validation")
-  assert pipeline.open_dataset(make_config(str(folder))).info.num_eval == 2
 
 
 

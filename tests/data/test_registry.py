@@ -4,7 +4,7 @@ metadata alone."""
 import pytest
 
 from helpers import make_config
-from vit_jax.data import registry, sources
+from vit_jax.data import digits, registry
 
 
 def test_class_count_reads_no_examples(folder):
@@ -26,6 +26,6 @@ def test_each_dataset_name_has_one_reader(dataset, kind):
 
 def test_an_eval_only_set_of_digits_is_its_test_split():
   split, names = registry.open_eval_source("digits", "ignored", make_config("digits"))
-  assert names == list(sources.DIGITS_CLASSES) and len(split.labels) == sources.DIGITS_TEST_SIZE
+  assert names == list(digits.DIGITS_CLASSES) and len(split.labels) == digits.DIGITS_TEST_SIZE
   with pytest.raises(ValueError, match="needs a TFDS dataset"):
     registry.open_eval_source("digits", "test", make_config("digits"), "real_label")

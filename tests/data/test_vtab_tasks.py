@@ -9,7 +9,7 @@ import tensorflow_datasets as tfds
 
 from helpers import make_config, train, write_image
 from vit_jax import config_defaults
-from vit_jax.data import pipeline, sources, vtab
+from vit_jax.data import pipeline, tfds_source, vtab
 
 
 class VtabFakeClevr(tfds.core.GeneratorBasedBuilder):
@@ -187,11 +187,11 @@ def vtab_config(name, train_split, eval_split, data_dir=None):
   return config
 
 
-@pytest.mark.parametrize("limit", [sources.IN_MEMORY_LIMIT_BYTES, 0], ids=["memory", "stream"])
+@pytest.mark.parametrize("limit", [tfds_source.IN_MEMORY_LIMIT_BYTES, 0], ids=["memory", "stream"])
 def test_prepared_task_splits_and_labels(clevr_task, monkeypatch, limit):
   """A real prepared dataset: 800 / 200 / 1,000 examples, train800 and val200 disjoint,
   the label mapping applied to both splits, held in memory or streamed."""
-  monkeypatch.setattr(sources, "IN_MEMORY_LIMIT_BYTES", limit)
+  monkeypatch.setattr(tfds_source, "IN_MEMORY_LIMIT_BYTES", limit)
   builder = tfds.builder("vtab_fake_clevr", data_dir=clevr_task)
   indices = {}
   for split in ("train800", "val200", "train800val200"):
@@ -280,7 +280,7 @@ def test_tasks_load_the_benchmarks_version_where_tfds_can(tmp_path, monkeypatch,
   # TFDS 4.9 builds KITTI 3.1.0 (the reference's) though its default is 3.3.0.
   builder, why_not = vtab.task_builder(vtab.TASKS["kitti_distance"], str(tmp_path))
   assert (str(builder.version), why_not) == ("3.1.0", "")
-  assert sources.build_name(builder) == "kitti:3.1.0"  # what the not-prepared error says
+  assert tfds_source.build_name(builder) == "kitti:3.1.0"  # what the not-prepared error says
   # Pets 3.*.* it cannot build: when none is prepared, its default, and one line why.
   builder, why_not = vtab.task_builder(vtab.TASKS["oxford_iiit_pet"], str(tmp_path))
   assert str(builder.version) == "4.0.0" and "\n" not in why_not

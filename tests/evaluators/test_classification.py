@@ -14,7 +14,7 @@ import tensorflow_datasets as tfds
 from conftest import init_params, tiny_model
 from helpers import demo_config, read_metrics
 from vit_jax import config_defaults, sharding, train
-from vit_jax.data import pipeline, sources
+from vit_jax.data import pipeline, tfds_source
 from vit_jax.evaluators import classification
 
 CLASSES = [str(d) for d in range(10)]  # the digits' class names, so sets line up with them
@@ -102,9 +102,9 @@ def test_real_metric_on_hand_made_cases():
   assert sums["loss_sum"] == pytest.approx(float(expected), rel=1e-6)
 
 
-@pytest.mark.parametrize("limit", [sources.IN_MEMORY_LIMIT_BYTES, 0], ids=["memory", "stream"])
+@pytest.mark.parametrize("limit", [tfds_source.IN_MEMORY_LIMIT_BYTES, 0], ids=["memory", "stream"])
 def test_real_labels_read_as_multi_hot_once_across_processes(tfds_dir, monkeypatch, limit):
-  monkeypatch.setattr(sources, "IN_MEMORY_LIMIT_BYTES", limit)
+  monkeypatch.setattr(tfds_source, "IN_MEMORY_LIMIT_BYTES", limit)
   config = demo_config(tfds_data_dir=tfds_dir)
   dataset = pipeline.open_eval_dataset(config, "tiny_real", "validation", "real_label")
   assert isinstance(dataset.eval, pipeline.StreamingSplit) == (limit == 0)

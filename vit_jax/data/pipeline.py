@@ -33,8 +33,9 @@ import tensorflow as tf
 
 from vit_jax import errors
 from vit_jax.data import preprocess, registry
-from vit_jax.data.sources import (  # CorruptImageError: raised by the batch iterators
-    CorruptImageError, IndexedSplit, StreamingSplit, read_tfds)
+from vit_jax.data.splits import (  # CorruptImageError: raised by the batch iterators
+    CorruptImageError, IndexedSplit, StreamingSplit)
+from vit_jax.data.tfds_source import read_tfds
 
 @dataclasses.dataclass
 class DatasetInfo:

@@ -2,9 +2,9 @@
 
   * a VTAB-1k task: 'vtab/<task>', or a directory read with VTAB split names
     (vit_jax.data.vtab);
-  * 'digits': scikit-learn's embedded digits (vit_jax.data.sources.digits_source);
-  * an image directory: ROOT/train/<class>/, ROOT/test/<class>/;
-  * otherwise a TFDS name.
+  * 'digits': scikit-learn's embedded digits (vit_jax.data.digits);
+  * an image directory: ROOT/train/<class>/, ROOT/test/<class>/ (vit_jax.data.image_folder);
+  * otherwise a TFDS name (vit_jax.data.tfds_source).
 
 Each answers `open(config)` -> (train split, eval split, class names), `class_count(config)`
 from metadata alone, and `open_eval(name, split, config, label_feature)` -> (split, class
@@ -16,7 +16,7 @@ import os
 from typing import List, Tuple
 
 from vit_jax import errors
-from vit_jax.data import sources, vtab
+from vit_jax.data import digits, image_folder, tfds_source, vtab
 
 
 def _is_path(name: str) -> bool:
@@ -50,16 +50,16 @@ class Digits:
     return config.dataset == "digits"
 
   def open(self, config):
-    return sources.digits_source()
+    return digits.digits_source()
 
   def class_count(self, config) -> int:
-    return len(sources.DIGITS_CLASSES)
+    return len(digits.DIGITS_CLASSES)
 
   def open_eval(self, name, split, config, label_feature):
     if name != "digits":
       return None
     _labels_only(name, label_feature)
-    _, evaluation, class_names = sources.digits_source()
+    _, evaluation, class_names = digits.digits_source()
     return evaluation, class_names
 
 
@@ -68,17 +68,17 @@ class Folder:
     return _is_path(config.dataset)
 
   def open(self, config):
-    return sources.directory_source(config.dataset)
+    return image_folder.directory_source(config.dataset)
 
   def class_count(self, config) -> int:
-    return len(sources.class_folders(
+    return len(image_folder.class_folders(
         os.path.join(os.path.expanduser(config.dataset), "train")))
 
   def open_eval(self, name, split, config, label_feature):
     if not _is_path(name):
       return None
     _labels_only(name, label_feature)
-    _, evaluation, class_names = sources.directory_source(name)
+    _, evaluation, class_names = image_folder.directory_source(name)
     return evaluation, class_names
 
 
@@ -87,18 +87,19 @@ class Tfds:
     return True
 
   def open(self, config):
-    return sources.tfds_source(config.dataset, config.train_split or "train",
-                               config.eval_split or "test", data_dir=config.tfds_data_dir,
-                               manual_dir=config.tfds_manual_dir, download=config.tfds_download)
+    return tfds_source.tfds_source(config.dataset, config.train_split or "train",
+                                   config.eval_split or "test", data_dir=config.tfds_data_dir,
+                                   manual_dir=config.tfds_manual_dir,
+                                   download=config.tfds_download)
 
   def class_count(self, config) -> int:
-    return sources.tfds_class_count(config.dataset, config.tfds_data_dir)
+    return tfds_source.tfds_class_count(config.dataset, config.tfds_data_dir)
 
   def open_eval(self, name, split, config, label_feature):
-    return sources.tfds_eval_source(name, split, label_feature=label_feature,
-                                    data_dir=config.tfds_data_dir,
-                                    manual_dir=config.tfds_manual_dir,
-                                    download=config.tfds_download)
+    return tfds_source.tfds_eval_source(name, split, label_feature=label_feature,
+                                        data_dir=config.tfds_data_dir,
+                                        manual_dir=config.tfds_manual_dir,
+                                        download=config.tfds_download)
 
 
 SOURCES = (VtabTask(), Digits(), Folder(), Tfds())  # the first that handles a name reads it

@@ -34,7 +34,8 @@ import tensorflow as tf
 
 from vit_jax import config_defaults, errors
 from vit_jax.console import log
-from vit_jax.data import sources
+from vit_jax.data import image_folder, tfds_source
+from vit_jax.data.splits import IndexedSplit
 
 PREFIX = config_defaults.VTAB_PREFIX
 GROUPS = ("natural", "specialized", "structured")
@@ -272,10 +273,10 @@ def task_builder(task: Task, data_dir: Optional[str]) -> Tuple[object, str]:
   task_adaptation reads where the installed TFDS can build it or finds it prepared in
   `data_dir`, else TFDS's default version (other versions can differ in their examples,
   splits or labels, so the results table records the version of every task)."""
-  builder = sources.versioned_builder(task.tfds_name, task.reference_version, data_dir)
+  builder = tfds_source.versioned_builder(task.tfds_name, task.reference_version, data_dir)
   if builder is not None:
     return builder, ""
-  builder = sources.prepared_builder(task.tfds_name, data_dir=data_dir)
+  builder = tfds_source.prepared_builder(task.tfds_name, data_dir=data_dir)
   return builder, (f"using TFDS {task.tfds_name} {builder.version}, not the benchmark's "
                    f"{task.reference_version}: the installed tensorflow-datasets cannot build "
                    f"{task.reference_version} and none is prepared in {builder.data_dir_root}")
@@ -314,12 +315,12 @@ def open_task(config):
   if why_not:
     log.warning("VTAB task %s: %s", task.name, why_not)
   if config.tfds_download:
-    sources.prepare(builder, config.tfds_manual_dir)
-  sources.read_tfds(builder, "train")  # absent data: the one-line TFDS error, first
+    tfds_source.prepare(builder, config.tfds_manual_dir)
+  tfds_source.read_tfds(builder, "train")  # absent data: the one-line TFDS error, first
   splits = tfds_splits(task, split_counts(builder))
   names = class_names(task, builder)
-  return (sources.tfds_split(builder, splits[train_name], task.features),
-          sources.tfds_split(builder, splits[eval_name], task.features), names)
+  return (tfds_source.tfds_split(builder, splits[train_name], task.features),
+          tfds_source.tfds_split(builder, splits[eval_name], task.features), names)
 
 
 def directory_indices(num_train: int, root: str = "") -> Dict[str, np.ndarray]:
@@ -339,12 +340,12 @@ def directory_indices(num_train: int, root: str = "") -> Dict[str, np.ndarray]:
 def open_directory(root: str, train_name: str, eval_name: str):
   """A directory as a custom VTAB task: train/ gives the 1,000 selection images (see
   directory_indices), test/ (or validation/) all of the test split."""
-  train, test, classes = sources.directory_source(root)
+  train, test, classes = image_folder.directory_source(root)
   indices = directory_indices(len(train), root)
 
   def split(name):
     if name == "test":
       return test
-    return sources.IndexedSplit(train.data[indices[name]], train.labels[indices[name]],
-                                train.kind, train.source)
+    return IndexedSplit(train.data[indices[name]], train.labels[indices[name]], train.kind,
+                        train.source)
   return split(train_name), split(eval_name), classes

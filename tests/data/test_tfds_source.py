@@ -1,6 +1,6 @@
-"""Where examples come from: image-folder checks and TFDS (prepared, missing, downloads)."""
+"""TFDS datasets: in memory or streamed, missing, unknown, downloads (offline, failing,
+needing files by hand)."""
 
-import os
 import re
 import time
 
@@ -8,36 +8,8 @@ import pytest
 import requests
 import tensorflow_datasets as tfds
 
-from helpers import make_config, train, write_image
-from vit_jax import errors
-from vit_jax.data import pipeline, sources
-
-
-def overwrite(path, content: bytes) -> None:
-  path.write_bytes(content)
-
-
-DAMAGES = {  # name: (damage(root) -> None or the dataset path to open, expected message)
-    "missing": (lambda root: root / "absent", "absent does not exist"),
-    "empty_class": (lambda root: os.makedirs(root / "train/bird"), "bird has no .jpg"),
-    "unknown_class": (lambda root: os.makedirs(root / "test/bird"),
-                      "classes that train/ lacks: bird"),
-    "not_an_image": (lambda root: overwrite(root / "train/dog/a.JPG", b"garbage"),
-                     "corrupt image .*a.JPG: not a JPEG or PNG"),
-    "truncated": (lambda root: overwrite(root / "train/cat/c.Png",
-                                               (root / "train/cat/c.Png").read_bytes()[:200]),
-                  "corrupt image .*c.Png: truncated"),
-    "no_test": (lambda root: os.rename(root / "test", root / "other"), "neither test/ nor"),
-    "no_train": (lambda root: os.rename(root / "train", root / "other"), "no train/ folder"),
-}
-
-
-@pytest.mark.parametrize("name", DAMAGES)
-def test_image_folder_errors(folder, name):
-  damage, match = DAMAGES[name]
-  root = damage(folder) or folder
-  with pytest.raises((ValueError, FileNotFoundError), match=match):
-    pipeline.open_dataset(make_config(str(root)))
+from helpers import make_config, train
+from vit_jax.data import pipeline, tfds_source
 
 
 def test_tfds_mock_is_indexed():
@@ -120,11 +92,11 @@ def test_tfds_manual_download_names_the_manual_dir(tmp_path):
     pipeline.open_dataset(config)
 
 
-@pytest.mark.parametrize("limit", [sources.IN_MEMORY_LIMIT_BYTES, 0], ids=["memory", "stream"])
+@pytest.mark.parametrize("limit", [tfds_source.IN_MEMORY_LIMIT_BYTES, 0], ids=["memory", "stream"])
 def test_tfds_prepared(tmp_path, monkeypatch, limit):
   """A real prepared dataset (tfds's offline dummy_mnist: 20 + 20 grayscale PNGs)."""
   tfds.testing.DummyMnist(data_dir=str(tmp_path)).download_and_prepare()
-  monkeypatch.setattr(sources, "IN_MEMORY_LIMIT_BYTES", limit)
+  monkeypatch.setattr(tfds_source, "IN_MEMORY_LIMIT_BYTES", limit)
   config = make_config("dummy_mnist")
   config.tfds_data_dir, config.train_split = str(tmp_path), "train[:18]"
   dataset = pipeline.open_dataset(config)
@@ -139,28 +111,3 @@ def test_tfds_prepared(tmp_path, monkeypatch, limit):
   train_split = dataset.eval_batches(batch_size=6, process_index=0, process_count=1,
                                      split="train")
   assert sum(b["mask"].sum() for b in train_split) == 18
-
-
-@pytest.mark.parametrize("where", ["train/loop", "train/cat/loop.png", "test/cat/loop.jpg"])
-def test_a_symlink_loop_in_an_image_folder_is_one_line_naming_it(tmp_path, where):
-  for split in ("train", "test"):
-    write_image(tmp_path / split / "cat" / "a.png")
-  loop = tmp_path / where
-  os.symlink(loop.name, loop)  # points at itself: every stat fails with ELOOP
-  with pytest.raises(errors.InvalidInput) as error:
-    sources.directory_source(str(tmp_path))
-  assert str(error.value) == (f"cannot read {loop}: Too many levels of symbolic links (a "
-                              "symlink loop); fix or remove that entry of the image folder")
-
-
-def test_a_dangling_link_and_an_unreadable_image_are_named(tmp_path):
-  for split in ("train", "test"):
-    write_image(tmp_path / split / "cat" / "a.png")
-  os.symlink(tmp_path / "gone.png", tmp_path / "train" / "cat" / "b.png")
-  with pytest.raises(errors.InvalidInput, match=r"cannot read .*train/cat/b.png: No such file"):
-    sources.directory_source(str(tmp_path))
-  os.remove(tmp_path / "train" / "cat" / "b.png")
-  if os.geteuid() != 0:  # root reads anything
-    os.chmod(tmp_path / "test" / "cat" / "a.png", 0)
-    with pytest.raises(errors.InvalidInput, match=r"test/cat/a.png: Permission denied"):
-      sources.directory_source(str(tmp_path))

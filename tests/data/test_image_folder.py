@@ -1,0 +1,67 @@
+"""Image folders: the up-front checks (missing folders, empty or unknown classes, corrupt,
+unreadable or looping entries) and the eval split's folder."""
+
+import os
+
+import pytest
+
+from helpers import make_config, write_image
+from vit_jax import errors
+from vit_jax.data import image_folder, pipeline
+
+
+def overwrite(path, content: bytes) -> None:
+  path.write_bytes(content)
+
+
+DAMAGES = {  # name: (damage(root) -> None or the dataset path to open, expected message)
+    "missing": (lambda root: root / "absent", "absent does not exist"),
+    "empty_class": (lambda root: os.makedirs(root / "train/bird"), "bird has no .jpg"),
+    "unknown_class": (lambda root: os.makedirs(root / "test/bird"),
+                      "classes that train/ lacks: bird"),
+    "not_an_image": (lambda root: overwrite(root / "train/dog/a.JPG", b"garbage"),
+                     "corrupt image .*a.JPG: not a JPEG or PNG"),
+    "truncated": (lambda root: overwrite(root / "train/cat/c.Png",
+                                               (root / "train/cat/c.Png").read_bytes()[:200]),
+                  "corrupt image .*c.Png: truncated"),
+    "no_test": (lambda root: os.rename(root / "test", root / "other"), "neither test/ nor"),
+    "no_train": (lambda root: os.rename(root / "train", root / "other"), "no train/ folder"),
+}
+
+
+@pytest.mark.parametrize("name", DAMAGES)
+def test_image_folder_errors(folder, name):
+  damage, match = DAMAGES[name]
+  root = damage(folder) or folder
+  with pytest.raises((ValueError, FileNotFoundError), match=match):
+    pipeline.open_dataset(make_config(str(root)))
+
+
+def test_image_folder_uses_validation_without_test(folder):
+  os.rename(folder / "test", folder / "validation")
+  assert pipeline.open_dataset(make_config(str(folder))).info.num_eval == 2
+
+
+@pytest.mark.parametrize("where", ["train/loop", "train/cat/loop.png", "test/cat/loop.jpg"])
+def test_a_symlink_loop_in_an_image_folder_is_one_line_naming_it(tmp_path, where):
+  for split in ("train", "test"):
+    write_image(tmp_path / split / "cat" / "a.png")
+  loop = tmp_path / where
+  os.symlink(loop.name, loop)  # points at itself: every stat fails with ELOOP
+  with pytest.raises(errors.InvalidInput) as error:
+    image_folder.directory_source(str(tmp_path))
+  assert str(error.value) == (f"cannot read {loop}: Too many levels of symbolic links (a "
+                              "symlink loop); fix or remove that entry of the image folder")
+
+
+def test_a_dangling_link_and_an_unreadable_image_are_named(tmp_path):
+  for split in ("train", "test"):
+    write_image(tmp_path / split / "cat" / "a.png")
+  os.symlink(tmp_path / "gone.png", tmp_path / "train" / "cat" / "b.png")
+  with pytest.raises(errors.InvalidInput, match=r"cannot read .*train/cat/b.png: No such file"):
+    image_folder.directory_source(str(tmp_path))
+  os.remove(tmp_path / "train" / "cat" / "b.png")
+  if os.geteuid() != 0:  # root reads anything
+    os.chmod(tmp_path / "test" / "cat" / "a.png", 0)
+    with pytest.raises(errors.InvalidInput, match=r"test/cat/a.png: Permission denied"):
+      image_folder.directory_source(str(tmp_path))

@@ -1,0 +1,129 @@
+"""An image folder as a source: ROOT/train/<class>/*, ROOT/test/<class>/* (or
+validation/). The whole tree is scanned and every file checked when opened, so a missing
+folder, an empty class, an unreadable entry or a corrupt image is one line naming it
+before any training, not hours in."""
+
+import errno
+import os
+from typing import List
+
+import numpy as np
+
+from vit_jax import errors
+from vit_jax.data.splits import CorruptImageError, IndexedSplit
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+_JPEG_MAGIC, _PNG_MAGIC = b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n"
+_TAIL_BYTES = 64 << 10  # where an image file's end marker must be (trailers allowed)
+
+
+def check_image_file(path: str) -> None:
+  """Cheap up-front check (magic bytes, end marker) so that a corrupt file fails now,
+  naming itself, rather than hours into training."""
+  try:
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+      head = f.read(8)
+      f.seek(max(0, size - _TAIL_BYTES))
+      tail = f.read()
+  except OSError as e:  # no permission, or gone since the scan
+    raise _unreadable(path, e) from None
+  if head.startswith(_JPEG_MAGIC):
+    complete = b"\xff\xd9" in tail
+  elif head.startswith(_PNG_MAGIC):
+    complete = b"IEND" in tail
+  else:
+    raise CorruptImageError(f"corrupt image {path}: not a JPEG or PNG file ({size} bytes); "
+                            "replace or remove it")
+  if not complete:
+    raise CorruptImageError(f"corrupt image {path}: truncated (no end marker); replace or "
+                            "remove it")
+
+
+def _unreadable(path: str, error: OSError) -> errors.InvalidInput:
+  loop = " (a symlink loop)" if error.errno == errno.ELOOP else ""
+  return errors.InvalidInput(f"cannot read {path}: {error.strerror}{loop}; fix or remove "
+                             "that entry of the image folder")
+
+
+def _scan(folder: str, want_dirs: bool) -> List[os.DirEntry]:
+  """The folders (want_dirs) or files of `folder`; an entry that cannot be read (a
+  symlink loop, no permission) is one line naming it."""
+  try:
+    entries = list(os.scandir(folder))
+  except OSError as e:
+    raise _unreadable(folder, e) from None
+  found = []
+  for entry in entries:
+    try:
+      if entry.is_dir() if want_dirs else entry.is_file():
+        found.append(entry)
+      elif entry.is_symlink():
+        os.stat(entry.path)  # a dangling link: FileNotFoundError names it
+    except OSError as e:
+      raise _unreadable(entry.path, e) from None
+  return found
+
+
+def class_folders(split_dir: str) -> List[str]:
+  return sorted(entry.name for entry in _scan(split_dir, want_dirs=True)
+                if not entry.name.startswith("."))
+
+
+def _image_files(folder: str) -> List[str]:
+  return sorted(entry.path for entry in _scan(folder, want_dirs=False)
+                if entry.name.lower().endswith(IMAGE_EXTENSIONS))
+
+
+def _folder_split(split_dir: str, classes: List[str]) -> IndexedSplit:
+  """Files of split_dir/<class>/ for each class folder present, labelled by `classes`."""
+  unknown = sorted(set(class_folders(split_dir)) - set(classes))
+  if unknown:
+    raise errors.InvalidInput(
+        f"{split_dir} has classes that train/ lacks: {', '.join(unknown)}; "
+        "add them to train/ or remove them")
+  paths, labels = [], []
+  for label, name in enumerate(classes):
+    folder = os.path.join(split_dir, name)
+    if not os.path.isdir(folder):
+      continue
+    files = _image_files(folder)
+    if not files:
+      raise errors.InvalidInput(
+          f"class folder {folder} has no .jpg/.jpeg/.png images; add some or "
+          "remove the folder")
+    for path in files:
+      check_image_file(path)
+    paths += files
+    labels += [label] * len(files)
+  if not paths:
+    raise errors.InvalidInput(
+        f"{split_dir} has no class folders; put its images in "
+        f"{split_dir}/<class>/")
+  return IndexedSplit(np.array([os.fsencode(path) for path in paths], object),
+                      np.array(labels, np.int32), "files")
+
+
+def directory_source(root: str):
+  """ROOT/train/<class>/* and ROOT/test/<class>/* (or ROOT/validation/<class>/*).
+
+  Classes are the sorted subfolders of train/; images are .jpg/.jpeg/.png in any case.
+  """
+  root = os.path.expanduser(root)
+  if not os.path.isdir(root):
+    raise FileNotFoundError(f"dataset directory {root} does not exist; set config.dataset to "
+                            "a directory with train/<class>/ and test/<class>/, a TFDS name "
+                            "or 'digits'")
+  train_dir = os.path.join(root, "train")
+  if not os.path.isdir(train_dir):
+    raise errors.InvalidInput(
+        f"{root} has no train/ folder; put training images in "
+        f"{train_dir}/<class>/")
+  eval_dir = next((os.path.join(root, name) for name in ("test", "validation")
+                   if os.path.isdir(os.path.join(root, name))), None)
+  if eval_dir is None:
+    raise errors.InvalidInput(
+        f"{root} has neither test/ nor validation/; hold out images in "
+        f"{root}/test/<class>/")
+  classes = class_folders(train_dir)
+  return _folder_split(train_dir, classes), _folder_split(eval_dir, classes), classes

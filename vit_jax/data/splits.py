@@ -1,0 +1,69 @@
+"""What a source hands the pipeline: an IndexedSplit (examples in memory or as file
+paths, read by index in any order) or a StreamingSplit (a TFDS split too large for memory),
+and the one-line error a bad image becomes. Kept apart from the sources so that the
+pipeline depends on these types, not on any reader."""
+
+import dataclasses
+import os
+import re
+from typing import Callable, ClassVar, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from vit_jax import errors
+
+
+class CorruptImageError(errors.InvalidInput):
+  """An image that cannot be decoded: the message names it and the fix, on one line."""
+
+
+@dataclasses.dataclass
+class IndexedSplit:
+  """Examples readable by index in any order, which is what lets batches be independent
+  of the process count. `kind` says what `data` holds: 'pixels' (uint8 [N, H, W, 3]),
+  'encoded' (image bytes, object array) or 'files' (image paths as filesystem-encoded
+  bytes, object array: tf.string takes bytes, and any name the filesystem allows
+  round-trips, which numpy unicode arrays do not)."""
+  data: np.ndarray
+  labels: np.ndarray  # int32 [N], or multi-hot int32 [N, K] (several correct classes)
+  kind: str
+  source: str = ""  # what the examples are, for error messages (files name themselves)
+
+  def __len__(self):
+    return len(self.labels)
+
+  def image_error(self, index: int, error: Exception) -> Exception:
+    """The one-line error for example `index` failing with `error` (TF's message names
+    no file): which image, why, and the fix."""
+    reason = " ".join(re.sub(r"\{\{.*?\}\}|\[\[.*?\]\]|\[Op:.*", "", str(error),
+                             flags=re.S).split()).rstrip(".")
+    if self.kind != "files":
+      return CorruptImageError(f"corrupt image: example {index} of {self.source or 'the data'}"
+                               f": {reason}; rebuild the dataset")
+    path = os.fsdecode(self.data[index])
+    if isinstance(error, tf.errors.NotFoundError):
+      return FileNotFoundError(f"image {path} disappeared after the dataset was opened; "
+                               "restore it, or rerun to scan the folder again")
+    return CorruptImageError(f"corrupt image {path}: {reason}; replace or remove it")
+
+
+def image_and_label(example: dict) -> Tuple[tf.Tensor, tf.Tensor]:
+  """(encoded image, int32 label) of a TFDS example: what every split holds per example.
+  Sources whose label is derived from other features (VTAB's tasks) pass their own."""
+  return example["image"], tf.cast(example["label"], tf.int32)
+
+
+@dataclasses.dataclass
+class StreamingSplit:
+  """A TFDS split too large for memory, read as file shards of encoded images;
+  `features` maps each TFDS example to its (encoded image, int32 label)."""
+  kind: ClassVar[str] = "encoded"
+  builder: object
+  split: str
+  num_examples: int
+  features: Callable[[dict], Tuple[tf.Tensor, tf.Tensor]] = image_and_label
+
+  def __len__(self):
+    return self.num_examples
+
