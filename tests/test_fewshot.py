@@ -15,7 +15,7 @@ from conftest import init_params, tiny_model
 from helpers import demo_config, read_metrics, write_unicode_folder
 from vit_jax import fewshot, sharding, train
 from vit_jax.checkpoints import npz
-from vit_jax.data import pipeline
+from vit_jax.data import pipeline, splits
 from vit_jax.evaluators import fewshot as probes
 
 
@@ -88,8 +88,8 @@ def test_device_features_equal_the_model_and_drop_padding():
   module = tiny_model(num_classes=5, representation_size=8)
   params = init_params(module)
   rng = np.random.default_rng(0)
-  split = lambda n: pipeline.IndexedSplit(rng.integers(0, 256, (n, 8, 8, 3), dtype=np.uint8),
-                                      np.arange(n, dtype=np.int32) % 5, "pixels")
+  split = lambda n: splits.IndexedSplit(rng.integers(0, 256, (n, 8, 8, 3), dtype=np.uint8),
+                                    np.arange(n, dtype=np.int32) % 5, "pixels")
   dataset = pipeline.Dataset(split(10), split(7), list("abcde"),
                          fewshot.data_config("digits", 16).pp, 1)
   mesh = sharding.make_mesh({"data": -1})

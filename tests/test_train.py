@@ -16,7 +16,7 @@ from conftest import RELEASED_FIXTURES
 from helpers import corrupt_jpeg, demo_config, read_metrics
 from vit_jax import config_defaults as common
 from vit_jax import load_npz, read_class_names, save_npz, sharding, train, train_step
-from vit_jax.data import pipeline
+from vit_jax.data import device_batches, pipeline, splits
 from vit_jax.evaluators import classification
 from vit_jax.runs import workdir as workdir_lib
 
@@ -219,7 +219,7 @@ def test_a_second_run_on_a_busy_workdir_is_refused(tmp_path):
 
 def sigterm_at_step(step):
   """prefetch_to_device that sends this process a real SIGTERM before batch `step`."""
-  original = pipeline.prefetch_to_device
+  original = device_batches.prefetch_to_device
 
   def prefetch(iterator, sharding, size=2):
     batches = original(iterator, sharding, size)
@@ -256,7 +256,7 @@ def test_sigterm_never_saves_a_diverged_state(tmp_path, monkeypatch, poison_loss
   workdir = str(tmp_path / "run")
   config = demo_config(total_steps=50, checkpoint_every=3, progress_every=50, eval_every=50,
                        keep_checkpoints=1)
-  monkeypatch.setattr(pipeline, "prefetch_to_device", sigterm_at_step(5))
+  monkeypatch.setattr(device_batches, "prefetch_to_device", sigterm_at_step(5))
   monkeypatch.setattr(train_step, "make_train_step", diverging_from(5, poison_loss))
   with pytest.raises(FloatingPointError, match="at step 5|of step 5 has NaN"):
     train.train_and_evaluate(config, workdir)
@@ -274,7 +274,7 @@ def test_a_corrupt_eval_image_keeps_the_steps_trained_so_far(tmp_path, caplog):
   workdir = str(tmp_path / "run")
   config = demo_config(dataset=str(tmp_path / "images"), total_steps=4, batch=4, batch_eval=4,
                        eval_every=2, checkpoint_every=100)
-  with pytest.raises(pipeline.CorruptImageError, match=f"corrupt image {bad}"):
+  with pytest.raises(splits.CorruptImageError, match=f"corrupt image {bad}"):
     train.train_and_evaluate(config, workdir)
   assert checkpoint_steps(workdir) == [2]  # the first evaluation failed after step 2
   bad.write_bytes(good)

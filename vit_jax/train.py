@@ -20,7 +20,7 @@ from vit_jax import config_checks, errors, objectives, optim, sharding, trainer
 from vit_jax import evaluators as evaluators_lib
 from vit_jax.checkpoints import formats, hub, released, train_state
 from vit_jax.console import log
-from vit_jax.data import pipeline
+from vit_jax.data import device_batches, pipeline, splits
 from vit_jax.models import attention, vit, zoo
 from vit_jax.runs import dataset_record, fs, metrics, outputs, preemption
 from vit_jax.runs import workdir as workdir_lib
@@ -217,7 +217,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
              jax.process_index(), jax.process_count(), jax.process_index() * rows,
              (jax.process_index() + 1) * rows, config.batch)
   batch_sharding, replicated = sharding.batch_sharding(mesh), sharding.replicated(mesh)
-  batches = pipeline.prefetch_to_device(dataset.train_batches(
+  batches = device_batches.prefetch_to_device(dataset.train_batches(
       batch_size=config.batch, start_step=start_step, num_steps=total_steps, seed=config.seed,
       process_index=jax.process_index(), process_count=jax.process_count()), batch_sharding)
   dropout_rng = jax.device_put(jax.random.PRNGKey(config.seed + 1), replicated)
@@ -254,7 +254,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
       if preempted:
         preempted_at = step
         break
-  except (pipeline.CorruptImageError, FileNotFoundError):
+  except (splits.CorruptImageError, FileNotFoundError):
     save_before_stopping(checkpointer, done_step, state, start_step)
     raise
   finally:

@@ -1,18 +1,16 @@
-"""Input pipeline: sources, process-count independent batches, exact eval, device batches."""
+"""Input pipeline: process-count independent batches, exact eval, bad images named."""
 
 import io
 import os
 
-import jax
 import numpy as np
 import pytest
 import tensorflow as tf
 from PIL import Image
 
 from helpers import UNICODE_CLASSES, UNICODE_FILES, corrupt_jpeg, demo_config, make_config, train, write_unicode_folder
-from vit_jax.data import pipeline, preprocess
+from vit_jax.data import pipeline, preprocess, splits
 from vit_jax import train as train_lib
-
 
 
 def indexed_dataset(num_train, num_eval, **pp):
@@ -23,7 +21,7 @@ def indexed_dataset(num_train, num_eval, **pp):
     pixels = np.zeros((n, 8, 8, 3), np.uint8)
     pixels[..., 0] = (index // 256)[:, None, None]
     pixels[..., 1] = (index % 256)[:, None, None]
-    return pipeline.IndexedSplit(pixels, (index % 3).astype(np.int32), "pixels")
+    return splits.IndexedSplit(pixels, (index % 3).astype(np.int32), "pixels")
   config = make_config(**pp)
   return pipeline.Dataset(split(num_train), split(num_eval), ["a", "b", "c"], config.pp, 16)
 
@@ -66,8 +64,8 @@ def test_each_epoch_visits_every_example_once():
 def test_train_flips_follow_pp_flip(flip):
   """Images dark on the left, bright on the right: a mirrored one is bright on the left."""
   columns = np.arange(0, 256, 32, dtype=np.uint8)[None, None, :, None]
-  split = pipeline.IndexedSplit(np.broadcast_to(columns, (16, 8, 8, 3)).copy(),
-                            np.zeros(16, np.int32), "pixels")
+  split = splits.IndexedSplit(np.broadcast_to(columns, (16, 8, 8, 3)).copy(),
+                              np.zeros(16, np.int32), "pixels")
   dataset = pipeline.Dataset(split, split, ["a"], make_config(resize=16, flip=flip).pp, 16)
   images = train(dataset, num_steps=1, batch_size=16)[0]["image"]
   mirrored = images[:, 0, 0, 0] > images[:, 0, -1, 0]
@@ -159,7 +157,7 @@ def test_corrupt_image_is_named_in_train_and_eval(folder, preset):
   }
   for name, path in (("train", "train/dog/a.JPG"), ("eval", "test/dog/f.jpg"),
                      ("features", "train/dog/a.JPG")):
-    with pytest.raises(pipeline.CorruptImageError) as error:
+    with pytest.raises(splits.CorruptImageError) as error:
       failures[name]()
     message = str(error.value)
     assert message.startswith(f"corrupt image {folder / path}: ") and "\n" not in message
@@ -171,9 +169,9 @@ def test_corrupt_encoded_image_is_named():
   buffer = io.BytesIO()
   Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(buffer, "PNG")
   encoded = np.array([buffer.getvalue(), corrupt_jpeg(), buffer.getvalue()], object)
-  split = pipeline.IndexedSplit(encoded, np.zeros(3, np.int32), "encoded", "TFDS x split 'test'")
+  split = splits.IndexedSplit(encoded, np.zeros(3, np.int32), "encoded", "TFDS x split 'test'")
   dataset = pipeline.Dataset(split, split, ["a"], make_config().pp, 16)
-  with pytest.raises(pipeline.CorruptImageError, match=r"^corrupt image: example 1 of TFDS x "
+  with pytest.raises(splits.CorruptImageError, match=r"^corrupt image: example 1 of TFDS x "
                      "split 'test': .*; rebuild the dataset$"):
     list(dataset.eval_batches(batch_size=2, process_index=0, process_count=1))
 
@@ -193,23 +191,3 @@ def test_bad_preset_and_name():
     pipeline.open_dataset(make_config(preset="inception"))
   with pytest.raises(ValueError, match="did you mean cifar10"):
     pipeline.open_dataset(make_config("cifar-10"))
-
-
-def test_to_global_and_prefetch():
-  devices = jax.devices()
-  sharding = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(devices), ("data",)),
-                                        jax.sharding.PartitionSpec("data"))
-  rows = 2 * len(devices)
-  batches = [{"image": np.full((rows, 4, 4, 3), i, np.float32),
-              "label": np.arange(rows, dtype=np.int32)} for i in range(3)]
-  global_batch = pipeline.to_global(batches[0], sharding)
-  assert global_batch["image"].shape == (rows * jax.process_count(), 4, 4, 3)
-  assert global_batch["image"].sharding == sharding
-  fetched = list(pipeline.prefetch_to_device(iter(batches), sharding))
-  assert [float(b["image"][0, 0, 0, 0]) for b in fetched] == [0.0, 1.0, 2.0]
-
-  def failing():
-    yield batches[0]
-    raise RuntimeError("reader broke")
-  with pytest.raises(RuntimeError, match="reader broke"):
-    list(pipeline.prefetch_to_device(failing(), sharding))

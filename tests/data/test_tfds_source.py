@@ -9,13 +9,13 @@ import requests
 import tensorflow_datasets as tfds
 
 from helpers import make_config, train
-from vit_jax.data import pipeline, tfds_source
+from vit_jax.data import pipeline, splits, tfds_source
 
 
 def test_tfds_mock_is_indexed():
   with tfds.testing.mock_data(num_examples=12, policy=tfds.testing.MockPolicy.USE_CODE):
     dataset = pipeline.open_dataset(make_config("cifar10"))
-  assert isinstance(dataset.train, pipeline.IndexedSplit) and dataset.train.kind == "encoded"
+  assert isinstance(dataset.train, splits.IndexedSplit) and dataset.train.kind == "encoded"
   assert dataset.info.num_classes == 10
   assert dataset.info.num_train == 12
   batch = train(dataset, num_steps=1, batch_size=4)[0]
@@ -100,7 +100,7 @@ def test_tfds_prepared(tmp_path, monkeypatch, limit):
   config = make_config("dummy_mnist")
   config.tfds_data_dir, config.train_split = str(tmp_path), "train[:18]"
   dataset = pipeline.open_dataset(config)
-  assert isinstance(dataset.train, pipeline.StreamingSplit) == (limit == 0)
+  assert isinstance(dataset.train, splits.StreamingSplit) == (limit == 0)
   assert (dataset.info.num_train, dataset.info.num_eval) == (18, 20)
   batches = train(dataset, process_count=2, num_steps=3, batch_size=4)
   assert [b["image"].shape for b in batches] == [(2, 16, 16, 3)] * 3

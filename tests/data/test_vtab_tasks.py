@@ -9,7 +9,7 @@ import tensorflow_datasets as tfds
 
 from helpers import make_config, train, write_image
 from vit_jax import config_defaults
-from vit_jax.data import pipeline, tfds_source, vtab
+from vit_jax.data import pipeline, splits, tfds_source, vtab
 
 
 class VtabFakeClevr(tfds.core.GeneratorBasedBuilder):
@@ -196,7 +196,7 @@ def test_prepared_task_splits_and_labels(clevr_task, monkeypatch, limit):
   indices = {}
   for split in ("train800", "val200", "train800val200"):
     dataset = pipeline.open_dataset(vtab_config("clevr_count", split, "test", clevr_task))
-    assert isinstance(dataset.train, pipeline.StreamingSplit) == (limit == 0)
+    assert isinstance(dataset.train, splits.StreamingSplit) == (limit == 0)
     expected = vtab.tfds_splits(vtab.TASKS["clevr_count"], {"train": 2000})[split]
     reference = builder.as_dataset(split=expected, decoders={"image": tfds.decode.SkipDecoding()})
     indices[split] = sorted(example_index(ex["image"]) for ex in reference)

@@ -14,7 +14,7 @@ import tensorflow_datasets as tfds
 from conftest import init_params, tiny_model
 from helpers import demo_config, read_metrics
 from vit_jax import config_defaults, sharding, train
-from vit_jax.data import pipeline, tfds_source
+from vit_jax.data import pipeline, splits, tfds_source
 from vit_jax.evaluators import classification
 
 CLASSES = [str(d) for d in range(10)]  # the digits' class names, so sets line up with them
@@ -107,7 +107,7 @@ def test_real_labels_read_as_multi_hot_once_across_processes(tfds_dir, monkeypat
   monkeypatch.setattr(tfds_source, "IN_MEMORY_LIMIT_BYTES", limit)
   config = demo_config(tfds_data_dir=tfds_dir)
   dataset = pipeline.open_eval_dataset(config, "tiny_real", "validation", "real_label")
-  assert isinstance(dataset.eval, pipeline.StreamingSplit) == (limit == 0)
+  assert isinstance(dataset.eval, splits.StreamingSplit) == (limit == 0)
   seen = []
   for process in range(2):
     for batch in dataset.eval_batches(batch_size=4, process_index=process, process_count=2):

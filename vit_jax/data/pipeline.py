@@ -1,30 +1,21 @@
-"""Input pipeline: datasets (embedded digits, image directories, TFDS) -> global batches.
+"""Input pipeline: datasets (embedded digits, image directories, TFDS) -> this process's
+batches.
 
 Indexed sources (the digits, image directories, TFDS datasets up to 2 GiB, held in
 memory as encoded bytes) give batches that do not depend on the number of processes
-or devices, so a run resumes exactly at any step on any topology:
-  * the global batch of step s depends only on (seed, batch size B, s): epoch e is the
-    permutation np.random.default_rng([seed, e]) of the examples, epochs are
-    concatenated into one stream, and step s takes stream positions [s*B, (s+1)*B);
-  * process p of P reads rows [p*B/P, (p+1)*B/P) of every global batch;
-  * the augmentation of the example at stream position x is seeded by (seed, x), and
-    MixUp draws one lambda per step and mixes neighbouring rows (see preprocess.mixup);
-  * starting at step k builds the pipeline from step k's positions: nothing is replayed.
-Large TFDS datasets (over 2 GiB, e.g. imagenet2012) are streamed instead: each process
-reads its own part of the split's files (tfds.even_splits) through a seeded shuffle
-buffer and decodes after shuffling. Their order depends on the number of processes, and
-a resumed run reshuffles from a seed that includes the start step rather than replaying.
+or devices, so a run resumes exactly at any step on any topology (the order and seeds:
+order.py); starting at step k builds the pipeline from step k's positions: nothing is
+replayed. Large TFDS datasets (over 2 GiB, e.g. imagenet2012) are streamed instead: each
+process reads its own part of the split's files (tfds.even_splits) through a seeded
+shuffle buffer and decodes after shuffling. Their order depends on the number of
+processes, and a resumed run reshuffles rather than replaying.
 Evaluation pads the last global batch and returns a mask: every example counts once.
 An image that fails to decode (or a file gone since the dataset was opened) stops the
-iterator with one line naming it (CorruptImageError / FileNotFoundError); the hot path
-pays nothing for this: only the failed batch is re-made to find the culprit.
+iterator with one line naming it (splits.CorruptImageError / FileNotFoundError;
+indexed_reader.py). Global device batches: device_batches.py.
 """
 
 import dataclasses
-import functools
-import itertools
-import queue
-import threading
 from typing import Iterator, List
 
 import jax
@@ -32,10 +23,10 @@ import numpy as np
 import tensorflow as tf
 
 from vit_jax import errors
-from vit_jax.data import preprocess, registry
-from vit_jax.data.splits import (  # CorruptImageError: raised by the batch iterators
-    CorruptImageError, IndexedSplit, StreamingSplit)
+from vit_jax.data import indexed_reader, order, preprocess, registry
+from vit_jax.data.splits import IndexedSplit, StreamingSplit
 from vit_jax.data.tfds_source import read_tfds
+
 
 @dataclasses.dataclass
 class DatasetInfo:
@@ -45,115 +36,12 @@ class DatasetInfo:
   class_names: List[str]
 
 
-
-# --- Stream positions and seeds ------------------------------------------------------------
-
-
-def row_positions(step: int, batch_size: int, process_index: int,
-                  process_count: int) -> np.ndarray:
-  """Stream positions of this process's rows of the global batch of `step`."""
-  rows = batch_size // process_count
-  return step * batch_size + process_index * rows + np.arange(rows, dtype=np.int64)
-
-
-@functools.lru_cache(maxsize=4)
-def epoch_permutation(seed: int, epoch: int, size: int) -> np.ndarray:
-  return np.random.default_rng([seed, epoch]).permutation(size)
-
-
-def stream_indices(seed: int, positions: np.ndarray, size: int) -> np.ndarray:
-  """Example index at each stream position (a batch may straddle two epochs)."""
-  epochs, offsets = np.divmod(positions, size)
-  indices = np.empty_like(positions)
-  for epoch in np.unique(epochs):
-    here = epochs == epoch
-    indices[here] = epoch_permutation(seed, int(epoch), size)[offsets[here]]
-  return indices
-
-
-def example_seed(seed: int, position: tf.Tensor) -> tf.Tensor:
-  """Augmentation seed of the example at a stream position."""
-  return tf.random.experimental.stateless_fold_in(tf.constant([seed, 0], tf.int64), position)
-
-
-def batch_uniforms_seed(seed: int, step: tf.Tensor) -> tf.Tensor:
-  """Seed of the per-row uniforms of a step's global batch (batched augmentation)."""
-  return tf.random.experimental.stateless_fold_in(tf.constant([seed, 2], tf.int64), step)
-
-
-def mixup_seed(seed: int, step: tf.Tensor) -> tf.Tensor:
-  """MixUp seed of a step: the same in every process."""
-  return tf.random.experimental.stateless_fold_in(tf.constant([seed, 1], tf.int64), step)
-
-
-def _read_rows(split: IndexedSplit, row_indices, batch_ids: tf.data.Dataset) -> tf.data.Dataset:
-  """Examples (position, data, label) of the batches `batch_ids`; see _read_batches."""
-  return _read_batches(split, row_indices, batch_ids).unbatch()
-
-
-def _read_batches(split: IndexedSplit, row_indices,
-                  batch_ids: tf.data.Dataset) -> tf.data.Dataset:
-  """The rows (positions, data, labels) of each batch of `batch_ids`; row_indices(batch_id)
-  gives their (positions, indices). The gather runs in numpy, once per batch, so the
-  split never becomes a (size-limited) constant in the TF graph."""
-  dtype = tf.uint8 if split.kind == "pixels" else tf.string
-
-  def gather(batch_id):
-    positions, indices = row_indices(int(batch_id))
-    return positions, split.data[indices], split.labels[indices]
-
-  def read(batch_id):
-    positions, data, labels = tf.numpy_function(
-        gather, [batch_id], [tf.int64, dtype, tf.int32], stateful=False)
-    return (tf.ensure_shape(positions, [None]),
-            tf.ensure_shape(data, [None, *split.data.shape[1:]]),
-            tf.ensure_shape(labels, [None, *split.labels.shape[1:]]))
-
-  return batch_ids.map(read)
-
-
-# What a bad input image makes tf.data raise: undecodable bytes, a file gone missing.
-_IMAGE_ERRORS = (tf.errors.InvalidArgumentError, tf.errors.NotFoundError,
-                 tf.errors.DataLossError)
-
-
-def _naming_bad_images(iterator: Iterator[dict], split: IndexedSplit, row_indices,
-                       first_batch: int, example_fn) -> Iterator[dict]:
-  """The batches of `iterator` (ids first_batch, first_batch + 1, ...), where a batch that
-  fails on an image raises a one-line error naming it instead of TF's, which names no
-  file. Nothing is checked while batches flow: only a failed batch is made again, example
-  by example, with example_fn(position, data, label) (stateless seeds: it fails the same)."""
-  for batch_id in itertools.count(first_batch):
-    try:
-      batch = next(iterator)
-    except StopIteration:
-      return
-    except _IMAGE_ERRORS as error:
-      positions, indices = row_indices(batch_id)
-      for position, index in zip(positions, indices):
-        try:
-          example_fn(tf.constant(position), tf.constant(split.data[index]),
-                     tf.constant(split.labels[index]))
-        except _IMAGE_ERRORS as example_error:
-          raise split.image_error(int(index), example_error) from error
-      raise
-    yield batch
-
-
-def _shuffle_seed(seed: int, start_step: int, process_index: int) -> int:
-  """Streaming shuffle seed: a resumed run reshuffles instead of replaying the stream."""
-  return int(np.random.SeedSequence([seed, start_step, process_index]).generate_state(1)[0])
-
-
 def _rows_per_process(batch_size: int, process_count: int) -> int:
   if batch_size % process_count:
     raise errors.InvalidInput(
         f"batch size {batch_size} does not split over {process_count} "
         "processes; pick a multiple of the process count")
   return batch_size // process_count
-
-
-# --- Datasets -------------------------------------------------------------------------------
 
 
 class Dataset:
@@ -191,7 +79,7 @@ class Dataset:
           f"MixUp mixes pairs of rows: the per-process batch {rows} "
           f"(batch {batch_size} / {process_count} processes) must be even")
     def augment(position, data, label):
-      image = self._augment(self._payload(self.train, data), example_seed(seed, position))
+      image = self._augment(self._payload(self.train, data), order.example_seed(seed, position))
       return {"image": image, "label": label, "position": position}
 
     def augment_batch(positions, pixels, labels):
@@ -199,7 +87,7 @@ class Dataset:
       only, so the rows a process reads are augmented as in any other topology."""
       step = positions[0] // batch_size
       uniforms = tf.random.stateless_uniform([batch_size, 3],
-                                             batch_uniforms_seed(seed, step))
+                                             order.batch_uniforms_seed(seed, step))
       uniforms = tf.gather(uniforms, positions - step * batch_size)
       images = preprocess.bit_crop_batch(pixels, self.pp.crop, uniforms,
                                          resize=self.pp.resize, flip=self.pp.flip)
@@ -211,31 +99,32 @@ class Dataset:
         onehot = tf.one_hot(batch["label"], self.info.num_classes)
         batch["image"], batch["label"] = preprocess.mixup(
             batch["image"], onehot, self.pp.mixup_alpha,
-            mixup_seed(seed, position[0] // batch_size))
+            order.mixup_seed(seed, position[0] // batch_size))
       return batch
 
     parallel = dict(num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if isinstance(self.train, StreamingSplit):
       examples = self._streaming_train(start_step, seed, process_index, process_count)
-      examples = examples.enumerate().map(lambda i, example: (  # as in row_positions
+      examples = examples.enumerate().map(lambda i, example: (  # as in order.row_positions
           (start_step + i // rows) * batch_size + process_index * rows + i % rows, *example))
       batches = examples.map(augment, **parallel).batch(rows, drop_remainder=True)
     else:
       def rows_of_step(step):
-        positions = row_positions(step, batch_size, process_index, process_count)
-        return positions, stream_indices(seed, positions, len(self.train))
+        positions = order.row_positions(step, batch_size, process_index, process_count)
+        return positions, order.stream_indices(seed, positions, len(self.train))
       steps = tf.data.Dataset.range(start_step, num_steps)
       if self._batched_augmentation():
-        batches = _read_batches(self.train, rows_of_step, steps).map(augment_batch, **parallel)
+        batches = indexed_reader.read_batches(self.train, rows_of_step, steps)
+        batches = batches.map(augment_batch, **parallel)
       else:
-        examples = _read_rows(self.train, rows_of_step, steps)
+        examples = indexed_reader.read_rows(self.train, rows_of_step, steps)
         batches = examples.map(augment, **parallel).batch(rows, drop_remainder=True)
     batches = batches.map(finish)
     batches = batches.take(max(0, num_steps - start_step)).prefetch(2)
     batches = batches.with_options(host_threading()).as_numpy_iterator()
     if isinstance(self.train, StreamingSplit):
       return batches
-    return _naming_bad_images(batches, self.train, rows_of_step, start_step, augment)
+    return indexed_reader.naming_bad_images(batches, self.train, rows_of_step, start_step, augment)
 
   def _batched_augmentation(self) -> bool:
     """Same-sized pixel images (the digits) with the BiT crop are augmented a batch at a
@@ -249,7 +138,7 @@ class Dataset:
     import tensorflow_datasets as tfds
     split = self.train
     part = tfds.even_splits(split.split, n=process_count)[process_index]
-    shuffle_seed = _shuffle_seed(seed, start_step, process_index)
+    shuffle_seed = order.shuffle_seed(seed, start_step, process_index)
     data = read_tfds(split.builder, part, shuffle_files=True,
                      read_config=tfds.ReadConfig(shuffle_seed=shuffle_seed))
     data = data.repeat().shuffle(self.shuffle_buffer, seed=shuffle_seed)
@@ -273,20 +162,21 @@ class Dataset:
       num_batches = -(-size // batch_size)
 
       def rows_of_batch(batch_id):
-        positions = row_positions(batch_id, batch_size, process_index, process_count)
+        positions = order.row_positions(batch_id, batch_size, process_index, process_count)
         return positions, np.minimum(positions, size - 1)  # padding rows repeat the last
 
       def prepare(position, data, label):
         image = preprocess.eval_resize(self._payload(source, data), self.pp.crop)
         return {"image": image, "label": label, "mask": tf.cast(position < size, tf.float32)}
 
-      examples = _read_rows(source, rows_of_batch, tf.data.Dataset.range(num_batches))
+      batch_ids = tf.data.Dataset.range(num_batches)
+      examples = indexed_reader.read_rows(source, rows_of_batch, batch_ids)
       examples = examples.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     batches = examples.batch(rows).take(num_batches).prefetch(2)
     batches = batches.with_options(host_threading()).as_numpy_iterator()
     if isinstance(source, StreamingSplit):
       return batches
-    return _naming_bad_images(batches, source, rows_of_batch, 0, prepare)
+    return indexed_reader.naming_bad_images(batches, source, rows_of_batch, 0, prepare)
 
   def _streaming_eval(self, split: StreamingSplit, rows: int, process_index: int,
                       process_count: int):
@@ -346,15 +236,6 @@ def open_eval_dataset(config, dataset: str, split: str, label_feature: str = "la
   return Dataset(None, eval_split, class_names, config.pp, config.shuffle_buffer)
 
 
-# --- Device batches ---------------------------------------------------------------------------
-
-
-def to_global(batch: dict, sharding: jax.sharding.Sharding) -> dict:
-  """This process's rows -> global jax Arrays laid out over the mesh's batch axes."""
-  return {name: jax.make_array_from_process_local_data(sharding, np.asarray(value))
-          for name, value in batch.items()}
-
-
 def host_threading() -> tf.data.Options:
   """tf.data's threads: with accelerators the host's cores are the input pipeline's; on
   the CPU backend XLA's step already runs on every core, and more runnable threads only
@@ -365,42 +246,3 @@ def host_threading() -> tf.data.Options:
     options.threading.private_threadpool_size = 1
     options.threading.max_intra_op_parallelism = 1
   return options
-
-
-def prefetch_to_device(iterator: Iterator[dict], sharding: jax.sharding.Sharding,
-                       size: int = 2) -> Iterator[dict]:
-  """Keeps `size` global device batches ready, made by a background thread so that
-  host-to-device copies overlap the train steps. Errors resurface in the consumer."""
-  ready = queue.Queue(maxsize=size)
-  stop = threading.Event()
-  end = object()
-
-  def put(item) -> bool:
-    """Waits for room, giving up when the consumer has gone."""
-    while not stop.is_set():
-      try:
-        ready.put(item, timeout=0.1)
-        return True
-      except queue.Full:
-        pass
-    return False
-
-  def fill():
-    try:
-      for batch in iterator:
-        if not put(to_global(batch, sharding)):
-          return
-      put(end)
-    except Exception as e:  # pylint: disable=broad-except  # re-raised by the consumer
-      put(e)
-
-  producer = threading.Thread(target=fill, daemon=True)
-  producer.start()
-  try:
-    while (item := ready.get()) is not end:
-      if isinstance(item, Exception):
-        raise item
-      yield item
-  finally:  # close(): let the producer finish its batch, so no tf.data work outlives us
-    stop.set()
-    producer.join(timeout=60)

@@ -22,7 +22,7 @@ import ml_collections
 
 from vit_jax import errors, objectives, sharding, train_step
 from vit_jax.console import log
-from vit_jax.data import pipeline
+from vit_jax.data import device_batches, pipeline
 
 # metric -> the TFDS feature holding the labels it scores.
 LABEL_FEATURES = {"accuracy": "label", "real": "real_label"}
@@ -169,7 +169,7 @@ class Evaluator:
     for batch in eval_set.dataset.eval_batches(batch_size=self.config.batch_eval,
                                                process_index=jax.process_index(),
                                                process_count=jax.process_count()):
-      sums = step(params, pipeline.to_global(batch, batch_sharding))
+      sums = step(params, device_batches.to_global(batch, batch_sharding))
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     if totals is None:
       raise errors.InvalidInput(f"eval set {eval_set.name}: its split yielded no batch (no "

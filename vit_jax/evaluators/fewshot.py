@@ -22,7 +22,7 @@ from jax.experimental import multihost_utils
 
 from vit_jax import config_defaults, errors, sharding
 from vit_jax.console import log
-from vit_jax.data import pipeline
+from vit_jax.data import device_batches, pipeline
 
 _ROWS_PER_CHUNK = 4096  # train rows augmented to float64 at a time (primal solve)
 _SCORES_PER_CHUNK = 1 << 22  # float64 test scores held at once: 32 MiB
@@ -174,7 +174,7 @@ def compute_features(feature_fn, params, batches: Iterator[dict],
   """Host features [N, D] and labels [N] of every real (unpadded) example; every process
   gets all of them, gathered batch by batch."""
   features, labels = [], []
-  for batch in pipeline.prefetch_to_device(batches, sharding.batch_sharding(mesh)):
+  for batch in device_batches.prefetch_to_device(batches, sharding.batch_sharding(mesh)):
     x, y, mask = multihost_utils.process_allgather(feature_fn(params, batch), tiled=True)
     features.append(x[mask > 0])
     labels.append(y[mask > 0])
