@@ -285,5 +285,5 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
     log.info("%s", metrics.final_summary(
         workdir=workdir, steps=(start_step, total_steps), seconds=time.time() - started,
         img_per_sec=progress.mean_img_per_sec(), eval_metrics=eval_metrics,
-        checkpoint_steps=checkpointer.all_steps()))
+        checkpoint_dir=checkpointer.directory, checkpoint_steps=checkpointer.all_steps()))
   return eval_metrics

@@ -3,7 +3,7 @@
 import json
 import os
 
-from vit_jax.runs import fs, metrics
+from vit_jax.runs import fs, metrics, outputs
 
 
 def test_jsonl_and_tensorboard(tmp_path):
@@ -51,6 +51,19 @@ def test_progress_rates_and_eta(monkeypatch):
   assert progress.update(100) is None
   rates = progress.update(200)  # 100 steps in 10 s
   assert rates == {"steps_per_sec": 10.0, "img_per_sec": 640.0, "img_per_sec_per_device": 320.0}
+
+
+def test_final_summary_names_the_result_and_every_output():
+  summary = metrics.final_summary(
+      workdir="/w", steps=(4, 10), seconds=75, img_per_sec=1234.4,
+      eval_metrics={"eval/accuracy": 0.9, "eval/loss": 0.25, "eval/examples": 300},
+      checkpoint_dir="/w/ckpt", checkpoint_steps=[8, 10])
+  assert summary.splitlines()[:2] == [
+      "done: trained steps 5-10 of 10 in 1m15s, 1,234 img/s after compilation",
+      "  eval accuracy 0.9000, loss 0.2500 on 300 examples"]
+  assert f"params:      /w/{outputs.PARAMS}" in summary
+  assert f"metrics:     /w/{metrics.METRICS} (final: {outputs.FINAL_METRICS})" in summary
+  assert summary.endswith("checkpoints: /w/ckpt (steps 8, 10)")
 
 
 def test_format_duration():

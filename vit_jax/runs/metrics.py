@@ -13,7 +13,7 @@ from clu import metric_writers
 from clu.metric_writers import interface
 
 from vit_jax.console import log
-from vit_jax.runs import event_files, fs
+from vit_jax.runs import event_files, fs, outputs
 
 
 METRICS = "metrics.jsonl"
@@ -197,18 +197,6 @@ class Progress:
     return (self._last[0] - self._first[0]) * self.batch_size / (self._last[1] - self._first[1])
 
 
-def changed_keys(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list:
-  """Dotted names of the config entries that differ between two JSON config dicts."""
-  changed = []
-  for key in sorted(set(old) | set(new)):
-    a, b = old.get(key), new.get(key)
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-      changed += changed_keys(a, b, f"{prefix}{key}.")
-    elif a != b:
-      changed.append(f"{prefix}{key}")
-  return changed
-
-
 def _eval_set_names(eval_metrics: Mapping[str, float]) -> list:
   """The named evaluation sets of eval/<name>/accuracy keys, when there are several."""
   names = [key.split("/")[1] for key in eval_metrics
@@ -217,7 +205,8 @@ def _eval_set_names(eval_metrics: Mapping[str, float]) -> list:
 
 
 def final_summary(*, workdir: str, steps: tuple, seconds: float, img_per_sec: Optional[float],
-                  eval_metrics: Mapping[str, float], checkpoint_steps: list) -> str:
+                  eval_metrics: Mapping[str, float], checkpoint_dir: str,
+                  checkpoint_steps: list) -> str:
   """The lines a finished run ends with: the result and where everything was written."""
   start, total = steps
   rate = f", {img_per_sec:,.0f} img/s after compilation" if img_per_sec else ""
@@ -230,10 +219,10 @@ def final_summary(*, workdir: str, steps: tuple, seconds: float, img_per_sec: Op
       *[f"    {name}: accuracy {eval_metrics[f'eval/{name}/accuracy']:.4f} on "
         f"{int(eval_metrics[f'eval/{name}/examples'])} examples"
         for name in _eval_set_names(eval_metrics)],
-      f"  params:      {fs.join(workdir, 'params.npz')}",
-      f"  metrics:     {fs.join(workdir, METRICS)} (final: final_metrics.json)",
+      f"  params:      {fs.join(workdir, outputs.PARAMS)}",
+      f"  metrics:     {fs.join(workdir, METRICS)} (final: {outputs.FINAL_METRICS})",
       f"  tensorboard: tensorboard --logdir={workdir}",
-      f"  checkpoints: {fs.join(workdir, 'checkpoints')} (steps "
+      f"  checkpoints: {checkpoint_dir} (steps "
       f"{', '.join(map(str, checkpoint_steps))})",
   ]
   return "\n".join(lines)

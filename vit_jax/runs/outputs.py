@@ -15,7 +15,7 @@ the same way. A path below an existing file is refused in one line, not as [Errn
 
 import json
 import os
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import jax
 import numpy as np
@@ -23,7 +23,7 @@ from clu import parameter_overview
 
 from vit_jax import errors
 from vit_jax.checkpoints import npz
-from vit_jax.runs import fs, metrics
+from vit_jax.runs import fs
 from vit_jax.console import log
 
 PARAMS = "params.npz"
@@ -45,18 +45,30 @@ def finished_results(workdir: str, latest_step: Optional[int],
   return json.loads(fs.read_text(final))
 
 
+def changed_keys(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list:
+  """Dotted names of the config entries that differ between two JSON config dicts."""
+  changed = []
+  for key in sorted(set(old) | set(new)):
+    a, b = old.get(key), new.get(key)
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+      changed += changed_keys(a, b, f"{prefix}{key}.")
+    elif a != b:
+      changed.append(f"{prefix}{key}")
+  return changed
+
+
 def save_config(config, workdir: str, resume_step: Optional[int]) -> None:
   """config.json at the start; a resumed run with changed settings keeps it and writes
   config.resumed-<step>.json next to it, naming the changes."""
   text = config.to_json_best_effort(indent=2, sort_keys=True)
   path = fs.join(workdir, CONFIG)
   if resume_step is not None and fs.exists(path):
-    changed = metrics.changed_keys(json.loads(fs.read_text(path)), json.loads(text))
+    changed = changed_keys(json.loads(fs.read_text(path)), json.loads(text))
     if not changed:
       return
     path = fs.join(workdir, f"config.resumed-{resume_step}.json")
-    log.warning("resuming with changed settings (%s); the original config.json is kept, "
-                "this run's config is in %s", ", ".join(changed), path)
+    log.warning("resuming with changed settings (%s); the original %s is kept, this run's "
+                "config is in %s", ", ".join(changed), CONFIG, path)
   fs.write_atomic(path, text)
 
 

@@ -30,7 +30,7 @@ from vit_jax.checkpoints import hub, npz
 from vit_jax.console import log
 from vit_jax.data import vtab as tasks_lib
 from vit_jax.models import zoo
-from vit_jax.runs import fs, metrics, outputs
+from vit_jax.runs import fs, outputs
 from vit_jax.runs import workdir as workdir_lib
 
 KIND = "vtab"  # the writer's name in WORKDIR's no-clobber marker (vit_jax.runs.outputs)
@@ -182,7 +182,7 @@ def changed_settings(workdir: str, config: ml_collections.ConfigDict) -> Optiona
   saved = _read_json(fs.join(workdir, outputs.CONFIG))
   if saved is None:
     return None
-  return metrics.changed_keys(saved, json.loads(config.to_json_best_effort(sort_keys=True)))
+  return outputs.changed_keys(saved, json.loads(config.to_json_best_effort(sort_keys=True)))
 
 
 def finished_metrics(workdir: str) -> Optional[dict]:
