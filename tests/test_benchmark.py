@@ -1,28 +1,13 @@
-"""The benchmark in CI-sized form: it runs, and its FLOP count agrees with XLA's."""
+"""The benchmark command: its table, JSON rows, --config and one-line mistakes."""
 
 import json
 
 import jax
 import pytest
 
-from vit_jax import benchmark, objectives, sharding
+from vit_jax import benchmark, throughput
 from vit_jax.models import zoo
 from vit_jax.runs import fs
-
-
-def test_b16_training_flops_match_the_published_count():
-  forward = benchmark.forward_flops_per_image(zoo.create_model("ViT-B_16", num_classes=1000),
-                                              224)
-  assert 3 * forward / 1e9 == pytest.approx(105.4, abs=0.1)
-
-
-@pytest.mark.parametrize("mode", ["train", "infer"])
-def test_smoke_run(mode):
-  result = benchmark.run("ViT-Ti_16", mode, batch=2, image_size=64, steps=2, num_layers=2)
-  assert result["img_per_sec"] > 0 and result["compile_s"] > 0
-  assert 0 < result["mfu"] < 1 and result["mib_per_device"] > 0
-  # Analytic matmul FLOPs vs XLA's count (which adds softmax, norms, optimizer).
-  assert 0.7 < result["xla_gflop_per_image"] / result["gflop_per_image"] < 1.5
 
 
 def table(printed: str) -> dict:
@@ -79,7 +64,7 @@ def test_compile_only_with_scan(capsys):
 
 
 def test_out_of_memory_is_a_row_and_the_suite_goes_on(tmp_path, capsys, monkeypatch):
-  calls, real_run = [], benchmark.run
+  calls, real_run = [], throughput.run
 
   def fake_run(model, mode, *args, **kwargs):
     calls.append((model, mode))
@@ -88,7 +73,7 @@ def test_out_of_memory_is_a_row_and_the_suite_goes_on(tmp_path, capsys, monkeypa
     return real_run("ViT-Ti_16", "infer", batch=2, image_size=32, steps=1, num_layers=1,
                          peak_flops=1e12)
 
-  monkeypatch.setattr(benchmark, "run", fake_run)
+  monkeypatch.setattr(throughput, "run", fake_run)
   monkeypatch.setattr(benchmark, "SUITE", [("ViT-L_16", "train", 384), ("ViT-Ti_16", "infer", 32)])
   out = tmp_path / "suite.jsonl"
   benchmark.main(["--suite", "--batch=2", f"--json={out}"])
@@ -104,13 +89,13 @@ def test_config_times_exactly_the_configs_step(tmp_path, capsys, monkeypatch):
   """--config takes the model, its fast paths, batch, crop, dtype, mesh, accumulation and
   optimizer from a training config (plus --config.KEY overrides), as vit_jax.main would."""
   seen = {}
-  real_step_function = benchmark.step_function
+  real_step_function = throughput.step_function
 
   def spy(module, mode, mesh, batch, image_size, config):
     seen.update(module=module, batch=batch, image_size=image_size, config=config)
     return real_step_function(module, mode, mesh, batch, image_size, config)
 
-  monkeypatch.setattr(benchmark, "step_function", spy)
+  monkeypatch.setattr(throughput, "step_function", spy)
   out = tmp_path / "results.jsonl"
   benchmark.main(["--config=configs/demo.py", "--config.batch=16", "--config.accum_steps=2",
                   "--config.model.remat_policy=full", "--steps=2", "--peak_tflops=1",
@@ -143,26 +128,6 @@ def test_config_mistakes_are_one_error_line(capsys, argv, problem):
   assert err.startswith("error: ") and problem in err and err.count("\n") == 1
 
 
-def test_config_times_the_step_that_trains_its_objective_with_polyak():
-  """benchmark --config once built its own state, without the Polyak average, and minimised
-  the classification loss whatever config.objective said: the state must carry the
-  average, and the step's loss must be the configured objective's (here MPP)."""
-  config = benchmark.load_config("configs/mpp.py:digits", [
-      "--config.polyak_decay=0.9", "--config.batch=8", "--config.accum_steps=1"])
-  objective = objectives.get(config)
-  module, _ = objective.create_model(config, 10, load_pretrained=False)
-  mesh = sharding.make_mesh({"data": 1}, jax.devices()[:1])
-  step, (state, batch, rng) = benchmark.step_function(module, "train", mesh, 8,
-                                                      config.pp.crop, config)
-  assert state.polyak is not None
-  params = jax.device_get(state.params)
-  key = jax.random.fold_in(jax.random.fold_in(rng, 0), 0)  # step 0, micro-batch 0
-  expected = objective.make_batch_loss(module, config)(params, jax.device_get(batch), key)
-  state, step_metrics = step(state, batch, rng)
-  assert float(step_metrics["loss"]) == pytest.approx(float(expected), rel=1e-5)
-  assert state.polyak is not None
-
-
 def test_a_batch_too_big_for_memory_is_the_same_row_on_the_model_path(capsys):
   """A real allocation failure (300 GB of images), not a faked one: XLA reports it as
   'INTERNAL: ... Out of memory allocating', not RESOURCE_EXHAUSTED."""
@@ -180,7 +145,7 @@ def test_json_rows_go_to_a_gs_file_without_appends(gcs, capsys, monkeypatch):
   def out_of_memory(*args, **kwargs):
     raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 3e10 bytes.")
 
-  monkeypatch.setattr(benchmark, "run", out_of_memory)
+  monkeypatch.setattr(throughput, "run", out_of_memory)
   monkeypatch.setattr(benchmark, "SUITE", [("ViT-L_16", "train", 384), ("ViT-B_16", "infer", 224)])
   out = f"gs://{gcs.bucket}/bench/suite.jsonl"
   benchmark.main(["--suite", "--batch=2", f"--json={out}"])
