@@ -1,5 +1,5 @@
-"""Every command's --help exits 0 and documents its flags (vit_jax.cli runs the absl ones;
-vit_jax.benchmark uses argparse); user errors are one line, bugs keep their traceback."""
+"""Every command's --help exits 0 and documents its flags (vit_jax.cli runs them all on
+absl); user errors are one line, bugs keep their traceback."""
 
 import errno
 import os
@@ -11,8 +11,7 @@ import pytest
 from conftest import REPO
 from vit_jax import cli, errors
 
-# command -> the start of some flags' help, as printed: `--flag: help` (absl commands),
-# `--flag METAVAR help` (argparse).
+# command -> the start of some flags' help, as printed: `--flag: help`.
 COMMANDS = {
     "vit_jax.main": ["--config: Experiment config file", "--workdir: Where checkpoints",
                      "--coordinator_address: HOST:PORT of process 0"],
@@ -33,12 +32,19 @@ COMMANDS = {
     "vit_jax.export": ["--to: Format: stablehlo, saved_model, tflite, onnx",
                        "--batch: Batch dimension", "--[no]with_preprocessing: saved_model",
                        "--[no]overwrite: Replace an existing OUT that is no"],
-    "vit_jax.benchmark": ["--model MODEL model to time", "--batch BATCH global batch",
-                          "--steps STEPS timed steps", "--mesh MESH device mesh",
+    "vit_jax.benchmark": ["--model: Model to time", "--batch: Global batch",
+                          "--steps: Timed steps", "--mesh: Device mesh",
+                          "--image-size: Alias for --image_size",
                           "models (--model): ViT-Ti_16, ViT-S_16"],
 }
-# A usage mistake: no image given.
-USAGE_MISTAKE = ("vit_jax.predict", "--checkpoint=ViT-B_16")
+# Usage mistakes -> the one line each prints: no image given; a flag that --config replaces.
+USAGE_MISTAKES = {
+    ("vit_jax.predict", "--checkpoint=ViT-B_16"):
+        "error: give one or more images (--help shows the usage)",
+    ("vit_jax.benchmark", "--config=configs/demo.py", "--batch=8"):
+        "error: --batch cannot go with --config, which sets the model, batch, size, dtype, mesh "
+        "and fast paths: override them with --config.KEY=VALUE (--help shows the usage)",
+}
 # absl's other help flags, on the quickest command to start.
 OTHER_HELP_FLAGS = ["-?", "--helpshort", "--helpfull", "--helpxml"]
 
@@ -49,7 +55,7 @@ def helps():
   TensorFlow and JAX is most of each run's time."""
   runs = [(command, "--help") for command in COMMANDS]
   runs += [("vit_jax.download", flag) for flag in OTHER_HELP_FLAGS]
-  runs += [USAGE_MISTAKE]
+  runs += list(USAGE_MISTAKES)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", JAX_PLATFORMS="cpu")
   started = {run: subprocess.Popen([sys.executable, "-m", *run], cwd=REPO, env=env, text=True,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -73,10 +79,11 @@ def test_every_help_flag_exits_0(helps, flag):
   assert code == 0 and "--dir" in output, output
 
 
-def test_a_usage_mistake_is_one_line_not_the_help_text(helps):
-  code, output = helps[USAGE_MISTAKE]
+@pytest.mark.parametrize("run", USAGE_MISTAKES, ids=lambda run: run[0])
+def test_a_usage_mistake_is_one_line_not_the_help_text(helps, run):
+  code, output = helps[run]
   assert code == 2
-  assert output == "error: give one or more images (--help shows the usage)"
+  assert output == USAGE_MISTAKES[run]
 
 
 @cli.command

@@ -21,10 +21,7 @@ xla_gflop_per_image, for hybrids), MFU, MiB/dev (device memory: arguments, outpu
 temporaries of the compiled step). `-`: not measured (--steps=0).
 """
 
-import argparse
 import json
-import statistics
-import sys
 import textwrap
 import time
 from typing import Dict, List, Optional
@@ -32,147 +29,22 @@ from typing import Dict, List, Optional
 import jax
 import jax.numpy as jnp
 import ml_collections
-
 from absl import flags
 from ml_collections import config_flags
 
-from vit_jax import cli, console, errors, objectives, sharding, trainer
-from vit_jax.data import registry
+from vit_jax import cli, errors, objectives, sharding, throughput
 from vit_jax.models import attention, vit, zoo
 from vit_jax.runs import fs
 
+__doc__ += "\nmodels (--model):\n" + textwrap.fill(  # in --help: absl's wrap splits ViT-|L_16
+    ", ".join(zoo.RELEASED), width=90, break_on_hyphens=False, initial_indent="  ",
+    subsequent_indent="  ") + "\n"
+FLAGS = flags.FLAGS
 SUITE = [(model, mode, size) for model in ("ViT-Ti_16", "ViT-B_16", "ViT-L_16")
          for size in (224, 384) for mode in ("train", "infer")]
-
-
-def forward_flops_per_image(module: vit.VisionTransformer, image_size: int) -> float:
-  """Matmul FLOPs (2 per multiply-add) of one plain-ViT forward pass; None for hybrids."""
-  if module.resnet_stages is not None:
-    return None
-  patches = (image_size // module.patch_size) ** 2
-  tokens = patches + (module.classifier == "token")
-  d, m = module.hidden_size, module.mlp_dim
-  per_layer = 2 * tokens * (4 * d * d + 2 * d * m) + 4 * tokens * tokens * d
-  embedding = 2 * patches * module.patch_size**2 * 3 * d
-  head = 2 * (module.representation_size or d) * module.num_classes
-  return embedding + module.num_layers * per_layer + head
-
-
-def measure_peak_flops(dtype, size: Optional[int] = None, repeats: int = 5) -> float:
-  """FLOP/s of a large square matmul on device 0 (the best of a few runs).
-
-  Random operands: constant ones or zeros run measurably faster on GPUs."""
-  size = size or (8192 if jax.devices()[0].platform != "cpu" else 2048)
-  a = jax.random.normal(jax.random.PRNGKey(0), (size, size), dtype)
-  matmul = jax.jit(lambda x: x @ x)
-  matmul(a).block_until_ready()
-  best = float("inf")
-  for _ in range(repeats):
-    start = time.perf_counter()
-    matmul(a).block_until_ready()
-    best = min(best, time.perf_counter() - start)
-  return 2 * size**3 / best
-
-
-def benchmark_config(image_size: int) -> ml_collections.ConfigDict:
-  """Classification with the fine-tuning optimizer of the paper: SGD momentum (bf16
-  buffer), clip 1, cosine; no accumulation, no Polyak average."""
-  return ml_collections.ConfigDict(dict(
-      objective="classification", optimizer="sgd", momentum=0.9, optim_dtype="bfloat16",
-      base_lr=0.01, warmup_steps=10, total_steps=1000, decay_type="cosine", grad_norm_clip=1.0,
-      weight_decay=0.0, adam_b1=0.9, adam_b2=0.999, accum_steps=1, polyak_decay=0.0,
-      loss="softmax_xent", label_smoothing=0.0, pp={"crop": image_size}))
-
-
-def step_function(module, mode, mesh, batch, image_size, config):
-  """(jitted fn, args) of the train step `config` trains `module` with (vit_jax.trainer:
-  the main job's own) or of inference, state placed on the mesh."""
-  images = jax.random.uniform(jax.random.PRNGKey(2), (batch, image_size, image_size, 3),
-                              minval=-1, maxval=1)  # not zeros: those can run faster
-  batch_sharding = sharding.batch_sharding(mesh)
-  if mode == "infer":
-    params = jax.eval_shape(module.init, jax.random.PRNGKey(0), images[:1])["params"]
-    param_sharding = sharding.param_shardings(params, mesh)
-    params = jax.jit(lambda r: module.init(r, images[:1])["params"],
-                     out_shardings=param_sharding)(jax.random.PRNGKey(0))
-    fn = jax.jit(lambda p, x: module.apply({"params": p}, x),
-                 in_shardings=(param_sharding, batch_sharding))
-    return fn, (params, jax.device_put(images, batch_sharding))
-  run = trainer.build(config, module, mesh)
-  labels = jax.random.randint(jax.random.PRNGKey(3), (batch,), 0, max(module.num_classes, 1))
-  data = jax.device_put({"image": images, "label": labels}, batch_sharding)
-  return run.step, (run.init(jax.random.PRNGKey(0)), data, jax.random.PRNGKey(1))
-
-
-def run(model: str, mode: str, batch: int, image_size: int, dtype: str = "float32",
-        steps: int = 10, mesh_config: Optional[Dict[str, int]] = None,
-        peak_flops: Optional[float] = None, **model_overrides) -> dict:
-  """Benchmarks one configuration; returns the numbers as a dict."""
-  mesh = sharding.make_mesh(mesh_config or {"data": -1})
-  sharding.check_batch_size(batch, mesh)
-  module = zoo.create_model(model, num_classes=1000, dtype=jnp.dtype(dtype), **model_overrides)
-  return measure(module, mode, mesh, batch, image_size, benchmark_config(image_size), steps,
-                 peak_flops, model_name=model)
-
-
-def run_config(config: ml_collections.ConfigDict, mode: str = "train", steps: int = 10,
-               peak_flops: Optional[float] = None) -> dict:
-  """Benchmarks the step a training config runs (see the module docstring)."""
-  mesh = sharding.make_mesh(config.mesh)
-  sharding.check_config_batches(config, mesh)
-  module, _ = objectives.get(config).create_model(config, registry.class_count(config),
-                                                  load_pretrained=False)
-  batch = config.batch if mode == "train" else config.batch_eval
-  result = measure(module, mode, mesh, batch, config.pp.crop, config, steps, peak_flops,
-                   model_name=config.model_name)
-  return {**result, "accum_steps": config.accum_steps if mode == "train" else 1}
-
-
-def measure(module: vit.VisionTransformer, mode: str, mesh, batch: int, image_size: int,
-            config: ml_collections.ConfigDict, steps: int, peak_flops: Optional[float],
-            model_name: str) -> dict:
-  """Compiles and times `steps` steps of `module`; the numbers as a dict."""
-  dtype = jnp.dtype(module.dtype).name
-  fn, args = step_function(module, mode, mesh, batch, image_size, config)
-  start = time.perf_counter()
-  compiled = fn.lower(*args).compile()
-  compile_s = time.perf_counter() - start
-  times = []  # steps=0: compile only
-  for _ in range(steps):
-    start = time.perf_counter()
-    out = compiled(*args)
-    jax.block_until_ready(out)
-    times.append(time.perf_counter() - start)
-    if mode == "train":
-      args = (out[0], *args[1:])
-  step_s = statistics.median(times) if times else None
-  forward = forward_flops_per_image(module, image_size)
-  cost = (compiled.cost_analysis() or {})
-  cost = cost[0] if isinstance(cost, list) else cost
-  xla_flops = float(cost.get("flops", 0.0)) * jax.device_count() / batch or None
-  flops = (3 if mode == "train" else 1) * forward if forward else xla_flops
-  peak = peak_flops or measure_peak_flops(jnp.dtype(dtype))
-  memory = compiled.memory_analysis()
-  device_mib = (memory.argument_size_in_bytes + memory.output_size_in_bytes +
-                memory.temp_size_in_bytes - memory.alias_size_in_bytes) / 2**20
-  img_per_sec = batch / step_s if step_s else None
-  return {
-      "model": model_name, "mode": mode, "batch": batch, "image_size": image_size,
-      "dtype": dtype,
-      "attention_impl": attention.attention_backend(module.attention_impl, module.dtype),
-      "unpadded_inference": module.unpadded_inference,
-      "remat_policy": module.remat_policy,
-      "scan_layers": module.scan_layers,
-      "devices": jax.device_count(), "platform": jax.devices()[0].platform,
-      "compile_s": compile_s, "step_s_median": step_s, "step_s_min": min(times, default=None),
-      "step_s_max": max(times, default=None), "img_per_sec": img_per_sec,
-      "img_per_sec_per_device": img_per_sec / jax.device_count() if img_per_sec else None,
-      "gflop_per_image": flops / 1e9 if flops else None,
-      "xla_gflop_per_image": xla_flops / 1e9 if xla_flops else None,
-      "peak_tflops_per_device": peak / 1e12,
-      "mfu": flops * img_per_sec / (peak * jax.device_count()) if flops and img_per_sec else None,
-      "mib_per_device": device_mib,
-  }
+# Flags that --config replaces (its model, batch, crop, dtype, mesh and fast paths).
+CONFIG_REPLACES = ("model", "batch", "image_size", "dtype", "mesh", "attention",
+                   "padded_inference", "remat", "scan", "suite")
 
 
 def _number(value: Optional[float], spec: str) -> str:
@@ -206,154 +78,117 @@ def parse_mesh(text: str) -> Dict[str, int]:
   try:
     return {k.strip(): int(v) for k, v in (part.split("=") for part in text.split(",") if part)}
   except ValueError:
-    raise argparse.ArgumentTypeError(
-        f"{text!r} is not AXIS=SIZE[,AXIS=SIZE...]: use e.g. data=-1,fsdp=2") from None
+    raise cli.UsageError(f"--mesh={text} is not AXIS=SIZE[,AXIS=SIZE...]: use e.g. "
+                         "data=-1,fsdp=2") from None
 
 
-def _model_name(name: str) -> str:
-  try:
-    return zoo.canonical_name(name)
-  except ValueError as e:
-    raise argparse.ArgumentTypeError(str(e)) from None
+def define_config_flag(flag_values: flags.FlagValues, sys_argv=None) -> None:
+  """--config=FILE[:ARG], and a --config.KEY flag for each override in sys_argv (default:
+  sys.argv's), as vit_jax.main defines them."""
+  config_flags.DEFINE_config_file(
+      "config", None, "Time the step of this training config (configs/*.py[:arg]) instead of "
+      f"--{', --'.join(CONFIG_REPLACES[:-1])}; override its values with --config.KEY=VALUE.",
+      flag_values=flag_values, lock_config=True, sys_argv=sys_argv)
 
 
-def _at_least(minimum: int):
-  """An argparse type: an integer >= minimum."""
-  def parse(text: str) -> int:
-    if not text.lstrip("-").isdigit() or int(text) < minimum:
-      raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= {minimum}")
-    return int(text)
-  return parse
-
-
-class _Parser(argparse.ArgumentParser):
-  """Bad arguments: one `error:` line and exit code 2 (no usage block; --help has it)."""
-
-  def error(self, message):
-    self.exit(2, f"error: {message} (python -m vit_jax.benchmark --help lists the flags)\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-  models = textwrap.fill(", ".join(zoo.RELEASED), break_on_hyphens=False,
-                         initial_indent="  ", subsequent_indent="  ")
-  parser = _Parser(prog="python -m vit_jax.benchmark", description=__doc__,
-                   epilog=f"models (--model):\n{models}",
-                   formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--model", type=_model_name, default="ViT-B_16",
-                      help="model to time: a name listed under 'models' below, an AugReg "
-                      "short name (B_16) or the paper's notation (ViT-B/16) (default "
-                      "%(default)s)")
-  parser.add_argument("--mode", choices=("train", "infer"), default="train",
-                      help="train: the real train step (forward, backward, SGD update); "
-                      "infer: the forward pass only (default %(default)s)")
-  parser.add_argument("--batch", type=_at_least(1), default=8,
-                      help="global batch, split over the mesh's data axes (default %(default)s)")
-  parser.add_argument("--image-size", "--image_size", dest="image_size", type=_at_least(1),
-                      default=224, help="input side in pixels (default %(default)s)")
-  parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
-                      help="compute dtype; params stay float32 (default %(default)s)")
-  parser.add_argument("--steps", type=_at_least(0), default=10,
-                      help="timed steps after compilation; 0: compile only (default %(default)s)")
-  parser.add_argument("--mesh", type=parse_mesh, default={"data": -1},
-                      help="device mesh as AXIS=SIZE,... over data, fsdp, tensor; -1: all "
-                      "remaining devices (default data=-1)")
-  parser.add_argument("--attention", choices=attention.ATTENTION_IMPLS, default="dot_product",
-                      help="attention implementation (default %(default)s)")
-  parser.add_argument("--padded_inference", action="store_true",
-                      help="cuDNN attention: pad odd token counts in the forward pass too, as "
-                      "gradients need (default: --mode=infer runs it unpadded)")
-  parser.add_argument("--remat", choices=tuple(vit.REMAT_POLICIES), default="none",
-                      help="per-block rematerialisation policy (default %(default)s)")
-  parser.add_argument("--scan", action="store_true",
-                      help="nn.scan over the blocks: one compiled block, faster compiles")
-  parser.add_argument("--peak_tflops", type=float, default=None,
-                      help="device peak TFLOP/s for MFU instead of measuring a matmul")
-  parser.add_argument("--config", default=None, metavar="FILE[:ARG]",
-                      help="time the step of this training config (configs/*.py[:arg]) instead "
-                      "of --model/--batch/--image-size/--dtype/--mesh/--attention/"
-                      "--padded_inference/--remat/--scan; override its values with "
-                      "--config.KEY=VALUE")
-  parser.add_argument("--suite", action="store_true",
-                      help="ViT-Ti/B/L_16 at 224 and 384 px, train and infer, instead of "
-                      "--model/--mode/--image-size")
-  parser.add_argument("--time_budget", type=float, default=1800,
-                      help="seconds after which --suite skips the remaining configurations "
-                      "(default %(default)s)")
-  parser.add_argument("--json", default=None, metavar="FILE",
-                      help="append one JSON object per configuration to FILE")
-  return parser
-
-
-# Flags that --config replaces (its model, batch, crop, dtype, mesh and fast paths).
-CONFIG_REPLACES = ("--model", "--batch", "--image-size", "--image_size", "--dtype", "--mesh",
-                   "--attention", "--padded_inference", "--remat", "--scan", "--suite")
+def define_flags(flag_values: flags.FlagValues = FLAGS, sys_argv=None) -> None:
+  """The command's flags; not defined on import, so importers' flags stay their own.
+  sys_argv: the command line to be parsed, if not sys.argv (see define_config_flag)."""
+  define = dict(flag_values=flag_values)
+  flags.DEFINE_string("model", "ViT-B_16", "Model to time: a name listed under 'models' "
+                      "above, an AugReg short name (B_16) or the paper's notation (ViT-B/16).",
+                      **define)
+  flags.DEFINE_enum("mode", "train", ("train", "infer"), "train: the real train step "
+                    "(forward, backward, SGD update); infer: the forward pass only.", **define)
+  flags.DEFINE_integer("batch", 8, "Global batch, split over the mesh's data axes.",
+                       lower_bound=1, **define)
+  flags.DEFINE_integer("image_size", 224, "Input side in pixels.", lower_bound=1, **define)
+  flags.DEFINE_alias("image-size", "image_size", **define)
+  flags.DEFINE_enum("dtype", "float32", ("float32", "bfloat16"), "Compute dtype; params stay "
+                    "float32.", **define)
+  flags.DEFINE_integer("steps", 10, "Timed steps after compilation; 0: compile only.",
+                       lower_bound=0, **define)
+  flags.DEFINE_string("mesh", "data=-1", "Device mesh as AXIS=SIZE,... over data, fsdp, "
+                      "tensor; -1: all remaining devices.", **define)
+  flags.DEFINE_enum("attention", "dot_product", attention.ATTENTION_IMPLS,
+                    "Attention implementation.", **define)
+  flags.DEFINE_boolean("padded_inference", False, "cuDNN attention: pad odd token counts in "
+                       "the forward pass too, as gradients need (default: --mode=infer runs it "
+                       "unpadded).", **define)
+  flags.DEFINE_enum("remat", "none", tuple(vit.REMAT_POLICIES), "Per-block "
+                    "rematerialisation policy.", **define)
+  flags.DEFINE_boolean("scan", False, "nn.scan over the blocks: one compiled block, faster "
+                       "compiles.", **define)
+  flags.DEFINE_float("peak_tflops", None, "Device peak TFLOP/s for MFU instead of measuring "
+                     "a matmul.", **define)
+  define_config_flag(flag_values, sys_argv)
+  flags.DEFINE_boolean("suite", False, "ViT-Ti/B/L_16 at 224 and 384 px, train and infer, "
+                       "instead of --model/--mode/--image_size.", **define)
+  flags.DEFINE_float("time_budget", 1800, "Seconds after which --suite skips the remaining "
+                     "configurations.", **define)
+  flags.DEFINE_string("json", None, "Append one JSON object per configuration to this file.",
+                      **define)
 
 
 def load_config(path: str, overrides: List[str]) -> ml_collections.ConfigDict:
-  """A training config as vit_jax.main loads it: FILE[:ARG], then --config.KEY=VALUE."""
+  """A training config as vit_jax.main loads it: FILE[:ARG], then --config.KEY=VALUE; one
+  that does not load ends the process in one line (exit 2), as on the command line."""
   argv = ["benchmark", f"--config={path}", *overrides]
   flag_values = flags.FlagValues()
-  config_flags.DEFINE_config_file("config", None, "training config", flag_values=flag_values,
-                                  lock_config=True, sys_argv=argv)  # defines --config.KEY
-  flag_values(argv)
-  config = flag_values.config
-  config.get("dataset")  # a config that failed to load raises only when touched
-  return config
+  define_config_flag(flag_values, sys_argv=argv)
+  cli.parse_flags(argv, flag_values)
+  return cli.load_config(flag_values)
 
 
-def _config_from_args(parser, args, extra: List[str], argv: List[str]):
-  """The --config of the command line, or None; any mistake is one `error:` line."""
-  if args.config is None:
-    if extra:
-      parser.error(f"unrecognized arguments: {' '.join(extra)}")
+def command_line_config(flag_values: flags.FlagValues) -> Optional[ml_collections.ConfigDict]:
+  """The --config of the command line, or None; a flag it replaces is a usage mistake."""
+  if not flag_values["config"].present:
     return None
-  unknown = [a for a in extra if not a.startswith("--config.")]
-  replaced = [a.split("=")[0] for a in argv if a.split("=")[0] in CONFIG_REPLACES]
-  if unknown or replaced:
-    parser.error(f"{' '.join(unknown or replaced)} cannot go with --config, which sets the "
-                 "model, batch, size, dtype, mesh and fast paths: override them with "
-                 "--config.KEY=VALUE")
-  try:
-    return load_config(args.config, extra)
-  except cli.FLAG_ERRORS + (OSError,) as e:
-    parser.error(f"cannot load --config={args.config}: {cli.one_line(e)}")
+  replaced = [f"--{name}" for name in CONFIG_REPLACES if flag_values[name].present]
+  if replaced:
+    raise cli.UsageError(f"{' '.join(replaced)} cannot go with --config, which sets the "
+                         "model, batch, size, dtype, mesh and fast paths: override them with "
+                         "--config.KEY=VALUE")
+  return cli.load_config(flag_values)
 
 
-def main(argv=None):
-  parser = build_parser()
-  argv = sys.argv[1:] if argv is None else list(argv)
-  args, extra = parser.parse_known_args(argv)
-  config = _config_from_args(parser, args, extra, argv)
-  console.quiet_libraries(verbosity_flag_present=False)  # argparse: no --verbosity flag
-  try:  # a --mesh or --batch these devices cannot take: one line, before any output
+@cli.command
+def main(argv, flag_values: flags.FlagValues = FLAGS):
+  cli.no_arguments(argv)
+  config = command_line_config(flag_values)
+  try:  # a --model, --mesh or --batch these devices cannot take: one line, before any output
     if config is None:
-      sharding.check_batch_size(args.batch, sharding.make_mesh(args.mesh))
+      model, mesh = zoo.canonical_name(flag_values.model), parse_mesh(flag_values.mesh)
+      sharding.check_batch_size(flag_values.batch, sharding.make_mesh(mesh))
     else:
       sharding.check_config_batches(config, sharding.make_mesh(config.mesh))
   except errors.UserError as e:
-    parser.error(cli.one_line(e))
-  peak = args.peak_tflops * 1e12 if args.peak_tflops else None
+    raise cli.UsageError(cli.one_line(e)) from None
+  mode, steps, json_path = flag_values.mode, flag_values.steps, flag_values.json
+  peak = flag_values.peak_tflops * 1e12 if flag_values.peak_tflops else None
   print(f"{jax.device_count()} x {jax.devices()[0].device_kind}, jax {jax.__version__}")
   if config is not None:
-    print(f"--config={args.config}: {describe_config(config, args.mode)}")
+    print(f"--config={flag_values['config'].config_filename}: {describe_config(config, mode)}")
     print(HEADER)
-    batch = config.batch if args.mode == "train" else config.batch_eval
-    key = dict(model=config.model_name, mode=args.mode, batch=batch, image_size=config.pp.crop,
+    batch = config.batch if mode == "train" else config.batch_eval
+    key = dict(model=config.model_name, mode=mode, batch=batch, image_size=config.pp.crop,
                dtype=config.dtype)
-    run_and_print(lambda: run_config(config, args.mode, args.steps, peak), key, args.json)
+    run_and_print(lambda: throughput.run_config(config, mode, steps, peak), key, json_path)
     return
-  configs = SUITE if args.suite else [(args.model, args.mode, args.image_size)]
+  batch, dtype = flag_values.batch, flag_values.dtype
+  fast_paths = dict(attention_impl=flag_values.attention, remat_policy=flag_values.remat,
+                    scan_layers=flag_values.scan,
+                    unpadded_inference=not flag_values.padded_inference)
+  configs = SUITE if flag_values.suite else [(model, mode, flag_values.image_size)]
   print(HEADER)
   started = time.time()
   for model, mode, size in configs:
-    if time.time() - started > args.time_budget:
-      print(f"time budget of {args.time_budget:.0f} s spent; skipping the rest")
+    if time.time() - started > flag_values.time_budget:
+      print(f"time budget of {flag_values.time_budget:.0f} s spent; skipping the rest")
       break
-    key = dict(model=model, mode=mode, batch=args.batch, image_size=size, dtype=args.dtype)
-    run_and_print(lambda: run(model, mode, args.batch, size, args.dtype, args.steps, args.mesh,
-                              peak, attention_impl=args.attention, remat_policy=args.remat,
-                              scan_layers=args.scan,
-                              unpadded_inference=not args.padded_inference), key, args.json)
+    key = dict(model=model, mode=mode, batch=batch, image_size=size, dtype=dtype)
+    run_and_print(lambda: throughput.run(model, mode, batch, size, dtype, steps, mesh, peak,
+                                         **fast_paths), key, json_path)
 
 
 def run_and_print(measure_fn, key: dict, json_path: Optional[str]) -> None:
@@ -390,4 +225,4 @@ def describe_config(config: ml_collections.ConfigDict, mode: str) -> str:
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main, define_flags)

@@ -162,6 +162,22 @@ def define_or_exit(define_flags: Callable[..., None],
     flag_error(e)
 
 
+def with_exit_codes(main: Callable[..., Any]) -> Callable[..., Any]:
+  """`main` ending as every command ends (see the docstring): a usage mistake, a user error
+  and Ctrl-C each one line, exit 2, 1 and 130. run() calls mains through it, and so can a
+  test that runs a command in its own process."""
+  @functools.wraps(main)
+  def run_main(*args, **kwargs):
+    try:
+      return command(main)(*args, **kwargs)
+    except UsageError as e:  # absl would print the whole help text before it
+      fail(f"{one_line(e)} (--help shows the usage)", code=2)
+    except KeyboardInterrupt as e:  # Ctrl-C: one line, not a traceback; the shell's 130
+      print(f"interrupted{': ' + one_line(e) if e.args else ''}", file=sys.stderr)
+      sys.exit(INTERRUPTED_EXIT_CODE)
+  return run_main
+
+
 def run(main: Callable[[List[str]], Any], define_flags: Callable[..., None] = None,
         flags_parser: Callable[[List[str]], Any] = parse_flags) -> None:
   """Defines the command's flags, then app.run(main) with this module's rules (see the
@@ -172,12 +188,6 @@ def run(main: Callable[[List[str]], Any], define_flags: Callable[..., None] = No
 
   def quiet_main(argv):
     console.quiet_libraries(flags.FLAGS["verbosity"].present)
-    try:
-      return command(main)(argv)
-    except UsageError as e:  # absl would print the whole help text before it
-      fail(f"{one_line(e)} (--help shows the usage)", code=2)
-    except KeyboardInterrupt as e:  # Ctrl-C: one line, not a traceback; the shell's 130
-      print(f"interrupted{': ' + one_line(e) if e.args else ''}", file=sys.stderr)
-      sys.exit(INTERRUPTED_EXIT_CODE)
+    return with_exit_codes(main)(argv)
 
   app.run(quiet_main, flags_parser=flags_parser)

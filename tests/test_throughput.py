@@ -1,0 +1,42 @@
+"""The measurements in CI-sized form: they run, and the FLOP count agrees with XLA's."""
+
+import jax
+import pytest
+
+from vit_jax import benchmark, objectives, sharding, throughput
+from vit_jax.models import zoo
+
+
+def test_b16_training_flops_match_the_published_count():
+  forward = throughput.forward_flops_per_image(zoo.create_model("ViT-B_16", num_classes=1000),
+                                               224)
+  assert 3 * forward / 1e9 == pytest.approx(105.4, abs=0.1)
+
+
+@pytest.mark.parametrize("mode", ["train", "infer"])
+def test_smoke_run(mode):
+  result = throughput.run("ViT-Ti_16", mode, batch=2, image_size=64, steps=2, num_layers=2)
+  assert result["img_per_sec"] > 0 and result["compile_s"] > 0
+  assert 0 < result["mfu"] < 1 and result["mib_per_device"] > 0
+  # Analytic matmul FLOPs vs XLA's count (which adds softmax, norms, optimizer).
+  assert 0.7 < result["xla_gflop_per_image"] / result["gflop_per_image"] < 1.5
+
+
+def test_config_times_the_step_that_trains_its_objective_with_polyak():
+  """benchmark --config once built its own state, without the Polyak average, and minimised
+  the classification loss whatever config.objective said: the state must carry the
+  average, and the step's loss must be the configured objective's (here MPP)."""
+  config = benchmark.load_config("configs/mpp.py:digits", [
+      "--config.polyak_decay=0.9", "--config.batch=8", "--config.accum_steps=1"])
+  objective = objectives.get(config)
+  module, _ = objective.create_model(config, 10, load_pretrained=False)
+  mesh = sharding.make_mesh({"data": 1}, jax.devices()[:1])
+  step, (state, batch, rng) = throughput.step_function(module, "train", mesh, 8,
+                                                       config.pp.crop, config)
+  assert state.polyak is not None
+  params = jax.device_get(state.params)
+  key = jax.random.fold_in(jax.random.fold_in(rng, 0), 0)  # step 0, micro-batch 0
+  expected = objective.make_batch_loss(module, config)(params, jax.device_get(batch), key)
+  state, step_metrics = step(state, batch, rng)
+  assert float(step_metrics["loss"]) == pytest.approx(float(expected), rel=1e-5)
+  assert state.polyak is not None
