@@ -33,6 +33,18 @@ RELEASED_FIXTURES = REPO.parent / "shared" / "fixtures" / "released_format"
 TINY = dict(patch_size=4, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=2)
 
 
+def pytest_configure(config):
+  config.addinivalue_line("markers", "long: a module of real-process runs that takes a minute "
+                          "or more; such modules start first")
+
+
+def pytest_collection_modifyitems(items):
+  """Modules marked `long` run first, each still in one piece (its module-scoped runs set
+  up once): with xdist's work stealing, a long module that starts last leaves the other
+  worker idle until it ends."""
+  items[:] = sorted(items, key=lambda item: item.get_closest_marker("long") is None)
+
+
 @pytest.fixture(scope="module")
 def gcs(tmp_path_factory):
   """A Cloud Storage emulator on 127.0.0.1 for one test module (tests/gcs_emulator.py);
