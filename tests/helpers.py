@@ -1,6 +1,7 @@
 """Helpers shared by several test modules: small configs, generated image folders and
 files, metrics readers (pytest fixtures live in conftest.py)."""
 
+import functools
 import importlib.util
 import io
 import json
@@ -46,9 +47,23 @@ def demo_config(**overrides):
 
 
 def demo_args(**overrides):
-  """`python -m vit_jax.main` flags for the same run as demo_config(**overrides)."""
-  return ["--config=configs/demo.py"] + [f"--config.{key}={value}" for key, value
-                                         in {**DEMO_SETTINGS, **overrides}.items()]
+  """`python -m vit_jax.main` flags for the same run as demo_config(**overrides), from any
+  working directory."""
+  return [f"--config={CONFIG_DIR / 'demo.py'}"] + [
+      f"--config.{key}={value}" for key, value in {**DEMO_SETTINGS, **overrides}.items()]
+
+
+def run_command(command, *args):
+  """`python -m vit_jax.<command> ARGS` in this process: the command's flags on their own
+  FlagValues, parsed and ended by vit_jax.cli as cli.run does (a usage mistake: one line,
+  SystemExit(2); a user error: one line, SystemExit(1); Ctrl-C: SystemExit(130)). For
+  tests whose subject is not the process itself (signals, its exit status, its startup)."""
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  from vit_jax import cli  # pylint: disable=import-outside-toplevel
+  argv = [command.__name__, *args]  # config_flags defines a --config.KEY flag per override
+  flag_values = flags.FlagValues()
+  cli.define_or_exit(functools.partial(command.define_flags, sys_argv=argv), flag_values)
+  return cli.with_exit_codes(command.main)(cli.parse_flags(argv, flag_values), flag_values)
 
 
 def subprocess_env(devices=None, **extra):
