@@ -7,6 +7,7 @@ import io
 import json
 import os
 import pathlib
+import sys
 import urllib.request
 
 import ml_collections
@@ -64,6 +65,53 @@ def run_command(command, *args):
   flag_values = flags.FlagValues()
   cli.define_or_exit(functools.partial(command.define_flags, sys_argv=argv), flag_values)
   return cli.with_exit_codes(command.main)(cli.parse_flags(argv, flag_values), flag_values)
+
+
+RUN_END = "== exit "  # what run_in_one_process writes after each run
+
+
+def run_in_one_process(module_name, runs):
+  """Runs `python -m MODULE ARGS` for each ARGS in `runs`, one after another in this process,
+  set up as cli.run sets up a command (third-party logging quiet); after each run writes
+  `== exit CODE; checkpoints: NAMES` (what its --workdir's checkpoints/ holds) on stderr.
+  One process start (seconds: TensorFlow, jax) then serves several runs of a command."""
+  from vit_jax import cli  # pylint: disable=import-outside-toplevel
+  command = importlib.import_module(module_name)
+
+  def run_all(argv):
+    del argv
+    for args in runs:
+      try:
+        run_command(command, *args)
+        code = 0
+      except SystemExit as e:
+        code = e.code
+      workdir = [arg.split("=", 1)[1] for arg in args if arg.startswith("--workdir=")][-1]
+      checkpoints = os.path.join(workdir, "checkpoints")
+      names = sorted(os.listdir(checkpoints), key=lambda name: (len(name), name)) if (
+          os.path.isdir(checkpoints)) else []
+      print(f"{RUN_END}{code}; checkpoints: {' '.join(names)}", file=sys.stderr, flush=True)
+  sys.argv = sys.argv[:1]  # the runs' flags are their own
+  cli.run(run_all)
+
+
+def one_process_command(module_name, runs):
+  """The command line of a process that runs `runs` (see run_in_one_process)."""
+  return [sys.executable, __file__, module_name, json.dumps(runs)]
+
+
+def split_runs(output):
+  """run_in_one_process's output -> [(exit code, checkpoint names, the run's own output)];
+  the first run's output starts with what the process printed while it started."""
+  results, lines = [], []
+  for line in output.splitlines(keepends=True):
+    if line.startswith(RUN_END):
+      code, names = line[len(RUN_END):].split("; checkpoints:")
+      results.append((int(code), names.split(), "".join(lines)))
+      lines = []
+    else:
+      lines.append(line)
+  return results
 
 
 def subprocess_env(devices=None, **extra):
@@ -140,3 +188,7 @@ def corrupt_jpeg() -> bytes:
   scan = encoded.index(b"\xff\xda")
   scan += 2 + int.from_bytes(encoded[scan + 2:scan + 4], "big")  # the scan header's end
   return encoded[:scan + (len(encoded) - scan) // 3] + b"\xff\xd9"
+
+
+if __name__ == "__main__":  # python tests/helpers.py MODULE '[[ARGS...], ...]'
+  run_in_one_process(sys.argv[1], json.loads(sys.argv[2]))
