@@ -131,6 +131,20 @@ def read_metrics(workdir):
   return metrics.read_rows(str(workdir))
 
 
+def load_params(workdir):
+  """The run's params.npz as {flattened name: array}."""
+  with np.load(os.path.join(workdir, "params.npz")) as f:
+    return {k: f[k] for k in f.files}
+
+
+def assert_params_close(ours, reference):
+  """Two runs of one job on other device layouts or processes: <= 1e-4 relative; the
+  absolute floor covers the key biases, whose gradient is zero in exact arithmetic
+  (softmax ignores them), so they hold only float noise."""
+  for key, value in reference.items():
+    np.testing.assert_allclose(ours[key], value, rtol=1e-4, atol=1e-5, err_msg=key)
+
+
 def make_config(dataset="digits", **pp) -> ml_collections.ConfigDict:
   """The keys open_dataset reads; small BiT crops keep the tests fast."""
   return ml_collections.ConfigDict({

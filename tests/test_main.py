@@ -1,4 +1,4 @@
-"""The command line: one `error:` line for mistakes, and a short real run."""
+"""The command line: one `error:` line for mistakes, and a short real run on each mesh."""
 
 import json
 import os
@@ -8,13 +8,22 @@ import sys
 import pytest
 
 from conftest import REPO
-from helpers import demo_args, subprocess_env
+from helpers import (assert_params_close, demo_args, demo_config, load_params,
+                     one_process_command, split_runs, subprocess_env)
+from vit_jax import train
+
+# The shared demo run (helpers.DEMO_SETTINGS), evaluated and saved once, at its end.
+AT_THE_END = dict(eval_every=6, checkpoint_every=6)
+MESHES = {"data8": [], "data4_fsdp2": ["--config.mesh.data=4", "--config.mesh.fsdp=2"],
+          "data2_tensor4": ["--config.mesh.data=2", "--config.mesh.tensor=4"]}
+MISTAKES_ON_8_DEVICES = {"tensor8": ["--config.mesh.data=1", "--config.mesh.tensor=8"],
+                         "batch12": ["--config.batch=12"]}
 
 
-def run_main(*args, devices=1, timeout=300):
+def run_main(*args, timeout=300):
   return subprocess.run([sys.executable, "-m", "vit_jax.main", *args], cwd=REPO,
-                        env=subprocess_env(devices),
-                        capture_output=True, text=True, timeout=timeout)
+                        env=subprocess_env(devices=1), capture_output=True, text=True,
+                        timeout=timeout)
 
 
 def error_lines(result):
@@ -29,44 +38,72 @@ def test_config_key_typo(tmp_path):
   assert "Traceback" not in result.stderr
 
 
-def test_tensor_axis_must_divide_the_heads(tmp_path):
-  result = run_main("--config=configs/demo.py", f"--workdir={tmp_path}",
-                    "--config.mesh.data=1", "--config.mesh.tensor=8", devices=8)
-  assert result.returncode == 1
-  [line] = error_lines(result)
+@pytest.fixture(name="runs_on_8_devices", scope="module")
+def fixture_runs_on_8_devices(tmp_path_factory):
+  """The command's runs that need 8 devices, one after another in one process (each
+  process start costs seconds; helpers.run_in_one_process): the short demo run on each
+  mesh, the first also showing what the process printed while it started, then two
+  mistakes. name -> (exit code, what the run printed, its workdir)."""
+  root = tmp_path_factory.mktemp("eight_devices")
+  runs = {**{name: [*demo_args(**AT_THE_END), *mesh] for name, mesh in MESHES.items()},
+          **{name: ["--config=configs/demo.py", *mistake]
+             for name, mistake in MISTAKES_ON_8_DEVICES.items()}}
+  workdirs = {name: root / name for name in runs}
+  workdirs["batch12"].mkdir()  # an existing, empty workdir: a refused run adds nothing
+  done = subprocess.run(one_process_command("vit_jax.main", [
+      [*args, f"--workdir={workdirs[name]}"] for name, args in runs.items()]), cwd=REPO,
+                        env=subprocess_env(8), capture_output=True, text=True, timeout=600)
+  ended = split_runs(done.stderr)
+  assert done.returncode == 0 and len(ended) == len(runs), done.stderr[-3000:]
+  return {name: (code, printed, workdirs[name])
+          for name, (code, _, printed) in zip(runs, ended)}
+
+
+@pytest.fixture(name="one_device_params", scope="module")
+def fixture_one_device_params(tmp_path_factory):
+  """The parameters of the same demo run on one device (this process)."""
+  workdir = str(tmp_path_factory.mktemp("one_device"))
+  train.train_and_evaluate(demo_config(**AT_THE_END), workdir)
+  return load_params(workdir)
+
+
+def mistake_line(runs_on_8_devices, name):
+  code, printed, _ = runs_on_8_devices[name]
+  assert code == 1, printed[-2000:]
+  [line] = [line for line in printed.splitlines() if line.startswith("error:")]
+  return line
+
+
+def test_tensor_axis_must_divide_the_heads(runs_on_8_devices):
+  line = mistake_line(runs_on_8_devices, "tensor8")
   assert "mesh tensor=8 does not divide the model's 4 heads" in line
 
 
-def test_batch_not_divisible_by_devices(tmp_path):
-  result = run_main("--config=configs/demo.py", f"--workdir={tmp_path}", "--config.batch=12",
-                    devices=8)
-  assert result.returncode == 1
-  [line] = error_lines(result)
+def test_batch_not_divisible_by_devices(runs_on_8_devices):
+  line = mistake_line(runs_on_8_devices, "batch12")
   assert "config.batch=12 is not divisible by the 8 data-parallel devices" in line
-  assert os.listdir(tmp_path) == []
+  assert os.listdir(runs_on_8_devices["batch12"][2]) == []
 
 
-@pytest.mark.parametrize("mesh", [[], ["--config.mesh.data=4", "--config.mesh.fsdp=2"],
-                                  ["--config.mesh.data=2", "--config.mesh.tensor=4"]],
-                         ids=["data8", "data4_fsdp2", "data2_tensor4"])
-def test_short_demo_run_on_8_devices(tmp_path, mesh):
-  # The shared demo run (helpers.DEMO_SETTINGS): data8 compiles what test_multiprocess's
-  # 8-device run compiles.
-  result = run_main(*demo_args(eval_every=6), f"--workdir={tmp_path}", *mesh, devices=8)
-  assert result.returncode == 0, result.stderr[-2000:]
-  assert "img/s/device" in result.stderr and "ETA" in result.stderr
-  final = json.loads((tmp_path / "final_metrics.json").read_text())
+@pytest.mark.parametrize("mesh", MESHES)
+def test_short_demo_run_on_8_devices(runs_on_8_devices, one_device_params, mesh):
+  code, stderr, workdir = runs_on_8_devices[mesh]
+  assert code == 0, stderr[-2000:]
+  assert "img/s/device" in stderr and "ETA" in stderr
+  final = json.loads((workdir / "final_metrics.json").read_text())
   assert final["eval/examples"] == 300
   # The console: what a user needs, no library chatter, and a summary naming the outputs.
   for noise in ("checkpoint_manager", "Unable to initialize backend", "oneDNN", "Total:",
                 "Hyperparameters"):
-    assert noise not in result.stderr, noise
-  assert len(result.stderr.splitlines()) < 20, result.stderr
-  summary = result.stderr[result.stderr.index("done: trained steps 1-6 of 6"):]
+    assert noise not in stderr, noise
+  assert len(stderr.splitlines()) < 20, stderr
+  summary = stderr[stderr.index("done: trained steps 1-6 of 6"):]
   assert f"eval accuracy {final['eval/accuracy']:.4f}" in summary
   for path in ("params.npz", "metrics.jsonl", "checkpoints"):
-    assert str(tmp_path / path) in summary
-  assert f"tensorboard --logdir={tmp_path}" in summary
+    assert str(workdir / path) in summary
+  assert f"tensorboard --logdir={workdir}" in summary
+  # The mesh trains what one device trains (two processes of 4 devices: test_multiprocess).
+  assert_params_close(load_params(workdir), one_device_params)
 
 
 @pytest.mark.parametrize("args, message", [
