@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 from absl import flags
 
 from conftest import RELEASED_FIXTURES, REPO
