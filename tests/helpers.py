@@ -1,12 +1,13 @@
 """Helpers shared by several test modules: small configs, generated image folders and
 files, metrics readers (pytest fixtures live in conftest.py)."""
 
-import functools
+import contextlib
 import importlib.util
 import io
 import json
 import os
 import pathlib
+import subprocess
 import sys
 import urllib.request
 
@@ -54,17 +55,47 @@ def demo_args(**overrides):
       f"--config.{key}={value}" for key, value in {**DEMO_SETTINGS, **overrides}.items()]
 
 
-def run_command(command, *args):
-  """`python -m vit_jax.<command> ARGS` in this process: the command's flags on their own
-  FlagValues, parsed and ended by vit_jax.cli as cli.run does (a usage mistake: one line,
-  SystemExit(2); a user error: one line, SystemExit(1); Ctrl-C: SystemExit(130)). For
-  tests whose subject is not the process itself (signals, its exit status, its startup)."""
+def subprocess_env(devices=None, **extra):
+  """The environment of a command a test starts: this checkout's code, TensorFlow quiet,
+  the test XLA flags set in conftest, and `devices` CPU devices when given."""
+  env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3", **extra}
+  if devices:
+    flags = [flag for flag in os.environ.get("XLA_FLAGS", "").split()
+             if not flag.startswith("--xla_force_host_platform_device_count")]
+    env["XLA_FLAGS"] = " ".join(flags + [f"--xla_force_host_platform_device_count={devices}"])
+  return env
+
+
+def exit_code_in_process(command, *args) -> int:
+  """`python -m <command> ARGS` in this process (`command`: the module with main and
+  define_flags), parsed and ended by vit_jax.cli as cli.run does: a usage mistake exits 2, a
+  user error 1, each with one `error:` line, Ctrl-C 130; a bug raises here. Its flags live on
+  their own FlagValues (config_flags defines a --config.KEY flag for each override in
+  sys.argv, so ARGS stand in sys.argv meanwhile). Its output goes where this process's
+  goes; returns the exit status."""
   from absl import flags  # pylint: disable=import-outside-toplevel
   from vit_jax import cli  # pylint: disable=import-outside-toplevel
-  argv = [command.__name__, *args]  # config_flags defines a --config.KEY flag per override
+  argv = [command.__name__, *map(str, args)]
   flag_values = flags.FlagValues()
-  cli.define_or_exit(functools.partial(command.define_flags, sys_argv=argv), flag_values)
-  return cli.with_exit_codes(command.main)(cli.parse_flags(argv, flag_values), flag_values)
+  saved_argv, sys.argv = sys.argv, argv
+  try:
+    cli.define_or_exit(command.define_flags, flag_values)
+    cli.with_exit_codes(command.main)(cli.parse_flags(argv, flag_values), flag_values)
+    return 0
+  except SystemExit as e:
+    return e.code
+  finally:
+    sys.argv = saved_argv
+
+
+def run_in_process(command, *args) -> subprocess.CompletedProcess:
+  """exit_code_in_process with the command's stdout and stderr caught, as a process's.
+  Seconds cheaper than a process; keep one real process per command line."""
+  stdout, stderr = io.StringIO(), io.StringIO()
+  with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+    code = exit_code_in_process(command, *args)
+  return subprocess.CompletedProcess([command.__name__, *map(str, args)], code,
+                                     stdout.getvalue(), stderr.getvalue())
 
 
 RUN_END = "== exit "  # what run_in_one_process writes after each run
@@ -81,11 +112,7 @@ def run_in_one_process(module_name, runs):
   def run_all(argv):
     del argv
     for args in runs:
-      try:
-        run_command(command, *args)
-        code = 0
-      except SystemExit as e:
-        code = e.code
+      code = exit_code_in_process(command, *args)
       workdir = [arg.split("=", 1)[1] for arg in args if arg.startswith("--workdir=")][-1]
       checkpoints = os.path.join(workdir, "checkpoints")
       names = sorted(os.listdir(checkpoints), key=lambda name: (len(name), name)) if (
@@ -112,17 +139,6 @@ def split_runs(output):
     else:
       lines.append(line)
   return results
-
-
-def subprocess_env(devices=None, **extra):
-  """The environment of a command a test starts: this checkout's code, TensorFlow quiet,
-  the test XLA flags set in conftest, and `devices` CPU devices when given."""
-  env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3", **extra}
-  if devices:
-    flags = [flag for flag in os.environ.get("XLA_FLAGS", "").split()
-             if not flag.startswith("--xla_force_host_platform_device_count")]
-    env["XLA_FLAGS"] = " ".join(flags + [f"--xla_force_host_platform_device_count={devices}"])
-  return env
 
 
 def read_metrics(workdir):

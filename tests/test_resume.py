@@ -3,7 +3,7 @@ command resumes and ends with the parameters of an uninterrupted run.
 
 The runs that receive the signals (and the full disk's) are real processes; the other runs
 of the same command (refused, resumed) run in this process through the command's own
-parsing and endings (helpers.run_command): a process start costs seconds."""
+parsing and endings (helpers.run_in_process): a process start costs seconds."""
 
 import logging
 import os
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from helpers import (demo_args, demo_config, one_process_command, read_metrics, run_command,
+from helpers import (demo_args, demo_config, one_process_command, read_metrics, run_in_process,
                      split_runs, subprocess_env)
 from vit_jax import main, train
 
@@ -45,16 +45,10 @@ def finish(process, workdir, timeout=300):
   return process.returncode, open(f"{workdir}.log").read()
 
 
-def run_here(workdir, capsys, **settings):
+def run_here(workdir, **settings):
   """The same command in this process: its exit code and what it printed."""
-  capsys.readouterr()
-  try:
-    run_command(main, *demo_args(**{**DEMO, **settings}), f"--workdir={workdir}")
-    code = 0
-  except SystemExit as e:
-    code = e.code
-  printed = capsys.readouterr()
-  return code, printed.out + printed.err
+  done = run_in_process(main, *demo_args(**{**DEMO, **settings}), f"--workdir={workdir}")
+  return done.returncode, done.stdout + done.stderr
 
 
 def wait_for(predicate, timeout=240):
@@ -91,14 +85,14 @@ def trained_steps(workdir):
   return sum("train/loss" in row for row in read_metrics(workdir))
 
 
-def test_a_second_run_is_refused_and_sigterm_saves_the_current_step(tmp_path, capsys):
+def test_a_second_run_is_refused_and_sigterm_saves_the_current_step(tmp_path):
   workdir = str(tmp_path / "run")
   process = start_main(workdir, **UNTIL_STOPPED)
   wait_for(lambda: trained_steps(workdir) >= 3)
   # The same workdir from a second process (this one), with another config: refused,
   # nothing touched.
   config_before = open(os.path.join(workdir, "config.json")).read()
-  code, second = run_here(workdir, capsys, base_lr=0.1)
+  code, second = run_here(workdir, base_lr=0.1)
   assert code == 1
   assert second.strip().splitlines() == [
       line for line in second.splitlines() if line.startswith("error: ")]
@@ -112,8 +106,7 @@ def test_a_second_run_is_refused_and_sigterm_saves_the_current_step(tmp_path, ca
   assert f"saved the checkpoint of step {steps[0]}" in stderr
 
 
-def test_ctrl_c_saves_the_current_step_and_a_second_one_aborts_at_once(tmp_path, capsys,
-                                                                        caplog):
+def test_ctrl_c_saves_the_current_step_and_a_second_one_aborts_at_once(tmp_path, caplog):
   workdir = str(tmp_path / "run")
   process = start_main(workdir, **UNTIL_STOPPED)
   wait_for(lambda: trained_steps(workdir) >= 3)
@@ -131,7 +124,7 @@ def test_ctrl_c_saves_the_current_step_and_a_second_one_aborts_at_once(tmp_path,
   # A resume that cannot restore (another model size): one line, nothing else (no library
   # warning either: a command shows those), nothing lost.
   with caplog.at_level(logging.WARNING):
-    code, output = run_here(workdir, capsys, **{"model.hidden_size": 32})
+    code, output = run_here(workdir, **{"model.hidden_size": 32})
   assert code == 1 and len(output.splitlines()) == 1, output[-3000:]
   assert not caplog.records, caplog.text
   assert output.startswith(f"error: cannot resume: no checkpoint in {workdir}/checkpoints "
@@ -152,7 +145,7 @@ def test_ctrl_c_saves_the_current_step_and_a_second_one_aborts_at_once(tmp_path,
   assert set(steps) <= set(checkpoint_steps(workdir))  # nothing lost
 
 
-def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path, capsys):
+def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path):
   common = dict(**SHORT, checkpoint_every=4)
   reference_dir, killed_dir = str(tmp_path / "reference"), str(tmp_path / "killed")
   killed = start_main(killed_dir, **common)
@@ -163,7 +156,7 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path, capsys):
   # (compiled by now, so they come from the persistent cache), saved only at its end.
   train.train_and_evaluate(demo_config(**DEMO, **SHORT, checkpoint_every=SHORT["total_steps"]),
                            reference_dir)
-  code, stderr = run_here(killed_dir, capsys, **common)  # the rerun, after a dead owner
+  code, stderr = run_here(killed_dir, **common)  # the rerun, after a dead owner
   assert code == 0, stderr[-2000:]
   resumed_from = int(stderr.split("resumed from step ")[1].split()[0])
   assert 4 <= resumed_from < 40  # the kill landed mid-run, after a checkpoint

@@ -14,13 +14,11 @@ from vit_jax import cli, console
 FLAGS = flags.FLAGS
 
 
-def define_flags(flag_values: flags.FlagValues = FLAGS, sys_argv=None) -> None:
-  """The command's flags; not defined on import, so importers' flags stay their own.
-  sys_argv: the command line to be parsed, if not sys.argv (config_flags defines a
-  --config.KEY flag for each override in it)."""
+def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+  """The command's flags; not defined on import, so importers' flags stay their own."""
   define = dict(flag_values=flag_values)
   config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py[:arg]).",
-                                  lock_config=True, sys_argv=sys_argv, **define)
+                                  lock_config=True, **define)
   flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and params.npz go.", **define)
   flags.DEFINE_string("coordinator_address", None,
                       "HOST:PORT of process 0, to train with several processes (hosts).", **define)
