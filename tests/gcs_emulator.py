@@ -9,8 +9,10 @@ so does our lock, so this launcher adds exactly those to the emulator's handlers
 412 when a generation precondition fails, 304 when a download's generation is unchanged,
 the generation headers on downloads. It also parses multipart uploads exactly: the
 emulator's email parser drops a line-break byte that ends the content (about one random
-upload in a hundred arrived one byte short), which real GCS never does. Everything else
-is the emulator as published.
+upload in a hundred arrived one byte short), which real GCS never does. And it serves
+the Objects: move call (POST .../o/NAME/moveTo/o/NEW_NAME) that gcsfs tries first for every
+rename: the emulator answered 501, which gcsfs retries as a server error for about 30 s
+before it falls back to copy and delete. Everything else is the emulator as published.
 
 Run as a script: python gcs_emulator.py PORT DATA_DIR BUCKET
 """
@@ -168,6 +170,28 @@ def _exact_multipart_uploads(server) -> None:
   server._read_data = exact_read_data  # pylint: disable=protected-access
 
 
+def _move_objects(server) -> None:
+  """Objects: move within a bucket (a copy under the new name, then the old one deleted),
+  answered like GCS: the moved object's resource, or 404 when the source is missing."""
+  from gcp_storage_emulator.exceptions import NotFound  # pylint: disable=import-outside-toplevel
+  from gcp_storage_emulator.handlers import objects  # pylint: disable=import-outside-toplevel
+
+  def move(request, response, storage, *args, **kwargs):
+    bucket, name = request.params["bucket_name"], request.params["object_id"]
+    try:
+      moved = objects._copy(request.base_url, storage, bucket, name, bucket,  # pylint: disable=protected-access
+                            request.params["dest_object_id"])
+      storage.delete_file(bucket, name)
+    except NotFound:
+      response.status = HTTPStatus.NOT_FOUND
+      return
+    response.json(moved)
+
+  route = (r"^/storage/v1/b/(?P<bucket_name>[-.\w]+)/o/(?P<object_id>.*[^/]+)/moveTo/o/"
+           r"(?P<dest_object_id>.*[^/]+)$", {"POST": move})
+  server.HANDLERS = (route, *server.HANDLERS)  # looked up per request, first match wins
+
+
 def _serve(port: int, data_dir: str, bucket: str) -> None:
   # SIGTERM (Emulator.stop) ends the server between requests, as the emulator's own Ctrl-C
   # does: killed mid-request it could leave its metadata file half written, which a
@@ -176,6 +200,7 @@ def _serve(port: int, data_dir: str, bucket: str) -> None:
   _add_preconditions()
   from gcp_storage_emulator import server  # pylint: disable=import-outside-toplevel
   _exact_multipart_uploads(server)
+  _move_objects(server)
   storage_dir = os.path.join(data_dir, "storage")
   fresh = not os.path.exists(storage_dir)
   os.makedirs(storage_dir, exist_ok=True)
