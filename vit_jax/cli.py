@@ -207,19 +207,24 @@ def run(main: Callable[[List[str]], Any], define_flags: Callable[..., None] = No
 def exit_despite_threads(code: int) -> None:
   """Ends a command that failed now, even if a thread a library started still runs.
 
-  Python waits for every non-daemon thread before it exits. When an orbax save fails in
-  the background (e.g. the store stopped answering while it created the step's folder),
-  the save's other threads wait up to 5 minutes for a signal that never comes, so the
-  error line would be followed by minutes of silence. By the time an error ends a command
-  its own work has been waited for (or saved), so such threads only get a short grace;
-  the exit handlers (jax's shutdown) still run. Returns if no thread is left."""
+  Python waits for every non-daemon thread before it exits. When the store stops
+  answering during an orbax save, the save's threads wait up to 5 minutes for a step
+  that failed, or retry their writes for many minutes (tensorstore), so the error line
+  would be followed by minutes of silence. By the time an error ends a command, the work
+  it still needed has been waited for (a save that can finish has), so such threads only
+  get a short grace; the exit handlers (jax's shutdown) still run. Returns if no thread
+  is left."""
   deadline = time.monotonic() + THREADS_GRACE_S
-  others = [t for t in threading.enumerate() if t is not threading.current_thread()
-            and not t.daemon]
-  for thread in others:
-    thread.join(max(0.0, deadline - time.monotonic()))
-  if any(thread.is_alive() for thread in others):
+  while _other_threads() and time.monotonic() < deadline:
+    time.sleep(0.05)  # not join(): orbax's threads override it (and raise from it)
+  if _other_threads():
     atexit._run_exitfuncs()  # pylint: disable=protected-access
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # pylint: disable=protected-access
+
+
+def _other_threads() -> List[threading.Thread]:
+  """The live threads Python would wait for at exit, besides this one."""
+  return [t for t in threading.enumerate() if t is not threading.current_thread()
+          and not t.daemon and t.is_alive()]
