@@ -1,5 +1,6 @@
 """The tests' Cloud Storage: gcp-storage-emulator (from PyPI) on 127.0.0.1, in a process of
-its own so that a test can stop it mid-run and start it again on the same data.
+its own; a `Link` relays one job's connections to it, so that a test can cut that job off
+the store mid-run while the emulator goes on serving the others.
 
 The emulator serves the JSON API that gcsfs and tensorstore speak, but ignores the
 request preconditions (ifGenerationMatch / ifGenerationNotMatch) and sends no
@@ -23,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from http import HTTPStatus
 
@@ -69,6 +71,65 @@ class Emulator:
     """Stops serving after the request in progress (clients then get connection refused)."""
     self._process.terminate()
     self._process.wait(timeout=30)
+
+
+class Link:
+  """A TCP relay from a port of its own to the emulator. A job whose `env` points at it
+  loses the store when the link is `cut()`: its open connections are reset and new ones
+  refused, as when a network drops, while others still reach the emulator directly."""
+
+  def __init__(self, emulator: Emulator):
+    self._target = ("127.0.0.1", emulator.port)
+    self._listener = socket.create_server(("127.0.0.1", 0))
+    endpoint = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+    self.env = {**emulator.env, "STORAGE_EMULATOR_HOST": endpoint,
+                "TENSORSTORE_GCS_HTTP_URL": endpoint}
+    self._sockets, self._lock, self._cut = [], threading.Lock(), False
+    threading.Thread(target=self._accept, daemon=True).start()
+
+  def _accept(self) -> None:
+    while True:
+      try:
+        client, _ = self._listener.accept()
+      except OSError:  # cut
+        return
+      upstream = socket.create_connection(self._target)
+      with self._lock:
+        self._sockets += [client, upstream]
+        if self._cut:  # accepted just as the link was cut
+          self._close_all()
+          return
+      for source, sink in ((client, upstream), (upstream, client)):
+        threading.Thread(target=_relay, args=(source, sink), daemon=True).start()
+
+  def cut(self) -> None:
+    with self._lock:
+      if self._cut:
+        return
+      self._cut = True
+      self._listener.shutdown(socket.SHUT_RDWR)  # wakes accept()
+      self._listener.close()
+      self._close_all()
+
+  def _close_all(self) -> None:
+    for sock in self._sockets:
+      try:
+        sock.shutdown(socket.SHUT_RDWR)
+      except OSError:
+        pass
+      sock.close()
+
+
+def _relay(source: socket.socket, sink: socket.socket) -> None:
+  try:
+    while True:
+      data = source.recv(1 << 16)
+      if not data:
+        sink.shutdown(socket.SHUT_WR)  # the sender finished: pass its end on
+        return
+      sink.sendall(data)
+  except OSError:  # the link was cut, or the other side went away
+    pass
 
 
 def _add_preconditions():
