@@ -110,9 +110,11 @@ def cut_off(gcs, logs):
   run = start(workdir, *LONG_RUN, tag="outage", env=link.env)
 
   def cut_after_the_first_checkpoint():
-    while run.poll() is None and not checkpoint_steps(workdir):
-      time.sleep(0.3)
-    link.cut()
+    try:
+      while run.poll() is None and not checkpoint_steps(workdir):
+        time.sleep(0.3)
+    finally:
+      link.cut()
 
   cutter = threading.Thread(target=cut_after_the_first_checkpoint, daemon=True)
   cutter.start()
