@@ -1,11 +1,14 @@
 """Helpers shared by several test modules: small configs, generated image folders and
 files, metrics readers (pytest fixtures live in conftest.py)."""
 
+import contextlib
 import importlib.util
 import io
 import json
 import os
 import pathlib
+import subprocess
+import sys
 import urllib.request
 
 import ml_collections
@@ -46,9 +49,10 @@ def demo_config(**overrides):
 
 
 def demo_args(**overrides):
-  """`python -m vit_jax.main` flags for the same run as demo_config(**overrides)."""
-  return ["--config=configs/demo.py"] + [f"--config.{key}={value}" for key, value
-                                         in {**DEMO_SETTINGS, **overrides}.items()]
+  """`python -m vit_jax.main` flags for the same run as demo_config(**overrides), from any
+  working directory."""
+  return [f"--config={CONFIG_DIR / 'demo.py'}"] + [
+      f"--config.{key}={value}" for key, value in {**DEMO_SETTINGS, **overrides}.items()]
 
 
 def subprocess_env(devices=None, **extra):
@@ -62,10 +66,99 @@ def subprocess_env(devices=None, **extra):
   return env
 
 
+def exit_code_in_process(command, *args) -> int:
+  """`python -m <command> ARGS` in this process (`command`: the module with main and
+  define_flags), parsed and ended by vit_jax.cli as cli.run does: a usage mistake exits 2, a
+  user error 1, each with one `error:` line, Ctrl-C 130; a bug raises here. Its flags live on
+  their own FlagValues (config_flags defines a --config.KEY flag for each override in
+  sys.argv, so ARGS stand in sys.argv meanwhile). Its output goes where this process's
+  goes; returns the exit status."""
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  from vit_jax import cli  # pylint: disable=import-outside-toplevel
+  argv = [command.__name__, *map(str, args)]
+  flag_values = flags.FlagValues()
+  saved_argv, sys.argv = sys.argv, argv
+  try:
+    cli.define_or_exit(command.define_flags, flag_values)
+    cli.with_exit_codes(command.main)(cli.parse_flags(argv, flag_values), flag_values)
+    return 0
+  except SystemExit as e:
+    return e.code
+  finally:
+    sys.argv = saved_argv
+
+
+def run_in_process(command, *args) -> subprocess.CompletedProcess:
+  """exit_code_in_process with the command's stdout and stderr caught, as a process's.
+  Seconds cheaper than a process; keep one real process per command line."""
+  stdout, stderr = io.StringIO(), io.StringIO()
+  with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+    code = exit_code_in_process(command, *args)
+  return subprocess.CompletedProcess([command.__name__, *map(str, args)], code,
+                                     stdout.getvalue(), stderr.getvalue())
+
+
+RUN_END = "== exit "  # what run_in_one_process writes after each run
+
+
+def run_in_one_process(module_name, runs):
+  """Runs `python -m MODULE ARGS` for each ARGS in `runs`, one after another in this process,
+  set up as cli.run sets up a command (third-party logging quiet); after each run writes
+  `== exit CODE; checkpoints: NAMES` (what its --workdir's checkpoints/ holds) on stderr.
+  One process start (seconds: TensorFlow, jax) then serves several runs of a command."""
+  from vit_jax import cli  # pylint: disable=import-outside-toplevel
+  command = importlib.import_module(module_name)
+
+  def run_all(argv):
+    del argv
+    for args in runs:
+      code = exit_code_in_process(command, *args)
+      workdir = [arg.split("=", 1)[1] for arg in args if arg.startswith("--workdir=")][-1]
+      checkpoints = os.path.join(workdir, "checkpoints")
+      names = sorted(os.listdir(checkpoints), key=lambda name: (len(name), name)) if (
+          os.path.isdir(checkpoints)) else []
+      print(f"{RUN_END}{code}; checkpoints: {' '.join(names)}", file=sys.stderr, flush=True)
+  sys.argv = sys.argv[:1]  # the runs' flags are their own
+  cli.run(run_all)
+
+
+def one_process_command(module_name, runs):
+  """The command line of a process that runs `runs` (see run_in_one_process)."""
+  return [sys.executable, __file__, module_name, json.dumps(runs)]
+
+
+def split_runs(output):
+  """run_in_one_process's output -> [(exit code, checkpoint names, the run's own output)];
+  the first run's output starts with what the process printed while it started."""
+  results, lines = [], []
+  for line in output.splitlines(keepends=True):
+    if line.startswith(RUN_END):
+      code, names = line[len(RUN_END):].split("; checkpoints:")
+      results.append((int(code), names.split(), "".join(lines)))
+      lines = []
+    else:
+      lines.append(line)
+  return results
+
+
 def read_metrics(workdir):
   """The run's metrics.jsonl rows, through the package's one reader."""
   from vit_jax.runs import metrics  # pylint: disable=import-outside-toplevel
   return metrics.read_rows(str(workdir))
+
+
+def load_params(workdir):
+  """The run's params.npz as {flattened name: array}."""
+  with np.load(os.path.join(workdir, "params.npz")) as f:
+    return {k: f[k] for k in f.files}
+
+
+def assert_params_close(ours, reference):
+  """Two runs of one job on other device layouts or processes: <= 1e-4 relative; the
+  absolute floor covers the key biases, whose gradient is zero in exact arithmetic
+  (softmax ignores them), so they hold only float noise."""
+  for key, value in reference.items():
+    np.testing.assert_allclose(ours[key], value, rtol=1e-4, atol=1e-5, err_msg=key)
 
 
 def make_config(dataset="digits", **pp) -> ml_collections.ConfigDict:
@@ -125,3 +218,7 @@ def corrupt_jpeg() -> bytes:
   scan = encoded.index(b"\xff\xda")
   scan += 2 + int.from_bytes(encoded[scan + 2:scan + 4], "big")  # the scan header's end
   return encoded[:scan + (len(encoded) - scan) // 3] + b"\xff\xd9"
+
+
+if __name__ == "__main__":  # python tests/helpers.py MODULE '[[ARGS...], ...]'
+  run_in_one_process(sys.argv[1], json.loads(sys.argv[2]))

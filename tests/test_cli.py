@@ -2,6 +2,7 @@
 absl); user errors are one line, bugs keep their traceback."""
 
 import errno
+import json
 import os
 import subprocess
 import sys
@@ -51,20 +52,32 @@ USAGE_MISTAKES = {
 OTHER_HELP_FLAGS = ["-?", "--helpshort", "--helpfull", "--helpxml"]
 
 
+# The commands whose --help starts without TensorFlow (only how fast the runs are depends
+# on this: see tests/command_runner.py).
+WITHOUT_TENSORFLOW = ("vit_jax.main", "vit_jax.download", "vit_jax.convert", "vit_jax.export")
+
+
 @pytest.fixture(scope="module")
 def helps():
-  """(exit code, whitespace-normalised output) of each run, all started at once: importing
-  TensorFlow and JAX is most of each run's time."""
-  runs = [(command, "--help") for command in COMMANDS]
+  """(exit code, whitespace-normalised stdout and stderr) of each run: a real process for a
+  usage mistake (its one line: no chatter from importing TensorFlow either), all others in
+  one process (tests/command_runner.py: JAX and TensorFlow imported once, then one forked
+  child per run, each running its command as `-m` does)."""
+  runs = list(USAGE_MISTAKES)
+  runs += [(command, "--help") for command in COMMANDS]
   runs += [("vit_jax.download", flag) for flag in OTHER_HELP_FLAGS]
-  runs += list(USAGE_MISTAKES)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", JAX_PLATFORMS="cpu")
-  started = {run: subprocess.Popen([sys.executable, "-m", *run], cwd=REPO, env=env, text=True,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for run in runs}
-  outputs = {run: process.communicate(timeout=300)[0] for run, process in started.items()}
-  return {run: (started[run].returncode, " ".join(output.split()))
-          for run, output in outputs.items()}
+  first = subprocess.Popen([sys.executable, "-m", *runs[0]], cwd=REPO, env=env, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  light = [run for run in runs[1:] if run[0] in WITHOUT_TENSORFLOW]
+  heavy = [run for run in runs[1:] if run[0] not in WITHOUT_TENSORFLOW]
+  done = subprocess.run([sys.executable, str(REPO / "tests" / "command_runner.py")], cwd=REPO,
+                        env=env, text=True, capture_output=True, timeout=300, check=True,
+                        input=json.dumps({"light": light, "heavy": heavy}))
+  first_output = first.communicate(timeout=300)[0]
+  outputs = [(first.returncode, first_output)] + json.loads(done.stdout)
+  return {run: (code, " ".join(output.split()))
+          for run, (code, output) in zip([runs[0]] + light + heavy, outputs)}
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -1,23 +1,25 @@
 """The public commands start from released names through the Hub mirror, offline: the
 Hub and the closed bucket are local servers (tests/hub_server.py). One fine-tuning run of
-vit_jax.main and one predict run as processes; fewshot and vtab through their command
-functions in-process (the same resolution code)."""
+vit_jax.main as a process (the servers reached through the environment it inherits);
+predict, fewshot and vtab through their command functions in-process (the same resolution
+code)."""
 
 import os
 import subprocess
 import sys
 
 import numpy as np
-import pytest
 from absl import flags
 
 from conftest import RELEASED_FIXTURES, REPO
-from vit_jax import fewshot
+from helpers import run_in_process
+from vit_jax import fewshot, predict
 from vit_jax.checkpoints import npz_layout
 from vit_jax.runs import vtab
 from vit_jax.models import posemb
 
-
+# What the released name ViT-Ti_16 is fetched as, through timm's mirror.
+TI16_AUGREG = "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0.npz"
 
 
 def hub_env(hub_servers, tmp_path):
@@ -41,8 +43,7 @@ def test_main_fine_tunes_from_a_released_name_bit_identical(hub_servers, tmp_pat
       timeout=400)
   assert done.returncode == 0, done.stderr[-3000:]
   assert "exact GELU" not in done.stderr
-  start = os.path.join("checkpoints", "augreg",
-                       "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0.npz")
+  start = os.path.join("checkpoints", "augreg", TI16_AUGREG)
   assert (tmp_path / start).is_file()
   with np.load(workdir / "params.npz") as tuned, \
        np.load(RELEASED_FIXTURES / "vit-ti16.npz") as fixture:
@@ -56,15 +57,13 @@ def test_main_fine_tunes_from_a_released_name_bit_identical(hub_servers, tmp_pat
         np.testing.assert_array_equal(tuned[key], fixture[key], err_msg=key)
 
 
-def test_predict_with_a_released_name(hub_servers, tmp_path):
+def test_predict_with_a_released_name(hub_site_and_bucket, tmp_path):
   from PIL import Image  # pylint: disable=import-outside-toplevel
   Image.fromarray(np.full((32, 32, 3), 200, np.uint8)).save(tmp_path / "a.png")
-  done = subprocess.run(
-      [sys.executable, "-m", "vit_jax.predict", "--checkpoint=ViT-Ti_16", "--top_k=2",
-       str(tmp_path / "a.png")], cwd=tmp_path, env=hub_env(hub_servers, tmp_path),
-      capture_output=True, text=True, timeout=200)
+  done = run_in_process(predict, "--checkpoint=ViT-Ti_16", "--top_k=2", tmp_path / "a.png")
   assert done.returncode == 0, done.stderr[-3000:]
   assert done.stdout.startswith(str(tmp_path / "a.png"))
+  assert os.path.isfile(os.path.join("checkpoints", "augreg", TI16_AUGREG))
 
 
 def test_fewshot_with_a_released_name(hub_site_and_bucket, tmp_path, capsys):

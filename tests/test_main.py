@@ -1,4 +1,9 @@
-"""The command line: one `error:` line for mistakes, and a short real run."""
+"""The command line: one `error:` line for mistakes, and a short real run on each mesh.
+
+Mistakes that flag parsing catches each run the command as a process. The runs that get
+past it share one process with 8 devices (each process start costs seconds): its first
+run is a refused one, which must print one line and nothing else, so nothing the process
+prints while it starts can pass unseen."""
 
 import json
 import os
@@ -8,13 +13,30 @@ import sys
 import pytest
 
 from conftest import REPO
-from helpers import demo_args, subprocess_env
+from helpers import (assert_params_close, demo_args, demo_config, load_params,
+                     one_process_command, split_runs, subprocess_env)
+from vit_jax import train
+
+pytestmark = pytest.mark.long  # real-process runs: start first (conftest)
+
+DEMO_CONFIG = "--config=configs/demo.py"
+# The shared demo run (helpers.DEMO_SETTINGS), evaluated and saved once, at its end.
+AT_THE_END = dict(eval_every=6, checkpoint_every=6)
+MESHES = {"data8": [], "data4_fsdp2": ["--config.mesh.data=4", "--config.mesh.fsdp=2"],
+          "data2_tensor4": ["--config.mesh.data=2", "--config.mesh.tensor=4"]}
+# The runs of the shared process, in order: name -> flags (all but --workdir).
+RUNS = {"negative_steps": [DEMO_CONFIG, "--config.total_steps=-5"],
+        "missing_pretrained": [DEMO_CONFIG, "--config.pretrained=/no/such.npz"],
+        "file_workdir": [DEMO_CONFIG],
+        "tensor8": [DEMO_CONFIG, "--config.mesh.data=1", "--config.mesh.tensor=8"],
+        "batch12": [DEMO_CONFIG, "--config.batch=12"],
+        **{name: [*demo_args(**AT_THE_END), *mesh] for name, mesh in MESHES.items()}}
 
 
-def run_main(*args, devices=1, timeout=300):
+def run_main(*args, timeout=300):
   return subprocess.run([sys.executable, "-m", "vit_jax.main", *args], cwd=REPO,
-                        env=subprocess_env(devices),
-                        capture_output=True, text=True, timeout=timeout)
+                        env=subprocess_env(devices=1), capture_output=True, text=True,
+                        timeout=timeout)
 
 
 def error_lines(result):
@@ -22,62 +44,85 @@ def error_lines(result):
 
 
 def test_config_key_typo(tmp_path):
-  result = run_main("--config=configs/demo.py", f"--workdir={tmp_path}", "--config.bacth=3")
+  result = run_main(DEMO_CONFIG, f"--workdir={tmp_path}", "--config.bacth=3")
   assert result.returncode == 2
   assert error_lines(result) == ["error: bad flag or config override: no config key 'bacth' Did "
                                  "you mean \"batch\" instead of \"bacth\"?"]
   assert "Traceback" not in result.stderr
 
 
-def test_tensor_axis_must_divide_the_heads(tmp_path):
-  result = run_main("--config=configs/demo.py", f"--workdir={tmp_path}",
-                    "--config.mesh.data=1", "--config.mesh.tensor=8", devices=8)
-  assert result.returncode == 1
-  [line] = error_lines(result)
-  assert "mesh tensor=8 does not divide the model's 4 heads" in line
+@pytest.fixture(name="runs", scope="module")
+def fixture_runs(tmp_path_factory):
+  """RUNS, one after another in one process with 8 devices (helpers.run_in_one_process):
+  name -> (exit code, what the run printed, its workdir)."""
+  root = tmp_path_factory.mktemp("runs")
+  workdirs = {name: root / name for name in RUNS}
+  workdirs["file_workdir"].write_text("data")
+  workdirs["batch12"].mkdir()  # an existing, empty workdir: a refused run adds nothing
+  done = subprocess.run(one_process_command("vit_jax.main", [
+      [*args, f"--workdir={workdirs[name]}"] for name, args in RUNS.items()]), cwd=REPO,
+                        env=subprocess_env(8), capture_output=True, text=True, timeout=600)
+  ended = split_runs(done.stderr)
+  assert done.returncode == 0 and len(ended) == len(RUNS), done.stderr[-3000:]
+  return {name: (code, printed, workdirs[name])
+          for name, (code, _, printed) in zip(RUNS, ended)}
 
 
-def test_batch_not_divisible_by_devices(tmp_path):
-  result = run_main("--config=configs/demo.py", f"--workdir={tmp_path}", "--config.batch=12",
-                    devices=8)
-  assert result.returncode == 1
-  [line] = error_lines(result)
-  assert "config.batch=12 is not divisible by the 8 data-parallel devices" in line
-  assert os.listdir(tmp_path) == []
+@pytest.fixture(name="one_device_params", scope="module")
+def fixture_one_device_params(tmp_path_factory):
+  """The parameters of the shared demo run on one device (this process)."""
+  workdir = str(tmp_path_factory.mktemp("one_device"))
+  train.train_and_evaluate(demo_config(**AT_THE_END), workdir)
+  return load_params(workdir)
 
 
-@pytest.mark.parametrize("mesh", [[], ["--config.mesh.data=4", "--config.mesh.fsdp=2"],
-                                  ["--config.mesh.data=2", "--config.mesh.tensor=4"]],
-                         ids=["data8", "data4_fsdp2", "data2_tensor4"])
-def test_short_demo_run_on_8_devices(tmp_path, mesh):
-  # The shared demo run (helpers.DEMO_SETTINGS): data8 compiles what test_multiprocess's
-  # 8-device run compiles.
-  result = run_main(*demo_args(eval_every=6), f"--workdir={tmp_path}", *mesh, devices=8)
-  assert result.returncode == 0, result.stderr[-2000:]
-  assert "img/s/device" in result.stderr and "ETA" in result.stderr
-  final = json.loads((tmp_path / "final_metrics.json").read_text())
+def error_line(runs, name):
+  """The one `error:` line of a run that failed with exit code 1."""
+  code, printed, _ = runs[name]
+  assert code == 1, printed[-2000:]
+  [line] = [line for line in printed.splitlines() if line.startswith("error:")]
+  return line
+
+
+def test_tensor_axis_must_divide_the_heads(runs):
+  assert "mesh tensor=8 does not divide the model's 4 heads" in error_line(runs, "tensor8")
+
+
+def test_batch_not_divisible_by_devices(runs):
+  assert ("config.batch=12 is not divisible by the 8 data-parallel devices"
+          in error_line(runs, "batch12"))
+  assert os.listdir(runs["batch12"][2]) == []
+
+
+@pytest.mark.parametrize("mesh", MESHES)
+def test_short_demo_run_on_8_devices(runs, one_device_params, mesh):
+  code, stderr, workdir = runs[mesh]
+  assert code == 0, stderr[-2000:]
+  assert "img/s/device" in stderr and "ETA" in stderr
+  final = json.loads((workdir / "final_metrics.json").read_text())
   assert final["eval/examples"] == 300
   # The console: what a user needs, no library chatter, and a summary naming the outputs.
   for noise in ("checkpoint_manager", "Unable to initialize backend", "oneDNN", "Total:",
                 "Hyperparameters"):
-    assert noise not in result.stderr, noise
-  assert len(result.stderr.splitlines()) < 20, result.stderr
-  summary = result.stderr[result.stderr.index("done: trained steps 1-6 of 6"):]
+    assert noise not in stderr, noise
+  assert len(stderr.splitlines()) < 20, stderr
+  summary = stderr[stderr.index("done: trained steps 1-6 of 6"):]
   assert f"eval accuracy {final['eval/accuracy']:.4f}" in summary
   for path in ("params.npz", "metrics.jsonl", "checkpoints"):
-    assert str(tmp_path / path) in summary
-  assert f"tensorboard --logdir={tmp_path}" in summary
+    assert str(workdir / path) in summary
+  assert f"tensorboard --logdir={workdir}" in summary
+  # The mesh trains what one device trains (two processes of 4 devices: test_multiprocess).
+  assert_params_close(load_params(workdir), one_device_params)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--config.total_steps=-5"], "error: config.total_steps=-5 must be >= 1"),
-    (["--config.pretrained=/no/such.npz"], "error: config.pretrained=/no/such.npz"),
+@pytest.mark.parametrize("run, message", [
+    ("negative_steps", "error: config.total_steps=-5 must be >= 1"),
+    ("missing_pretrained", "error: config.pretrained=/no/such.npz"),
 ], ids=["negative_steps", "missing_pretrained"])
-def test_refused_runs_write_nothing_and_print_one_line(tmp_path, args, message):
-  workdir = tmp_path / "run"
-  result = run_main("--config=configs/demo.py", f"--workdir={workdir}", *args)
-  assert result.returncode == 1
-  assert result.stderr.strip().startswith(message) and len(result.stderr.splitlines()) == 1
+def test_refused_runs_write_nothing_and_print_one_line(runs, run, message):
+  code, printed, workdir = runs[run]
+  assert code == 1
+  assert printed.strip().startswith(message) and len(printed.splitlines()) == 1, printed
   assert not workdir.exists()
 
 
@@ -98,10 +143,9 @@ def test_config_arguments_are_one_usage_line(tmp_path, args, message):
   assert not (tmp_path / "run").exists()
 
 
-def test_a_file_as_workdir_is_one_line(tmp_path):
-  (tmp_path / "file").write_text("data")
-  result = run_main("--config=configs/demo.py", f"--workdir={tmp_path / 'file'}")
-  assert result.returncode == 1
-  assert error_lines(result) == [f"error: --workdir={tmp_path / 'file'} is a file, not a "
-                                 "directory: pass a directory path (it is created if missing)"]
-  assert (tmp_path / "file").read_text() == "data"
+def test_a_file_as_workdir_is_one_line(runs):
+  workdir = runs["file_workdir"][2]
+  assert error_line(runs, "file_workdir") == (
+      f"error: --workdir={workdir} is a file, not a directory: pass a directory path (it is "
+      "created if missing)")
+  assert workdir.read_text() == "data"

@@ -1,5 +1,5 @@
-"""Two processes x 4 CPU devices train like one process with 8 devices or 1 device, and
-their checkpoint resumes in a single process."""
+"""Two processes x 4 CPU devices train like one process with 1 device (test_main: like one
+with 8 devices on each mesh, too), and their checkpoint resumes in a single process."""
 
 import json
 import logging
@@ -9,14 +9,18 @@ import subprocess
 import sys
 import time
 
-import numpy as np
+import pytest
 
 from conftest import REPO
-from helpers import demo_args, demo_config, read_metrics, subprocess_env
+from helpers import (assert_params_close, demo_args, demo_config, load_params, read_metrics,
+                     subprocess_env)
 from vit_jax import train
 
-# The shared demo run (helpers.DEMO_SETTINGS), evaluated once at the end.
-ARGS = demo_args(eval_every=6)
+pytestmark = pytest.mark.long  # real-process runs: start first (conftest)
+
+# The shared demo run (helpers.DEMO_SETTINGS), evaluated and saved once, at its end.
+AT_THE_END = dict(eval_every=6, checkpoint_every=6)
+ARGS = demo_args(**AT_THE_END)
 
 
 def free_port() -> int:
@@ -37,38 +41,23 @@ def output(workdir, tag):
   return open(f"{workdir}.{tag}.log").read()
 
 
-def params(workdir):
-  with np.load(os.path.join(workdir, "params.npz")) as f:
-    return {k: f[k] for k in f.files}
-
-
-def assert_close(ours, reference):
-  """<= 1e-4 relative; the absolute floor covers the key biases, whose gradient is zero in
-  exact arithmetic (softmax ignores them), so they hold only float noise."""
-  for key, value in reference.items():
-    np.testing.assert_allclose(ours[key], value, rtol=1e-4, atol=1e-5, err_msg=key)
-
-
 def test_two_processes_match_one_process_and_resume_in_one(tmp_path, caplog):
   port = free_port()
   two = str(tmp_path / "two")
   workers = [launch(two, 4, str(i), f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
                     f"--process_id={i}") for i in range(2)]
-  eight = launch(str(tmp_path / "eight"), 8, "run")
   # One device: this (1-device) test process runs the same job while the others run.
-  train.train_and_evaluate(demo_config(eval_every=6), str(tmp_path / "one"))
+  train.train_and_evaluate(demo_config(**AT_THE_END), str(tmp_path / "one"))
   codes = [w.wait(timeout=400) for w in workers]
   assert codes == [0, 0], output(two, "0")[-3000:] + output(two, "1")[-3000:]
   assert "process 1 of 2 reads rows [16, 32) of every global batch of 32" in output(two, "1")
   assert "process 0 of 2 reads rows [0, 16)" in output(two, "0")
   with open(os.path.join(two, "final_metrics.json")) as f:
     assert json.load(f)["eval/examples"] == 300  # evaluation exact across processes
-  assert eight.wait(timeout=400) == 0, output(str(tmp_path / "eight"), "run")[-3000:]
-  for name in ("one", "eight"):
-    assert_close(params(str(tmp_path / name)), params(two))
+  assert_params_close(load_params(str(tmp_path / "one")), load_params(two))
 
   with caplog.at_level(logging.INFO):  # in one process, here
-    train.train_and_evaluate(demo_config(eval_every=6, total_steps=8), two)
+    train.train_and_evaluate(demo_config(**AT_THE_END, total_steps=8), two)
   assert "resumed from step 6" in caplog.text
 
 

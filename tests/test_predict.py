@@ -1,4 +1,6 @@
-"""vit_jax.predict: classify() against the model run by hand, labels, and the command."""
+"""vit_jax.predict: classify() against the model run by hand, labels, and the command: one
+run as a process (the command line), the others in this process through the command's
+flags and vit_jax.cli's endings (helpers.run_in_process)."""
 
 import os
 import subprocess
@@ -11,7 +13,7 @@ import pytest
 from PIL import Image
 
 from conftest import REPO, RELEASED_FIXTURES, init_params, tiny_model
-from helpers import serve_from
+from helpers import run_in_process, serve_from
 from vit_jax import predict, save_npz
 
 
@@ -74,9 +76,15 @@ def test_labels_file_and_imagenet_names_fetched_once(tmp_path, monkeypatch, capl
 
 
 def run_predict(*args):
+  """`python -m vit_jax.predict ARGS` as a process."""
   return subprocess.run([sys.executable, "-m", "vit_jax.predict", *args],
                         env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
                         text=True, timeout=120)
+
+
+def predict_command(*args):
+  """The same command in this process."""
+  return run_in_process(predict, *args)
 
 
 def parse(stdout):
@@ -111,7 +119,7 @@ def test_predict_command_with_released_checkpoint_and_labels(images, tmp_path):
 def test_a_folder_trained_model_predicts_names_and_a_featurizer_refuses(images, tmp_path):
   names = ["café", "猫 cat", "🐶", "dog", "--flag", "emu", "fox"]  # saved by a folder run
   save_npz(init_params(tiny_model(num_classes=7)), tmp_path / "named.npz", class_names=names)
-  done = run_predict(f"--checkpoint={tmp_path / 'named.npz'}", "--top_k=7", images["rgb"])
+  done = predict_command(f"--checkpoint={tmp_path / 'named.npz'}", "--top_k=7", images["rgb"])
   assert done.returncode == 0, done.stderr
   assert sorted(name for _, _, name in parse(done.stdout)[images["rgb"]]) == sorted(names)
   assert all(name == names[index] for _, index, name in parse(done.stdout)[images["rgb"]])
@@ -119,8 +127,8 @@ def test_a_folder_trained_model_predicts_names_and_a_featurizer_refuses(images, 
   params = init_params(tiny_model(num_classes=7))
   params["head"]["kernel"] = np.zeros_like(params["head"]["kernel"])  # a featurizer's head
   save_npz(params, tmp_path / "zero_head.npz")
-  line = one_error_line(run_predict(f"--checkpoint={tmp_path / 'zero_head.npz'}",
-                                    images["rgb"]))
+  line = one_error_line(predict_command(f"--checkpoint={tmp_path / 'zero_head.npz'}",
+                                        images["rgb"]))
   assert line.startswith(f"error: {tmp_path / 'zero_head.npz'} has no trained classification "
                          "head (an all-zero head, as masked-patch-prediction pre-training "
                          "exports)")
@@ -128,14 +136,14 @@ def test_a_folder_trained_model_predicts_names_and_a_featurizer_refuses(images, 
 
 def test_predict_command_errors_are_one_line(images, tmp_path):
   missing = tmp_path / "nope.npz"
-  failed = run_predict(f"--checkpoint={missing}", images["rgb"])
+  failed = predict_command(f"--checkpoint={missing}", images["rgb"])
   assert failed.returncode == 1 and failed.stdout == ""
   error_lines = [l for l in failed.stderr.splitlines() if l.startswith("error:")]
   assert len(error_lines) == 1 and str(missing) in error_lines[0]
   assert "Traceback" not in failed.stderr
 
-  failed = run_predict(f"--checkpoint={RELEASED_FIXTURES / 'vit-ti16.npz'}", images["rgb"],
-                       images["corrupt"])
+  failed = predict_command(f"--checkpoint={RELEASED_FIXTURES / 'vit-ti16.npz'}",
+                           images["rgb"], images["corrupt"])
   assert failed.returncode == 1 and "Traceback" not in failed.stderr
   assert failed.stderr.splitlines()[-1].startswith(f"error: cannot read image {images['corrupt']}")
 
@@ -165,7 +173,7 @@ def tiny_checkpoint(tmp_path):
 @pytest.mark.parametrize("value,name", [(np.nan, "NaN"), (np.inf, "Inf")])
 def test_predict_command_refuses_nonfinite_weights(images, tiny_checkpoint, value, name):
   path = tiny_checkpoint(lambda arrays: arrays["head/bias"].__setitem__(3, value))
-  line = one_error_line(run_predict(f"--checkpoint={path}", images["rgb"]))
+  line = one_error_line(predict_command(f"--checkpoint={path}", images["rgb"]))
   assert line.startswith(f"error: {path} has NaN/Inf weights in 1 of 40 arrays: head/bias "
                          f"(1 {name}); ")
   assert line.endswith("(commands: --allow_nonfinite; training: "
@@ -174,7 +182,7 @@ def test_predict_command_refuses_nonfinite_weights(images, tiny_checkpoint, valu
 
 def test_predict_command_loads_nonfinite_weights_when_allowed(images, tiny_checkpoint):
   path = tiny_checkpoint(lambda arrays: arrays["head/bias"].__setitem__(3, np.nan))
-  done = run_predict(f"--checkpoint={path}", "--allow_nonfinite", images["rgb"])
+  done = predict_command(f"--checkpoint={path}", "--allow_nonfinite", images["rgb"])
   assert done.returncode == 0, done.stderr
   top5 = parse(done.stdout)[images["rgb"]]
   assert len(top5) == 5 and all(np.isnan(prob) for prob, _, _ in top5)
@@ -188,17 +196,17 @@ def test_predict_command_loads_nonfinite_weights_when_allowed(images, tiny_check
 def test_predict_command_checks_the_image_size_against_the_model(images, size, message):
   """The two sizes reported broken (a reshape error, an OOM reported as an unreadable image);
   non-multiples of the stride: test_visualize and test_npz, same npz.load_for_inference."""
-  failed = run_predict(f"--checkpoint={RELEASED_FIXTURES / 'vit-ti16.npz'}",
-                       f"--image_size={size}", images["rgb"])
+  failed = predict_command(f"--checkpoint={RELEASED_FIXTURES / 'vit-ti16.npz'}",
+                           f"--image_size={size}", images["rgb"])
   assert one_error_line(failed) == f"error: {message}"
 
 
 def test_predict_command_directory_and_malformed_checkpoints(images, tiny_checkpoint, tmp_path):
   path = tiny_checkpoint(lambda arrays: arrays.__setitem__("embedding/kernel", np.float32(0)))
-  line = one_error_line(run_predict(f"--checkpoint={path}", images["rgb"]))
+  line = one_error_line(predict_command(f"--checkpoint={path}", images["rgb"]))
   assert line == (f"error: {path} is not a usable ViT checkpoint: embedding/kernel has shape (), "
                   "expected a 4-D (patch, patch, channels, hidden) kernel (the file is damaged "
                   "or was edited: save it again from the model)")
-  line = one_error_line(run_predict(f"--checkpoint={tmp_path}", images["rgb"]))
+  line = one_error_line(predict_command(f"--checkpoint={tmp_path}", images["rgb"]))
   assert line == (f"error: {tmp_path} is a directory, not an .npz checkpoint: pass one of its "
                   f".npz files: {path}")

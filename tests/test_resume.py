@@ -1,8 +1,14 @@
 """Preemption: SIGTERM checkpoints at a step boundary; after SIGKILL a rerun of the same
-command resumes and ends with the parameters of an uninterrupted run."""
+command resumes and ends with the parameters of an uninterrupted run.
 
+The runs that receive the signals (and the full disk's) are real processes; the other runs
+of the same command (refused, resumed) run in this process through the command's own
+parsing and endings (helpers.run_in_process): a process start costs seconds."""
+
+import logging
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -13,16 +19,23 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from helpers import demo_args, demo_config, read_metrics, subprocess_env
-from vit_jax import train
+from helpers import (demo_args, demo_config, one_process_command, read_metrics, run_in_process,
+                     split_runs, subprocess_env)
+from vit_jax import main, train
+
+pytestmark = pytest.mark.long  # real-process runs: start first (conftest)
 
 # The shared demo run (helpers.DEMO_SETTINGS), logging every step, never evaluating.
 DEMO = dict(progress_every=1, eval_every=1000)
+# A run that lasts until a signal stops it; the same program in every such test.
+UNTIL_STOPPED = dict(total_steps=100000, checkpoint_every=100000)
+# A run that a SIGKILL or a full disk stops partway, and the same run uninterrupted.
+SHORT = dict(total_steps=40)
 
 
-def start_main(workdir, log_path=None, **settings):
+def start_main(workdir, **settings):
   """Starts the main job; its output goes to <workdir>.log (a pipe could fill and block)."""
-  log = open(log_path or f"{workdir}.log", "w")
+  log = open(f"{workdir}.log", "w")
   return subprocess.Popen([sys.executable, "-m", "vit_jax.main",
                            *demo_args(**{**DEMO, **settings}), f"--workdir={workdir}"],
                           cwd=REPO, env=subprocess_env(), stdout=log, stderr=log)
@@ -32,6 +45,12 @@ def finish(process, workdir, timeout=300):
   """Waits for the job; returns its exit code and its output."""
   process.wait(timeout=timeout)
   return process.returncode, open(f"{workdir}.log").read()
+
+
+def run_here(workdir, **settings):
+  """The same command in this process: its exit code and what it printed."""
+  done = run_in_process(main, *demo_args(**{**DEMO, **settings}), f"--workdir={workdir}")
+  return done.returncode, done.stdout + done.stderr
 
 
 def wait_for(predicate, timeout=240):
@@ -70,12 +89,12 @@ def trained_steps(workdir):
 
 def test_a_second_run_is_refused_and_sigterm_saves_the_current_step(tmp_path):
   workdir = str(tmp_path / "run")
-  process = start_main(workdir, total_steps=100000, checkpoint_every=100000)
+  process = start_main(workdir, **UNTIL_STOPPED)
   wait_for(lambda: trained_steps(workdir) >= 3)
-  # The same workdir from a second process, with another config: refused, nothing touched.
+  # The same workdir from a second process (this one), with another config: refused,
+  # nothing touched.
   config_before = open(os.path.join(workdir, "config.json")).read()
-  second_run = start_main(workdir, log_path=f"{workdir}.second.log", base_lr=0.1)
-  code, second = finish(second_run, f"{workdir}.second")
+  code, second = run_here(workdir, base_lr=0.1)
   assert code == 1
   assert second.strip().splitlines() == [
       line for line in second.splitlines() if line.startswith("error: ")]
@@ -89,9 +108,9 @@ def test_a_second_run_is_refused_and_sigterm_saves_the_current_step(tmp_path):
   assert f"saved the checkpoint of step {steps[0]}" in stderr
 
 
-def test_ctrl_c_saves_the_current_step_and_a_second_one_aborts_at_once(tmp_path):
+def test_ctrl_c_saves_the_current_step_and_a_second_one_aborts_at_once(tmp_path, caplog):
   workdir = str(tmp_path / "run")
-  process = start_main(workdir, total_steps=100000, checkpoint_every=100000)
+  process = start_main(workdir, **UNTIL_STOPPED)
   wait_for(lambda: trained_steps(workdir) >= 3)
   press_ctrl_c(process)
   code, output = finish(process, workdir)
@@ -104,16 +123,18 @@ def test_ctrl_c_saves_the_current_step_and_a_second_one_aborts_at_once(tmp_path)
                        f"{workdir}/checkpoints; rerun the same command to resume")
   assert sum(line.startswith("Ctrl-C: saving a checkpoint") for line in lines) == 1
 
-  # A resume that cannot restore (another model size): one line, nothing else, nothing lost.
-  code, output = finish(start_main(workdir, log_path=f"{workdir}.mismatch.log",
-                                   **{"model.hidden_size": 32}), f"{workdir}.mismatch")
+  # A resume that cannot restore (another model size): one line, nothing else (no library
+  # warning either: a command shows those), nothing lost.
+  with caplog.at_level(logging.WARNING):
+    code, output = run_here(workdir, **{"model.hidden_size": 32})
   assert code == 1 and len(output.splitlines()) == 1, output[-3000:]
+  assert not caplog.records, caplog.text
   assert output.startswith(f"error: cannot resume: no checkpoint in {workdir}/checkpoints "
                            f"(steps {steps[0]}) can be used (step {steps[0]}: Requested shape")
   assert "strict=False" not in output and "padding" not in output
   assert checkpoint_steps(workdir) == steps
 
-  process = start_main(workdir, total_steps=100000, checkpoint_every=100000)
+  process = start_main(workdir, **UNTIL_STOPPED)
   wait_for(lambda: trained_steps(workdir) >= steps[0] + 2)  # resumed
   press_ctrl_c(process)
   press_ctrl_c(process)  # a second press, before the first one's save can end
@@ -127,16 +148,17 @@ def test_ctrl_c_saves_the_current_step_and_a_second_one_aborts_at_once(tmp_path)
 
 
 def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path):
-  common = dict(total_steps=40, checkpoint_every=4)
+  common = dict(**SHORT, checkpoint_every=4)
   reference_dir, killed_dir = str(tmp_path / "reference"), str(tmp_path / "killed")
   killed = start_main(killed_dir, **common)
   wait_for(lambda: checkpoint_steps(killed_dir) or killed.poll() is not None)
   killed.kill()
   killed.wait()
   # The uninterrupted run, in this process: the same job and programs as the command
-  # (compiled by now, so they come from the persistent cache).
-  train.train_and_evaluate(demo_config(**DEMO, **common), reference_dir)
-  code, stderr = finish(start_main(killed_dir, **common), killed_dir)
+  # (compiled by now, so they come from the persistent cache), saved only at its end.
+  train.train_and_evaluate(demo_config(**DEMO, **SHORT, checkpoint_every=SHORT["total_steps"]),
+                           reference_dir)
+  code, stderr = run_here(killed_dir, **common)  # the rerun, after a dead owner
   assert code == 0, stderr[-2000:]
   resumed_from = int(stderr.split("resumed from step ")[1].split()[0])
   assert 4 <= resumed_from < 40  # the kill landed mid-run, after a checkpoint
@@ -160,18 +182,16 @@ def run_in_tiny_filesystem(script, size="5m"):
 
 
 def test_a_full_disk_keeps_the_last_checkpoint_and_says_so_in_one_line():
-  main = " ".join([sys.executable, "-m", "vit_jax.main", "--workdir=/mnt/run",
-                   *demo_args(**DEMO, total_steps=8, checkpoint_every=2)])
-  result = run_in_tiny_filesystem(
-      f"{main} 2>/mnt/first.log; echo \"== first exit $?\"; cat /mnt/first.log; "
-      f"echo == checkpoints; ls /mnt/run/checkpoints; echo == second; {main} 2>&1; "
-      "echo \"== second exit $?\"")
-  out = result.stdout
-  first_exit, rest = out.split("== first exit ", 1)
-  first_run, rest = rest.split("== checkpoints", 1)
-  checkpoints, second_run = rest.split("== second", 1)
-  assert first_exit == "" and first_run.startswith("1\n"), out[-3000:]
-  assert "Traceback" not in out
+  # The run and its rerun in one process (helpers.run_in_one_process): the private mount
+  # lives only as long as the script, and each process start costs seconds.
+  run = [*demo_args(**DEMO, **SHORT, checkpoint_every=2), "--workdir=/mnt/run"]
+  out = run_in_tiny_filesystem(shlex.join(one_process_command("vit_jax.main", [run, run]))
+                               + " 2>&1").stdout
+  assert "Traceback" not in out, out[-3000:]
+  runs = split_runs(out)
+  assert len(runs) == 2, out[-3000:]
+  (first_code, checkpoints, first_run), (second_code, _, second_run) = runs
+  assert first_code == 1, out[-3000:]
   [error] = [line for line in first_run.splitlines() if line.startswith("error: ")]
   match = re.fullmatch(r"error: disk full: no room for the checkpoint of step (\d+) in "
                        r"/mnt/run/checkpoints \(needs about .* MiB free\); .* rerun the same "
@@ -180,5 +200,5 @@ def test_a_full_disk_keeps_the_last_checkpoint_and_says_so_in_one_line():
   refused, last = int(match.group(1)), int(match.group(2))
   assert 2 <= last == refused - 2  # the saves before the refused one all completed
   # ... and nothing half-written lies under a step name.
-  assert checkpoints.split() == [str(s) for s in range(max(2, last - 2), last + 1, 2)]
-  assert f"resumed from step {last}" in second_run and second_run.endswith("exit 1\n")
+  assert checkpoints == [str(s) for s in range(max(2, last - 2), last + 1, 2)]
+  assert f"resumed from step {last}" in second_run and second_code == 1, second_run[-3000:]

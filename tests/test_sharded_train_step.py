@@ -3,7 +3,6 @@
 The comparison runs in a subprocess, because the device count is fixed when jax starts.
 """
 
-import json
 import subprocess
 import sys
 
@@ -16,8 +15,9 @@ LAYOUTS = {"data8": {"data": 8}, "data4_fsdp2": {"data": 4, "fsdp": 2},
 SCANNED = {"data4_fsdp2_scan": LAYOUTS["data4_fsdp2"], "data2_tensor4_scan": LAYOUTS["data2_tensor4"]}
 
 
-def run_layouts():
-  """Runs one step per layout; prints the loss, a digest of the params and their specs."""
+def run_layouts(results_path):
+  """Runs one step per layout; saves the loss, the new params and their specs per layout
+  (an npz: name/loss, name/mlp_spec, name/params/i) to results_path."""
   import jax
   import jax.numpy as jnp
   import ml_collections
@@ -37,8 +37,13 @@ def run_layouts():
   rng = jax.random.PRNGKey(0)
   batch = {"image": jax.random.uniform(rng, (16, 32, 32, 3), minval=-1, maxval=1),
            "label": jnp.arange(16) % 8}
-  params = module.init(rng, batch["image"][:1])["params"]
-  params["head"]["kernel"] = jax.random.normal(rng, params["head"]["kernel"].shape) * 0.1
+
+  @jax.jit  # one program, not one per operation of an eager init
+  def init(rng, images):
+    params = module.init(rng, images)["params"]
+    params["head"]["kernel"] = jax.random.normal(rng, params["head"]["kernel"].shape) * 0.1
+    return params
+  params = jax.device_get(init(rng, batch["image"][:1]))
   results = {}
   for name, layout in {"one": {"data": 1}, **LAYOUTS, **SCANNED}.items():
     devices = jax.devices()[:1] if name == "one" else jax.devices()
@@ -47,10 +52,11 @@ def run_layouts():
     model = scanned if scan else module
     step = train_step.make_train_step(classification.make_batch_loss(model, config), optimizer,
                                       config)
-    state = train_step.create_train_state(vit.to_scan_layout(params) if scan else params,
-                                          optimizer)
-    state_sharding = sharding.param_shardings(jax.eval_shape(lambda: state), mesh)
-    state = jax.device_put(state, state_sharding)
+    layout_params = vit.to_scan_layout(params) if scan else params
+    state_sharding = sharding.param_shardings(jax.eval_shape(
+        lambda p=layout_params: train_step.create_train_state(p, optimizer)), mesh)
+    state = jax.jit(lambda p: train_step.create_train_state(p, optimizer),
+                    out_shardings=state_sharding)(layout_params)
     jitted = jax.jit(step, in_shardings=(state_sharding, sharding.batch_sharding(mesh),
                                          sharding.replicated(mesh)),
                      out_shardings=(state_sharding, sharding.replicated(mesh)))
@@ -58,32 +64,37 @@ def run_layouts():
                                 rng)
     encoder = new_state.params["Transformer"]
     kernel = encoder["encoderblock" if scan else "encoderblock_0"]["MlpBlock_3"]["Dense_0"]["kernel"]
-    results[name] = {
-        "loss": float(metrics["loss"]),
-        "params": [np.asarray(x).tolist()
-                   for x in jax.tree.leaves(vit.to_block_layout(new_state.params))],
-        "mlp_spec": str(kernel.sharding.spec),
-    }
-  print(json.dumps(results))
+    results[f"{name}/loss"] = np.asarray(metrics["loss"])
+    results[f"{name}/mlp_spec"] = np.asarray(str(kernel.sharding.spec))
+    leaves = jax.tree.leaves(vit.to_block_layout(jax.device_get(new_state.params)))
+    results.update({f"{name}/params/{i}": leaf for i, leaf in enumerate(leaves)})
+  np.savez(results_path, **results)
 
 
-def test_sharded_layouts_match_one_device():
-  out = subprocess.run([sys.executable, __file__], env=subprocess_env(devices=8),
-                       capture_output=True, text=True, timeout=600)
+def test_sharded_layouts_match_one_device(tmp_path):
+  results_path = tmp_path / "results.npz"
+  out = subprocess.run([sys.executable, __file__, str(results_path)],
+                       env=subprocess_env(devices=8), capture_output=True, text=True, timeout=600)
   assert out.returncode == 0, out.stderr[-3000:]
-  results = json.loads(out.stdout.splitlines()[-1])
-  one = results.pop("one")
-  for name, result in results.items():
-    np.testing.assert_allclose(result["loss"], one["loss"], rtol=1e-6, err_msg=name)
-    for ours, reference in zip(result["params"], one["params"]):
-      np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-6, err_msg=name)
-  assert results["data8"]["mlp_spec"] == "P(None, None)"
-  assert results["data4_fsdp2"]["mlp_spec"] == "P(None, 'fsdp')"
-  assert results["data2_tensor4"]["mlp_spec"] == "P(None, 'tensor')"
+  with np.load(results_path) as saved:
+    results = {key: saved[key] for key in saved.files}
+  names = [*LAYOUTS, *SCANNED]
+  one_params = [key for key in results if key.startswith("one/params/")]
+  assert one_params and all(f"{name}/loss" in results for name in names)
+  for name in names:
+    np.testing.assert_allclose(results[f"{name}/loss"], results["one/loss"], rtol=1e-6,
+                               err_msg=name)
+    for key in one_params:
+      np.testing.assert_allclose(results[key.replace("one/", f"{name}/", 1)], results[key],
+                                 rtol=1e-5, atol=1e-6, err_msg=f"{name}: {key}")
+  specs = {name: str(results[f"{name}/mlp_spec"]) for name in names}
+  assert specs["data8"] == "P(None, None)"
+  assert specs["data4_fsdp2"] == "P(None, 'fsdp')"
+  assert specs["data2_tensor4"] == "P(None, 'tensor')"
   # nn.scan-stacked blocks: the depth axis stays whole, the rules shift one dimension.
-  assert results["data4_fsdp2_scan"]["mlp_spec"] == "P(None, None, 'fsdp')"
-  assert results["data2_tensor4_scan"]["mlp_spec"] == "P(None, None, 'tensor')"
+  assert specs["data4_fsdp2_scan"] == "P(None, None, 'fsdp')"
+  assert specs["data2_tensor4_scan"] == "P(None, None, 'tensor')"
 
 
 if __name__ == "__main__":
-  run_layouts()
+  run_layouts(sys.argv[1])

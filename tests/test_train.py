@@ -1,9 +1,12 @@
 """The main job end to end on small configs: outputs, resume, fine-tuning, bad input."""
 
+import contextlib
+import io
 import json
 import logging
 import os
 import pathlib
+import shutil
 import signal
 
 import jax
@@ -21,11 +24,32 @@ from vit_jax.evaluators import classification
 from vit_jax.runs import workdir as workdir_lib
 
 
+@pytest.fixture(name="demo_run", scope="module")
+def fixture_demo_run(tmp_path_factory):
+  """The shared demo run (helpers.DEMO_SETTINGS), finished: (its workdir, its result).
+  Tests that go on from it do so on a copy (copy_of)."""
+  workdir = tmp_path_factory.mktemp("demo") / "run"
+  return workdir, train.train_and_evaluate(demo_config(), str(workdir))
 
 
-def test_demo_run_writes_everything_and_resumes(tmp_path, caplog):
-  workdir = str(tmp_path / "run")
-  result = train.train_and_evaluate(demo_config(), workdir)
+def copy_of(demo_run, tmp_path) -> str:
+  workdir = tmp_path / "run"
+  shutil.copytree(demo_run[0], workdir)
+  return str(workdir)
+
+
+@pytest.fixture(name="resumed_run", scope="module")
+def fixture_resumed_run(demo_run, tmp_path_factory):
+  """The demo run resumed with more steps and another learning rate: (its workdir, what
+  it printed)."""
+  workdir = copy_of(demo_run, tmp_path_factory.mktemp("resumed"))
+  with contextlib.redirect_stderr(io.StringIO()) as printed:  # the console's stream
+    train.train_and_evaluate(demo_config(total_steps=8, base_lr=5e-4), workdir)
+  return pathlib.Path(workdir), printed.getvalue()
+
+
+def test_demo_run_writes_everything_and_resumes(demo_run, resumed_run):
+  workdir, result = str(demo_run[0]), demo_run[1]
   assert result["eval/examples"] == 300  # 300 test digits, batch_eval 128: no remainder lost
   files = os.listdir(workdir)
   assert any(f.startswith("events.out.tfevents") for f in files)
@@ -39,10 +63,9 @@ def test_demo_run_writes_everything_and_resumes(tmp_path, caplog):
   module, params = load_npz(os.path.join(workdir, "params.npz"))
   assert module.num_classes == 10 and module.hidden_size == 64
 
-  with caplog.at_level(logging.INFO):
-    train.train_and_evaluate(demo_config(total_steps=8), workdir)
-  assert "resumed from step 6" in caplog.text
-  steps = [r["step"] for r in read_metrics(workdir) if "train/loss" in r]
+  resumed, printed = resumed_run
+  assert "resumed from step 6" in printed
+  steps = [r["step"] for r in read_metrics(resumed) if "train/loss" in r]
   assert steps == [2, 4, 6, 8]  # 7 and 8 were trained; 1..6 were not repeated
 
 
@@ -62,16 +85,22 @@ def write_image_folder(root, classes=("cat", "dog", "fox"), per_class=4):
           image.convert("RGBA").save(root / split / name / f"{i}.Png")
 
 
-def test_finetune_fixture_checkpoint_on_an_image_folder(tmp_path):
-  write_image_folder(tmp_path / "images")
-  config = demo_config(dataset=str(tmp_path / "images"), pretrained=str(
-      RELEASED_FIXTURES / "vit-ti16.npz"), total_steps=2, batch=4, batch_eval=5,
-                       eval_every=2, checkpoint_every=2)
+def finetune_config(images, pretrained):
+  """Two steps fine-tuning the released-format ViT-Ti/16 fixture (or `pretrained` in its
+  format) on an image folder; returned unlocked."""
+  config = demo_config(dataset=str(images), pretrained=str(pretrained), total_steps=2, batch=4,
+                       batch_eval=5, eval_every=2, checkpoint_every=2)
   config.unlock()
   config.model_name = "ViT-Ti_16"
   config.model = common.get_config().model  # the fine-tuning defaults, no demo overrides
   config.pp.update(dict(preset="inception", crop=32, resize=None, flip=True))
   config.optimizer, config.optim_dtype, config.base_lr = "sgd", "bfloat16", 0.01
+  return config
+
+
+def test_finetune_fixture_checkpoint_on_an_image_folder(tmp_path):
+  write_image_folder(tmp_path / "images")
+  config = finetune_config(tmp_path / "images", RELEASED_FIXTURES / "vit-ti16.npz")
   config.lock()
   result = train.train_and_evaluate(config, str(tmp_path / "run"))
   assert result["eval/examples"] == 12
@@ -104,9 +133,8 @@ def test_hyperrule_steps():
   assert [train.hyperrule_steps(n) for n in (1_000, 50_000, 1_000_000)] == [500, 10_000, 20_000]
 
 
-def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
-  workdir = str(tmp_path / "run")
-  train.train_and_evaluate(demo_config(), workdir)  # the shared demo run: compiled once
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(demo_run, tmp_path):
+  workdir = copy_of(demo_run, tmp_path)
   exploding = demo_config(total_steps=12, checkpoint_every=1, progress_every=5,
                           base_lr=1e38)
   with pytest.raises(FloatingPointError, match="is (nan|inf) at step .*last good checkpoint "
@@ -143,9 +171,8 @@ def snapshot(workdir):
           for p in pathlib.Path(workdir).rglob("*") if p.is_file()}
 
 
-def test_rerunning_a_finished_run_writes_nothing(tmp_path, caplog):
-  workdir = str(tmp_path / "run")
-  first = train.train_and_evaluate(demo_config(), workdir)
+def test_rerunning_a_finished_run_writes_nothing(demo_run, tmp_path, caplog):
+  workdir, first = copy_of(demo_run, tmp_path), demo_run[1]
   before = snapshot(workdir)
   with caplog.at_level(logging.INFO):
     again = train.train_and_evaluate(demo_config(), workdir)
@@ -154,12 +181,9 @@ def test_rerunning_a_finished_run_writes_nothing(tmp_path, caplog):
   assert snapshot(workdir) == before  # no hparams row, no events file, same config.json
 
 
-def test_a_resumed_run_with_changed_settings_keeps_the_original_config(tmp_path):
-  workdir = tmp_path / "run"
-  train.train_and_evaluate(demo_config(), str(workdir))
-  original = (workdir / "config.json").read_text()
-  train.train_and_evaluate(demo_config(total_steps=8, base_lr=5e-4), str(workdir))
-  assert (workdir / "config.json").read_text() == original
+def test_a_resumed_run_with_changed_settings_keeps_the_original_config(demo_run, resumed_run):
+  workdir = resumed_run[0]
+  assert (workdir / "config.json").read_text() == (demo_run[0] / "config.json").read_text()
   resumed = json.loads((workdir / "config.resumed-6.json").read_text())
   assert resumed["total_steps"] == 8 and resumed["base_lr"] == 5e-4
 
@@ -262,7 +286,7 @@ def test_sigterm_never_saves_a_diverged_state(tmp_path, monkeypatch, poison_loss
     train.train_and_evaluate(config, workdir)
   assert checkpoint_steps(workdir) == [3]  # retention (keep 1) kept the last good one
   monkeypatch.undo()
-  result = train.train_and_evaluate(demo_config(total_steps=4), workdir)  # resumes from 3
+  result = train.train_and_evaluate(demo_config(), workdir)  # resumes from 3
   assert np.isfinite(result["eval/loss"])
 
 
@@ -287,11 +311,8 @@ def test_a_pretrained_file_with_nan_weights_is_refused_unless_allowed(tmp_path):
   params = load_npz(RELEASED_FIXTURES / "vit-ti16.npz")[1]
   params["Transformer"]["encoder_norm"]["scale"][0] = np.nan
   save_npz(params, tmp_path / "nan.npz", allow_nonfinite=True)
-  config = demo_config(pretrained=str(tmp_path / "nan.npz"), total_steps=1, warmup_steps=0)
-  config.unlock()
-  config.model_name = "ViT-Ti_16"
-  config.model = common.get_config().model
-  config.pp.update(dict(preset="inception", crop=32, resize=None))
+  write_image_folder(tmp_path / "images")  # the fine-tuning test's run: its programs
+  config = finetune_config(tmp_path / "images", tmp_path / "nan.npz")
   with pytest.raises(ValueError, match="NaN/Inf weights in 1 of .*: Transformer/encoder_norm/"
                      "scale .*allow_nonfinite_pretrained=True"):
     train.train_and_evaluate(config, str(tmp_path / "run"))
@@ -301,13 +322,16 @@ def test_a_pretrained_file_with_nan_weights_is_refused_unless_allowed(tmp_path):
     train.train_and_evaluate(config, str(tmp_path / "run"))
 
 
-def test_polyak_averaging_evaluates_exports_and_resumes_exactly(tmp_path):
-  polyak = dict(polyak_decay=0.9, total_steps=4, eval_every=2, checkpoint_every=2)
+def test_polyak_averaging_evaluates_exports_and_resumes_exactly(tmp_path, monkeypatch):
+  polyak = dict(polyak_decay=0.9, total_steps=4, eval_every=4, checkpoint_every=4)
   straight, resumed = tmp_path / "straight", tmp_path / "resumed"
   result = train.train_and_evaluate(demo_config(**polyak), str(straight))
   assert {"eval/accuracy", "eval_raw/accuracy", "eval_raw/loss"} <= set(result)
   assert result["eval/loss"] != result["eval_raw/loss"]  # two different parameter sets
-  train.train_and_evaluate(demo_config(**{**polyak, "total_steps": 2}), str(resumed))
+  with monkeypatch.context() as patch:  # stopped after step 2 (the same compiled program)
+    patch.setattr(device_batches, "prefetch_to_device", sigterm_at_step(2))
+    stopped = train.train_and_evaluate(demo_config(**polyak), str(resumed))
+  assert stopped["preempted_at_step"] == 2
   train.train_and_evaluate(demo_config(**polyak), str(resumed))  # resumes at step 2
   exported = dict(np.load(straight / "params.npz"))
   for key, value in np.load(resumed / "params.npz").items():

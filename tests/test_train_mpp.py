@@ -15,7 +15,7 @@ from vit_jax import errors, load_npz, predict, train
 def mpp_digits(**overrides):
   config = load_module("mpp.py").get_config("digits")
   config.update(dict(total_steps=12, batch=32, batch_eval=128, progress_every=3,
-                     eval_every=6, checkpoint_every=6, warmup_steps=2, base_lr=3e-3,
+                     eval_every=6, checkpoint_every=12, warmup_steps=2, base_lr=3e-3,
                      polyak_decay=0.5))
   config.fewshot.update(dict(shots=(1, 5), seeds=1, every_steps=6, batch_size=256))
   config.update(overrides)

@@ -21,13 +21,13 @@ FLAGS = flags.FLAGS
 
 
 @cli.command
-def main(argv):
+def main(argv, flag_values=FLAGS):
   if len(argv) != 3:
     raise cli.UsageError("pass SRC and DST, e.g. python -m vit_jax.convert params.npz "
                          "out/ --to=hf")
-  lines = convert.convert(hub.resolve(argv[1]), argv[2], to=FLAGS.to, model_name=FLAGS.model,
-                          pre_logits=FLAGS.pre_logits, image_size=FLAGS.image_size,
-                          overwrite=FLAGS.overwrite)
+  lines = convert.convert(hub.resolve(argv[1]), argv[2], to=flag_values.to,
+                          model_name=flag_values.model, pre_logits=flag_values.pre_logits,
+                          image_size=flag_values.image_size, overwrite=flag_values.overwrite)
   print("\n".join(lines))
 
 

@@ -38,15 +38,17 @@ def cluster_detected() -> bool:
           or "MEGASCALE_COORDINATOR_ADDRESS" in env)
 
 
-def initialize_distributed() -> None:
+def initialize_distributed(flag_values: flags.FlagValues = FLAGS) -> None:
   """Joins the processes of a multi-host run (explicit flags, or a detected TPU pod/SLURM)."""
   import jax
-  timeouts = dict(initialization_timeout=300, heartbeat_timeout_seconds=FLAGS.heartbeat_timeout)
-  if FLAGS.coordinator_address:
-    if FLAGS.num_processes is None or FLAGS.process_id is None:
+  timeouts = dict(initialization_timeout=300,
+                  heartbeat_timeout_seconds=flag_values.heartbeat_timeout)
+  if flag_values.coordinator_address:
+    if flag_values.num_processes is None or flag_values.process_id is None:
       raise cli.UsageError("--coordinator_address needs --num_processes and --process_id")
-    jax.distributed.initialize(FLAGS.coordinator_address, num_processes=FLAGS.num_processes,
-                               process_id=FLAGS.process_id, **timeouts)
+    jax.distributed.initialize(flag_values.coordinator_address,
+                               num_processes=flag_values.num_processes,
+                               process_id=flag_values.process_id, **timeouts)
   elif cluster_detected():
     jax.distributed.initialize(**timeouts)
   else:
@@ -70,14 +72,16 @@ def check_dataset_override(flag_values: flags.FlagValues = FLAGS) -> None:
 
 
 @cli.command
-def main(argv):
+def main(argv, flag_values: flags.FlagValues = FLAGS):
+  """The main job; flag_values: the parsed flags (a test can run the command in its own
+  process on a FlagValues of its own)."""
   cli.no_arguments(argv)
-  config = cli.load_config()
-  check_dataset_override()
+  config = cli.load_config(flag_values)
+  check_dataset_override(flag_values)
   cli.keep_tensorflow_off_accelerators()
-  initialize_distributed()
+  initialize_distributed(flag_values)
   from vit_jax import train
-  train.train_and_evaluate(config, FLAGS.workdir)
+  train.train_and_evaluate(config, flag_values.workdir)
 
 
 if __name__ == "__main__":

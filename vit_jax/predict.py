@@ -176,15 +176,15 @@ def image_arguments(argv: Sequence[str]) -> List[str]:
 
 
 @cli.command
-def main(argv):
+def main(argv, flag_values: flags.FlagValues = FLAGS):
   image_paths = image_arguments(argv)
-  path = hub.resolve(FLAGS.checkpoint)  # released and hf-hub: names: fetched first
+  path = hub.resolve(flag_values.checkpoint)  # released and hf-hub: names: fetched first
   module, params, image_size = npz.load_for_inference(
-      path, FLAGS.image_size, allow_nonfinite=FLAGS.allow_nonfinite)
-  check_trained_head(params, FLAGS.checkpoint)
-  names = class_names(module.num_classes, FLAGS.labels, checkpoint_path=path)
+      path, flag_values.image_size, allow_nonfinite=flag_values.allow_nonfinite)
+  check_trained_head(params, flag_values.checkpoint)
+  names = class_names(module.num_classes, flag_values.labels, checkpoint_path=path)
   predictions = classify(module, params, image_paths, image_size=image_size,
-                         top_k=FLAGS.top_k, batch_size=FLAGS.batch_size)
+                         top_k=flag_values.top_k, batch_size=flag_values.batch_size)
   for path, prediction in zip(image_paths, predictions):
     print(format_prediction(path, prediction, names))
 

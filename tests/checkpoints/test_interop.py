@@ -8,6 +8,7 @@ for hybrids, whose stem timm standardises with another epsilon), and their check
 come back bit-identical through ours.
 """
 
+import functools
 import glob
 import importlib.util
 import json
@@ -25,7 +26,9 @@ from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
 from conftest import REPO, TINY, init_params, tiny_model
+from helpers import run_in_process
 from vit_jax import CheckpointError, create_model, load_npz, save_npz
+from vit_jax import convert as convert_command
 from vit_jax.checkpoints import convert, timm_layout, torch_layout
 from vit_jax.models import zoo
 from vit_jax.runs import outputs
@@ -293,12 +296,14 @@ def test_foreign_files_that_are_no_vit_say_what_they_hold(tmp_path):
 
 
 def test_command(tmp_path):
+  """One conversion as a process (the command line), the refusals in this process through
+  the command's flags and vit_jax.cli's endings."""
   src = tiny_file(tmp_path)
-  run = lambda *args: subprocess.run([sys.executable, "-m", "vit_jax.convert", *map(str, args)],
-                                     cwd=REPO, capture_output=True, text=True, check=False)
-  done = run(src, tmp_path / "hf", "--to=hf")
+  done = subprocess.run([sys.executable, "-m", "vit_jax.convert", str(src), str(tmp_path / "hf"),
+                         "--to=hf"], cwd=REPO, capture_output=True, text=True, check=False)
   assert done.returncode == 0, done.stderr
   assert "wrote transformers ViTForImageClassification" in done.stdout
+  run = functools.partial(run_in_process, convert_command)
   refused = run(src, tmp_path / "out")
   assert refused.returncode == 1 and refused.stderr.count("\n") == 1
   assert "cannot tell the target format" in refused.stderr

@@ -2,6 +2,7 @@
 R+ViT-Ti/16 hybrid) and small random big_vision variants (gap; MAP head with sincos2d),
 written once per session."""
 
+import functools
 import json
 import os
 import pathlib
@@ -39,6 +40,17 @@ def flax_logits(checkpoint, image_size, images):
 
 def random_images(batch, side, seed=1):
   return np.random.default_rng(seed).uniform(-1, 1, (batch, side, side, 3)).astype(np.float32)
+
+
+@functools.lru_cache(maxsize=None)
+def noise_and_logits(checkpoint, image_size, batch):
+  """(random_images(batch, image_size), the Flax model's logits for them), read-only and
+  computed once per test process: every format's test compares with the same truth."""
+  images = random_images(batch, image_size)
+  logits = flax_logits(checkpoint, image_size, images)
+  images.setflags(write=False)
+  logits.setflags(write=False)
+  return images, logits
 
 
 def relative(ours, truth):

@@ -9,19 +9,14 @@ import pytest
 
 from conftest import REPO
 from export_cases import checkpoints, leftovers, read_metadata  # noqa: F401 (a fixture)
-
-
-def start(*args):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", JAX_PLATFORMS="cpu",
-             PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-  return subprocess.Popen([sys.executable, "-m", "vit_jax.export", *map(str, args)], cwd=REPO,
-                          env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+from helpers import run_in_process
+from vit_jax.export import __main__ as export_command
 
 
 @pytest.fixture(scope="module")
 def runs(checkpoints, tmp_path_factory):
-  """{case: (root, OUT, exit code, stdout, stderr)}, all started at once: starting Python
-  with JAX and TensorFlow is most of each run's time."""
+  """{case: (root, OUT, exit code, stdout, stderr)}: the good run as a process (the command
+  line), the bad inputs in this process through the command's flags and cli's endings."""
   root = tmp_path_factory.mktemp("command")
   gap, _ = checkpoints["gap"]
   corrupt = root / "corrupt.npz"
@@ -34,13 +29,18 @@ def runs(checkpoints, tmp_path_factory):
       "unwritable": (gap, root / "a_file" / "out", "--to=stablehlo"),
       "unknown_to": (gap, root / "out_unknown", "--to=keras"),
       "existing": (gap, root / "existing", "--to=stablehlo"),
-      "good": (gap, root / "out_good", "--to=stablehlo", "--batch=dynamic"),
   }
-  started = {case: start(*args) for case, args in cases.items()}
   results = {}
-  for case, process in started.items():
-    stdout, stderr = process.communicate(timeout=600)
-    results[case] = (root, cases[case][1], process.returncode, stdout, stderr)
+  for case, args in cases.items():
+    done = run_in_process(export_command, *args)
+    results[case] = (root, args[1], done.returncode, done.stdout, done.stderr)
+  out = root / "out_good"
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", JAX_PLATFORMS="cpu",
+             PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+  done = subprocess.run([sys.executable, "-m", "vit_jax.export", gap, str(out), "--to=stablehlo",
+                         "--batch=dynamic"], cwd=REPO, env=env, text=True, capture_output=True,
+                        timeout=600, check=False)
+  results["good"] = (root, out, done.returncode, done.stdout, done.stderr)
   return results
 
 

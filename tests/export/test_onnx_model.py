@@ -5,7 +5,7 @@ import onnxruntime
 import pytest
 
 from export_cases import (CASES, checkpoints,  # noqa: F401 (checkpoints: a fixture)
-                          export_cases, flax_logits, random_images, read_metadata, relative)
+                          export_cases, noise_and_logits, read_metadata, relative)
 
 
 @pytest.fixture(scope="module")
@@ -19,8 +19,7 @@ def test_reloads_and_matches_flax_at_batch_1_and_7(exported, checkpoints, case):
   meta = read_metadata(exported[case])
   session = onnxruntime.InferenceSession(f"{exported[case]}/model.onnx",
                                          providers=["CPUExecutionProvider"])
-  images = random_images(7, meta["image_size"])
-  truth = flax_logits(path, meta["image_size"], images)
+  images, truth = noise_and_logits(path, meta["image_size"], 7)
   for batch in (1, 7):
     logits, probabilities = session.run(["logits", "probabilities"],
                                         {"images": images[:batch]})

@@ -7,7 +7,8 @@ import tensorflow as tf
 from PIL import Image
 
 from export_cases import (CASES, checkpoints,  # noqa: F401 (checkpoints: a fixture)
-                          export_cases, flax_logits, random_images, read_metadata, relative)
+                          export_cases, flax_logits, noise_and_logits, read_metadata,
+                          relative)
 from vit_jax import export, predict
 from vit_jax.checkpoints import npz
 
@@ -26,8 +27,7 @@ def test_reloads_and_matches_flax_at_batch_1_and_7(exported, checkpoints, case):
   path, _ = checkpoints[case]
   meta = read_metadata(exported[case])
   serve = serving(exported[case])
-  images = random_images(7, meta["image_size"])
-  truth = flax_logits(path, meta["image_size"], images)
+  images, truth = noise_and_logits(path, meta["image_size"], 7)
   for batch in (1, 7):
     out = serve(images=tf.constant(images[:batch]))
     assert relative(out["logits"], truth[:batch]) <= 1e-5

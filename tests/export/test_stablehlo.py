@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from export_cases import (CASES, checkpoints,  # noqa: F401 (checkpoints: a fixture)
-                          export_cases, flax_logits, random_images, read_metadata, relative)
+                          export_cases, noise_and_logits, read_metadata, relative)
 from vit_jax import export
 
 
@@ -22,8 +22,7 @@ def test_reloads_and_matches_flax_at_batch_1_and_7(exported, checkpoints, case):
   side = meta["image_size"]
   with open(f"{exported[case]}/{meta['files']['model']}", "rb") as f:
     model = jax.export.deserialize(bytearray(f.read()))
-  images = random_images(7, side)
-  truth = flax_logits(path, side, images)
+  images, truth = noise_and_logits(path, side, 7)
   for batch in (1, 7):
     logits = np.asarray(model.call(images[:batch]))
     assert logits.shape == (batch, meta["num_classes"])

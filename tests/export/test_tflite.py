@@ -7,8 +7,7 @@ import pytest
 from ai_edge_litert.interpreter import Interpreter
 
 from export_cases import (CASES, checkpoints,  # noqa: F401 (checkpoints: a fixture)
-                          export_cases, flax_logits, leftovers, random_images, read_metadata,
-                          relative)
+                          export_cases, leftovers, noise_and_logits, read_metadata, relative)
 from vit_jax import export
 
 
@@ -26,9 +25,8 @@ def logits(out, images):
 def test_reloads_and_matches_flax(exported, checkpoints, case):
   path, _ = checkpoints[case]
   meta = read_metadata(exported[case])
-  images = random_images(1, meta["image_size"])
-  assert relative(logits(exported[case], images),
-                  flax_logits(path, meta["image_size"], images)) <= 1e-4
+  images, truth = noise_and_logits(path, meta["image_size"], 1)
+  assert relative(logits(exported[case], images), truth) <= 1e-4
   assert meta["batch"] == 1 and meta["parity"]["tolerance"] == 1e-4
 
 
@@ -36,8 +34,8 @@ def test_float16_weights_at_batch_7(exported, checkpoints, tmp_path):
   path, _ = checkpoints["vit-ti16"]
   out = tmp_path / "half"
   export.export(path, str(out), to="tflite", dtype="float16", batch=7, log=lambda _: None)
-  images = random_images(7, 224)
-  assert relative(logits(out, images), flax_logits(path, 224, images)) <= 1e-2
+  images, truth = noise_and_logits(path, 224, 7)
+  assert relative(logits(out, images), truth) <= 1e-2
   full = os.path.getsize(f"{exported['vit-ti16']}/model.tflite")
   assert os.path.getsize(out / "model.tflite") < 0.6 * full
   assert read_metadata(out)["signature"]["weights"] == "float16"

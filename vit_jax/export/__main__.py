@@ -16,13 +16,14 @@ FLAGS = flags.FLAGS
 
 
 @cli.command
-def main(argv):
+def main(argv, flag_values=FLAGS):
   if len(argv) != 3:
     raise cli.UsageError("pass CHECKPOINT and OUT, e.g. python -m vit_jax.export "
                          "params.npz exported/ --to=saved_model")
-  result = api.export(argv[1], argv[2], to=FLAGS.to, image_size=FLAGS.image_size,
-                      batch=FLAGS.batch, dtype=FLAGS.dtype,
-                      with_preprocessing=FLAGS.with_preprocessing, overwrite=FLAGS.overwrite)
+  result = api.export(argv[1], argv[2], to=flag_values.to, image_size=flag_values.image_size,
+                      batch=flag_values.batch, dtype=flag_values.dtype,
+                      with_preprocessing=flag_values.with_preprocessing,
+                      overwrite=flag_values.overwrite)
   print(result.summary())
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from vit_jax import errors
 from vit_jax.checkpoints import hub, npz
 from vit_jax.models import vit, zoo
+from vit_jax.runs import fs
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # What StableHLO and SavedModel exports are lowered for (lowering needs no such device);
@@ -98,21 +99,29 @@ def relative_difference(ours: np.ndarray, reference: np.ndarray) -> float:
 
 def sha256(path: str) -> str:
   """Of the file, or of a model folder's files (names and bytes, in sorted order)."""
-  import tensorflow as tf  # reads local paths and gs:// alike
+  isdir, walk, open_file = _file_functions(path)
   digest = hashlib.sha256()
-  if tf.io.gfile.isdir(path):
-    for root, _, files in sorted(tf.io.gfile.walk(path)):
+  if isdir(path):
+    for root, _, files in sorted(walk(path)):
       for name in sorted(files):
         digest.update(os.path.relpath(os.path.join(root, name), path).encode() + b"\0")
-        _update(digest, os.path.join(root, name))
+        _update(digest, open_file, os.path.join(root, name))
   else:
-    _update(digest, path)
+    _update(digest, open_file, path)
   return digest.hexdigest()
 
 
-def _update(digest, path: str) -> None:
-  import tensorflow as tf
-  with tf.io.gfile.GFile(path, "rb") as f:
+def _file_functions(path: str):
+  """(isdir, walk, open) for `path`: the os module's for local paths, tf.io.gfile's for
+  URLs (gs://, as load_npz reads them), whose import costs seconds."""
+  if not fs.is_url(path):
+    return os.path.isdir, os.walk, open
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  return tf.io.gfile.isdir, tf.io.gfile.walk, tf.io.gfile.GFile
+
+
+def _update(digest, open_file, path: str) -> None:
+  with open_file(path, "rb") as f:
     while chunk := f.read(1 << 22):
       digest.update(chunk)
 

@@ -1,0 +1,91 @@
+"""Runs many `python -m MODULE ARG...` command lines from one Python process, for tests that
+need each command's exit status and output only (--help, usage mistakes): most of a
+command's start is importing JAX and TensorFlow, paid here once instead of once per run.
+
+The process imports JAX and forks one child per run of the `light` commands (those that
+start without TensorFlow), then imports TensorFlow and forks one per run of the `heavy`
+ones. Each child runs its module as __main__ as `python -m` does (runpy, the same argv),
+writes its stdout and stderr into one file, and exits with the status Python would give
+(SystemExit's code; 1 and the traceback for any other exception). Only the imports are
+shared: each run starts from this process's state before any command ran.
+
+stdin: JSON {"light": [[module, arg, ...], ...], "heavy": [...]}.
+stdout: JSON [[exit status, output], ...] for the light runs, then the heavy ones.
+"""
+
+import json
+import os
+import runpy
+import sys
+import tempfile
+import traceback
+
+
+def exit_status(code) -> int:
+  """What Python exits with for SystemExit(code)."""
+  if code is None:
+    return 0
+  if isinstance(code, int):
+    return code
+  print(code, file=sys.stderr)
+  return 1
+
+
+def run_child(module, args, output_path) -> None:
+  """In the forked child: the command, then _exit with its status (no return)."""
+  status = 1
+  try:
+    fd = os.open(output_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.argv = [module, *args]  # runpy replaces argv[0] with the module's file, as -m does
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    status = 0
+  except SystemExit as e:
+    status = exit_status(e.code)
+  except BaseException:  # pylint: disable=broad-except
+    traceback.print_exc()
+  finally:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)  # pylint: disable=protected-access
+
+
+def start(runs, folder):
+  """[(pid, output path)] of one forked child per run."""
+  started = []
+  for run in runs:
+    fd, output_path = tempfile.mkstemp(dir=folder)
+    os.close(fd)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+      run_child(run[0], run[1:], output_path)
+    started.append((pid, output_path))
+  return started
+
+
+def finish(started):
+  results = []
+  for pid, output_path in started:
+    _, wait_status = os.waitpid(pid, 0)
+    with open(output_path, encoding="utf-8", errors="replace") as f:
+      results.append([os.waitstatus_to_exitcode(wait_status), f.read()])
+  return results
+
+
+def main():
+  runs = json.load(sys.stdin)
+  with tempfile.TemporaryDirectory() as folder:
+    import jax  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
+    light = start(runs["light"], folder)
+    import tensorflow  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
+    heavy = start(runs["heavy"], folder)
+    results = finish(light) + finish(heavy)
+  print(json.dumps(results))
+
+
+if __name__ == "__main__":
+  main()
