@@ -13,7 +13,10 @@ emulator's email parser drops a line-break byte that ends the content (about one
 upload in a hundred arrived one byte short), which real GCS never does. And it serves
 the Objects: move call (POST .../o/NAME/moveTo/o/NEW_NAME) that gcsfs tries first for every
 rename: the emulator answered 501, which gcsfs retries as a server error for about 30 s
-before it falls back to copy and delete. Everything else is the emulator as published.
+before it falls back to copy and delete. It serves one request at a time, so a client
+that stops mid-request (a test's SIGSTOP) would hold every other one up: such a request
+is dropped after STALLED_REQUEST_S, as a real server drops a stalled connection.
+Everything else is the emulator as published.
 
 Run as a script: python gcs_emulator.py PORT DATA_DIR BUCKET
 """
@@ -27,6 +30,9 @@ import sys
 import threading
 import time
 from http import HTTPStatus
+
+
+STALLED_REQUEST_S = 10
 
 
 def _free_port() -> int:
@@ -262,6 +268,7 @@ def _serve(port: int, data_dir: str, bucket: str) -> None:
   from gcp_storage_emulator import server  # pylint: disable=import-outside-toplevel
   _exact_multipart_uploads(server)
   _move_objects(server)
+  server.RequestHandler.timeout = STALLED_REQUEST_S  # on each read of a request
   storage_dir = os.path.join(data_dir, "storage")
   fresh = not os.path.exists(storage_dir)
   os.makedirs(storage_dir, exist_ok=True)

@@ -18,16 +18,13 @@ import pytest
 import gcs_emulator
 import helpers
 from conftest import REPO
-from helpers import read_metrics
-from vit_jax import cli
+from helpers import read_metrics, run_in_process
+from vit_jax import main
 from vit_jax.runs import fs
 
 pytestmark = pytest.mark.long
 
-SETTINGS = dict(batch=32, total_steps=16, checkpoint_every=4, eval_every=1000,
-                progress_every=2, warmup_steps=2)
-ARGS = ["--config=configs/demo.py"] + [f"--config.{key}={value}" for key, value in
-                                       SETTINGS.items()]
+ARGS = helpers.demo_args(total_steps=16, checkpoint_every=4, eval_every=1000)
 LONG_RUN = ["--config.total_steps=100000", "--config.checkpoint_every=8"]
 TIMINGS = ("train/img_per_sec", "train/img_per_sec_per_device")
 
@@ -41,12 +38,8 @@ def start(workdir, *extra, tag="run", args=ARGS, devices=1, env=None):
 
 
 def run_here(workdir):
-  """The same job (ARGS) in this process, ended as the command ends it (vit_jax.cli)."""
-  from vit_jax import train  # pylint: disable=import-outside-toplevel
-  config = helpers.demo.get_config()
-  config.update(SETTINGS)
-  config.lock()
-  return cli.with_exit_codes(train.train_and_evaluate)(config, workdir)
+  """The same command in this process (helpers.run_in_process)."""
+  return run_in_process(main, *ARGS, f"--workdir={workdir}")
 
 
 def output(tag):
@@ -110,9 +103,11 @@ def cut_off(gcs, logs):
   run = start(workdir, *LONG_RUN, tag="outage", env=link.env)
 
   def cut_after_the_first_checkpoint():
-    while run.poll() is None and not checkpoint_steps(workdir):
-      time.sleep(0.3)
-    link.cut()
+    try:
+      while run.poll() is None and not checkpoint_steps(workdir):
+        time.sleep(0.3)
+    finally:
+      link.cut()
 
   cutter = threading.Thread(target=cut_after_the_first_checkpoint, daemon=True)
   cutter.start()
@@ -125,16 +120,17 @@ def cut_off(gcs, logs):
 
 @pytest.fixture(scope="module")
 def reference(gcs, logs):
-  """One local and one gs:// run of the same config, side by side."""
+  """One gs:// run of the config (the command) and, meanwhile, a local one (here)."""
   local, remote = str(logs / "local"), f"gs://{gcs.bucket}/run"
-  runs = [start(local, tag="local"), start(remote, tag="remote")]
-  for run, tag in zip(runs, ("local", "remote")):
-    code, log = finish(run, tag)
-    assert code == 0, log[-3000:]
+  run = start(remote, tag="remote")
+  here = run_here(local)
+  assert here.returncode == 0, here.stderr[-3000:]
+  code, log = finish(run, "remote")
+  assert code == 0, log[-3000:]
   return local, remote
 
 
-def test_a_gs_run_matches_a_local_run_and_a_finished_rerun_writes_nothing(reference, capsys):
+def test_a_gs_run_matches_a_local_run_and_a_finished_rerun_writes_nothing(reference):
   local, remote = reference
   assert layout(fs.listdir(remote)) == layout(os.listdir(local))
   assert "run.lock" not in fs.listdir(remote) and "metrics.parts" not in fs.listdir(remote)
@@ -150,30 +146,26 @@ def test_a_gs_run_matches_a_local_run_and_a_finished_rerun_writes_nothing(refere
     assert fs.read_text(fs.join(remote, name)) == fs.read_text(os.path.join(local, name)), name
 
   before = snapshot(remote)
-  capsys.readouterr()
-  run_here(remote)
-  assert "already finished at step 16" in capsys.readouterr().err
+  rerun = run_here(remote)
+  assert rerun.returncode == 0 and "already finished at step 16" in rerun.stderr, rerun.stderr
   assert snapshot(remote) == before
 
 
-def test_sigkill_then_rerun_resumes_exactly_and_a_live_run_is_not_shared(gcs, reference,
-                                                                          capsys):
+def test_sigkill_then_rerun_resumes_exactly_and_a_live_run_is_not_shared(gcs, reference):
   """Also: the newest checkpoint, damaged after the kill, is set aside on the bucket and
   the one before it used, still ending with the uninterrupted run's parameters."""
   workdir = f"gs://{gcs.bucket}/killed"
   run = start(workdir, tag="killed")
   wait_for(lambda: len(checkpoint_steps(workdir)) >= 2, run)
   run.send_signal(signal.SIGSTOP)  # keep the holder alive (and mid-run) meanwhile
-  capsys.readouterr()
   try:
-    with pytest.raises(SystemExit) as second:
-      run_here(workdir)
+    second = run_here(workdir)
   finally:
     run.send_signal(signal.SIGKILL)
     run.wait()
-  log = capsys.readouterr().err
+  log = second.stderr
   errors = [line for line in log.splitlines() if line.startswith("error: ")]
-  assert second.value.code == 1 and errors == log.strip().splitlines()[-1:], log[-2000:]
+  assert second.returncode == 1 and errors == log.strip().splitlines()[-1:], log[-2000:]
   assert "is in use by another run" in errors[0] and f"pid {run.pid}," in errors[0]
 
   *_, usable, damaged = checkpoint_steps(workdir)

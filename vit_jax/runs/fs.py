@@ -313,8 +313,9 @@ def remove_empty_dir(path: str) -> None:
 
 @_store_errors
 def move(source: str, dest: str) -> None:
-  """Moves a file or folder (local: one rename; object stores: copy then delete, so a kill
-  half-way leaves both copies, never none)."""
+  """Moves a file or folder (local: one rename; object stores: object by object, each
+  moved by the store or copied then deleted, so a kill half-way leaves every object in one
+  place or both, never none)."""
   if is_url(source):
     fs, key = _url_fs(source)
     _, dest_key = _url_fs(dest)
