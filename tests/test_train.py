@@ -7,7 +7,6 @@ import logging
 import os
 import pathlib
 import shutil
-import signal
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +15,7 @@ import pytest
 from PIL import Image
 
 from conftest import RELEASED_FIXTURES
-from helpers import corrupt_jpeg, demo_config, read_metrics
+from helpers import corrupt_jpeg, demo_config, read_metrics, sigterm_at_step
 from vit_jax import config_defaults as common
 from vit_jax import load_npz, read_class_names, save_npz, sharding, train, train_step
 from vit_jax.data import device_batches, pipeline, splits
@@ -239,22 +238,6 @@ def test_a_second_run_on_a_busy_workdir_is_refused(tmp_path):
     with pytest.raises(workdir_lib.WorkdirError, match="in use by another run"):
       train.train_and_evaluate(demo_config(), str(workdir))
   assert os.listdir(workdir) == []
-
-
-def sigterm_at_step(step):
-  """prefetch_to_device that sends this process a real SIGTERM before batch `step`."""
-  original = device_batches.prefetch_to_device
-
-  def prefetch(iterator, sharding, size=2):
-    batches = original(iterator, sharding, size)
-    try:
-      for i, batch in enumerate(batches, start=1):
-        if i == step:
-          os.kill(os.getpid(), signal.SIGTERM)
-        yield batch
-    finally:
-      batches.close()
-  return prefetch
 
 
 def diverging_from(bad_step, poison_loss):
