@@ -60,14 +60,16 @@ def test_two_processes_match_one_process_and_resume_in_one(tmp_path, caplog):
 def test_a_dead_peer_stops_the_survivor(tmp_path):
   port = free_port()
   workdir = str(tmp_path / "run")
+  # The first test's programs; saving every step keeps the survivor mid-run for seconds
+  # after its first step, whose metrics row says that training has begun.
   workers = [launch(workdir, 4, str(i), f"--coordinator_address=127.0.0.1:{port}",
                     "--num_processes=2", f"--process_id={i}", "--heartbeat_timeout=10",
-                    "--config.total_steps=100000", "--config.progress_every=1")
+                    "--config.progress_every=1", "--config.checkpoint_every=1")
              for i in range(2)]
   deadline = time.time() + 300
   while not any("train/loss" in row for row in read_metrics(workdir)):
     assert time.time() < deadline and workers[0].poll() is None, output(workdir, "0")[-3000:]
-    time.sleep(0.5)
+    time.sleep(0.2)
   workers[1].kill()
   killed_at = time.time()
   code = workers[0].wait(timeout=120)
