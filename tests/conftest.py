@@ -53,6 +53,10 @@ def gcs(tmp_path_factory):
   emulator = gcs_emulator.Emulator(str(tmp_path_factory.mktemp("gcs")))
   saved = {key: os.environ.get(key) for key in emulator.env}
   os.environ.update(emulator.env)
+  # etils.epath (orbax's paths) decides once per process whether gs:// goes through
+  # tf.io.gfile, which cannot reach an emulator; an earlier test may have made it decide.
+  from etils.epath import gpath  # pylint: disable=import-outside-toplevel
+  gpath._is_tf_installed.cache_clear()  # pylint: disable=protected-access
   try:
     yield emulator
   finally:
@@ -62,6 +66,7 @@ def gcs(tmp_path_factory):
         os.environ.pop(key, None)
       else:
         os.environ[key] = value
+    gpath._is_tf_installed.cache_clear()  # pylint: disable=protected-access
 
 
 @pytest.fixture

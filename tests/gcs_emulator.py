@@ -1,5 +1,6 @@
 """The tests' Cloud Storage: gcp-storage-emulator (from PyPI) on 127.0.0.1, in a process of
-its own so that a test can stop it mid-run and start it again on the same data.
+its own; a `Link` relays one job's connections to it, so that a test can cut that job off
+the store mid-run while the emulator goes on serving the others.
 
 The emulator serves the JSON API that gcsfs and tensorstore speak, but ignores the
 request preconditions (ifGenerationMatch / ifGenerationNotMatch) and sends no
@@ -9,8 +10,13 @@ so does our lock, so this launcher adds exactly those to the emulator's handlers
 412 when a generation precondition fails, 304 when a download's generation is unchanged,
 the generation headers on downloads. It also parses multipart uploads exactly: the
 emulator's email parser drops a line-break byte that ends the content (about one random
-upload in a hundred arrived one byte short), which real GCS never does. Everything else
-is the emulator as published.
+upload in a hundred arrived one byte short), which real GCS never does. And it serves
+the Objects: move call (POST .../o/NAME/moveTo/o/NEW_NAME) that gcsfs tries first for every
+rename: the emulator answered 501, which gcsfs retries as a server error for about 30 s
+before it falls back to copy and delete. It serves one request at a time, so a client
+that stops mid-request (a test's SIGSTOP) would hold every other one up: such a request
+is dropped after STALLED_REQUEST_S, as a real server drops a stalled connection.
+Everything else is the emulator as published.
 
 Run as a script: python gcs_emulator.py PORT DATA_DIR BUCKET
 """
@@ -21,8 +27,12 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from http import HTTPStatus
+
+
+STALLED_REQUEST_S = 10
 
 
 def _free_port() -> int:
@@ -67,6 +77,65 @@ class Emulator:
     """Stops serving after the request in progress (clients then get connection refused)."""
     self._process.terminate()
     self._process.wait(timeout=30)
+
+
+class Link:
+  """A TCP relay from a port of its own to the emulator. A job whose `env` points at it
+  loses the store when the link is `cut()`: its open connections are reset and new ones
+  refused, as when a network drops, while others still reach the emulator directly."""
+
+  def __init__(self, emulator: Emulator):
+    self._target = ("127.0.0.1", emulator.port)
+    self._listener = socket.create_server(("127.0.0.1", 0))
+    endpoint = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+    self.env = {**emulator.env, "STORAGE_EMULATOR_HOST": endpoint,
+                "TENSORSTORE_GCS_HTTP_URL": endpoint}
+    self._sockets, self._lock, self._cut = [], threading.Lock(), False
+    threading.Thread(target=self._accept, daemon=True).start()
+
+  def _accept(self) -> None:
+    while True:
+      try:
+        client, _ = self._listener.accept()
+      except OSError:  # cut
+        return
+      upstream = socket.create_connection(self._target)
+      with self._lock:
+        self._sockets += [client, upstream]
+        if self._cut:  # accepted just as the link was cut
+          self._close_all()
+          return
+      for source, sink in ((client, upstream), (upstream, client)):
+        threading.Thread(target=_relay, args=(source, sink), daemon=True).start()
+
+  def cut(self) -> None:
+    with self._lock:
+      if self._cut:
+        return
+      self._cut = True
+      self._listener.shutdown(socket.SHUT_RDWR)  # wakes accept()
+      self._listener.close()
+      self._close_all()
+
+  def _close_all(self) -> None:
+    for sock in self._sockets:
+      try:
+        sock.shutdown(socket.SHUT_RDWR)
+      except OSError:
+        pass
+      sock.close()
+
+
+def _relay(source: socket.socket, sink: socket.socket) -> None:
+  try:
+    while True:
+      data = source.recv(1 << 16)
+      if not data:
+        sink.shutdown(socket.SHUT_WR)  # the sender finished: pass its end on
+        return
+      sink.sendall(data)
+  except OSError:  # the link was cut, or the other side went away
+    pass
 
 
 def _add_preconditions():
@@ -168,6 +237,28 @@ def _exact_multipart_uploads(server) -> None:
   server._read_data = exact_read_data  # pylint: disable=protected-access
 
 
+def _move_objects(server) -> None:
+  """Objects: move within a bucket (a copy under the new name, then the old one deleted),
+  answered like GCS: the moved object's resource, or 404 when the source is missing."""
+  from gcp_storage_emulator.exceptions import NotFound  # pylint: disable=import-outside-toplevel
+  from gcp_storage_emulator.handlers import objects  # pylint: disable=import-outside-toplevel
+
+  def move(request, response, storage, *args, **kwargs):
+    bucket, name = request.params["bucket_name"], request.params["object_id"]
+    try:
+      moved = objects._copy(request.base_url, storage, bucket, name, bucket,  # pylint: disable=protected-access
+                            request.params["dest_object_id"])
+      storage.delete_file(bucket, name)
+    except NotFound:
+      response.status = HTTPStatus.NOT_FOUND
+      return
+    response.json(moved)
+
+  route = (r"^/storage/v1/b/(?P<bucket_name>[-.\w]+)/o/(?P<object_id>.*[^/]+)/moveTo/o/"
+           r"(?P<dest_object_id>.*[^/]+)$", {"POST": move})
+  server.HANDLERS = (route, *server.HANDLERS)  # looked up per request, first match wins
+
+
 def _serve(port: int, data_dir: str, bucket: str) -> None:
   # SIGTERM (Emulator.stop) ends the server between requests, as the emulator's own Ctrl-C
   # does: killed mid-request it could leave its metadata file half written, which a
@@ -176,6 +267,8 @@ def _serve(port: int, data_dir: str, bucket: str) -> None:
   _add_preconditions()
   from gcp_storage_emulator import server  # pylint: disable=import-outside-toplevel
   _exact_multipart_uploads(server)
+  _move_objects(server)
+  server.RequestHandler.timeout = STALLED_REQUEST_S  # on each read of a request
   storage_dir = os.path.join(data_dir, "storage")
   fresh = not os.path.exists(storage_dir)
   os.makedirs(storage_dir, exist_ok=True)

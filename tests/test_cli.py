@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
+import time
 
 import pytest
 
@@ -117,6 +119,25 @@ def test_user_errors_end_the_command_in_one_line(capsys, error, line):
     raising(error)
   assert exit_info.value.code == 1
   assert capsys.readouterr().err == line + "\n"
+
+
+def test_an_error_exit_does_not_wait_for_a_thread_a_library_left_waiting():
+  """orbax's threads of a failed save wait minutes for a signal that never comes: the
+  command still exits within seconds of its error line, its exit handlers run."""
+  program = textwrap.dedent("""
+      import atexit, threading
+      from vit_jax import cli
+      threading.Thread(target=threading.Event().wait, name="left waiting").start()
+      atexit.register(print, "exit handlers ran")
+      def main(argv):
+        raise OSError("the store went away")
+      cli.run(main)""")
+  started = time.monotonic()
+  result = subprocess.run([sys.executable, "-c", program], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+  assert time.monotonic() - started < 60
+  assert (result.returncode, result.stderr, result.stdout) == (
+      1, "error: the store went away\n", "exit handlers ran\n")
 
 
 @pytest.mark.parametrize("bug", [ValueError("internal"), KeyError("k"), TypeError("t")])

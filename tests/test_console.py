@@ -1,6 +1,7 @@
 """The console: our lines always, the libraries' INFO chatter only on request."""
 
 import logging
+import os
 
 import pytest
 from absl import logging as absl_logging
@@ -14,6 +15,7 @@ def restore_levels():
   yield
   absl_logging.set_verbosity(saved[0])
   logging.getLogger("jax").setLevel(saved[1])
+  logging.getLogger("absl").filters.clear()
 
 
 @pytest.mark.parametrize("flag, env, quiet", [(False, None, True), (True, None, False),
@@ -36,3 +38,16 @@ def test_our_lines_print_whatever_absl_says(capsys, restore_levels):
   console.log.warning("careful")
   err = capsys.readouterr().err.splitlines()
   assert err[0].endswith(" step 5/10") and err[1].endswith(" warning: careful")
+
+
+def test_orbax_errors_are_left_to_our_one_line(restore_levels, caplog):
+  """A failed background save is logged by orbax (through absl, with its traceback) from
+  its thread; quiet, only the run's own error line reports it. Others' errors still show."""
+  console.quiet_libraries(False)
+  absl = logging.getLogger("absl")
+  for folder in ("orbax", "elsewhere"):
+    absl.handle(logging.LogRecord("absl", logging.ERROR, os.path.join("site", folder, "f.py"),
+                                  1, f"failed in {folder}", None, None))
+  absl.handle(logging.LogRecord("absl", logging.WARNING, os.path.join("site", "orbax", "f.py"),
+                                1, "an orbax warning", None, None))
+  assert [r.getMessage() for r in caplog.records] == ["failed in elsewhere", "an orbax warning"]

@@ -17,6 +17,8 @@ from helpers import (assert_params_close, demo_args, demo_config, load_params,
                      one_process_command, split_runs, subprocess_env)
 from vit_jax import train
 
+pytestmark = pytest.mark.long  # real-process runs: start first (conftest)
+
 DEMO_CONFIG = "--config=configs/demo.py"
 # The shared demo run (helpers.DEMO_SETTINGS), evaluated and saved once, at its end.
 AT_THE_END = dict(eval_every=6, checkpoint_every=6)

@@ -9,10 +9,14 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from conftest import REPO
 from helpers import (assert_params_close, demo_args, demo_config, load_params, read_metrics,
                      subprocess_env)
 from vit_jax import train
+
+pytestmark = pytest.mark.long  # real-process runs: start first (conftest)
 
 # The shared demo run (helpers.DEMO_SETTINGS), evaluated and saved once, at its end.
 AT_THE_END = dict(eval_every=6, checkpoint_every=6)

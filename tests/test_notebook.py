@@ -13,6 +13,8 @@ from nbclient import NotebookClient
 from conftest import REPO
 from hub_server import HubServer, build_repos, use_servers
 
+pytestmark = pytest.mark.long  # real-process runs: start first (conftest)
+
 NOTEBOOK = REPO / "notebooks" / "vit_jax.ipynb"
 
 

@@ -23,6 +23,8 @@ from helpers import (demo_args, demo_config, one_process_command, read_metrics, 
                      split_runs, subprocess_env)
 from vit_jax import main, train
 
+pytestmark = pytest.mark.long  # real-process runs: start first (conftest)
+
 # The shared demo run (helpers.DEMO_SETTINGS), logging every step, never evaluating.
 DEMO = dict(progress_every=1, eval_every=1000)
 # A run that lasts until a signal stops it; the same program in every such test.

@@ -1,35 +1,45 @@
 """The main job with --workdir=gs://... against a real Cloud Storage emulator (the `gcs`
 fixture): the same results as a local run, resume after SIGKILL, one run per workdir,
-nothing rewritten by a finished rerun, two processes on one workdir, and a store that goes
-away mid-run. Runs are shared between assertions to keep the module short."""
+nothing rewritten by a finished rerun, two processes on one workdir, a store that goes
+away mid-run and SIGTERM. Runs are shared between assertions to keep the module short;
+runs that are not about signals or the process's end run in this process."""
 
 import io
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
 import pytest
 
+import gcs_emulator
+import helpers
 from conftest import REPO
-from helpers import read_metrics
+from helpers import read_metrics, run_in_process
+from vit_jax import main
 from vit_jax.runs import fs
 
-ARGS = ["--config=configs/demo.py", "--config.batch=32", "--config.total_steps=16",
-        "--config.checkpoint_every=4", "--config.eval_every=1000", "--config.progress_every=2",
-        "--config.warmup_steps=2"]
+pytestmark = pytest.mark.long
+
+ARGS = helpers.demo_args(total_steps=16, checkpoint_every=4, eval_every=1000)
+LONG_RUN = ["--config.total_steps=100000", "--config.checkpoint_every=8"]
 TIMINGS = ("train/img_per_sec", "train/img_per_sec_per_device")
 
 
-def start(workdir, *extra, tag="run", devices=1):
+def start(workdir, *extra, tag="run", args=ARGS, devices=1, env=None):
   """The main job on `workdir`, its output in <tmp>/<tag>.log (see output())."""
-  env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3",
-         "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
   log = open(os.path.join(os.environ["GCS_TEST_LOGS"], f"{tag}.log"), "w")
-  return subprocess.Popen([sys.executable, "-m", "vit_jax.main", *ARGS, f"--workdir={workdir}",
-                           *extra], cwd=REPO, env=env, stdout=log, stderr=log)
+  return subprocess.Popen([sys.executable, "-m", "vit_jax.main", *args, f"--workdir={workdir}",
+                           *extra], cwd=REPO, env=helpers.subprocess_env(devices, **(env or {})),
+                          stdout=log, stderr=log)
+
+
+def run_here(workdir):
+  """The same command in this process (helpers.run_in_process)."""
+  return run_in_process(main, *ARGS, f"--workdir={workdir}")
 
 
 def output(tag):
@@ -84,14 +94,39 @@ def logs(tmp_path_factory):
   del os.environ["GCS_TEST_LOGS"]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def cut_off(gcs, logs):
+  """A long run whose link to the store is cut once its first checkpoint is complete,
+  started before the module's first test: its clients then retry for about 35 s while
+  the other tests run (test_a_store_that_goes_away... checks how it ended)."""
+  link, workdir = gcs_emulator.Link(gcs), f"gs://{gcs.bucket}/outage"
+  run = start(workdir, *LONG_RUN, tag="outage", env=link.env)
+
+  def cut_after_the_first_checkpoint():
+    try:
+      while run.poll() is None and not checkpoint_steps(workdir):
+        time.sleep(0.3)
+    finally:
+      link.cut()
+
+  cutter = threading.Thread(target=cut_after_the_first_checkpoint, daemon=True)
+  cutter.start()
+  yield workdir, run, cutter
+  link.cut()
+  if run.poll() is None:
+    run.kill()
+    run.wait()
+
+
 @pytest.fixture(scope="module")
 def reference(gcs, logs):
-  """One local and one gs:// run of the same config, side by side."""
+  """One gs:// run of the config (the command) and, meanwhile, a local one (here)."""
   local, remote = str(logs / "local"), f"gs://{gcs.bucket}/run"
-  runs = [start(local, tag="local"), start(remote, tag="remote")]
-  for run, tag in zip(runs, ("local", "remote")):
-    code, log = finish(run, tag)
-    assert code == 0, log[-3000:]
+  run = start(remote, tag="remote")
+  here = run_here(local)
+  assert here.returncode == 0, here.stderr[-3000:]
+  code, log = finish(run, "remote")
+  assert code == 0, log[-3000:]
   return local, remote
 
 
@@ -111,8 +146,8 @@ def test_a_gs_run_matches_a_local_run_and_a_finished_rerun_writes_nothing(refere
     assert fs.read_text(fs.join(remote, name)) == fs.read_text(os.path.join(local, name)), name
 
   before = snapshot(remote)
-  code, log = finish(start(remote, tag="rerun"), "rerun")
-  assert code == 0 and "already finished at step 16" in log, log[-2000:]
+  rerun = run_here(remote)
+  assert rerun.returncode == 0 and "already finished at step 16" in rerun.stderr, rerun.stderr
   assert snapshot(remote) == before
 
 
@@ -122,15 +157,15 @@ def test_sigkill_then_rerun_resumes_exactly_and_a_live_run_is_not_shared(gcs, re
   workdir = f"gs://{gcs.bucket}/killed"
   run = start(workdir, tag="killed")
   wait_for(lambda: len(checkpoint_steps(workdir)) >= 2, run)
-  second = start(workdir, "--config.base_lr=0.1", tag="second")
   run.send_signal(signal.SIGSTOP)  # keep the holder alive (and mid-run) meanwhile
   try:
-    code, log = finish(second, "second")
+    second = run_here(workdir)
   finally:
     run.send_signal(signal.SIGKILL)
     run.wait()
+  log = second.stderr
   errors = [line for line in log.splitlines() if line.startswith("error: ")]
-  assert code == 1 and errors == log.strip().splitlines()[-1:], log[-2000:]
+  assert second.returncode == 1 and errors == log.strip().splitlines()[-1:], log[-2000:]
   assert "is in use by another run" in errors[0] and f"pid {run.pid}," in errors[0]
 
   *_, usable, damaged = checkpoint_steps(workdir)
@@ -150,42 +185,37 @@ def test_sigkill_then_rerun_resumes_exactly_and_a_live_run_is_not_shared(gcs, re
 
 
 def test_two_processes_with_four_devices_share_one_gs_workdir(gcs, logs):
+  """The shared demo run, as test_multiprocess runs it (the same compiled programs)."""
   from test_multiprocess import free_port  # pylint: disable=import-outside-toplevel
   workdir, port = f"gs://{gcs.bucket}/pod", free_port()
   workers = [start(workdir, f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
-                   f"--process_id={i}", "--config.total_steps=8", tag=f"pod{i}", devices=4)
-             for i in range(2)]
+                   f"--process_id={i}", tag=f"pod{i}", args=helpers.demo_args(eval_every=6),
+                   devices=4) for i in range(2)]
   results = [finish(worker, f"pod{i}") for i, worker in enumerate(workers)]
   assert [code for code, _ in results] == [0, 0], results[0][1][-3000:] + results[1][1][-3000:]
-  assert checkpoint_steps(workdir) == [4, 8]
-  assert [r["step"] for r in read_metrics(workdir) if "train/loss" in r] == [2, 4, 6, 8]
+  assert checkpoint_steps(workdir) == [3, 6]
+  assert [r["step"] for r in read_metrics(workdir) if "train/loss" in r] == [2, 4, 6]
   assert "run.lock" not in fs.listdir(workdir) and "params.npz" in fs.listdir(workdir)
 
 
-def test_sigterm_saves_and_a_store_that_goes_away_fails_in_one_line(gcs, logs):
-  """SIGTERM saves the current step on the bucket; later the emulator is stopped mid-run:
-  one line, and the rerun resumes from the last complete checkpoint."""
-  workdir = f"gs://{gcs.bucket}/outage"
-  long_run = ["--config.total_steps=100000", "--config.checkpoint_every=8"]
-  run = start(workdir, *long_run, tag="preempted")
-  wait_for(lambda: checkpoint_steps(workdir), run)
-  run.send_signal(signal.SIGTERM)
-  code, log = finish(run, "preempted")
-  saved = checkpoint_steps(workdir)[-1]
-  assert code == 0 and f"saved the checkpoint of step {saved} in gs://" in log, log[-2000:]
-
-  run = start(workdir, *long_run, tag="outage")
-  wait_for(lambda: checkpoint_steps(workdir)[-1] > saved, run)
-  gcs.stop()
-  try:
-    code, log = finish(run, "outage", timeout=300)
-  finally:
-    gcs.start()
+def test_a_store_that_goes_away_fails_in_one_line_then_sigterm_saves_on_the_bucket(cut_off):
+  """The run cut off from the store mid-run (the `cut_off` fixture): one line, no
+  traceback, and its rerun resumes from the last complete checkpoint; SIGTERM then saves
+  the step that run reached on the bucket."""
+  workdir, run, cutter = cut_off
+  cutter.join(timeout=240)
+  assert not cutter.is_alive(), "no checkpoint in 4 minutes"
+  code, log = finish(run, "outage", timeout=300)
   lines = log.strip().splitlines()
   assert code == 1 and lines[-1].startswith("error: lost the connection to gs://"), log[-3000:]
   assert "Traceback" not in log
+
   complete = checkpoint_steps(workdir)
-  code, log = finish(start(workdir, "--config.total_steps=" + str(complete[-1] + 4),
-                           tag="after_outage"), "after_outage")
-  assert code == 0, log[-3000:]
+  run = start(workdir, *LONG_RUN, tag="after_outage")
+  wait_for(lambda: "/100000 (" in output("after_outage"), run)  # training on
+  run.send_signal(signal.SIGTERM)
+  code, log = finish(run, "after_outage")
   assert f"resumed from step {complete[-1]} " in log, log[-2000:]
+  saved = checkpoint_steps(workdir)[-1]
+  assert code == 0 and f"saved the checkpoint of step {saved} in gs://" in log, log[-2000:]
+  assert saved > complete[-1]

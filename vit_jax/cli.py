@@ -10,14 +10,19 @@
   command's main. Anything else is a bug and keeps its traceback.
 - Ctrl-C (KeyboardInterrupt, e.g. vit_jax.runs.preemption.Interrupted after a saved step)
   -> `interrupted: <what was saved>`, exit 130, no traceback.
+- An error exit does not wait for threads a library left behind (see exit_despite_threads).
 - Help: absl's --help, -?, --helpshort, --helpfull and --helpxml exit 0 (absl exits 1, which
   breaks `python -m vit_jax.predict --help && ...`).
 """
 
+import atexit
 import errno
 import functools
+import os
 import re
 import sys
+import threading
+import time
 from typing import Any, Callable, Iterable, List, NoReturn, Tuple
 
 from absl import app, flags, logging
@@ -30,6 +35,7 @@ USER_ERRORS = (errors.UserError, OSError)
 FLAG_ERRORS = (flags.Error, AttributeError, KeyError, TypeError, ValueError)
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT: what a shell reports for a Ctrl-C'd command
 HELP_FLAGS = (app.HelpFlag, app.HelpshortFlag, app.HelpfullFlag, app.HelpXMLFlag)
+THREADS_GRACE_S = 3.0  # how long an error exit lets other threads finish
 
 
 def innermost(error: BaseException) -> BaseException:
@@ -190,4 +196,35 @@ def run(main: Callable[[List[str]], Any], define_flags: Callable[..., None] = No
     console.quiet_libraries(flags.FLAGS["verbosity"].present)
     return with_exit_codes(main)(argv)
 
-  app.run(quiet_main, flags_parser=flags_parser)
+  try:
+    app.run(quiet_main, flags_parser=flags_parser)
+  except SystemExit as e:
+    if e.code not in (0, None):
+      exit_despite_threads(e.code if isinstance(e.code, int) else 1)
+    raise
+
+
+def exit_despite_threads(code: int) -> None:
+  """Ends a command that failed now, even if a thread a library started still runs.
+
+  Python waits for every non-daemon thread before it exits. When the store stops
+  answering during an orbax save, the save's threads wait up to 5 minutes for a step
+  that failed, or retry their writes for many minutes (tensorstore), so the error line
+  would be followed by minutes of silence. By the time an error ends a command, the work
+  it still needed has been waited for (a save that can finish has), so such threads only
+  get a short grace; the exit handlers (jax's shutdown) still run. Returns if no thread
+  is left."""
+  deadline = time.monotonic() + THREADS_GRACE_S
+  while _other_threads() and time.monotonic() < deadline:
+    time.sleep(0.05)  # not join(): orbax's threads override it (and raise from it)
+  if _other_threads():
+    atexit._run_exitfuncs()  # pylint: disable=protected-access
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # pylint: disable=protected-access
+
+
+def _other_threads() -> List[threading.Thread]:
+  """The live threads Python would wait for at exit, besides this one."""
+  return [t for t in threading.enumerate() if t is not threading.current_thread()
+          and not t.daemon and t.is_alive()]

@@ -61,6 +61,13 @@ def quiet_libraries(verbosity_flag_present: Optional[bool] = None) -> None:
   absl_logging.set_verbosity(absl_logging.WARNING)
   for name in ("jax", "orbax", "tensorflow"):
     logging.getLogger(name).setLevel(logging.WARNING)
-  # orbax's background writes report each failed chunk as a "never retrieved" future;
-  # the failure itself reaches the user as one error line.
+  # orbax's background writes report each failed chunk as a "never retrieved" future,
+  # and each failed save thread as an error with its traceback while the run goes on;
+  # the failure itself reaches the user as one error line when the run next waits for
+  # its saves (vit_jax.checkpoints.train_state).
   logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+  logging.getLogger("absl").addFilter(_no_orbax_errors)  # once: the same function
+
+
+def _no_orbax_errors(record: logging.LogRecord) -> bool:
+  return record.levelno < logging.ERROR or f"{os.sep}orbax{os.sep}" not in record.pathname

@@ -268,13 +268,19 @@ class Checkpointer:
       raise
 
   def wait(self) -> None:
-    if self._manager is not None:
+    if self._manager is not None and not self._store_lost():
       # orbax logs a failed background save with its traceback before raising it here;
       # the failure is reported once, in one line, by _storage_errors_as_one_line.
       with self._storage_errors_as_one_line(self._pending_step), _silenced_library_logs():
         self._manager.wait_until_finished()
 
   def close(self) -> None:
-    if self._manager is not None:
+    if self._manager is not None and not self._store_lost():  # closing waits for saves
       self._manager.close()
-      self._manager = None
+    self._manager = None
+
+  def _store_lost(self) -> bool:
+    """The store stopped answering: a save in flight cannot finish (tensorstore would
+    retry its writes for many minutes), and is never committed, so the previous
+    checkpoints are what a rerun resumes from."""
+    return fs.connection_lost(self.directory)

@@ -52,9 +52,8 @@ def _store_errors(function: F) -> F:
   def wrapped(path, *args, **kwargs):
     if not is_url(path):
       return function(path, *args, **kwargs)
-    protocol = str(path).split("://", 1)[0]
-    if protocol in _unreachable:
-      raise StorageUnavailable(_unreachable[protocol])
+    if connection_lost(path):
+      raise StorageUnavailable(_unreachable[_protocol(path)])
     try:
       return function(path, *args, **kwargs)
     except _ANSWERS:
@@ -68,13 +67,22 @@ def _store_errors(function: F) -> F:
 def unavailable(path: str, error: BaseException) -> StorageUnavailable:
   """The one-line error for a store that stopped answering at `path`; from now on every
   call on that protocol fails at once (the client already spent its retries)."""
-  protocol = str(path).split("://", 1)[0]
+  protocol = _protocol(path)
   _unreachable[protocol] = (
       f"lost the connection to {protocol}:// while accessing {path} "
       f"({' '.join(str(error).split())[:200]}); checkpoints are saved whole or not at all, "
       "so the last complete one is intact: check the connection and credentials, then "
       "rerun the same command to resume from it")
   return StorageUnavailable(_unreachable[protocol])
+
+
+def connection_lost(path: str) -> bool:
+  """Whether `path` is on a store that already stopped answering (see unavailable())."""
+  return is_url(path) and _protocol(path) in _unreachable
+
+
+def _protocol(path: str) -> str:
+  return str(path).split("://", 1)[0]
 
 
 @functools.lru_cache(maxsize=None)
@@ -110,8 +118,7 @@ def _filesystem(protocol: str):
 
 def _url_fs(path: str):
   """(filesystem, path as that filesystem names it) for a URL."""
-  protocol = str(path).split("://", 1)[0]
-  fs = _filesystem(protocol)
+  fs = _filesystem(_protocol(path))
   return fs, fs._strip_protocol(str(path))  # pylint: disable=protected-access
 
 
@@ -306,8 +313,9 @@ def remove_empty_dir(path: str) -> None:
 
 @_store_errors
 def move(source: str, dest: str) -> None:
-  """Moves a file or folder (local: one rename; object stores: copy then delete, so a kill
-  half-way leaves both copies, never none)."""
+  """Moves a file or folder (local: one rename; object stores: object by object, each
+  moved by the store or copied then deleted, so a kill half-way leaves every object in one
+  place or both, never none)."""
   if is_url(source):
     fs, key = _url_fs(source)
     _, dest_key = _url_fs(dest)

@@ -210,7 +210,8 @@ class WorkdirLock:
     if not self._held:
       return
     self._stop.set()
-    self._heartbeat.join()
+    if not fs.connection_lost(self.path):  # else a beat may be in the client's retries
+      self._heartbeat.join()               # (~30 s), and the removal below fails at once
     self._held = False
     try:
       if self._is_ours(self._holder()):
