@@ -23,15 +23,8 @@ from vit_jax.evaluators import classification
 from vit_jax.runs import workdir as workdir_lib
 
 
-@pytest.fixture(name="demo_run", scope="module")
-def fixture_demo_run(tmp_path_factory):
-  """The shared demo run (helpers.DEMO_SETTINGS), finished: (its workdir, its result).
-  Tests that go on from it do so on a copy (copy_of)."""
-  workdir = tmp_path_factory.mktemp("demo") / "run"
-  return workdir, train.train_and_evaluate(demo_config(), str(workdir))
-
-
 def copy_of(demo_run, tmp_path) -> str:
+  """A copy of conftest's demo run (read-only), for a test that goes on from it."""
   workdir = tmp_path / "run"
   shutil.copytree(demo_run[0], workdir)
   return str(workdir)
