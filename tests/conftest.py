@@ -45,6 +45,17 @@ def pytest_collection_modifyitems(items):
   items[:] = sorted(items, key=lambda item: item.get_closest_marker("long") is None)
 
 
+@pytest.fixture(name="demo_run", scope="session")
+def fixture_demo_run(tmp_path_factory):
+  """The shared demo run (helpers.DEMO_SETTINGS) on this process's one device, finished:
+  (its workdir, its result). How often it evaluates or saves does not change its params,
+  so it is also the one-device reference of the runs on other layouts. Read-only: tests
+  that go on from it copy it first."""
+  from vit_jax import train  # pylint: disable=import-outside-toplevel
+  workdir = tmp_path_factory.mktemp("demo") / "run"
+  return workdir, train.train_and_evaluate(helpers.demo_config(), str(workdir))
+
+
 @pytest.fixture(scope="module")
 def gcs(tmp_path_factory):
   """A Cloud Storage emulator on 127.0.0.1 for one test module (tests/gcs_emulator.py);

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -139,6 +140,30 @@ def split_runs(output):
     else:
       lines.append(line)
   return results
+
+
+def sigterm_at_step(step):
+  """A vit_jax.data.device_batches.prefetch_to_device (patch it in) that sends this process
+  a real SIGTERM before the train loop's batch `step`: the run saves that step and stops,
+  as a preempted job does. The train loop's stream is the first a run makes; the streams
+  of evaluators (few-shot features) come later and pass unchanged."""
+  from vit_jax.data import device_batches  # pylint: disable=import-outside-toplevel
+  original = device_batches.prefetch_to_device
+  streams = []
+
+  def with_sigterm(batches):
+    try:
+      for i, batch in enumerate(batches, start=1):
+        if i == step:
+          os.kill(os.getpid(), signal.SIGTERM)
+        yield batch
+    finally:
+      batches.close()
+
+  def prefetch(iterator, sharding, size=2):
+    streams.append(original(iterator, sharding, size))
+    return with_sigterm(streams[0]) if len(streams) == 1 else streams[-1]
+  return prefetch
 
 
 def read_metrics(workdir):

@@ -13,9 +13,8 @@ import sys
 import pytest
 
 from conftest import REPO
-from helpers import (assert_params_close, demo_args, demo_config, load_params,
-                     one_process_command, split_runs, subprocess_env)
-from vit_jax import train
+from helpers import (assert_params_close, demo_args, load_params, one_process_command,
+                     split_runs, subprocess_env)
 
 pytestmark = pytest.mark.long  # real-process runs: start first (conftest)
 
@@ -68,14 +67,6 @@ def fixture_runs(tmp_path_factory):
           for name, (code, _, printed) in zip(RUNS, ended)}
 
 
-@pytest.fixture(name="one_device_params", scope="module")
-def fixture_one_device_params(tmp_path_factory):
-  """The parameters of the shared demo run on one device (this process)."""
-  workdir = str(tmp_path_factory.mktemp("one_device"))
-  train.train_and_evaluate(demo_config(**AT_THE_END), workdir)
-  return load_params(workdir)
-
-
 def error_line(runs, name):
   """The one `error:` line of a run that failed with exit code 1."""
   code, printed, _ = runs[name]
@@ -95,7 +86,7 @@ def test_batch_not_divisible_by_devices(runs):
 
 
 @pytest.mark.parametrize("mesh", MESHES)
-def test_short_demo_run_on_8_devices(runs, one_device_params, mesh):
+def test_short_demo_run_on_8_devices(runs, demo_run, mesh):
   code, stderr, workdir = runs[mesh]
   assert code == 0, stderr[-2000:]
   assert "img/s/device" in stderr and "ETA" in stderr
@@ -111,8 +102,9 @@ def test_short_demo_run_on_8_devices(runs, one_device_params, mesh):
   for path in ("params.npz", "metrics.jsonl", "checkpoints"):
     assert str(workdir / path) in summary
   assert f"tensorboard --logdir={workdir}" in summary
-  # The mesh trains what one device trains (two processes of 4 devices: test_multiprocess).
-  assert_params_close(load_params(workdir), one_device_params)
+  # The mesh trains what one device trains (conftest's demo run; two processes of 4 devices:
+  # test_multiprocess).
+  assert_params_close(load_params(workdir), load_params(demo_run[0]))
 
 
 @pytest.mark.parametrize("run, message", [

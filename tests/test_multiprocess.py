@@ -41,20 +41,19 @@ def output(workdir, tag):
   return open(f"{workdir}.{tag}.log").read()
 
 
-def test_two_processes_match_one_process_and_resume_in_one(tmp_path, caplog):
+def test_two_processes_match_one_process_and_resume_in_one(tmp_path, caplog, demo_run):
   port = free_port()
   two = str(tmp_path / "two")
   workers = [launch(two, 4, str(i), f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
                     f"--process_id={i}") for i in range(2)]
-  # One device: this (1-device) test process runs the same job while the others run.
-  train.train_and_evaluate(demo_config(**AT_THE_END), str(tmp_path / "one"))
   codes = [w.wait(timeout=400) for w in workers]
   assert codes == [0, 0], output(two, "0")[-3000:] + output(two, "1")[-3000:]
   assert "process 1 of 2 reads rows [16, 32) of every global batch of 32" in output(two, "1")
   assert "process 0 of 2 reads rows [0, 16)" in output(two, "0")
   with open(os.path.join(two, "final_metrics.json")) as f:
     assert json.load(f)["eval/examples"] == 300  # evaluation exact across processes
-  assert_params_close(load_params(str(tmp_path / "one")), load_params(two))
+  # One device: the same job in this (1-device) test process (conftest's demo run).
+  assert_params_close(load_params(demo_run[0]), load_params(two))
 
   with caplog.at_level(logging.INFO):  # in one process, here
     train.train_and_evaluate(demo_config(**AT_THE_END, total_steps=8), two)
@@ -64,14 +63,16 @@ def test_two_processes_match_one_process_and_resume_in_one(tmp_path, caplog):
 def test_a_dead_peer_stops_the_survivor(tmp_path):
   port = free_port()
   workdir = str(tmp_path / "run")
+  # The first test's programs; saving every step keeps the survivor mid-run for seconds
+  # after its first step, whose metrics row says that training has begun.
   workers = [launch(workdir, 4, str(i), f"--coordinator_address=127.0.0.1:{port}",
                     "--num_processes=2", f"--process_id={i}", "--heartbeat_timeout=10",
-                    "--config.total_steps=100000", "--config.progress_every=1")
+                    "--config.progress_every=1", "--config.checkpoint_every=1")
              for i in range(2)]
   deadline = time.time() + 300
   while not any("train/loss" in row for row in read_metrics(workdir)):
     assert time.time() < deadline and workers[0].poll() is None, output(workdir, "0")[-3000:]
-    time.sleep(0.5)
+    time.sleep(0.2)
   workers[1].kill()
   killed_at = time.time()
   code = workers[0].wait(timeout=120)

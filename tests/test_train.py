@@ -7,7 +7,6 @@ import logging
 import os
 import pathlib
 import shutil
-import signal
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +15,7 @@ import pytest
 from PIL import Image
 
 from conftest import RELEASED_FIXTURES
-from helpers import corrupt_jpeg, demo_config, read_metrics
+from helpers import corrupt_jpeg, demo_config, read_metrics, sigterm_at_step
 from vit_jax import config_defaults as common
 from vit_jax import load_npz, read_class_names, save_npz, sharding, train, train_step
 from vit_jax.data import device_batches, pipeline, splits
@@ -24,15 +23,8 @@ from vit_jax.evaluators import classification
 from vit_jax.runs import workdir as workdir_lib
 
 
-@pytest.fixture(name="demo_run", scope="module")
-def fixture_demo_run(tmp_path_factory):
-  """The shared demo run (helpers.DEMO_SETTINGS), finished: (its workdir, its result).
-  Tests that go on from it do so on a copy (copy_of)."""
-  workdir = tmp_path_factory.mktemp("demo") / "run"
-  return workdir, train.train_and_evaluate(demo_config(), str(workdir))
-
-
 def copy_of(demo_run, tmp_path) -> str:
+  """A copy of conftest's demo run (read-only), for a test that goes on from it."""
   workdir = tmp_path / "run"
   shutil.copytree(demo_run[0], workdir)
   return str(workdir)
@@ -239,22 +231,6 @@ def test_a_second_run_on_a_busy_workdir_is_refused(tmp_path):
     with pytest.raises(workdir_lib.WorkdirError, match="in use by another run"):
       train.train_and_evaluate(demo_config(), str(workdir))
   assert os.listdir(workdir) == []
-
-
-def sigterm_at_step(step):
-  """prefetch_to_device that sends this process a real SIGTERM before batch `step`."""
-  original = device_batches.prefetch_to_device
-
-  def prefetch(iterator, sharding, size=2):
-    batches = original(iterator, sharding, size)
-    try:
-      for i, batch in enumerate(batches, start=1):
-        if i == step:
-          os.kill(os.getpid(), signal.SIGTERM)
-        yield batch
-    finally:
-      batches.close()
-  return prefetch
 
 
 def diverging_from(bad_step, poison_loss):

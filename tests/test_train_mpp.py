@@ -1,5 +1,6 @@
 """The main job with config.objective='mpp': pre-training on the digits with evaluation,
-few-shot probes, Polyak averaging and resume, then fine-tuning from its params.npz."""
+few-shot probes, Polyak averaging and a resume after a preemption, then fine-tuning from its
+params.npz."""
 
 import logging
 import math
@@ -8,25 +9,29 @@ import os
 import numpy as np
 import pytest
 
-from helpers import demo_config, load_module, read_metrics
+from helpers import demo_config, load_module, read_metrics, sigterm_at_step
 from vit_jax import errors, load_npz, predict, train
+from vit_jax.data import device_batches
 
 
-def mpp_digits(**overrides):
+def mpp_digits():
   config = load_module("mpp.py").get_config("digits")
   config.update(dict(total_steps=12, batch=32, batch_eval=128, progress_every=3,
                      eval_every=6, checkpoint_every=12, warmup_steps=2, base_lr=3e-3,
                      polyak_decay=0.5))
   config.fewshot.update(dict(shots=(1, 5), seeds=1, every_steps=6, batch_size=256))
-  config.update(overrides)
   config.lock()
   return config
 
 
-def test_mpp_pretraining_then_finetuning_from_its_params(tmp_path, caplog):
+def test_mpp_pretraining_then_finetuning_from_its_params(tmp_path, caplog, monkeypatch):
   workdir = str(tmp_path / "mpp")
+  with monkeypatch.context() as patch:  # preempted after step 6, then resumed: one program
+    patch.setattr(device_batches, "prefetch_to_device", sigterm_at_step(6))
+    assert train.train_and_evaluate(mpp_digits(), workdir)["preempted_at_step"] == 6
   with caplog.at_level(logging.INFO):
     result = train.train_and_evaluate(mpp_digits(), workdir)
+  assert "resumed from step 6" in caplog.text
   rows = read_metrics(workdir)
   evals = [r for r in rows if "eval/loss" in r]
   assert [r["step"] for r in evals] == [6, 12]
@@ -45,9 +50,6 @@ def test_mpp_pretraining_then_finetuning_from_its_params(tmp_path, caplog):
   with pytest.raises(errors.InvalidInput, match="has no trained classification head"):
     predict.check_trained_head(params, os.path.join(workdir, "params.npz"))
   assert (module.hidden_size, module.patch_size, module.num_layers) == (64, 4, 4)
-
-  train.train_and_evaluate(mpp_digits(total_steps=13), workdir)  # resume
-  assert "resumed from step 12" in caplog.text
 
   config = demo_config(pretrained=os.path.join(workdir, "params.npz"), total_steps=2,
                        eval_every=2, checkpoint_every=2, base_lr=1e-6)
