@@ -35,7 +35,7 @@ def checkpoints(tmp_path_factory):
 
 def flax_logits(checkpoint, image_size, images):
   module, params = npz.load_npz(checkpoint, image_size=image_size)
-  return np.asarray(jax.jit(lambda x: module.apply({"params": params}, x))(images))
+  return np.asarray(jax.jit(lambda p, x: module.apply({"params": p}, x))(params, images))
 
 
 def random_images(batch, side, seed=1):
@@ -66,12 +66,21 @@ def leftovers(directory):
   return [n for n in os.listdir(directory) if ".partial-" in n or ".old-" in n]
 
 
-def export_cases(fmt, checkpoints, root, **options):
-  """{case: OUT folder} for every case exported to `fmt` (the export verifies itself)."""
-  from vit_jax import export
-  outs = {}
-  for case in CASES:
-    path, size = checkpoints[case]
-    outs[case] = str(root / case)
-    export.export(path, outs[case], to=fmt, image_size=size, log=lambda _: None, **options)
-  return outs
+class Exports:
+  """{case: OUT folder} of the CASES exported to `fmt` (the export verifies itself), each
+  exported when a test first reads it: a module's tests that pytest-xdist splits between
+  workers export only the cases each worker's tests read."""
+
+  def __init__(self, fmt, checkpoints, root, **options):
+    self._fmt, self._checkpoints, self._root, self._options = fmt, checkpoints, root, options
+    self._outs = {}
+
+  def __getitem__(self, case):
+    if case not in self._outs:
+      from vit_jax import export  # pylint: disable=import-outside-toplevel
+      path, size = self._checkpoints[case]
+      out = str(self._root / case)
+      export.export(path, out, to=self._fmt, image_size=size, log=lambda _: None,
+                    **self._options)
+      self._outs[case] = out
+    return self._outs[case]

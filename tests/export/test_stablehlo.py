@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from export_cases import (CASES, checkpoints,  # noqa: F401 (checkpoints: a fixture)
-                          export_cases, noise_and_logits, read_metadata, relative)
+                          Exports, noise_and_logits, read_metadata, relative)
 from vit_jax import export
 
 
 @pytest.fixture(scope="module")
 def exported(checkpoints, tmp_path_factory):
-  return export_cases("stablehlo", checkpoints, tmp_path_factory.mktemp("stablehlo"))
+  return Exports("stablehlo", checkpoints, tmp_path_factory.mktemp("stablehlo"))
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -7,13 +7,13 @@ import pytest
 from ai_edge_litert.interpreter import Interpreter
 
 from export_cases import (CASES, checkpoints,  # noqa: F401 (checkpoints: a fixture)
-                          export_cases, leftovers, noise_and_logits, read_metadata, relative)
+                          Exports, leftovers, noise_and_logits, read_metadata, relative)
 from vit_jax import export
 
 
 @pytest.fixture(scope="module")
 def exported(checkpoints, tmp_path_factory):
-  return export_cases("tflite", checkpoints, tmp_path_factory.mktemp("tflite"))
+  return Exports("tflite", checkpoints, tmp_path_factory.mktemp("tflite"))
 
 
 def logits(out, images):
