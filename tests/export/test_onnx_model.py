@@ -1,5 +1,7 @@
 """ONNX exports (jax2onnx) run in onnxruntime with the Flax logits at any batch size."""
 
+import sys
+
 import onnx
 import onnxruntime
 import pytest
@@ -31,3 +33,9 @@ def test_reloads_and_matches_flax_at_batch_1_and_7(exported, checkpoints, case):
   assert batch_dim.dim_param and not batch_dim.dim_value  # symbolic
   assert meta["parity"]["max_relative_logit_difference"] <= 1e-4
 
+
+def test_only_the_jax_and_flax_plugins_are_imported(exported):
+  """jax2onnx's plugins for other libraries cost seconds to import and a ViT needs none."""
+  assert exported["gap"]
+  loaded = {name.split(".")[2] for name in sys.modules if name.startswith("jax2onnx.plugins.")}
+  assert {"jax", "flax"} <= loaded and not loaded & {"equinox", "dm_pix", "examples"}, loaded
