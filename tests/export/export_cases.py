@@ -1,6 +1,6 @@
 """Checkpoints and checks the export tests share: the released-format fixtures (ViT-Ti/16 at 224, the
 R+ViT-Ti/16 hybrid) and small random big_vision variants (gap; MAP head with sincos2d),
-written once per session."""
+written once per test process."""
 
 import functools
 import json
@@ -20,8 +20,15 @@ CASES = ("vit-ti16", "r-vit-ti16", "gap", "map-sincos2d")
 
 @pytest.fixture(scope="session")
 def checkpoints(tmp_path_factory):
-  """{case: (path, image_size)} for CASES."""
-  root = tmp_path_factory.mktemp("export_checkpoints")
+  """{case: (path, image_size)} for CASES. Each test module that imports this fixture
+  holds its own instance of it; they share the files written once per test process."""
+  return _written_checkpoints(tmp_path_factory.getbasetemp())
+
+
+@functools.lru_cache(maxsize=None)
+def _written_checkpoints(basetemp):
+  root = basetemp / "export_checkpoints"
+  root.mkdir()
   written = {}
   for name, overrides in (("gap", dict(classifier="gap")),
                           ("map-sincos2d", dict(classifier="map", posemb="sincos2d"))):
