@@ -78,8 +78,9 @@ def leftovers(directory):
 
 class Exports:
   """{case: OUT folder} of the CASES exported to `fmt` (the export verifies itself), each
-  exported when a test first reads it: a module's tests that pytest-xdist splits between
-  workers export only the cases each worker's tests read."""
+  exported when a test first reads it: a selection of tests (-k gap, --lf, a worker given
+  part of a module) exports only the cases it reads, and each export's seconds show in
+  the duration of the test that first reads it."""
 
   def __init__(self, fmt, checkpoints, root, **options):
     self._fmt, self._checkpoints, self._root, self._options = fmt, checkpoints, root, options
