@@ -17,7 +17,6 @@ import subprocess
 import sys
 
 import jax
-import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
@@ -25,7 +24,7 @@ from flax import traverse_util
 from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
-from conftest import REPO, TINY, init_params, tiny_model
+from conftest import REPO, TINY, init_params, random_params, tiny_model
 from helpers import run_in_process
 from vit_jax import CheckpointError, create_model, load_npz, save_npz
 from vit_jax import convert as convert_command
@@ -37,33 +36,6 @@ D, LAYERS, PATCH = TINY["hidden_size"], TINY["num_layers"], TINY["patch_size"]
 IMAGE = 16
 
 
-def noisy(params, seed=0):
-  """Non-trivial weights: every array moved off its initial value (LayerNorm scales
-  and biases included), so that a wrongly mapped array changes the logits."""
-  rng = np.random.default_rng(seed)
-  return jax.tree.map(lambda a: (np.asarray(a) + rng.normal(0, 0.1, a.shape)).astype(np.float32),
-                      params)
-
-
-def random_params(module, image_size, seed=0):
-  """Random params for a large model without running its init: N(0, 1/fan_in) kernels,
-  scales 1 + N(0, 0.1), biases and embeddings N(0, 0.1)."""
-  shapes = jax.eval_shape(module.init, jax.random.PRNGKey(0),
-                          jnp.zeros((1, image_size, image_size, 3)))["params"]
-  rng = np.random.default_rng(seed)
-  flat = {}
-  for key, shape in traverse_util.flatten_dict(shapes, sep="/").items():
-    shape = shape.shape
-    value = rng.standard_normal(shape, np.float32)  # float32 draws: 4x faster than float64's
-    if key.endswith("/kernel"):
-      fan_in = shape[0] if len(shape) == 3 and "/out/" not in key else np.prod(shape[:-1])
-      value *= np.float32(1 / np.sqrt(fan_in))
-    else:
-      value = (1 if key.endswith("/scale") else 0) + np.float32(0.1) * value
-    flat[key] = value
-  return traverse_util.unflatten_dict(flat, sep="/")
-
-
 def saved(module, params, path):
   save_npz(params, path)
   return path
@@ -71,7 +43,7 @@ def saved(module, params, path):
 
 def tiny_file(tmp_path, name="tiny.npz", seed=0, **overrides):
   module = tiny_model(**overrides)
-  return saved(module, noisy(init_params(module, IMAGE, seed), seed), tmp_path / name)
+  return saved(module, random_params(module, IMAGE, seed), tmp_path / name)
 
 
 def logits(path, x):
