@@ -11,10 +11,10 @@ from vit_jax.data import device_batches
 from vit_jax.runs import dataset_record
 
 
-def folder_config(root, **overrides):
+def folder_config(root):
   config = demo.get_config(str(root))
-  config.update({**dict(total_steps=2, batch=4, batch_eval=4, progress_every=1, eval_every=2,
-                        checkpoint_every=1, warmup_steps=1), **overrides})
+  config.update(dict(total_steps=2, batch=4, batch_eval=4, progress_every=1, eval_every=2,
+                     checkpoint_every=1, warmup_steps=1))
   config.model.update(dict(hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1))
   config.lock()
   return config
