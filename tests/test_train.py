@@ -1,6 +1,8 @@
 """The main job end to end on small configs: outputs, resume, fine-tuning, bad input."""
 
 import contextlib
+import dataclasses
+import functools
 import io
 import json
 import logging
@@ -17,7 +19,7 @@ from PIL import Image
 from conftest import RELEASED_FIXTURES
 from helpers import corrupt_jpeg, demo_config, read_metrics, sigterm_at_step
 from vit_jax import config_defaults as common
-from vit_jax import load_npz, read_class_names, save_npz, sharding, train, train_step
+from vit_jax import load_npz, read_class_names, save_npz, sharding, train, trainer
 from vit_jax.data import device_batches, pipeline, splits
 from vit_jax.evaluators import classification
 from vit_jax.runs import workdir as workdir_lib
@@ -141,10 +143,10 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(demo_run, tmp_path):
 def test_a_divergence_before_any_checkpoint_names_its_step_and_says_so(tmp_path,
                                                                       monkeypatch):
   workdir = str(tmp_path / "run")
-  monkeypatch.setattr(train_step, "make_train_step", diverging_from(3, poison_loss=True))
+  monkeypatch.setattr(trainer, "build", diverging_from(3, poison_loss=True))
   with pytest.raises(FloatingPointError) as error:
-    train.train_and_evaluate(demo_config(total_steps=10, checkpoint_every=5, progress_every=5,
-                                         eval_every=10), workdir)
+    train.train_and_evaluate(demo_config(checkpoint_every=5, progress_every=5, eval_every=10),
+                             workdir)
   assert str(error.value) == (
       "loss is nan at step 3 (noticed at step 5); stopping without saving; no checkpoint "
       "was saved before it, so a rerun starts from scratch: lower config.base_lr or check "
@@ -234,30 +236,31 @@ def test_a_second_run_on_a_busy_workdir_is_refused(tmp_path):
 
 
 def diverging_from(bad_step, poison_loss):
-  """make_train_step whose state (and loss, if poison_loss) turns NaN from bad_step on."""
-  original = train_step.make_train_step
+  """trainer.build whose step turns the state's params (and the loss, if poison_loss) NaN
+  from bad_step on. The poison runs after the compiled train step, which stays the shared
+  demo program (a program of its own would cost a compile)."""
+  original = trainer.build
 
-  def make(batch_loss, optimizer, config):
-    step_fn = original(batch_loss, optimizer, config)
+  def build(config, module, mesh, *args, **kwargs):
+    run = original(config, module, mesh, *args, **kwargs)
 
-    def poisoned(state, batch, rng):
-      state, step_metrics = step_fn(state, batch, rng)
+    @functools.partial(jax.jit, out_shardings=(run.state_shardings, sharding.replicated(mesh)))
+    def poison(state, step_metrics):
       bad = state.step >= bad_step
       params = jax.tree.map(lambda x: jnp.where(bad, jnp.nan, x), state.params)
       if poison_loss:
         step_metrics = {**step_metrics, "loss": jnp.where(bad, jnp.nan, step_metrics["loss"])}
       return state.replace(params=params), step_metrics
-    return poisoned
-  return make
+    return dataclasses.replace(run, step=lambda *inputs: poison(*run.step(*inputs)))
+  return build
 
 
 @pytest.mark.parametrize("poison_loss", [True, False], ids=["nan_loss", "nan_params_only"])
 def test_sigterm_never_saves_a_diverged_state(tmp_path, monkeypatch, poison_loss):
   workdir = str(tmp_path / "run")
-  config = demo_config(total_steps=50, checkpoint_every=3, progress_every=50, eval_every=50,
-                       keep_checkpoints=1)
+  config = demo_config(checkpoint_every=3, progress_every=50, eval_every=50, keep_checkpoints=1)
   monkeypatch.setattr(device_batches, "prefetch_to_device", sigterm_at_step(5))
-  monkeypatch.setattr(train_step, "make_train_step", diverging_from(5, poison_loss))
+  monkeypatch.setattr(trainer, "build", diverging_from(5, poison_loss))
   with pytest.raises(FloatingPointError, match="at step 5|of step 5 has NaN"):
     train.train_and_evaluate(config, workdir)
   assert checkpoint_steps(workdir) == [3]  # retention (keep 1) kept the last good one
