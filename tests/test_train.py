@@ -270,20 +270,20 @@ def test_sigterm_never_saves_a_diverged_state(tmp_path, monkeypatch, poison_loss
 
 
 def test_a_corrupt_eval_image_keeps_the_steps_trained_so_far(tmp_path, caplog):
-  write_image_folder(tmp_path / "images")
+  # Ten classes of 16 px images: the shared demo programs (helpers.DEMO_SETTINGS).
+  write_image_folder(tmp_path / "images", classes=("dog", *"abcdefghi"), per_class=2)
   bad = tmp_path / "images" / "test" / "dog" / "1.JPG"
   good = bad.read_bytes()
   bad.write_bytes(corrupt_jpeg())
   workdir = str(tmp_path / "run")
-  config = demo_config(dataset=str(tmp_path / "images"), total_steps=4, batch=4, batch_eval=4,
-                       eval_every=2, checkpoint_every=100)
+  config = demo_config(dataset=str(tmp_path / "images"), eval_every=2, checkpoint_every=100)
   with pytest.raises(splits.CorruptImageError, match=f"corrupt image {bad}"):
     train.train_and_evaluate(config, workdir)
   assert checkpoint_steps(workdir) == [2]  # the first evaluation failed after step 2
   bad.write_bytes(good)
   with caplog.at_level(logging.INFO):
     result = train.train_and_evaluate(config, workdir)
-  assert "resumed from step 2" in caplog.text and result["eval/examples"] == 12
+  assert "resumed from step 2" in caplog.text and result["eval/examples"] == 20
 
 
 def test_a_pretrained_file_with_nan_weights_is_refused_unless_allowed(tmp_path):
