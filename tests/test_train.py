@@ -79,23 +79,21 @@ def write_image_folder(root, classes=("cat", "dog", "fox"), per_class=4):
           image.convert("RGBA").save(root / split / name / f"{i}.Png")
 
 
-def finetune_config(images, pretrained):
-  """Two steps fine-tuning the released-format ViT-Ti/16 fixture (or `pretrained` in its
-  format) on an image folder; returned unlocked."""
-  config = demo_config(dataset=str(images), pretrained=str(pretrained), total_steps=2, batch=4,
-                       batch_eval=5, eval_every=2, checkpoint_every=2)
-  config.unlock()
-  config.model_name = "ViT-Ti_16"
-  config.model = common.get_config().model  # the fine-tuning defaults, no demo overrides
-  config.pp.update(dict(preset="inception", crop=32, resize=None, flip=True))
-  config.optimizer, config.optim_dtype, config.base_lr = "sgd", "bfloat16", 0.01
+def finetune_config(images):
+  """Two steps fine-tuning the released-format ViT-Ti/16 fixture on an image folder."""
+  config = demo_config(dataset=str(images), pretrained=str(RELEASED_FIXTURES / "vit-ti16.npz"),
+                       total_steps=2, batch=4, batch_eval=5, eval_every=2, checkpoint_every=2)
+  with config.unlocked():
+    config.model_name = "ViT-Ti_16"
+    config.model = common.get_config().model  # the fine-tuning defaults, no demo overrides
+    config.pp.update(dict(preset="inception", crop=32, resize=None, flip=True))
+    config.optimizer, config.optim_dtype, config.base_lr = "sgd", "bfloat16", 0.01
   return config
 
 
 def test_finetune_fixture_checkpoint_on_an_image_folder(tmp_path):
   write_image_folder(tmp_path / "images")
-  config = finetune_config(tmp_path / "images", RELEASED_FIXTURES / "vit-ti16.npz")
-  config.lock()
+  config = finetune_config(tmp_path / "images")
   result = train.train_and_evaluate(config, str(tmp_path / "run"))
   assert result["eval/examples"] == 12
   module, params = load_npz(tmp_path / "run" / "params.npz")
@@ -286,12 +284,11 @@ def test_a_corrupt_eval_image_keeps_the_steps_trained_so_far(tmp_path, caplog):
   assert "resumed from step 2" in caplog.text and result["eval/examples"] == 20
 
 
-def test_a_pretrained_file_with_nan_weights_is_refused_unless_allowed(tmp_path):
-  params = load_npz(RELEASED_FIXTURES / "vit-ti16.npz")[1]
+def test_a_pretrained_file_with_nan_weights_is_refused_unless_allowed(demo_run, tmp_path):
+  params = load_npz(demo_run[0] / "params.npz")[1]
   params["Transformer"]["encoder_norm"]["scale"][0] = np.nan
   save_npz(params, tmp_path / "nan.npz", allow_nonfinite=True)
-  write_image_folder(tmp_path / "images")  # the fine-tuning test's run: its programs
-  config = finetune_config(tmp_path / "images", tmp_path / "nan.npz")
+  config = demo_config(pretrained=str(tmp_path / "nan.npz"))  # the demo run's programs
   with pytest.raises(ValueError, match="NaN/Inf weights in 1 of .*: Transformer/encoder_norm/"
                      "scale .*allow_nonfinite_pretrained=True"):
     train.train_and_evaluate(config, str(tmp_path / "run"))
