@@ -34,11 +34,12 @@ def copy_of(demo_run, tmp_path) -> str:
 
 @pytest.fixture(name="resumed_run", scope="module")
 def fixture_resumed_run(demo_run, tmp_path_factory):
-  """The demo run resumed with more steps and another learning rate: (its workdir, what
-  it printed)."""
+  """The demo run resumed with more steps and another evaluation interval: (its workdir,
+  what it printed). The same program as test_multiprocess's resume to step 8 (the
+  interval is not part of it)."""
   workdir = copy_of(demo_run, tmp_path_factory.mktemp("resumed"))
   with contextlib.redirect_stderr(io.StringIO()) as printed:  # the console's stream
-    train.train_and_evaluate(demo_config(total_steps=8, base_lr=5e-4), workdir)
+    train.train_and_evaluate(demo_config(total_steps=8, eval_every=4), workdir)
   return pathlib.Path(workdir), printed.getvalue()
 
 
@@ -177,7 +178,7 @@ def test_a_resumed_run_with_changed_settings_keeps_the_original_config(demo_run,
   workdir = resumed_run[0]
   assert (workdir / "config.json").read_text() == (demo_run[0] / "config.json").read_text()
   resumed = json.loads((workdir / "config.resumed-6.json").read_text())
-  assert resumed["total_steps"] == 8 and resumed["base_lr"] == 5e-4
+  assert resumed["total_steps"] == 8 and resumed["eval_every"] == 4
 
 
 @pytest.mark.parametrize("override, message", [
