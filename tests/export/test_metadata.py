@@ -3,9 +3,7 @@ checkpoint's sha256 and the preprocessing contract."""
 
 import hashlib
 
-import jax
-
-from conftest import init_params, tiny_model
+from conftest import random_params, tiny_model
 from export_cases import read_metadata
 from vit_jax import export
 from vit_jax.checkpoints import npz
@@ -14,7 +12,7 @@ from vit_jax.checkpoints import npz
 def exported_metadata(tmp_path, num_classes, class_names=None):
   module = tiny_model(num_classes=num_classes, classifier="gap")
   path = tmp_path / "params.npz"
-  npz.save_npz(jax.device_get(init_params(module)), str(path), class_names=class_names)
+  npz.save_npz(random_params(module, image_size=16), str(path), class_names=class_names)
   export.export(str(path), str(tmp_path / "out"), to="stablehlo", log=lambda _: None)
   return path, read_metadata(tmp_path / "out")
 
