@@ -41,9 +41,10 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(items):
-  """Modules marked `long` run first, each still in one piece (its module-scoped runs set
-  up once): with xdist's work stealing, a long module that starts last leaves the other
-  worker idle until it ends."""
+  """Modules marked `long` run first: the README's command hands out whole files
+  (`--dist loadfile`, so module-scoped runs and exports are set up once, not once per
+  worker that got some of a module's tests), and a long module that started last would
+  leave the other worker idle until it ends."""
   items[:] = sorted(items, key=lambda item: item.get_closest_marker("long") is None)
 
 

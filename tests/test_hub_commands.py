@@ -1,19 +1,17 @@
 """The public commands start from released names through the Hub mirror, offline: the
-Hub and the closed bucket are local servers (tests/hub_server.py). One fine-tuning run of
-vit_jax.main as a process (the servers reached through the environment it inherits);
-predict, fewshot and vtab through their command functions in-process (the same resolution
-code)."""
+Hub and the closed bucket are local servers (tests/hub_server.py), reached through the
+environment (HF_ENDPOINT, the storage host). main, predict, fewshot and vtab run
+in-process through their command functions (the same parsing and resolution code as
+`python -m`; tests/test_download.py runs the download command as a process)."""
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 from absl import flags
 
 from conftest import RELEASED_FIXTURES, REPO
 from helpers import run_in_process
-from vit_jax import fewshot, predict
+from vit_jax import fewshot, main, predict
 from vit_jax.checkpoints import npz_layout
 from vit_jax.runs import vtab
 from vit_jax.models import posemb
@@ -22,25 +20,15 @@ from vit_jax.models import posemb
 TI16_AUGREG = "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0.npz"
 
 
-def hub_env(hub_servers, tmp_path):
-  site, bucket = hub_servers
-  return {**os.environ, "PYTHONPATH": str(REPO), "HF_ENDPOINT": site.url,
-          "STORAGE_EMULATOR_HOST": bucket.url, "HF_HUB_CACHE": str(tmp_path / "hf_cache"),
-          "TF_CPP_MIN_LOG_LEVEL": "3"}
-
-
-def test_main_fine_tunes_from_a_released_name_bit_identical(hub_servers, tmp_path):
+def test_main_fine_tunes_from_a_released_name_bit_identical(hub_site_and_bucket, tmp_path):
   """configs/vit_ti16.py starts from config.pretrained='ViT-Ti_16': its AugReg i21k file,
   through timm's mirror. With a zero learning rate the saved params are the start."""
   workdir = tmp_path / "run"
-  done = subprocess.run(
-      [sys.executable, "-m", "vit_jax.main", f"--config={REPO}/configs/vit_ti16.py:digits",
-       f"--workdir={workdir}", "--config.pretrained=ViT-Ti_16", "--config.pp.crop=32",
-       "--config.total_steps=1", "--config.warmup_steps=0",
-       "--config.base_lr=0", "--config.batch=8", "--config.batch_eval=120",
-       "--config.eval_every=1", "--config.progress_every=1"],
-      cwd=tmp_path, env=hub_env(hub_servers, tmp_path), capture_output=True, text=True,
-      timeout=400)
+  done = run_in_process(
+      main, f"--config={REPO}/configs/vit_ti16.py:digits", f"--workdir={workdir}",
+      "--config.pretrained=ViT-Ti_16", "--config.pp.crop=32", "--config.total_steps=1",
+      "--config.warmup_steps=0", "--config.base_lr=0", "--config.batch=8",
+      "--config.batch_eval=120", "--config.eval_every=1", "--config.progress_every=1")
   assert done.returncode == 0, done.stderr[-3000:]
   assert "exact GELU" not in done.stderr
   start = os.path.join("checkpoints", "augreg", TI16_AUGREG)

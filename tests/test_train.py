@@ -1,6 +1,8 @@
 """The main job end to end on small configs: outputs, resume, fine-tuning, bad input."""
 
 import contextlib
+import dataclasses
+import functools
 import io
 import json
 import logging
@@ -17,7 +19,7 @@ from PIL import Image
 from conftest import RELEASED_FIXTURES
 from helpers import corrupt_jpeg, demo_config, read_metrics, sigterm_at_step
 from vit_jax import config_defaults as common
-from vit_jax import load_npz, read_class_names, save_npz, sharding, train, train_step
+from vit_jax import load_npz, read_class_names, save_npz, sharding, train, trainer
 from vit_jax.data import device_batches, pipeline, splits
 from vit_jax.evaluators import classification
 from vit_jax.runs import workdir as workdir_lib
@@ -32,11 +34,12 @@ def copy_of(demo_run, tmp_path) -> str:
 
 @pytest.fixture(name="resumed_run", scope="module")
 def fixture_resumed_run(demo_run, tmp_path_factory):
-  """The demo run resumed with more steps and another learning rate: (its workdir, what
-  it printed)."""
+  """The demo run resumed with more steps and another evaluation interval: (its workdir,
+  what it printed). The same program as test_multiprocess's resume to step 8 (the
+  interval is not part of it)."""
   workdir = copy_of(demo_run, tmp_path_factory.mktemp("resumed"))
   with contextlib.redirect_stderr(io.StringIO()) as printed:  # the console's stream
-    train.train_and_evaluate(demo_config(total_steps=8, base_lr=5e-4), workdir)
+    train.train_and_evaluate(demo_config(total_steps=8, eval_every=4), workdir)
   return pathlib.Path(workdir), printed.getvalue()
 
 
@@ -77,23 +80,21 @@ def write_image_folder(root, classes=("cat", "dog", "fox"), per_class=4):
           image.convert("RGBA").save(root / split / name / f"{i}.Png")
 
 
-def finetune_config(images, pretrained):
-  """Two steps fine-tuning the released-format ViT-Ti/16 fixture (or `pretrained` in its
-  format) on an image folder; returned unlocked."""
-  config = demo_config(dataset=str(images), pretrained=str(pretrained), total_steps=2, batch=4,
-                       batch_eval=5, eval_every=2, checkpoint_every=2)
-  config.unlock()
-  config.model_name = "ViT-Ti_16"
-  config.model = common.get_config().model  # the fine-tuning defaults, no demo overrides
-  config.pp.update(dict(preset="inception", crop=32, resize=None, flip=True))
-  config.optimizer, config.optim_dtype, config.base_lr = "sgd", "bfloat16", 0.01
+def finetune_config(images):
+  """Two steps fine-tuning the released-format ViT-Ti/16 fixture on an image folder."""
+  config = demo_config(dataset=str(images), pretrained=str(RELEASED_FIXTURES / "vit-ti16.npz"),
+                       total_steps=2, batch=4, batch_eval=5, eval_every=2, checkpoint_every=2)
+  with config.unlocked():
+    config.model_name = "ViT-Ti_16"
+    config.model = common.get_config().model  # the fine-tuning defaults, no demo overrides
+    config.pp.update(dict(preset="inception", crop=32, resize=None, flip=True))
+    config.optimizer, config.optim_dtype, config.base_lr = "sgd", "bfloat16", 0.01
   return config
 
 
 def test_finetune_fixture_checkpoint_on_an_image_folder(tmp_path):
   write_image_folder(tmp_path / "images")
-  config = finetune_config(tmp_path / "images", RELEASED_FIXTURES / "vit-ti16.npz")
-  config.lock()
+  config = finetune_config(tmp_path / "images")
   result = train.train_and_evaluate(config, str(tmp_path / "run"))
   assert result["eval/examples"] == 12
   module, params = load_npz(tmp_path / "run" / "params.npz")
@@ -141,10 +142,10 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(demo_run, tmp_path):
 def test_a_divergence_before_any_checkpoint_names_its_step_and_says_so(tmp_path,
                                                                       monkeypatch):
   workdir = str(tmp_path / "run")
-  monkeypatch.setattr(train_step, "make_train_step", diverging_from(3, poison_loss=True))
+  monkeypatch.setattr(trainer, "build", diverging_from(3, poison_loss=True))
   with pytest.raises(FloatingPointError) as error:
-    train.train_and_evaluate(demo_config(total_steps=10, checkpoint_every=5, progress_every=5,
-                                         eval_every=10), workdir)
+    train.train_and_evaluate(demo_config(checkpoint_every=5, progress_every=5, eval_every=10),
+                             workdir)
   assert str(error.value) == (
       "loss is nan at step 3 (noticed at step 5); stopping without saving; no checkpoint "
       "was saved before it, so a rerun starts from scratch: lower config.base_lr or check "
@@ -177,7 +178,7 @@ def test_a_resumed_run_with_changed_settings_keeps_the_original_config(demo_run,
   workdir = resumed_run[0]
   assert (workdir / "config.json").read_text() == (demo_run[0] / "config.json").read_text()
   resumed = json.loads((workdir / "config.resumed-6.json").read_text())
-  assert resumed["total_steps"] == 8 and resumed["base_lr"] == 5e-4
+  assert resumed["total_steps"] == 8 and resumed["eval_every"] == 4
 
 
 @pytest.mark.parametrize("override, message", [
@@ -234,30 +235,31 @@ def test_a_second_run_on_a_busy_workdir_is_refused(tmp_path):
 
 
 def diverging_from(bad_step, poison_loss):
-  """make_train_step whose state (and loss, if poison_loss) turns NaN from bad_step on."""
-  original = train_step.make_train_step
+  """trainer.build whose step turns the state's params (and the loss, if poison_loss) NaN
+  from bad_step on. The poison runs after the compiled train step, which stays the shared
+  demo program (a program of its own would cost a compile)."""
+  original = trainer.build
 
-  def make(batch_loss, optimizer, config):
-    step_fn = original(batch_loss, optimizer, config)
+  def build(config, module, mesh, *args, **kwargs):
+    run = original(config, module, mesh, *args, **kwargs)
 
-    def poisoned(state, batch, rng):
-      state, step_metrics = step_fn(state, batch, rng)
+    @functools.partial(jax.jit, out_shardings=(run.state_shardings, sharding.replicated(mesh)))
+    def poison(state, step_metrics):
       bad = state.step >= bad_step
       params = jax.tree.map(lambda x: jnp.where(bad, jnp.nan, x), state.params)
       if poison_loss:
         step_metrics = {**step_metrics, "loss": jnp.where(bad, jnp.nan, step_metrics["loss"])}
       return state.replace(params=params), step_metrics
-    return poisoned
-  return make
+    return dataclasses.replace(run, step=lambda *inputs: poison(*run.step(*inputs)))
+  return build
 
 
 @pytest.mark.parametrize("poison_loss", [True, False], ids=["nan_loss", "nan_params_only"])
 def test_sigterm_never_saves_a_diverged_state(tmp_path, monkeypatch, poison_loss):
   workdir = str(tmp_path / "run")
-  config = demo_config(total_steps=50, checkpoint_every=3, progress_every=50, eval_every=50,
-                       keep_checkpoints=1)
+  config = demo_config(checkpoint_every=3, progress_every=50, eval_every=50, keep_checkpoints=1)
   monkeypatch.setattr(device_batches, "prefetch_to_device", sigterm_at_step(5))
-  monkeypatch.setattr(train_step, "make_train_step", diverging_from(5, poison_loss))
+  monkeypatch.setattr(trainer, "build", diverging_from(5, poison_loss))
   with pytest.raises(FloatingPointError, match="at step 5|of step 5 has NaN"):
     train.train_and_evaluate(config, workdir)
   assert checkpoint_steps(workdir) == [3]  # retention (keep 1) kept the last good one
@@ -267,28 +269,27 @@ def test_sigterm_never_saves_a_diverged_state(tmp_path, monkeypatch, poison_loss
 
 
 def test_a_corrupt_eval_image_keeps_the_steps_trained_so_far(tmp_path, caplog):
-  write_image_folder(tmp_path / "images")
+  # Ten classes of 16 px images: the shared demo programs (helpers.DEMO_SETTINGS).
+  write_image_folder(tmp_path / "images", classes=("dog", *"abcdefghi"), per_class=2)
   bad = tmp_path / "images" / "test" / "dog" / "1.JPG"
   good = bad.read_bytes()
   bad.write_bytes(corrupt_jpeg())
   workdir = str(tmp_path / "run")
-  config = demo_config(dataset=str(tmp_path / "images"), total_steps=4, batch=4, batch_eval=4,
-                       eval_every=2, checkpoint_every=100)
+  config = demo_config(dataset=str(tmp_path / "images"), eval_every=2, checkpoint_every=100)
   with pytest.raises(splits.CorruptImageError, match=f"corrupt image {bad}"):
     train.train_and_evaluate(config, workdir)
   assert checkpoint_steps(workdir) == [2]  # the first evaluation failed after step 2
   bad.write_bytes(good)
   with caplog.at_level(logging.INFO):
     result = train.train_and_evaluate(config, workdir)
-  assert "resumed from step 2" in caplog.text and result["eval/examples"] == 12
+  assert "resumed from step 2" in caplog.text and result["eval/examples"] == 20
 
 
-def test_a_pretrained_file_with_nan_weights_is_refused_unless_allowed(tmp_path):
-  params = load_npz(RELEASED_FIXTURES / "vit-ti16.npz")[1]
+def test_a_pretrained_file_with_nan_weights_is_refused_unless_allowed(demo_run, tmp_path):
+  params = load_npz(demo_run[0] / "params.npz")[1]
   params["Transformer"]["encoder_norm"]["scale"][0] = np.nan
   save_npz(params, tmp_path / "nan.npz", allow_nonfinite=True)
-  write_image_folder(tmp_path / "images")  # the fine-tuning test's run: its programs
-  config = finetune_config(tmp_path / "images", tmp_path / "nan.npz")
+  config = demo_config(pretrained=str(tmp_path / "nan.npz"))  # the demo run's programs
   with pytest.raises(ValueError, match="NaN/Inf weights in 1 of .*: Transformer/encoder_norm/"
                      "scale .*allow_nonfinite_pretrained=True"):
     train.train_and_evaluate(config, str(tmp_path / "run"))

@@ -1,6 +1,8 @@
 """The attention kernels: backend choice, cuDNN's even-token padding and its unpadded
 inference route, checked against the softmax definition."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,13 +36,21 @@ def test_padding_to_even_tokens_computes_the_same_attention(tokens):
   """The cuDNN route pads odd token counts and masks the pad; check that route on XLA."""
   inputs = attention_inputs(tokens)
   padded = lambda *qkv: attention.fused_attention(*qkv, "xla", pad_to_even=True)
-  loss = lambda f: lambda *qkv: jnp.sum(jnp.sin(f(*qkv)))
   with jax.default_matmul_precision("highest"):  # float32, not TF32, on GPUs
-    np.testing.assert_allclose(padded(*inputs), softmax_attention(*inputs),
-                               rtol=1e-5, atol=1e-6)
-    for got, want in zip(jax.grad(loss(padded), argnums=(0, 1, 2))(*inputs),
-                         jax.grad(loss(softmax_attention), argnums=(0, 1, 2))(*inputs)):
-      np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    (got, got_grads), (want, want_grads) = values_and_grads(padded, softmax_attention, inputs)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  for got, want in zip(got_grads, want_grads):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def values_and_grads(attention_fn, reference_fn, inputs):
+  """Both attentions' outputs and the gradients of sum(sin(output)) for q, k and v, in
+  one compiled program (op by op, each of the many small ops would compile on its own)."""
+  def value_and_grads(f):
+    loss = lambda *qkv: jnp.sum(jnp.sin(f(*qkv)))
+    return f(*inputs), jax.grad(loss, argnums=(0, 1, 2))(*inputs)
+  return value_and_grads(attention_fn), value_and_grads(reference_fn)
 
 
 @pytest.mark.parametrize("tokens", [17, 18])
@@ -56,15 +66,15 @@ def test_unpadded_inference_route_computes_the_same_attention_and_gradients(toke
   grads = jax.grad(loss(route), argnums=(0, 1, 2))
   assert ("pad" in str(jax.make_jaxpr(grads)(*inputs))) == bool(tokens % 2)
   with jax.default_matmul_precision("highest"):
-    np.testing.assert_allclose(route(*inputs), softmax_attention(*inputs),
-                               rtol=1e-5, atol=1e-6)
-    for got, want in zip(grads(*inputs),
-                         jax.grad(loss(softmax_attention), argnums=(0, 1, 2))(*inputs)):
-      np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    (got, got_grads), (want, want_grads) = values_and_grads(route, softmax_attention, inputs)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  for got, want in zip(got_grads, want_grads):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
 
 
 def test_unpadded_inference_is_used_only_without_training(monkeypatch):
-  """The model asks for the unpadded forward at train=False and only then."""
+  """The model asks for the unpadded forward at train=False and only then (asked while
+  tracing: shapes are evaluated, nothing is compiled)."""
   calls = []
   real = attention.fused_attention
   monkeypatch.setattr(attention, "fused_attention",
@@ -72,10 +82,12 @@ def test_unpadded_inference_is_used_only_without_training(monkeypatch):
   model = vit.VisionTransformer(num_classes=3, patch_size=4, hidden_size=8, mlp_dim=16,
                                 num_heads=2, num_layers=1, attention_impl="xla")
   images = jnp.ones((1, 12, 12, 3))
-  params = model.init(jax.random.PRNGKey(0), images)["params"]
-  model.apply({"params": params}, images, train=False)
-  model.apply({"params": params}, images, train=True)
-  model.clone(unpadded_inference=False).apply({"params": params}, images, train=False)
+  params = jax.eval_shape(model.init, jax.random.PRNGKey(0), images)["params"]
+  trace = lambda module, train: jax.eval_shape(
+      lambda p: module.apply({"params": p}, images, train=train), params)
+  trace(model, train=False)
+  trace(model, train=True)
+  trace(model.clone(unpadded_inference=False), train=False)
   assert calls[-3:] == [True, False, False]
 
 

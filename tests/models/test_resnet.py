@@ -36,11 +36,11 @@ def test_std_conv_stores_the_raw_kernel_and_pads_same():
 def test_bottleneck_starts_as_projection_because_gn3_scale_is_zero():
   unit = resnet.BottleneckUnit(features=32, strides=(2, 2))
   x = jax.random.normal(jax.random.PRNGKey(0), (1, 8, 8, 6))
-  variables = unit.init(jax.random.PRNGKey(1), x)
+  variables = jax.jit(unit.init)(jax.random.PRNGKey(1), x)  # one program each, not op by op
   params = variables["params"]
   assert set(params) == {"conv_proj", "gn_proj", "conv1", "gn1", "conv2", "gn2", "conv3", "gn3"}
   assert params["gn3"]["scale"].shape == (128,) and not np.any(params["gn3"]["scale"])
-  out = unit.apply(variables, x)
+  out = jax.jit(unit.apply)(variables, x)
   assert out.shape == (1, 4, 4, 128)
   proj = resnet.StdConv(128, (1, 1), (2, 2)).apply({"params": params["conv_proj"]}, x)
   gn = resnet.group_norm("gn", jnp.float32).apply({"params": params["gn_proj"]}, proj)
@@ -49,8 +49,9 @@ def test_bottleneck_starts_as_projection_because_gn3_scale_is_zero():
 
 def test_unit_without_projection_when_shapes_match():
   unit = resnet.BottleneckUnit(features=32)
-  params = unit.init(jax.random.PRNGKey(0), jnp.zeros((1, 4, 4, 128)))["params"]
-  assert "conv_proj" not in params
+  params = jax.eval_shape(unit.init, jax.random.PRNGKey(0), jnp.zeros((1, 4, 4, 128)))["params"]
+  assert "conv_proj" not in params and set(params) == {"conv1", "gn1", "conv2", "gn2", "conv3",
+                                                        "gn3"}
 
 
 @pytest.mark.parametrize("stages,stride", [((), 4), ((3, 4, 9), 16), ((2, 2, 2, 2), 32)])

@@ -179,7 +179,7 @@ def tiny_mpp(**settings):
 def test_eval_sums_are_deterministic_per_example_and_skip_padding():
   module, config = tiny_mpp()
   images = jax.random.uniform(jax.random.PRNGKey(2), (6, 16, 16, 3), minval=-1, maxval=1)
-  params = module.init(jax.random.PRNGKey(0), images[:1])["params"]
+  params = jax.jit(module.init)(jax.random.PRNGKey(0), images[:1])["params"]  # not op by op
   params["mpp_head"]["kernel"] = jax.random.normal(jax.random.PRNGKey(3),
                                                    params["mpp_head"]["kernel"].shape)
   eval_step = jax.jit(mpp.make_eval_step(module, config))
@@ -235,7 +235,8 @@ def test_objective_registry():
 
 def test_export_drops_the_mpp_parts_and_adds_a_zero_one_class_head():
   module, _ = tiny_mpp()
-  params = jax.device_get(module.init(jax.random.PRNGKey(0), jnp.zeros((1, 16, 16, 3)))["params"])
+  params = jax.device_get(jax.jit(module.init)(jax.random.PRNGKey(0),
+                                               jnp.zeros((1, 16, 16, 3)))["params"])
   exported = mpp.export_backbone(params)
   assert set(exported) == {"embedding", "cls", "Transformer", "head"}
   assert exported["head"]["kernel"].shape == (16, 1) and not exported["head"]["kernel"].any()

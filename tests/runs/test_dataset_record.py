@@ -5,15 +5,16 @@ import os
 
 import pytest
 
-from helpers import demo, write_image
+from helpers import demo, sigterm_at_step, write_image
 from vit_jax import read_class_names, train
+from vit_jax.data import device_batches
 from vit_jax.runs import dataset_record
 
 
-def folder_config(root, **overrides):
+def folder_config(root):
   config = demo.get_config(str(root))
-  config.update({**dict(total_steps=2, batch=4, batch_eval=4, progress_every=1, eval_every=2,
-                        checkpoint_every=1, warmup_steps=1), **overrides})
+  config.update(dict(total_steps=2, batch=4, batch_eval=4, progress_every=1, eval_every=2,
+                     checkpoint_every=1, warmup_steps=1))
   config.model.update(dict(hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1))
   config.lock()
   return config
@@ -26,21 +27,22 @@ def write_folder(root, classes):
         write_image(root / split / name / f"{i}.png", size=(20, 20))
 
 
-def test_a_renamed_class_folder_is_refused_on_resume(tmp_path):
+def test_a_renamed_class_folder_is_refused_on_resume(tmp_path, monkeypatch):
   data, workdir = tmp_path / "pets", str(tmp_path / "run")
   write_folder(data, ["cat", "dog"])
-  train.train_and_evaluate(folder_config(data), workdir)
+  with monkeypatch.context() as patch:  # preempted after step 1: every run is one program
+    patch.setattr(device_batches, "prefetch_to_device", sigterm_at_step(1))
+    assert train.train_and_evaluate(folder_config(data), workdir)["preempted_at_step"] == 1
   record = json.loads((tmp_path / "run" / "dataset.json").read_text())
   assert record == {"source": str(data), "train_split": None, "eval_split": None,
                     "num_train": 4, "num_eval": 4, "num_classes": 2,
                     "class_names": ["cat", "dog"]}
-  assert read_class_names(os.path.join(workdir, "params.npz")) == ["cat", "dog"]
 
   for split in ("train", "test"):  # labels 0 and 1 would swap
     os.rename(data / split / "cat", data / split / "zz_cat")
   before = sorted(os.listdir(workdir))
   with pytest.raises(dataset_record.ClassesChangedError) as error:
-    train.train_and_evaluate(folder_config(data, total_steps=3), workdir)
+    train.train_and_evaluate(folder_config(data), workdir)
   message = str(error.value)
   assert "\n" not in message
   assert (f"the classes of {data} changed since this run started in {workdir} (dataset.json): "
@@ -51,8 +53,9 @@ def test_a_renamed_class_folder_is_refused_on_resume(tmp_path):
   for split in ("train", "test"):  # restored, plus images added: resumes, with a warning
     os.rename(data / split / "zz_cat", data / split / "cat")
   write_image(data / "train" / "cat" / "new.png", size=(20, 20))
-  result = train.train_and_evaluate(folder_config(data, total_steps=3), workdir)
+  result = train.train_and_evaluate(folder_config(data), workdir)
   assert result["eval/examples"] == 4
+  assert read_class_names(os.path.join(workdir, "params.npz")) == ["cat", "dog"]
 
 
 def test_describe_change_counts_and_truncates():
