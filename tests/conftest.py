@@ -22,7 +22,9 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
+from flax import traverse_util
 
 import helpers
 from vit_jax import create_model
@@ -39,9 +41,10 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(items):
-  """Modules marked `long` run first, each still in one piece (its module-scoped runs set
-  up once): with xdist's work stealing, a long module that starts last leaves the other
-  worker idle until it ends."""
+  """Modules marked `long` run first: the README's command hands out whole files
+  (`--dist loadfile`, so module-scoped runs and exports are set up once, not once per
+  worker that got some of a module's tests), and a long module that started last would
+  leave the other worker idle until it ends."""
   items[:] = sorted(items, key=lambda item: item.get_closest_marker("long") is None)
 
 
@@ -98,6 +101,27 @@ def init_params(module, image_size=16, seed=0):
   head = params["head"]
   head["kernel"] = jax.random.normal(jax.random.PRNGKey(seed + 1), head["kernel"].shape)
   return params
+
+
+def random_params(module, image_size, seed=0):
+  """Random params for `module` without running its init (eagerly, each op of a new model
+  compiles; jitted, its random init compiles for ~0.2 s per array): N(0, 1/fan_in) kernels,
+  scales 1 + N(0, 0.1), biases and embeddings N(0, 0.1). Every array is off its initial
+  value, so that a wrongly mapped array changes the logits."""
+  shapes = jax.eval_shape(module.init, jax.random.PRNGKey(0),
+                          jnp.zeros((1, image_size, image_size, 3)))["params"]
+  rng = np.random.default_rng(seed)
+  flat = {}
+  for key, shape in traverse_util.flatten_dict(shapes, sep="/").items():
+    shape = shape.shape
+    value = rng.standard_normal(shape, np.float32)  # float32 draws: 4x faster than float64's
+    if key.endswith("/kernel"):
+      fan_in = shape[0] if len(shape) == 3 and "/out/" not in key else np.prod(shape[:-1])
+      value *= np.float32(1 / np.sqrt(fan_in))
+    else:
+      value = (1 if key.endswith("/scale") else 0) + np.float32(0.1) * value
+    flat[key] = value
+  return traverse_util.unflatten_dict(flat, sep="/")
 
 
 @pytest.fixture(name="folder")

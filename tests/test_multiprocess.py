@@ -5,12 +5,11 @@ import json
 import logging
 import os
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
 
+import fork_server
 from conftest import REPO
 from helpers import (assert_params_close, demo_args, demo_config, load_params, read_metrics,
                      subprocess_env)
@@ -30,11 +29,10 @@ def free_port() -> int:
 
 
 def launch(workdir, devices, tag, *extra):
-  """Starts the main job with `devices` CPU devices, logging to <workdir>.<tag>.log."""
-  log = open(f"{workdir}.{tag}.log", "w")
-  return subprocess.Popen([sys.executable, "-m", "vit_jax.main", *ARGS, f"--workdir={workdir}",
-                           *extra], cwd=REPO, env=subprocess_env(devices), stdout=log,
-                          stderr=log)
+  """Starts the main job with `devices` CPU devices (a real process: tests/fork_server.py),
+  logging to <workdir>.<tag>.log."""
+  return fork_server.start(["vit_jax.main", *ARGS, f"--workdir={workdir}", *extra],
+                           subprocess_env(devices), REPO, f"{workdir}.{tag}.log")
 
 
 def output(workdir, tag):

@@ -18,6 +18,8 @@ import time
 import numpy as np
 import pytest
 
+import fork_server
+
 from conftest import REPO
 from helpers import (demo_args, demo_config, one_process_command, read_metrics, run_in_process,
                      split_runs, subprocess_env)
@@ -34,11 +36,10 @@ SHORT = dict(total_steps=40)
 
 
 def start_main(workdir, **settings):
-  """Starts the main job; its output goes to <workdir>.log (a pipe could fill and block)."""
-  log = open(f"{workdir}.log", "w")
-  return subprocess.Popen([sys.executable, "-m", "vit_jax.main",
-                           *demo_args(**{**DEMO, **settings}), f"--workdir={workdir}"],
-                          cwd=REPO, env=subprocess_env(), stdout=log, stderr=log)
+  """Starts the main job (a real process: tests/fork_server.py); its output goes to
+  <workdir>.log (a pipe could fill and block)."""
+  return fork_server.start(["vit_jax.main", *demo_args(**{**DEMO, **settings}),
+                            f"--workdir={workdir}"], subprocess_env(), REPO, f"{workdir}.log")
 
 
 def finish(process, workdir, timeout=300):

@@ -1,6 +1,7 @@
 """Mesh construction and the batch-split checks."""
 
 import jax
+import numpy as np
 import pytest
 
 from vit_jax import sharding
@@ -87,3 +88,18 @@ def test_tensor_axis_must_divide_heads():
   sharding.check_tensor_parallel(12, 3072, fake_mesh)
   with pytest.raises(sharding.ShardingError, match=r"tensor=4 does not divide .* 3 heads.*\[1, 3\]"):
     sharding.check_tensor_parallel(3, 768, fake_mesh)
+
+
+def test_put_places_host_values_on_their_shardings_and_to_host_reads_them_back():
+  """(Across processes, tests/test_multiprocess checks that both train what one does.)"""
+  mesh = sharding.make_mesh({"data": -1})
+  tree = {"kernel": np.arange(12, dtype=np.float32).reshape(3, 4), "step": np.int32(7),
+          "rng": jax.random.PRNGKey(3)}
+  shardings = jax.tree.map(lambda _: sharding.replicated(mesh), tree)
+  placed = sharding.put(tree, shardings)
+  for key, value in placed.items():
+    assert value.sharding == shardings[key] and value.dtype == np.asarray(tree[key]).dtype
+  back = sharding.to_host(placed)
+  for key, value in tree.items():
+    assert isinstance(back[key], np.ndarray)
+    np.testing.assert_array_equal(back[key], np.asarray(value))

@@ -7,14 +7,13 @@ runs that are not about signals or the process's end run in this process."""
 import io
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 import numpy as np
 import pytest
 
+import fork_server
 import gcs_emulator
 import helpers
 from conftest import REPO
@@ -30,11 +29,11 @@ TIMINGS = ("train/img_per_sec", "train/img_per_sec_per_device")
 
 
 def start(workdir, *extra, tag="run", args=ARGS, devices=1, env=None):
-  """The main job on `workdir`, its output in <tmp>/<tag>.log (see output())."""
-  log = open(os.path.join(os.environ["GCS_TEST_LOGS"], f"{tag}.log"), "w")
-  return subprocess.Popen([sys.executable, "-m", "vit_jax.main", *args, f"--workdir={workdir}",
-                           *extra], cwd=REPO, env=helpers.subprocess_env(devices, **(env or {})),
-                          stdout=log, stderr=log)
+  """The main job on `workdir` (a real process: tests/fork_server.py), its output in
+  <tmp>/<tag>.log (see output())."""
+  return fork_server.start(["vit_jax.main", *args, f"--workdir={workdir}", *extra],
+                           helpers.subprocess_env(devices, **(env or {})), REPO,
+                           os.path.join(os.environ["GCS_TEST_LOGS"], f"{tag}.log"))
 
 
 def run_here(workdir):

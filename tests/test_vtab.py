@@ -4,6 +4,7 @@ runs on image folders, group means and the table, the sweep, reruns, usage error
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 
@@ -57,17 +58,26 @@ def checkpoint(tmp_path_factory):
   return str(path)
 
 
+@pytest.fixture(name="three_tasks", scope="module")
+def fixture_three_tasks(folders, checkpoint, tmp_path_factory):
+  """The benchmark of the three folders with TINY settings, finished: (its workdir, its
+  report). A rerun that trains nothing may run in it; one that trains copies it first."""
+  workdir = tmp_path_factory.mktemp("three") / "work"
+  specs = [str(folders / name) for name in FOLDERS]
+  return workdir, vtab.run_benchmark(vtab.base_config(), specs, checkpoint=checkpoint,
+                                     workdir=str(workdir), overrides=TINY,
+                                     train_fn=train.train_and_evaluate)
+
+
 def read_json(*parts):
   with open(os.path.join(*parts), encoding="utf-8") as f:
     return json.load(f)
 
 
-def test_three_folders_end_to_end_then_rerun_skips(folders, checkpoint, tmp_path, monkeypatch,
-                                                   caplog):
-  workdir = str(tmp_path / "work")
+def test_three_folders_end_to_end_then_rerun_skips(three_tasks, folders, checkpoint,
+                                                   monkeypatch, caplog):
+  workdir, report = str(three_tasks[0]), three_tasks[1]
   specs = [str(folders / name) for name in FOLDERS]
-  report = vtab.run_benchmark(vtab.base_config(), specs, checkpoint=checkpoint,
-                              workdir=workdir, overrides=TINY, train_fn=train.train_and_evaluate)
   assert read_json(workdir, "vtab.json") == json.loads(json.dumps(report))
   top1 = {}
   for name in FOLDERS:
@@ -88,7 +98,7 @@ def test_three_folders_end_to_end_then_rerun_skips(folders, checkpoint, tmp_path
   mean = sum(top1.values()) / 3
   assert report["groups"] == {"custom": {"mean": pytest.approx(mean), "tasks": 3}}
   assert (report["mean"], report["num_tasks"]) == (pytest.approx(mean), 3)
-  table = (tmp_path / "work" / "vtab.md").read_text()
+  table = (three_tasks[0] / "vtab.md").read_text()
   for name in FOLDERS:
     assert f"| Custom | {name} | {100 * top1[name]:.2f} | 0.01 | 4 |" in table
   assert f"| **Custom mean** | 3 tasks, in no VTAB group | **{100 * mean:.2f}** | | |" in table
@@ -105,14 +115,15 @@ def test_three_folders_end_to_end_then_rerun_skips(folders, checkpoint, tmp_path
   assert "task 3 of 3: gamma (custom)" in caplog.text
 
 
-def test_rerun_with_other_settings_trains_anew_and_keeps_the_old_run(folders, checkpoint,
-                                                                      tmp_path, caplog):
+def test_rerun_with_other_settings_trains_anew_and_keeps_the_old_run(three_tasks, folders,
+                                                                      checkpoint, tmp_path,
+                                                                      caplog):
   """Settings that differ from a task's finished run (here the steps) must not reuse or
-  resume it: the old run moves to superseded/1 untouched and the task trains anew."""
+  resume it: the old run moves to superseded/1 untouched and the task trains anew. The
+  second run has the sweep's steps and learning rate below: one compiled train step."""
   workdir, spec = tmp_path / "work", [str(folders / "alpha")]
-  first = vtab.run_benchmark(vtab.base_config(), spec, checkpoint=checkpoint,
-                             workdir=str(workdir), overrides=TINY,
-                             train_fn=train.train_and_evaluate)
+  shutil.copytree(three_tasks[0], workdir)  # alpha's finished run, and two more
+  first = three_tasks[1]
   old_files = {p.name: p.read_bytes() for p in (workdir / "alpha").iterdir() if p.is_file()
                and p.name != "run.lock"}
   with caplog.at_level(logging.WARNING, logger="vit_jax"):
@@ -277,10 +288,10 @@ def test_command_sweeps_on_val200_of_a_folder(folders, checkpoint, tmp_path, cap
   workdir = tmp_path / "work"
   run_command(monkeypatch, [f"--checkpoint={checkpoint}", f"--workdir={workdir}",
                             f"--tasks={folders / 'beta'}", "--lr_sweep",
-                            "--sweep_lrs=0.001,0.3", "--sweep_steps=3",
+                            "--sweep_lrs=0.01,0.3", "--sweep_steps=6",  # 0.01, 6: as above
                             *[f"--config.{k}={v}" for k, v in TINY.items() if k != "total_steps"]])
   val = {}
-  for setting in ("lr0.001_steps3", "lr0.3_steps3"):
+  for setting in ("lr0.01_steps6", "lr0.3_steps6"):
     final = read_json(workdir, "beta", "sweep", setting, "final_metrics.json")
     config = read_json(workdir, "beta", "sweep", setting, "config.json")
     assert (final["eval/examples"], config["train_split"], config["batch"]) == (

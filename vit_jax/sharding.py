@@ -16,6 +16,7 @@ import re
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import jax
+import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax import errors
@@ -66,6 +67,31 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
 
 def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
+
+
+def put(tree: Any, shardings: Any) -> Any:
+  """Host values that every process holds alike (a seed, loaded weights) placed on
+  `shardings`, each process copying in only its own devices' slices. jax.device_put onto
+  devices of several processes first gathers every value from all of them to check that
+  they agree: a compiled all-gather per array, seconds per run on CPU hosts and the whole
+  model's weights over the network on a pod."""
+  def put_one(value, sharding):
+    if isinstance(value, jax.Array) and not value.is_fully_addressable:
+      return jax.device_put(value, sharding)  # already global: a reshard
+    host = np.asarray(value)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+  return jax.tree.map(put_one, tree, shardings)
+
+
+def to_host(tree: Any) -> Any:
+  """The whole value of every array of `tree` (placed on one mesh) as numpy, on every
+  process. One compiled gather for the whole tree: multihost_utils.process_allgather
+  compiles one per array, hundreds for a large ViT at the end of every run on a pod."""
+  if jax.process_count() == 1:
+    return jax.device_get(tree)
+  mesh = jax.tree.leaves(tree)[0].sharding.mesh
+  whole = jax.jit(lambda t: t, out_shardings=replicated(mesh))(tree)
+  return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), whole)
 
 
 def batch_parallelism(mesh: Mesh) -> int:

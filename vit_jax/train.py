@@ -14,7 +14,7 @@ from typing import Dict
 import jax
 import jax.numpy as jnp
 import ml_collections
-from jax.experimental import multihost_utils
+import numpy as np
 
 from vit_jax import config_checks, errors, objectives, optim, sharding, trainer
 from vit_jax import evaluators as evaluators_lib
@@ -220,8 +220,8 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   batches = device_batches.prefetch_to_device(dataset.train_batches(
       batch_size=config.batch, start_step=start_step, num_steps=total_steps, seed=config.seed,
       process_index=jax.process_index(), process_count=jax.process_count()), batch_sharding)
-  dropout_rng = jax.device_put(jax.random.PRNGKey(config.seed + 1), replicated)
-  first_nonfinite = jax.device_put(jnp.zeros((), jnp.int32), replicated)
+  dropout_rng = sharding.put(jax.random.PRNGKey(config.seed + 1), replicated)
+  first_nonfinite = sharding.put(np.zeros((), np.int32), replicated)
   progress = metrics.Progress(total_steps=total_steps, batch_size=config.batch,
                               num_devices=jax.device_count())
   eval_metrics, preempted_at, done_step = {}, None, start_step
@@ -273,8 +273,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   if not eval_metrics:  # resumed at the end: report the final state anyway
     for evaluator in evaluators:
       eval_metrics.update(evaluator.run(state, total_steps))
-  final_params = objective.export_params(  # all-gather: a collective
-      multihost_utils.process_allgather(state.eval_params, tiled=True))
+  final_params = objective.export_params(sharding.to_host(state.eval_params))  # a collective
   if is_main:  # a classifier's head carries the dataset's class names; mpp exports none
     class_names = dataset.info.class_names if objective.predicts_classes else None
     outputs.write_final(final_params, eval_metrics, workdir, class_names)

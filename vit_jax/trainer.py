@@ -52,5 +52,5 @@ def build(config: ml_collections.ConfigDict, module, mesh,
   return Trainer(
       optimizer=optimizer, abstract_state=abstract_state, state_shardings=state_shardings,
       init=jax.jit(init_state, out_shardings=state_shardings),
-      from_params=lambda params: place(jax.device_put(params, state_shardings.params)),
+      from_params=lambda params: place(sharding.put(params, state_shardings.params)),
       step=step)

@@ -1,6 +1,6 @@
 """Checkpoints and checks the export tests share: the released-format fixtures (ViT-Ti/16 at 224, the
 R+ViT-Ti/16 hybrid) and small random big_vision variants (gap; MAP head with sincos2d),
-written once per session."""
+written once per test process."""
 
 import functools
 import json
@@ -20,14 +20,24 @@ CASES = ("vit-ti16", "r-vit-ti16", "gap", "map-sincos2d")
 
 @pytest.fixture(scope="session")
 def checkpoints(tmp_path_factory):
-  """{case: (path, image_size)} for CASES."""
-  root = tmp_path_factory.mktemp("export_checkpoints")
+  """{case: (path, image_size)} for CASES. Each test module that imports this fixture
+  holds its own instance of it; they share the files written once per test process."""
+  return _written_checkpoints(tmp_path_factory.getbasetemp())
+
+
+@functools.lru_cache(maxsize=None)
+def _written_checkpoints(basetemp):
+  root = basetemp / "export_checkpoints"
+  root.mkdir()
   written = {}
   for name, overrides in (("gap", dict(classifier="gap")),
                           ("map-sincos2d", dict(classifier="map", posemb="sincos2d"))):
     module = tiny_model(num_classes=3, **overrides)
     path = root / f"{name}.npz"
-    npz.save_npz(jax.device_get(init_params(module, image_size=16)), str(path))
+    # one compiled program (which the next test process finds in XLA's persistent cache),
+    # not op by op: ~1 s of CPU instead of ~4
+    params = jax.jit(functools.partial(init_params, module, image_size=16))()
+    npz.save_npz(jax.device_get(params), str(path))
     written[name] = (str(path), 32 if "sincos2d" in name else None)
   return {"vit-ti16": (str(RELEASED_FIXTURES / "vit-ti16.npz"), None),
           "r-vit-ti16": (str(RELEASED_FIXTURES / "r-vit-ti16.npz"), None), **written}
@@ -35,7 +45,7 @@ def checkpoints(tmp_path_factory):
 
 def flax_logits(checkpoint, image_size, images):
   module, params = npz.load_npz(checkpoint, image_size=image_size)
-  return np.asarray(jax.jit(lambda x: module.apply({"params": params}, x))(images))
+  return np.asarray(jax.jit(lambda p, x: module.apply({"params": p}, x))(params, images))
 
 
 def random_images(batch, side, seed=1):
@@ -66,12 +76,22 @@ def leftovers(directory):
   return [n for n in os.listdir(directory) if ".partial-" in n or ".old-" in n]
 
 
-def export_cases(fmt, checkpoints, root, **options):
-  """{case: OUT folder} for every case exported to `fmt` (the export verifies itself)."""
-  from vit_jax import export
-  outs = {}
-  for case in CASES:
-    path, size = checkpoints[case]
-    outs[case] = str(root / case)
-    export.export(path, outs[case], to=fmt, image_size=size, log=lambda _: None, **options)
-  return outs
+class Exports:
+  """{case: OUT folder} of the CASES exported to `fmt` (the export verifies itself), each
+  exported when a test first reads it: a selection of tests (-k gap, --lf, a worker given
+  part of a module) exports only the cases it reads, and each export's seconds show in
+  the duration of the test that first reads it."""
+
+  def __init__(self, fmt, checkpoints, root, **options):
+    self._fmt, self._checkpoints, self._root, self._options = fmt, checkpoints, root, options
+    self._outs = {}
+
+  def __getitem__(self, case):
+    if case not in self._outs:
+      from vit_jax import export  # pylint: disable=import-outside-toplevel
+      path, size = self._checkpoints[case]
+      out = str(self._root / case)
+      export.export(path, out, to=self._fmt, image_size=size, log=lambda _: None,
+                    **self._options)
+      self._outs[case] = out
+    return self._outs[case]

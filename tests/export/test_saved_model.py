@@ -7,7 +7,7 @@ import tensorflow as tf
 from PIL import Image
 
 from export_cases import (CASES, checkpoints,  # noqa: F401 (checkpoints: a fixture)
-                          export_cases, flax_logits, noise_and_logits, read_metadata,
+                          Exports, flax_logits, noise_and_logits, read_metadata,
                           relative)
 from vit_jax import export, predict
 from vit_jax.checkpoints import npz
@@ -15,7 +15,7 @@ from vit_jax.checkpoints import npz
 
 @pytest.fixture(scope="module")
 def exported(checkpoints, tmp_path_factory):
-  return export_cases("saved_model", checkpoints, tmp_path_factory.mktemp("saved_model"))
+  return Exports("saved_model", checkpoints, tmp_path_factory.mktemp("saved_model"))
 
 
 def serving(out):

@@ -129,7 +129,7 @@ def test_intermediates_expose_attention_and_block_outputs():
 
 def test_bfloat16_compute_keeps_float32_params_and_logits():
   module = tiny_model(dtype=jnp.bfloat16)
-  params = module.init(jax.random.PRNGKey(0), images())["params"]
+  params = jax.eval_shape(module.init, jax.random.PRNGKey(0), images())["params"]
   assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(params))
   params = init_params(module)
   logits = module.apply({"params": params}, images())
@@ -159,19 +159,30 @@ def test_attention_module_matches_softmax_definition():
 def loss_and_grads(module, params, x):
   def loss(p):
     return jnp.mean(module.apply({"params": p}, x, train=True) ** 2)
-  return jax.value_and_grad(loss)(params)
+  return jax.jit(jax.value_and_grad(loss))(params)  # eagerly, each op of the VJP compiles
 
 
-def assert_same_function(fast, plain, params, to_fast=lambda p: p, to_plain=lambda p: p):
-  """`fast` (params converted by to_fast) computes plain's logits, loss and gradients."""
-  fast_params = to_fast(params)
-  assert jax.tree.structure(fast.init(jax.random.PRNGKey(0), images())["params"]) == (
-      jax.tree.structure(fast_params))
+@pytest.fixture(name="plain", scope="module")
+def fixture_plain():
+  """The plain tiny model's params and its logits, loss and gradients on images(): what
+  every fast path must compute, computed once."""
+  module = tiny_model()
+  params = init_params(module)
   x = images()
-  np.testing.assert_allclose(fast.apply({"params": fast_params}, x),
-                             plain.apply({"params": params}, x), rtol=1e-5, atol=1e-6)
-  (fast_loss, fast_grads), (loss, grads) = (loss_and_grads(fast, fast_params, x),
-                                            loss_and_grads(plain, params, x))
+  return params, jax.jit(module.apply)({"params": params}, x), loss_and_grads(module, params, x)
+
+
+def assert_same_function(fast, plain, to_fast=lambda p: p, to_plain=lambda p: p):
+  """`fast` (the plain params converted by to_fast) computes plain's logits, loss and
+  gradients."""
+  params, logits, (loss, grads) = plain
+  fast_params = to_fast(params)
+  assert jax.tree.structure(jax.eval_shape(fast.init, jax.random.PRNGKey(0), images())[
+      "params"]) == jax.tree.structure(fast_params)
+  x = images()
+  np.testing.assert_allclose(jax.jit(fast.apply)({"params": fast_params}, x), logits,
+                             rtol=1e-5, atol=1e-6)
+  fast_loss, fast_grads = loss_and_grads(fast, fast_params, x)
   np.testing.assert_allclose(fast_loss, loss, rtol=1e-5)
   # Gradients: float32 summation-order noise, judged against the largest gradient (the
   # key biases' gradients are zero in exact arithmetic and hold only noise).
@@ -185,18 +196,15 @@ def assert_same_function(fast, plain, params, to_fast=lambda p: p, to_plain=lamb
                                        {"remat_policy": "full"}, {"remat_policy": "dots"},
                                        {"remat_policy": "dots_no_batch"}],
                          ids=lambda o: "-".join(map(str, o.values())))
-def test_fast_paths_compute_the_same_function(overrides):
-  plain = tiny_model()
-  assert_same_function(tiny_model(**overrides), plain, init_params(plain))
+def test_fast_paths_compute_the_same_function(plain, overrides):
+  assert_same_function(tiny_model(**overrides), plain)
 
 
 @pytest.mark.parametrize("remat_policy", ["none", "dots"])
-def test_scan_over_layers_computes_the_same_function(remat_policy):
-  plain = tiny_model()
-  params = init_params(plain)
-  assert vit.to_scan_layout(params)["Transformer"]["encoderblock"]["MlpBlock_3"]["Dense_0"][
+def test_scan_over_layers_computes_the_same_function(plain, remat_policy):
+  assert vit.to_scan_layout(plain[0])["Transformer"]["encoderblock"]["MlpBlock_3"]["Dense_0"][
       "kernel"].shape == (2, 32, 64)
-  assert_same_function(tiny_model(scan_layers=True, remat_policy=remat_policy), plain, params,
+  assert_same_function(tiny_model(scan_layers=True, remat_policy=remat_policy), plain,
                        to_fast=vit.to_scan_layout, to_plain=vit.to_block_layout)
 
 

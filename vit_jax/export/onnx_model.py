@@ -15,6 +15,7 @@ import contextlib
 import io
 import logging
 import os
+import pathlib
 from typing import Any, Dict, Tuple
 
 import jax
@@ -22,6 +23,7 @@ import jax2onnx
 import numpy as np
 import onnx
 import onnxruntime
+from jax2onnx.plugins import plugin_system
 
 from vit_jax.export import source as source_lib
 
@@ -49,6 +51,7 @@ def write(source: source_lib.Source, options, directory: str) -> Tuple[Dict, Dic
     return logits, jax.nn.softmax(logits)
 
   with _quiet_converter():
+    _import_plugins_for_flax()
     model = jax2onnx.to_onnx(outputs, [(batch, side, side, 3)], model_name="vit_jax",
                              opset=OPSET, input_names=["images"],
                              output_names=["logits", "probabilities"])
@@ -59,6 +62,23 @@ def write(source: source_lib.Source, options, directory: str) -> Tuple[Dict, Dic
                            "probabilities": {"shape": shape + [classes], "dtype": "float32"}},
                "opset": OPSET, "converter": f"jax2onnx {_version()}"}
   return {"model": FILE}, signature
+
+
+def _import_plugins_for_flax() -> None:
+  """jax2onnx 0.13 imports all of its ~500 plugin modules before its first conversion,
+  those for equinox, dm_pix and its own examples too, some of which compile small programs
+  as they are imported (~5 s on this project's 2-core VM). A vit_jax model meets only its
+  jax and flax plugins, so only those are imported (the .onnx files are byte for byte the
+  same: checked on the export tests' four models); a jax2onnx without these internals
+  imports everything itself."""
+  # pylint: disable=protected-access
+  if (getattr(plugin_system, "_already_imported_plugins", True) or
+      not hasattr(plugin_system, "_import_tree")):
+    return
+  root = pathlib.Path(plugin_system.__file__).parent
+  for tree in ("jax", "flax"):
+    plugin_system._import_tree(root / tree, f"jax2onnx.plugins.{tree}")
+  plugin_system._already_imported_plugins = True
 
 
 @contextlib.contextmanager

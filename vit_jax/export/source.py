@@ -46,9 +46,17 @@ class Source:
 
   def apply(self, params, images):
     """The model's logits for images [B, H, W, 3] float32 in [-1, 1], given weights."""
-    return self.module.apply({"params": params}, images, train=False)
+    return _apply(self.module, params, images)
 
   def flax_logits(self, images: np.ndarray) -> np.ndarray:
+    """The reference every export is checked against. In float32 the weights are
+    arguments of one program per architecture and batch shape in a process (exporting a
+    checkpoint to several formats compiles it once, and hashes no weights into XLA's cache
+    keys). In bfloat16 they are constants, as in the exported programs: XLA rounds
+    constants to bfloat16 when it compiles, but may keep arguments' float32 values
+    (xla_allow_excess_precision), 2e-3 apart on a 2-block model."""
+    if self.dtype == "float32":
+      return np.asarray(_jitted_apply(self.module, self.params, images))
     return np.asarray(jax.jit(self.logits_fn())(images))
 
   @property
@@ -67,6 +75,13 @@ class Source:
                                 ("MAP head", self.module.classifier == "map"),
                                 ("sincos2d", self.module.posemb == "sincos2d")) if on]
     return f"{name} ({', '.join(variants)})" if variants else name
+
+
+def _apply(module: vit.VisionTransformer, params, images):
+  return module.apply({"params": params}, images, train=False)
+
+
+_jitted_apply = jax.jit(_apply, static_argnums=0)
 
 
 def load_source(checkpoint: str, image_size: Optional[int], dtype: str) -> Source:
