@@ -299,17 +299,24 @@ def test_a_pretrained_file_with_nan_weights_is_refused_unless_allowed(demo_run, 
     train.train_and_evaluate(config, str(tmp_path / "run"))
 
 
+def polyak_config():
+  """A short demo run with a Polyak average, cut to one block: the average makes its
+  programs its own anyway, and one block compiles fastest."""
+  config = demo_config(polyak_decay=0.9, total_steps=4, eval_every=4, checkpoint_every=4)
+  config.model.num_layers = 1
+  return config
+
+
 def test_polyak_averaging_evaluates_exports_and_resumes_exactly(tmp_path, monkeypatch):
-  polyak = dict(polyak_decay=0.9, total_steps=4, eval_every=4, checkpoint_every=4)
   straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-  result = train.train_and_evaluate(demo_config(**polyak), str(straight))
+  result = train.train_and_evaluate(polyak_config(), str(straight))
   assert {"eval/accuracy", "eval_raw/accuracy", "eval_raw/loss"} <= set(result)
   assert result["eval/loss"] != result["eval_raw/loss"]  # two different parameter sets
   with monkeypatch.context() as patch:  # stopped after step 2 (the same compiled program)
     patch.setattr(device_batches, "prefetch_to_device", sigterm_at_step(2))
-    stopped = train.train_and_evaluate(demo_config(**polyak), str(resumed))
+    stopped = train.train_and_evaluate(polyak_config(), str(resumed))
   assert stopped["preempted_at_step"] == 2
-  train.train_and_evaluate(demo_config(**polyak), str(resumed))  # resumes at step 2
+  train.train_and_evaluate(polyak_config(), str(resumed))  # resumes at step 2
   exported = dict(np.load(straight / "params.npz"))
   for key, value in np.load(resumed / "params.npz").items():
     np.testing.assert_array_equal(value, exported[key], err_msg=key)

@@ -1,6 +1,7 @@
 """Masked patch prediction: corruption statistics, targets, losses, eval step, checks,
 export (vit_facts.md section 8; paper 4.6 and App. B.1.2)."""
 
+import functools
 import math
 
 import jax
@@ -153,18 +154,25 @@ def test_losses_are_low_and_correct_for_the_right_prediction(target, shape):
   settings = mpp.Settings(target=target)
   assert mpp.prediction_shape(settings, 8) == shape
   images = jax.random.uniform(jax.random.PRNGKey(1), (2, 16, 16, 3), minval=-1, maxval=1)
-  if target == "l2_patch":
+  (loss, correct), (bad_loss, bad_correct) = right_and_wrong_losses(images, settings)
+  assert loss.shape == correct.shape == (2, 4)
+  assert float(loss.max()) < 1e-6 and float(correct.min()) == 1.0
+  assert float(bad_loss.min()) > 0.01 and float(bad_correct.mean()) < 0.5
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def right_and_wrong_losses(images, settings):
+  """patch_losses of the right prediction of 8 px patches and of a wrong one (the right one
+  rolled by a class), in one compiled program rather than op by op."""
+  if settings.target == "l2_patch":
     right = mpp.l2_patch_target(images, 8)
   else:
-    truth = (mpp.mean_color_target(images, 8) if target == "mean_color"
+    truth = (mpp.mean_color_target(images, 8) if settings.target == "mean_color"
              else mpp.downsized_target(images, 8))
     right = 30.0 * jax.nn.one_hot(truth, 512)
   wrong = jnp.roll(right, 1, axis=-1)
-  loss, correct = mpp.patch_losses(right, images, 8, settings)
-  assert loss.shape == correct.shape == (2, 4)
-  assert float(loss.max()) < 1e-6 and float(correct.min()) == 1.0
-  bad_loss, bad_correct = mpp.patch_losses(wrong, images, 8, settings)
-  assert float(bad_loss.min()) > 0.01 and float(bad_correct.mean()) < 0.5
+  return (mpp.patch_losses(right, images, 8, settings),
+          mpp.patch_losses(wrong, images, 8, settings))
 
 
 # --- Eval step, checks, export ----------------------------------------------------------------
