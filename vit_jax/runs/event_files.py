@@ -16,16 +16,16 @@ import socket
 import time
 from typing import Any, Mapping
 
-from clu.metric_writers import interface
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer import record_writer
 
 from vit_jax.runs import fs
+from vit_jax.runs.scalar_writer import ScalarWriter
 
 _WRITERS = itertools.count()
 
 
-class SegmentedEventWriter(interface.MetricWriter):
+class SegmentedEventWriter(ScalarWriter):
   """Scalars as TensorBoard events, one uploaded file per write; other kinds are not
   needed by the train loop and are left out (metrics.jsonl keeps texts and hparams)."""
 
@@ -56,21 +56,6 @@ class SegmentedEventWriter(interface.MetricWriter):
 
   def write_texts(self, step, texts):
     """Texts are in metrics.jsonl."""
-
-  def write_summaries(self, step, values, metadata=None):
-    """Tensor summaries are not written by the train loop."""
-
-  def write_images(self, step, images):
-    """Images are not written by the train loop."""
-
-  def write_videos(self, step, videos):
-    """Videos are not written by the train loop."""
-
-  def write_audios(self, step, audios, *, sample_rate):
-    """Audio is not written by the train loop."""
-
-  def write_histograms(self, step, arrays, num_buckets=None):
-    """Histograms are not written by the train loop."""
 
   def write_hparams(self, hparams):
     """Hyperparameters are in metrics.jsonl and config.json."""

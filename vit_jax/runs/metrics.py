@@ -10,10 +10,10 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from clu import metric_writers
-from clu.metric_writers import interface
 
 from vit_jax.console import log
 from vit_jax.runs import event_files, fs, outputs
+from vit_jax.runs.scalar_writer import ScalarWriter
 
 
 METRICS = "metrics.jsonl"
@@ -81,7 +81,7 @@ def supersede_rows_after(workdir: str, step: Optional[int]) -> None:
   _rewrite(workdir, keep, parts)
 
 
-class JsonlWriter(interface.MetricWriter):
+class JsonlWriter(ScalarWriter):
   """Scalars (and texts) as JSON lines; other summary kinds belong to TensorBoard.
 
   A local metrics.jsonl is appended to. Objects cannot be appended to, and uploading the
@@ -108,21 +108,6 @@ class JsonlWriter(interface.MetricWriter):
 
   def write_texts(self, step, texts):
     self._write(step, {name: str(value) for name, value in texts.items()})
-
-  def write_summaries(self, step, values, metadata=None):
-    """Tensor summaries are TensorBoard-only."""
-
-  def write_images(self, step, images):
-    """Images are TensorBoard-only."""
-
-  def write_videos(self, step, videos):
-    """Videos are TensorBoard-only."""
-
-  def write_audios(self, step, audios, *, sample_rate):
-    """Audio is TensorBoard-only."""
-
-  def write_histograms(self, step, arrays, num_buckets=None):
-    """Histograms are TensorBoard-only."""
 
   def write_hparams(self, hparams):
     self._write(0, {"hparams": {k: str(v) for k, v in hparams.items()}})
