@@ -21,7 +21,7 @@ from vit_jax import evaluators as evaluators_lib
 from vit_jax.checkpoints import formats, hub, released, train_state
 from vit_jax.console import log
 from vit_jax.data import device_batches, pipeline, splits
-from vit_jax.models import attention, vit, zoo
+from vit_jax.models import attention, zoo
 from vit_jax.runs import dataset_record, fs, metrics, outputs, preemption
 from vit_jax.runs import workdir as workdir_lib
 

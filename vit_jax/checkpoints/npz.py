@@ -15,7 +15,6 @@ import zipfile
 import zlib
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-import jax
 import ml_dtypes
 import numpy as np
 from flax import traverse_util

@@ -178,7 +178,7 @@ def infer_architecture(flat: Flat) -> Tuple[zoo.Architecture, Optional[int], Opt
     raise KeyError(f"{first_block}/LayerNorm_0/scale")
   query_key = f"{first_block}/MultiHeadDotProductAttention_1/query/kernel"
   query = _require(flat, query_key, 3, "(hidden, heads, head_dim) kernel")
-  mlp = _require(flat, f"{first_block}/MlpBlock_3/Dense_0/kernel", 2, "(hidden, mlp_dim) kernel")
+  _require(flat, f"{first_block}/MlpBlock_3/Dense_0/kernel", 2, "(hidden, mlp_dim) kernel")
   # Each size is what most arrays carrying it say: an edited or damaged array is then the
   # one check_against names, not the intact arrays that disagree with it.
   hidden = _most_common(flat, [("embedding/kernel", -1), ("encoder_norm/scale", -1)] + [

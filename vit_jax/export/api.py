@@ -10,7 +10,6 @@ import importlib
 import time
 from typing import Callable, Optional, Union
 
-import numpy as np
 
 from vit_jax.export import metadata, output
 from vit_jax.export import source as source_lib

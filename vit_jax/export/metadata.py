@@ -15,7 +15,7 @@ FILE = "metadata.json"
 
 def preprocessing_contract(image_size: int, in_graph: bool) -> Dict[str, Any]:
   """The evaluation preprocessing of vit_jax.data.preprocess.eval_resize, as a contract."""
-  steps = [f"decode to RGB uint8 (grayscale replicated, alpha dropped)",
+  steps = ["decode to RGB uint8 (grayscale replicated, alpha dropped)",
            f"bilinear resize to {image_size}x{image_size} (no crop, no antialiasing, "
            "aspect ratio not kept)",
            "scale: (pixel - 127.5) / 127.5, i.e. [0, 255] -> [-1, 1]"]
