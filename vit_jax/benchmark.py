@@ -203,7 +203,8 @@ def run_and_print(measure_fn, key: dict, json_path: Optional[str]) -> None:
             or "out of memory" in str(e).lower()):
       raise
     result = {**key, "error": "out of memory"}
-    print(f"{_key_columns(key['model'], key['mode'], key['image_size'], key['batch'], key['dtype'])}"
+    columns = _key_columns(key['model'], key['mode'], key['image_size'], key['batch'], key['dtype'])
+    print(f"{columns}"
           " out of memory (try --remat=full, --dtype=bfloat16 "
           "or a smaller batch)", flush=True)
   else:

@@ -97,7 +97,8 @@ def define_flags(flag_values=flags.FLAGS) -> None:
                     "Examples per class.", **define)
   flags.DEFINE_integer("seeds", 3, "Random draws of the few-shot sets (seeds 0..n-1).",
                        lower_bound=1, **define)
-  flags.DEFINE_float("l2_reg", config_defaults.FEWSHOT_L2_REG, "Ridge regularisation (> 0).", **define)
+  flags.DEFINE_float("l2_reg", config_defaults.FEWSHOT_L2_REG, "Ridge regularisation (> 0).",
+                     **define)
   flags.DEFINE_integer("image_size", None, "Input side in pixels; default: the checkpoint's.",
                        lower_bound=1, **define)
   flags.DEFINE_boolean("allow_nonfinite", False, npz.ALLOW_NONFINITE_HELP, **define)

@@ -59,7 +59,8 @@ class Source:
     arch, ckpt = self.architecture, self.checkpoint
     name = zoo.find_name(arch) or (f"hidden {arch.hidden_size}, {arch.num_layers} layers, "
                                    f"{arch.num_heads} heads, patch {arch.patch_size}")
-    parts = [name, f"classifier {arch.classifier}", "learned position embedding" if arch.posemb == "learn" else "sincos2d position embedding",
+    posemb = "learned" if arch.posemb == "learn" else "sincos2d"
+    parts = [name, f"classifier {arch.classifier}", f"{posemb} position embedding",
              f"{ckpt.num_classes} classes" if ckpt.num_classes else "no head",
              f"pre_logits {ckpt.representation_size}" if ckpt.representation_size else "",
              "x".join(map(str, self.image_size)) + " px"]

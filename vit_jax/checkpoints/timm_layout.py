@@ -43,7 +43,8 @@ def rules(stem_only: bool = False) -> List[Rule]:
   """Every array of a ViT, MAP head and ResNetV2 hybrid stem (root-only when stem_only)."""
   stem = BACKBONE if stem_only else f"{BACKBONE}.stem"
   unit, timm_unit = "block{s}/unit{u}", f"{BACKBONE}.stages.{{s0}}.blocks.{{u0}}"
-  resnet = [rule("conv_root/kernel", f"{stem}.conv.weight", "conv"), *norm("gn_root", f"{stem}.norm"),
+  resnet = [rule("conv_root/kernel", f"{stem}.conv.weight", "conv"),
+            *norm("gn_root", f"{stem}.norm"),
             rule(f"{unit}/conv_proj/kernel", f"{timm_unit}.downsample.conv.weight", "conv"),
             *norm(f"{unit}/gn_proj", f"{timm_unit}.downsample.norm")]
   for k in (1, 2, 3):

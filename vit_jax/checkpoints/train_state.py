@@ -122,7 +122,9 @@ def _stored_fields(state: Any) -> Any:
 
 
 def _rebuilt(abstract_state: Any, restored: Any) -> Any:
-  return abstract_state.replace(**restored) if dataclasses.is_dataclass(abstract_state) else restored
+  if dataclasses.is_dataclass(abstract_state):
+    return abstract_state.replace(**restored)
+  return restored
 
 
 def _reason(error: BaseException) -> str:

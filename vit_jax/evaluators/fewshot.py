@@ -112,7 +112,8 @@ def _warn_small_classes(labels: np.ndarray, num_classes: int, shots: int) -> Non
 
 def fewshot_accuracies(train_features: np.ndarray, train_labels: np.ndarray,
                        test_features: np.ndarray, test_labels: np.ndarray, *,
-                       shots: Sequence[int] = config_defaults.FEWSHOT_SHOTS, seeds: Sequence[int] = (0, 1, 2),
+                       shots: Sequence[int] = config_defaults.FEWSHOT_SHOTS,
+                       seeds: Sequence[int] = (0, 1, 2),
                        l2_reg: float = config_defaults.FEWSHOT_L2_REG,
                        num_classes: Optional[int] = None) -> Dict[int, List[float]]:
   """{k: [test accuracy per seed]}. Classes with fewer than k train examples use all of
@@ -145,7 +146,8 @@ def summarize(per_seed: Dict[int, List[float]]) -> Dict[str, float]:
 
 
 def evaluate_fewshot(train_features, train_labels, test_features, test_labels, *,
-                     shots: Sequence[int] = config_defaults.FEWSHOT_SHOTS, seeds: Sequence[int] = (0, 1, 2),
+                     shots: Sequence[int] = config_defaults.FEWSHOT_SHOTS,
+                     seeds: Sequence[int] = (0, 1, 2),
                      l2_reg: float = config_defaults.FEWSHOT_L2_REG,
                      num_classes: Optional[int] = None) -> Dict[str, float]:
   """Mean and std over seeds of the k-shot test accuracy: {'1shot': ..., '1shot_std': ...}."""
