@@ -62,8 +62,9 @@ WITHOUT_TENSORFLOW = ("vit_jax.main", "vit_jax.download", "vit_jax.convert", "vi
 def helps():
   """(exit code, whitespace-normalised stdout and stderr) of each run: a real process for a
   usage mistake (its one line and nothing else; predict answers it before importing
-  TensorFlow, whose silence test_vtab's real process checks), all others in one process (tests/command_runner.py: JAX and TensorFlow imported once, then one forked
-  child per run, each running its command as `-m` does)."""
+  TensorFlow, whose silence test_vtab's real process checks), all others in one process
+  (tests/command_runner.py: JAX and TensorFlow imported once, then one forked child per
+  run, each running its command as `-m` does)."""
   runs = list(USAGE_MISTAKES)
   runs += [(command, "--help") for command in COMMANDS]
   runs += [("vit_jax.download", flag) for flag in OTHER_HELP_FLAGS]
