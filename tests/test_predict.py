@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import REPO, RELEASED_FIXTURES, init_params, tiny_model
+from conftest import REPO, RELEASED_FIXTURES, random_params, tiny_model
 from helpers import run_in_process, serve_from
 from vit_jax import predict, save_npz
 
@@ -31,7 +31,7 @@ def images(tmp_path):
 
 def test_classify_matches_the_model_and_ignores_batch_padding(images):
   module = tiny_model(num_classes=7)
-  params = init_params(module)
+  params = random_params(module, 16)  # numpy draws: nothing compiled
   paths = [images["rgb"], images["photo"], images["gray"]]
   batch = np.stack([predict.load_image(p, 16) for p in paths])
   probs = np.asarray(jax.nn.softmax(module.apply({"params": params}, batch, train=False)))
@@ -118,13 +118,14 @@ def test_predict_command_with_released_checkpoint_and_labels(images, tmp_path):
 
 def test_a_folder_trained_model_predicts_names_and_a_featurizer_refuses(images, tmp_path):
   names = ["café", "猫 cat", "🐶", "dog", "--flag", "emu", "fox"]  # saved by a folder run
-  save_npz(init_params(tiny_model(num_classes=7)), tmp_path / "named.npz", class_names=names)
+  save_npz(random_params(tiny_model(num_classes=7), 16), tmp_path / "named.npz",
+           class_names=names)
   done = predict_command(f"--checkpoint={tmp_path / 'named.npz'}", "--top_k=7", images["rgb"])
   assert done.returncode == 0, done.stderr
   assert sorted(name for _, _, name in parse(done.stdout)[images["rgb"]]) == sorted(names)
   assert all(name == names[index] for _, index, name in parse(done.stdout)[images["rgb"]])
 
-  params = init_params(tiny_model(num_classes=7))
+  params = random_params(tiny_model(num_classes=7), 16)
   params["head"]["kernel"] = np.zeros_like(params["head"]["kernel"])  # a featurizer's head
   save_npz(params, tmp_path / "zero_head.npz")
   line = one_error_line(predict_command(f"--checkpoint={tmp_path / 'zero_head.npz'}",
@@ -162,7 +163,7 @@ def tiny_checkpoint(tmp_path):
   """save(arrays_edit) -> path of a tiny 7-class checkpoint (16 px) after arrays_edit."""
   def save(edit=lambda arrays: None):
     path = tmp_path / "tiny.npz"
-    save_npz(init_params(tiny_model(num_classes=7)), path)
+    save_npz(random_params(tiny_model(num_classes=7), 16), path)
     arrays = dict(np.load(path))
     edit(arrays)
     np.savez(path, **arrays)
