@@ -1,10 +1,9 @@
 """vit_jax.predict: classify() against the model run by hand, labels, and the command: one
-run as a process (the command line), the others in this process through the command's
+run as a real process (the command line; tests/fork_server.py), the others in this process through the command's
 flags and vit_jax.cli's endings (helpers.run_in_process)."""
 
 import os
 import subprocess
-import sys
 import urllib.error
 
 import jax
@@ -12,8 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import fork_server
 from conftest import REPO, RELEASED_FIXTURES, random_params, tiny_model
-from helpers import run_in_process, serve_from
+from helpers import run_in_process, serve_from, subprocess_env
 from vit_jax import predict, save_npz
 
 
@@ -75,11 +75,19 @@ def test_labels_file_and_imagenet_names_fetched_once(tmp_path, monkeypatch, capl
   assert os.listdir(tmp_path / "cache" / "vit_jax") == ["ilsvrc2012_wordnet_lemmas.txt"]
 
 
-def run_predict(*args):
-  """`python -m vit_jax.predict ARGS` as a process."""
-  return subprocess.run([sys.executable, "-m", "vit_jax.predict", *args],
-                        env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
-                        text=True, timeout=120)
+def run_predict(folder, *args):
+  """`python -m vit_jax.predict ARGS` as a real process (forked from tests/fork_server.py,
+  which imported TensorFlow once), its stdout and stderr apart, in files under `folder`.
+  Its first lines (a fresh start's): tests/test_cli.py."""
+  stdout, stderr = folder / "predict.stdout", folder / "predict.stderr"
+  process = fork_server.start(["vit_jax.predict", *args], subprocess_env(), REPO, stdout,
+                              errors=stderr)
+  try:
+    code = process.wait(timeout=120)
+  finally:
+    process.kill()  # a no-op once it ended
+  return subprocess.CompletedProcess(["vit_jax.predict", *args], code, stdout.read_text(),
+                                     stderr.read_text())
 
 
 def predict_command(*args):
@@ -104,7 +112,7 @@ def test_predict_command_with_released_checkpoint_and_labels(images, tmp_path):
   labels = tmp_path / "labels.txt"
   labels.write_text("".join(f"class-{i}\n" for i in range(10)))
   paths = [images["rgb"], images["photo"], images["gray"]]
-  done = run_predict(f"--checkpoint={RELEASED_FIXTURES / 'vit-ti16.npz'}", f"--labels={labels}",
+  done = run_predict(tmp_path, f"--checkpoint={RELEASED_FIXTURES / 'vit-ti16.npz'}", f"--labels={labels}",
                      "--batch_size=2", *paths)
   assert done.returncode == 0, done.stderr
   results = parse(done.stdout)
