@@ -1,6 +1,6 @@
 """vit_jax.predict: classify() against the model run by hand, labels, and the command: one
-run as a real process (the command line; tests/fork_server.py), the others in this process through the command's
-flags and vit_jax.cli's endings (helpers.run_in_process)."""
+run as a real process (the command line; tests/fork_server.py), the others in this process
+through the command's flags and vit_jax.cli's endings (helpers.run_in_process)."""
 
 import os
 import subprocess
@@ -112,8 +112,8 @@ def test_predict_command_with_released_checkpoint_and_labels(images, tmp_path):
   labels = tmp_path / "labels.txt"
   labels.write_text("".join(f"class-{i}\n" for i in range(10)))
   paths = [images["rgb"], images["photo"], images["gray"]]
-  done = run_predict(tmp_path, f"--checkpoint={RELEASED_FIXTURES / 'vit-ti16.npz'}", f"--labels={labels}",
-                     "--batch_size=2", *paths)
+  done = run_predict(tmp_path, f"--checkpoint={RELEASED_FIXTURES / 'vit-ti16.npz'}",
+                     f"--labels={labels}", "--batch_size=2", *paths)
   assert done.returncode == 0, done.stderr
   results = parse(done.stdout)
   assert list(results) == paths
