@@ -5,7 +5,7 @@ command's start is importing JAX and TensorFlow, paid here once instead of once 
 The process imports JAX and the libraries every command imports (flax, optax, orbax,
 ml_collections: ~0.35 s of each child's CPU) and forks one child per run of the `light`
 commands (those that start without TensorFlow), then imports TensorFlow and forks one per
-run of the `heavy` ones. Each child runs its module as __main__ as `python -m` does (runpy, the same argv),
+run of the `heavy` ones (if any). Each child runs its module as __main__ as `python -m` does (runpy, the same argv),
 writes its stdout and stderr into one file, and exits with the status Python would give
 (SystemExit's code; 1 and the traceback for any other exception). Only the imports are
 shared: each run starts from this process's state before any command ran.
@@ -92,7 +92,8 @@ def main():
     import optax  # noqa: F401
     import orbax.checkpoint  # noqa: F401
     light = start(runs["light"], folder)
-    import tensorflow  # noqa: F401
+    if runs["heavy"]:
+      import tensorflow  # noqa: F401
     heavy = start(runs["heavy"], folder)
     results = finish(light) + finish(heavy)
   print(json.dumps(results))
