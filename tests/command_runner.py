@@ -5,7 +5,7 @@ command's start is importing JAX and TensorFlow, paid here once instead of once 
 The process imports JAX and the libraries every command imports (flax, optax, orbax,
 ml_collections: ~0.35 s of each child's CPU) and forks one child per run of the `light`
 commands (those that start without TensorFlow), then imports TensorFlow and forks one per
-run of the `heavy` ones. Each child runs its module as __main__ as `python -m` does (runpy, the same argv),
+run of the `heavy` ones (if any). Each child runs its module as __main__ as `python -m` does (runpy, the same argv),
 writes its stdout and stderr into one file, and exits with the status Python would give
 (SystemExit's code; 1 and the traceback for any other exception). Only the imports are
 shared: each run starts from this process's state before any command ran.
@@ -32,14 +32,19 @@ def exit_status(code) -> int:
   return 1
 
 
-def run_child(module, args, output_path) -> None:
-  """In the forked child: the command, then _exit with its status (no return)."""
+def run_child(module, args, output_path, errors_path=None) -> None:
+  """In the forked child: the command, then _exit with its status (no return). Its stdout
+  and stderr go to output_path, or stderr to errors_path when given."""
   status = 1
   try:
-    fd = os.open(output_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+    for path, streams in ([(output_path, (1, 2))] if errors_path is None else
+                          [(output_path, (1,)), (errors_path, (2,))]):
+      fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+      for stream in streams:
+        os.dup2(fd, stream)
+      os.close(fd)
+    sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__  # the files 1 and 2 (the fork
+    # server writes its own output elsewhere)
     sys.argv = [module, *args]  # runpy replaces argv[0] with the module's file, as -m does
     runpy.run_module(module, run_name="__main__", alter_sys=True)
     status = 0
@@ -87,7 +92,8 @@ def main():
     import optax  # noqa: F401
     import orbax.checkpoint  # noqa: F401
     light = start(runs["light"], folder)
-    import tensorflow  # noqa: F401
+    if runs["heavy"]:
+      import tensorflow  # noqa: F401
     heavy = start(runs["heavy"], folder)
     results = finish(light) + finish(heavy)
   print(json.dumps(results))

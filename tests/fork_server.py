@@ -9,7 +9,8 @@ scikit-learn's datasets are imported before the fork: they read no setting a tes
 while JAX, gcsfs and huggingface_hub read theirs (JAX_*, XLA_FLAGS, the storage and Hub
 hosts) in the child. Each pytest process starts its own server on first use.
 
-start(argv, env, cwd, output) -> Process, with the subprocess.Popen calls tests use."""
+start(argv, env, cwd, output[, errors]) -> Process, with the subprocess.Popen calls tests
+use."""
 
 import atexit
 import json
@@ -51,11 +52,12 @@ class Process:
     return self.returncode
 
 
-def start(argv, env, cwd, output) -> Process:
+def start(argv, env, cwd, output, errors=None) -> Process:
   """`python -m MODULE ARGS` (argv: [MODULE, ARG, ...]) forked from the server, with the
   environment `env` and working directory `cwd`; its stdout and stderr go to the file
-  `output`. The server starts with the first command's environment; later commands must
-  have its PYTHONPATH (sys.path is set when an interpreter starts)."""
+  `output` (its stderr to the file `errors` when given). The server starts with the first
+  command's environment; later commands must have its PYTHONPATH (sys.path is set when an
+  interpreter starts)."""
   global _server  # pylint: disable=global-statement
   with _lock:
     if _server is None:
@@ -68,7 +70,8 @@ def start(argv, env, cwd, output) -> Process:
       raise ValueError(f"the fork server's PYTHONPATH is {_server.pythonpath!r}, not "
                        f"{env.get('PYTHONPATH')!r}: start this command with subprocess")
   return Process(_ask({"start": {"argv": [str(a) for a in argv], "env": dict(env),
-                                 "cwd": str(cwd), "output": str(output)}})["pid"])
+                                 "cwd": str(cwd), "output": str(output),
+                                 "errors": None if errors is None else str(errors)}})["pid"])
 
 
 def _ask(request):
@@ -105,8 +108,9 @@ def _serve():
         pass
 
 
-def _fork(argv, env, cwd, output) -> int:
-  open(output, "w").close()  # there when start() returns, as with Popen(stdout=file)
+def _fork(argv, env, cwd, output, errors) -> int:
+  for path in (output, errors) if errors else (output,):
+    open(path, "w").close()  # there when start() returns, as with Popen(stdout=file)
   sys.stderr.flush()
   pid = os.fork()
   if pid:
@@ -118,7 +122,7 @@ def _fork(argv, env, cwd, output) -> int:
   null = os.open(os.devnull, os.O_RDONLY)
   os.dup2(null, 0)
   os.close(null)
-  command_runner.run_child(argv[0], argv[1:], output)  # never returns
+  command_runner.run_child(argv[0], argv[1:], output, errors)  # never returns
   return 0
 
 

@@ -163,6 +163,17 @@ def with_config(files, config):
   return {**files, "config.json": json.dumps(config).encode()}
 
 
+# The repository of the notebook's online start (imagenet21k+imagenet2012/ViT-B_16's copy).
+NOTEBOOK_REPO = "timm/vit_base_patch16_384.orig_in21k_ft_in1k"
+
+
+def tiny_repo_files(root) -> Dict[str, bytes]:
+  """A tiny 3-class ViT (conftest.tiny_model) in timm's layout: its repository's files."""
+  os.makedirs(root, exist_ok=True)
+  npz.save_npz(init_params(tiny_model(num_classes=3), 16), str(root / "tiny.npz"))
+  return repo_files(converted(root / "tiny.npz", root / "timm_tiny", to="timm"))
+
+
 def build_repos(root) -> Dict[str, Dict[str, bytes]]:
   """{repository: files}: released-format fixtures (and a tiny model) in the layouts of
   timm's and Google's repositories, plus repositories that are no ViT vit_jax computes."""
@@ -173,15 +184,13 @@ def build_repos(root) -> Dict[str, Dict[str, bytes]]:
   google = converted(RELEASED_FIXTURES / "vit-ti16-prelogits.npz", root / "google", to="hf",
                      pre_logits="pooler")
   google_config(google)
-  npz.save_npz(init_params(tiny_model(num_classes=3), 16), str(root / "tiny.npz"))
-  tiny = converted(root / "tiny.npz", root / "timm_tiny", to="timm")
-  tiny_files = repo_files(tiny)
+  tiny_files = tiny_repo_files(root)
   return {
       "timm/vit_tiny_patch16_224.augreg_in21k": repo_files(timm_ti),
       "timm/vit_tiny_r_s16_p8_224.augreg_in21k": repo_files(timm_r),
       "google/vit-base-patch16-224-in21k": repo_files(google),
       "timm/vit_base_patch32_224.orig_in21k": tiny_files,  # google's B/32 copy is missing
-      "timm/vit_base_patch16_384.orig_in21k_ft_in1k": tiny_files,  # the notebook's start
+      NOTEBOOK_REPO: tiny_files,
       "timm/vit_tiny_patch16_224.augreg2_test": repo_files(timm_ti),  # not a bucket file
       "timm/vit_base_patch16_clip_224.openai": with_config(tiny_files, {
           "architecture": "vit_base_patch16_clip_224", "num_classes": 3}),

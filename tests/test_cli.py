@@ -54,15 +54,17 @@ OTHER_HELP_FLAGS = ["-?", "--helpshort", "--helpfull", "--helpxml"]
 
 # The commands whose --help starts without TensorFlow (only how fast the runs are depends
 # on this: see tests/command_runner.py).
-WITHOUT_TENSORFLOW = ("vit_jax.main", "vit_jax.download", "vit_jax.convert", "vit_jax.export")
+WITHOUT_TENSORFLOW = ("vit_jax.main", "vit_jax.download", "vit_jax.convert", "vit_jax.export",
+                      "vit_jax.predict", "vit_jax.visualize")
 
 
 @pytest.fixture(scope="module")
 def helps():
   """(exit code, whitespace-normalised stdout and stderr) of each run: a real process for a
-  usage mistake (its one line: no chatter from importing TensorFlow either), all others in
-  one process (tests/command_runner.py: JAX and TensorFlow imported once, then one forked
-  child per run, each running its command as `-m` does)."""
+  usage mistake (its one line and nothing else; predict answers it before importing
+  TensorFlow, whose silence test_vtab's real process checks), all others in one process
+  (tests/command_runner.py: JAX and TensorFlow imported once, then one forked child per
+  run, each running its command as `-m` does)."""
   runs = list(USAGE_MISTAKES)
   runs += [(command, "--help") for command in COMMANDS]
   runs += [("vit_jax.download", flag) for flag in OTHER_HELP_FLAGS]

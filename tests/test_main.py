@@ -1,9 +1,10 @@
 """The command line: one `error:` line for mistakes, and a short real run on each mesh.
 
-Mistakes that flag parsing catches each run the command as a process. The runs that get
-past it share one process with 8 devices (each process start costs seconds): its first
-run is a refused one, which must print one line and nothing else, so nothing the process
-prints while it starts can pass unseen."""
+Mistakes that flag parsing catches each run the command as its own process (forked from one
+that imported JAX once: tests/command_runner.py). The runs that get past it share one
+process with 8 devices (each process start costs seconds): its first run is a refused one,
+which must print one line and nothing else, so nothing the process prints while it starts
+can pass unseen."""
 
 import json
 import os
@@ -32,22 +33,42 @@ RUNS = {"negative_steps": [DEMO_CONFIG, "--config.total_steps=-5"],
         **{name: [*demo_args(**AT_THE_END), *mesh] for name, mesh in MESHES.items()}}
 
 
-def run_main(*args, timeout=300):
-  return subprocess.run([sys.executable, "-m", "vit_jax.main", *args], cwd=REPO,
-                        env=subprocess_env(devices=1), capture_output=True, text=True,
-                        timeout=timeout)
+# Mistakes that flag parsing catches: name -> flags (all but --workdir).
+USAGE_MISTAKES = {
+    "config_key_typo": [DEMO_CONFIG, "--config.bacth=3"],
+    "dataset_override": ["--config=configs/demo.py:digits", "--config.dataset=/data/pets"],
+    "pretrain_without_dataset": ["--config=configs/pretrain.py:ViT-B_16"],
+}
 
 
-def error_lines(result):
-  return [line for line in result.stderr.splitlines() if line.startswith("error:")]
+@pytest.fixture(name="usage_mistakes", scope="module")
+def fixture_usage_mistakes(tmp_path_factory):
+  """USAGE_MISTAKES, each `python -m vit_jax.main` in its own process: one process imports
+  JAX once and forks one child per command line, which runs the command as `-m` does
+  (tests/command_runner.py); what a fresh process prints as it starts: the `runs` fixture.
+  name -> (exit code, its stdout and stderr together, its --workdir)."""
+  root = tmp_path_factory.mktemp("usage")
+  for name in USAGE_MISTAKES:
+    (root / name).mkdir()
+  # The typo's an existing, empty folder; the others' a folder they must not create.
+  workdirs = {name: root / name / ("" if name == "config_key_typo" else "run")
+              for name in USAGE_MISTAKES}
+  done = subprocess.run(
+      [sys.executable, str(REPO / "tests" / "command_runner.py")], cwd=REPO,
+      env=subprocess_env(devices=1), text=True, capture_output=True, timeout=300, check=True,
+      input=json.dumps({"light": [["vit_jax.main", *args, f"--workdir={workdirs[name]}"]
+                                  for name, args in USAGE_MISTAKES.items()], "heavy": []}))
+  return {name: (code, output, workdirs[name])
+          for name, (code, output) in zip(USAGE_MISTAKES, json.loads(done.stdout))}
 
 
-def test_config_key_typo(tmp_path):
-  result = run_main(DEMO_CONFIG, f"--workdir={tmp_path}", "--config.bacth=3")
-  assert result.returncode == 2
-  assert error_lines(result) == ["error: bad flag or config override: no config key 'bacth' Did "
-                                 "you mean \"batch\" instead of \"bacth\"?"]
-  assert "Traceback" not in result.stderr
+def test_config_key_typo(usage_mistakes):
+  code, output, _ = usage_mistakes["config_key_typo"]
+  assert code == 2
+  assert [line for line in output.splitlines() if line.startswith("error:")] == [
+      "error: bad flag or config override: no config key 'bacth' Did you mean \"batch\" "
+      "instead of \"bacth\"?"]
+  assert "Traceback" not in output
 
 
 @pytest.fixture(name="runs", scope="module")
@@ -118,21 +139,21 @@ def test_refused_runs_write_nothing_and_print_one_line(runs, run, message):
   assert not workdir.exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--config=configs/demo.py:digits", "--config.dataset=/data/pets"],
+@pytest.mark.parametrize("run, message", [
+    ("dataset_override",
      "error: --config.dataset=/data/pets would keep the splits, steps, crop and eval sets "
      "configs/demo.py chose for its own dataset; pass the dataset after the colon instead: "
      "--config=configs/demo.py:/data/pets (--help shows the usage)"),
-    (["--config=configs/pretrain.py:ViT-B_16"],
+    ("pretrain_without_dataset",
      "error: cannot load --config: configs/pretrain.py takes MODEL,DATASET (e.g. "
      "--config=configs/pretrain.py:ViT-B_16,imagenet21k), got 'ViT-B_16'; MODEL is one of "
      "ViT-Ti_16, "),
 ], ids=["dataset_override", "pretrain_without_dataset"])
-def test_config_arguments_are_one_usage_line(tmp_path, args, message):
-  result = run_main(*args, f"--workdir={tmp_path / 'run'}")
-  assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
-  assert result.stderr.startswith(message)
-  assert not (tmp_path / "run").exists()
+def test_config_arguments_are_one_usage_line(usage_mistakes, run, message):
+  code, output, workdir = usage_mistakes[run]
+  assert code == 2 and len(output.splitlines()) == 1, output
+  assert output.startswith(message)
+  assert not workdir.exists()
 
 
 def test_a_file_as_workdir_is_one_line(runs):

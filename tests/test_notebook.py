@@ -11,7 +11,7 @@ import pytest
 from nbclient import NotebookClient
 
 from conftest import REPO
-from hub_server import HubServer, build_repos, use_servers
+from hub_server import NOTEBOOK_REPO, HubServer, tiny_repo_files, use_servers
 
 pytestmark = pytest.mark.long  # real-process runs: start first (conftest)
 
@@ -47,8 +47,10 @@ def test_notebook_runs_offline(tmp_path, monkeypatch):
 def test_online_path_fetches_the_released_start_through_the_hub(tmp_path, monkeypatch):
   """The online cells (devices and network, the checkpoint) against the local Hub stand-in
   (a tiny model in the mirror's repository): is_online asks the Hub, not the closed bucket,
-  and the released file arrives in checkpoints/ through its mirror."""
-  site, bucket = HubServer(build_repos(tmp_path / "repos")), HubServer(forbid=True)
+  and the released file arrives in checkpoints/ through its mirror. The stand-in serves
+  that one repository (hub_server.build_repos's others are no part of this path)."""
+  site = HubServer({NOTEBOOK_REPO: tiny_repo_files(tmp_path / "repos")})
+  bucket = HubServer(forbid=True)
   try:
     use_servers(site, bucket, tmp_path, monkeypatch)
     monkeypatch.delenv("VIT_JAX_OFFLINE", raising=False)

@@ -1,10 +1,9 @@
 """vit_jax.predict: classify() against the model run by hand, labels, and the command: one
-run as a process (the command line), the others in this process through the command's
-flags and vit_jax.cli's endings (helpers.run_in_process)."""
+run as a real process (the command line; tests/fork_server.py), the others in this process
+through the command's flags and vit_jax.cli's endings (helpers.run_in_process)."""
 
 import os
 import subprocess
-import sys
 import urllib.error
 
 import jax
@@ -12,8 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import REPO, RELEASED_FIXTURES, init_params, tiny_model
-from helpers import run_in_process, serve_from
+import fork_server
+from conftest import REPO, RELEASED_FIXTURES, random_params, tiny_model
+from helpers import run_in_process, serve_from, subprocess_env
 from vit_jax import predict, save_npz
 
 
@@ -31,7 +31,7 @@ def images(tmp_path):
 
 def test_classify_matches_the_model_and_ignores_batch_padding(images):
   module = tiny_model(num_classes=7)
-  params = init_params(module)
+  params = random_params(module, 16)  # numpy draws: nothing compiled
   paths = [images["rgb"], images["photo"], images["gray"]]
   batch = np.stack([predict.load_image(p, 16) for p in paths])
   probs = np.asarray(jax.nn.softmax(module.apply({"params": params}, batch, train=False)))
@@ -75,11 +75,19 @@ def test_labels_file_and_imagenet_names_fetched_once(tmp_path, monkeypatch, capl
   assert os.listdir(tmp_path / "cache" / "vit_jax") == ["ilsvrc2012_wordnet_lemmas.txt"]
 
 
-def run_predict(*args):
-  """`python -m vit_jax.predict ARGS` as a process."""
-  return subprocess.run([sys.executable, "-m", "vit_jax.predict", *args],
-                        env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
-                        text=True, timeout=120)
+def run_predict(folder, *args):
+  """`python -m vit_jax.predict ARGS` as a real process (forked from tests/fork_server.py,
+  which imported TensorFlow once), its stdout and stderr apart, in files under `folder`.
+  Its first lines (a fresh start's): tests/test_cli.py."""
+  stdout, stderr = folder / "predict.stdout", folder / "predict.stderr"
+  process = fork_server.start(["vit_jax.predict", *args], subprocess_env(), REPO, stdout,
+                              errors=stderr)
+  try:
+    code = process.wait(timeout=120)
+  finally:
+    process.kill()  # a no-op once it ended
+  return subprocess.CompletedProcess(["vit_jax.predict", *args], code, stdout.read_text(),
+                                     stderr.read_text())
 
 
 def predict_command(*args):
@@ -104,8 +112,8 @@ def test_predict_command_with_released_checkpoint_and_labels(images, tmp_path):
   labels = tmp_path / "labels.txt"
   labels.write_text("".join(f"class-{i}\n" for i in range(10)))
   paths = [images["rgb"], images["photo"], images["gray"]]
-  done = run_predict(f"--checkpoint={RELEASED_FIXTURES / 'vit-ti16.npz'}", f"--labels={labels}",
-                     "--batch_size=2", *paths)
+  done = run_predict(tmp_path, f"--checkpoint={RELEASED_FIXTURES / 'vit-ti16.npz'}",
+                     f"--labels={labels}", "--batch_size=2", *paths)
   assert done.returncode == 0, done.stderr
   results = parse(done.stdout)
   assert list(results) == paths
@@ -118,13 +126,14 @@ def test_predict_command_with_released_checkpoint_and_labels(images, tmp_path):
 
 def test_a_folder_trained_model_predicts_names_and_a_featurizer_refuses(images, tmp_path):
   names = ["café", "猫 cat", "🐶", "dog", "--flag", "emu", "fox"]  # saved by a folder run
-  save_npz(init_params(tiny_model(num_classes=7)), tmp_path / "named.npz", class_names=names)
+  save_npz(random_params(tiny_model(num_classes=7), 16), tmp_path / "named.npz",
+           class_names=names)
   done = predict_command(f"--checkpoint={tmp_path / 'named.npz'}", "--top_k=7", images["rgb"])
   assert done.returncode == 0, done.stderr
   assert sorted(name for _, _, name in parse(done.stdout)[images["rgb"]]) == sorted(names)
   assert all(name == names[index] for _, index, name in parse(done.stdout)[images["rgb"]])
 
-  params = init_params(tiny_model(num_classes=7))
+  params = random_params(tiny_model(num_classes=7), 16)
   params["head"]["kernel"] = np.zeros_like(params["head"]["kernel"])  # a featurizer's head
   save_npz(params, tmp_path / "zero_head.npz")
   line = one_error_line(predict_command(f"--checkpoint={tmp_path / 'zero_head.npz'}",
@@ -162,7 +171,7 @@ def tiny_checkpoint(tmp_path):
   """save(arrays_edit) -> path of a tiny 7-class checkpoint (16 px) after arrays_edit."""
   def save(edit=lambda arrays: None):
     path = tmp_path / "tiny.npz"
-    save_npz(init_params(tiny_model(num_classes=7)), path)
+    save_npz(random_params(tiny_model(num_classes=7), 16), path)
     arrays = dict(np.load(path))
     edit(arrays)
     np.savez(path, **arrays)

@@ -5,14 +5,13 @@ The runs that receive the signals (and the full disk's) are real processes; the 
 of the same command (refused, resumed) run in this process through the command's own
 parsing and endings (helpers.run_in_process): a process start costs seconds."""
 
+import json
 import logging
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -21,8 +20,8 @@ import pytest
 import fork_server
 
 from conftest import REPO
-from helpers import (demo_args, demo_config, one_process_command, read_metrics, run_in_process,
-                     split_runs, subprocess_env)
+from helpers import (demo_args, demo_config, read_metrics, run_in_process, split_runs,
+                     subprocess_env)
 from vit_jax import main, train
 
 pytestmark = pytest.mark.long  # real-process runs: start first (conftest)
@@ -170,24 +169,26 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path):
                                atol=1e-7, err_msg=key)
 
 
-def run_in_tiny_filesystem(script, size="5m"):
-  """Runs `script` (sh) with a fresh tmpfs of `size` mounted at /mnt (a private mount
-  namespace: works unprivileged where user namespaces are enabled)."""
+def run_in_tiny_filesystem(workdir, runs, size="5m"):
+  """`runs` of the main job one after another in one process (helpers.run_in_one_process),
+  with a fresh tmpfs of `size` mounted at /mnt in a private mount namespace (works
+  unprivileged where user namespaces are enabled): a child of the fork server
+  (tests/private_tmpfs.py), so the process start imports no TensorFlow. Its output."""
   unshare = shutil.which("unshare")
   if unshare is None or subprocess.run(
       [unshare, "--user", "--map-root-user", "--mount", "true"], capture_output=True).returncode:
     pytest.skip("cannot create a private mount namespace (unshare) to fill a disk")
-  return subprocess.run([unshare, "--user", "--map-root-user", "--mount", "sh", "-c",
-                         f"mount -t tmpfs -o size={size} tmpfs /mnt && {script}"],
-                        cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=600)
+  output = f"{workdir}.log"
+  process = fork_server.start(["private_tmpfs", size, "vit_jax.main", json.dumps(runs)],
+                              subprocess_env(), REPO / "tests", output)
+  process.wait(timeout=600)
+  return open(output).read()
 
 
-def test_a_full_disk_keeps_the_last_checkpoint_and_says_so_in_one_line():
-  # The run and its rerun in one process (helpers.run_in_one_process): the private mount
-  # lives only as long as the script, and each process start costs seconds.
+def test_a_full_disk_keeps_the_last_checkpoint_and_says_so_in_one_line(tmp_path):
+  # The run and its rerun in one process: the private mount lives only as long as it.
   run = [*demo_args(**DEMO, **SHORT, checkpoint_every=2), "--workdir=/mnt/run"]
-  out = run_in_tiny_filesystem(shlex.join(one_process_command("vit_jax.main", [run, run]))
-                               + " 2>&1").stdout
+  out = run_in_tiny_filesystem(tmp_path / "run", [run, run])
   assert "Traceback" not in out, out[-3000:]
   runs = split_runs(out)
   assert len(runs) == 2, out[-3000:]

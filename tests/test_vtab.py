@@ -343,7 +343,8 @@ def test_bad_config_override_is_one_line(monkeypatch, capsys):
 
 
 def test_a_usage_error_is_one_line(tmp_path):
-  """As run: a usage mistake is one line, exit 2 (--help: tests/test_cli.py)."""
+  """As run: a usage mistake is one line, exit 2 (--help: tests/test_cli.py); the command
+  imports TensorFlow as it starts, and nothing of that is printed either."""
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   done = subprocess.run([sys.executable, "-m", "vit_jax.vtab", "--checkpoint=ViT-B_16",
                          f"--workdir={tmp_path}", "--tasks=nope"], cwd=REPO, env=env, text=True,

@@ -15,12 +15,10 @@ from typing import List, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
-import tensorflow as tf
 from absl import flags, logging
 
 from vit_jax import cli, download, errors
 from vit_jax.checkpoints import formats, hub, npz, released
-from vit_jax.data import preprocess
 from vit_jax.models import vit
 
 IMAGENET_LABELS_URL = "https://storage.googleapis.com/bit_models/ilsvrc2012_wordnet_lemmas.txt"
@@ -40,13 +38,22 @@ def cache_dir() -> str:
   return os.path.join(root, "vit_jax")
 
 
-def _tf_message(error: tf.errors.OpError) -> str:
+def _tf():
+  """TensorFlow, imported when an image or labels file is read (seconds: --help and usage
+  mistakes answer without it, cli.keep_tensorflow_off_accelerators)."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  return tf
+
+
+def _tf_message(error) -> str:
   """TF's error message on one line, without its {{function_node ...}} and [Op:...] noise."""
   return " ".join(re.sub(r"\{\{.*?\}\}|\[Op:\w+\]", "", error.message).split())
 
 
 def load_image(path: str, image_size: int) -> np.ndarray:
   """[image_size, image_size, 3] float32 in [-1, 1], preprocessed like evaluation."""
+  tf = _tf()
+  from vit_jax.data import preprocess  # pylint: disable=import-outside-toplevel (imports tf)
   try:
     with tf.io.gfile.GFile(path, "rb") as f:
       encoded = f.read()
@@ -89,6 +96,7 @@ def classify(module: vit.VisionTransformer, params, image_paths: Sequence[str], 
 
 def read_labels(path: str) -> List[str]:
   """One class name per line."""
+  tf = _tf()
   try:
     with tf.io.gfile.GFile(path, "r") as f:
       return [line.strip() for line in f.read().splitlines()]
