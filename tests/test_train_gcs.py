@@ -23,7 +23,9 @@ from vit_jax.runs import fs
 
 pytestmark = pytest.mark.long
 
-ARGS = helpers.demo_args(total_steps=16, checkpoint_every=4, eval_every=1000)
+# Eight steps: the program of the other tests' demo runs resumed to step 8 (test_train,
+# test_multiprocess), compiled once for the suite; four checkpoints, two of them kept.
+ARGS = helpers.demo_args(total_steps=8, checkpoint_every=2, eval_every=1000)
 LONG_RUN = ["--config.total_steps=100000", "--config.checkpoint_every=8"]
 TIMINGS = ("train/img_per_sec", "train/img_per_sec_per_device")
 
@@ -119,13 +121,13 @@ def cut_off(gcs, logs):
 
 @pytest.fixture(scope="module")
 def reference(gcs, logs):
-  """One gs:// run of the config (the command) and, meanwhile, a local one (here)."""
+  """The config run on a local workdir, then on a gs:// one, both in this process (one
+  after the other: the second loads the first's compiled programs; the command on gs://
+  runs as a real process in the SIGKILL test)."""
   local, remote = str(logs / "local"), f"gs://{gcs.bucket}/run"
-  run = start(remote, tag="remote")
-  here = run_here(local)
-  assert here.returncode == 0, here.stderr[-3000:]
-  code, log = finish(run, "remote")
-  assert code == 0, log[-3000:]
+  for workdir in (local, remote):
+    done = run_here(workdir)
+    assert done.returncode == 0, done.stderr[-3000:]
   return local, remote
 
 
@@ -133,8 +135,8 @@ def test_a_gs_run_matches_a_local_run_and_a_finished_rerun_writes_nothing(refere
   local, remote = reference
   assert layout(fs.listdir(remote)) == layout(os.listdir(local))
   assert "run.lock" not in fs.listdir(remote) and "metrics.parts" not in fs.listdir(remote)
-  assert checkpoint_steps(remote) == [12, 16]  # retention: the last two of four
-  assert sorted(int(n) for n in os.listdir(os.path.join(local, "checkpoints"))) == [12, 16]
+  assert checkpoint_steps(remote) == [6, 8]  # retention: the last two of four
+  assert sorted(int(n) for n in os.listdir(os.path.join(local, "checkpoints"))) == [6, 8]
   ours, theirs = params(remote), params(local)
   assert ours.keys() == theirs.keys()
   for key in theirs:
@@ -146,7 +148,7 @@ def test_a_gs_run_matches_a_local_run_and_a_finished_rerun_writes_nothing(refere
 
   before = snapshot(remote)
   rerun = run_here(remote)
-  assert rerun.returncode == 0 and "already finished at step 16" in rerun.stderr, rerun.stderr
+  assert rerun.returncode == 0 and "already finished at step 8" in rerun.stderr, rerun.stderr
   assert snapshot(remote) == before
 
 
@@ -170,13 +172,14 @@ def test_sigkill_then_rerun_resumes_exactly_and_a_live_run_is_not_shared(gcs, re
   *_, usable, damaged = checkpoint_steps(workdir)
   fs.write_atomic(fs.join(workdir, "checkpoints", str(damaged), "default", "manifest.ocdbt"),
                   b"garbage")
-  code, log = finish(start(workdir, tag="resumed"), "resumed")
+  resumed = run_here(workdir)  # the rerun of the killed command (a process's end is not
+  code, log = resumed.returncode, resumed.stderr  # what it is about): here
   assert code == 0, log[-3000:]
-  assert f"checkpoint {damaged} cannot be used" in log and damaged < 16
+  assert f"checkpoint {damaged} cannot be used" in log and damaged < 8
   assert f"resumed from step {usable} " in log
   assert [name.split("-")[0] for name in fs.listdir(fs.join(workdir, "damaged_checkpoints"))
           ] == [str(damaged)]
-  assert [r["step"] for r in read_metrics(workdir) if "train/loss" in r] == list(range(2, 17, 2))
+  assert [r["step"] for r in read_metrics(workdir) if "train/loss" in r] == list(range(2, 9, 2))
   expected = params(reference[0])
   resumed = params(workdir)
   for key in expected:
