@@ -19,6 +19,7 @@ import helpers
 from conftest import REPO
 from helpers import read_metrics, run_in_process
 from vit_jax import main
+from vit_jax.data import device_batches
 from vit_jax.runs import fs
 
 pytestmark = pytest.mark.long
@@ -200,10 +201,12 @@ def test_two_processes_with_four_devices_share_one_gs_workdir(gcs, logs):
   assert "run.lock" not in fs.listdir(workdir) and "params.npz" in fs.listdir(workdir)
 
 
-def test_a_store_that_goes_away_fails_in_one_line_then_sigterm_saves_on_the_bucket(cut_off):
+def test_a_store_that_goes_away_fails_in_one_line_then_sigterm_saves_on_the_bucket(
+    cut_off, monkeypatch):
   """The run cut off from the store mid-run (the `cut_off` fixture): one line, no
   traceback, and its rerun resumes from the last complete checkpoint; SIGTERM then saves
-  the step that run reached on the bucket."""
+  the step that run reached on the bucket (the rerun in this process, a real SIGTERM
+  before its third step: helpers.sigterm_at_step)."""
   workdir, run, cutter = cut_off
   cutter.join(timeout=240)
   assert not cutter.is_alive(), "no checkpoint in 4 minutes"
@@ -213,10 +216,9 @@ def test_a_store_that_goes_away_fails_in_one_line_then_sigterm_saves_on_the_buck
   assert "Traceback" not in log
 
   complete = checkpoint_steps(workdir)
-  run = start(workdir, *LONG_RUN, tag="after_outage")
-  wait_for(lambda: "/100000 (" in output("after_outage"), run)  # training on
-  run.send_signal(signal.SIGTERM)
-  code, log = finish(run, "after_outage")
+  monkeypatch.setattr(device_batches, "prefetch_to_device", helpers.sigterm_at_step(3))
+  rerun = run_in_process(main, *ARGS, *LONG_RUN, f"--workdir={workdir}")
+  code, log = rerun.returncode, rerun.stderr
   assert f"resumed from step {complete[-1]} " in log, log[-2000:]
   saved = checkpoint_steps(workdir)[-1]
   assert code == 0 and f"saved the checkpoint of step {saved} in gs://" in log, log[-2000:]
