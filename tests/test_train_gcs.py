@@ -157,7 +157,9 @@ def test_sigkill_then_rerun_resumes_exactly_and_a_live_run_is_not_shared(gcs, re
   """Also: the newest checkpoint, damaged after the kill, is set aside on the bucket and
   the one before it used, still ending with the uninterrupted run's parameters."""
   workdir = f"gs://{gcs.bucket}/killed"
-  run = start(workdir, tag="killed")
+  # Saving every step (which changes no parameter): once two checkpoints are complete,
+  # six more steps and saves keep it mid-run while the test stops it.
+  run = start(workdir, "--config.checkpoint_every=1", tag="killed")
   wait_for(lambda: len(checkpoint_steps(workdir)) >= 2, run)
   run.send_signal(signal.SIGSTOP)  # keep the holder alive (and mid-run) meanwhile
   try:
