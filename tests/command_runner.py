@@ -53,6 +53,13 @@ def run_child(module, args, output_path, errors_path=None) -> None:
   except BaseException:  # pylint: disable=broad-except
     traceback.print_exc()
   finally:
+    # What JAX's exit function does at a Python exit (os._exit skips exit functions, and
+    # the ones this process inherited are the server's): end a multi-process run's
+    # distributed client, a barrier with the other processes. Without it process 0 could
+    # exit, ending the coordination service, while process 1 still wrote its results, and
+    # process 1 would abort (SIGABRT) as if its peer had died. Nothing in other runs.
+    if "jax" in sys.modules:
+      sys.modules["jax"].distributed.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)  # pylint: disable=protected-access

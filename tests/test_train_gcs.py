@@ -19,11 +19,14 @@ import helpers
 from conftest import REPO
 from helpers import read_metrics, run_in_process
 from vit_jax import main
+from vit_jax.data import device_batches
 from vit_jax.runs import fs
 
 pytestmark = pytest.mark.long
 
-ARGS = helpers.demo_args(total_steps=16, checkpoint_every=4, eval_every=1000)
+# Eight steps: the program of the other tests' demo runs resumed to step 8 (test_train,
+# test_multiprocess), compiled once for the suite; four checkpoints, two of them kept.
+ARGS = helpers.demo_args(total_steps=8, checkpoint_every=2, eval_every=1000)
 LONG_RUN = ["--config.total_steps=100000", "--config.checkpoint_every=8"]
 TIMINGS = ("train/img_per_sec", "train/img_per_sec_per_device")
 
@@ -119,13 +122,13 @@ def cut_off(gcs, logs):
 
 @pytest.fixture(scope="module")
 def reference(gcs, logs):
-  """One gs:// run of the config (the command) and, meanwhile, a local one (here)."""
+  """The config run on a local workdir, then on a gs:// one, both in this process (one
+  after the other: the second loads the first's compiled programs; the command on gs://
+  runs as a real process in the SIGKILL test)."""
   local, remote = str(logs / "local"), f"gs://{gcs.bucket}/run"
-  run = start(remote, tag="remote")
-  here = run_here(local)
-  assert here.returncode == 0, here.stderr[-3000:]
-  code, log = finish(run, "remote")
-  assert code == 0, log[-3000:]
+  for workdir in (local, remote):
+    done = run_here(workdir)
+    assert done.returncode == 0, done.stderr[-3000:]
   return local, remote
 
 
@@ -133,8 +136,8 @@ def test_a_gs_run_matches_a_local_run_and_a_finished_rerun_writes_nothing(refere
   local, remote = reference
   assert layout(fs.listdir(remote)) == layout(os.listdir(local))
   assert "run.lock" not in fs.listdir(remote) and "metrics.parts" not in fs.listdir(remote)
-  assert checkpoint_steps(remote) == [12, 16]  # retention: the last two of four
-  assert sorted(int(n) for n in os.listdir(os.path.join(local, "checkpoints"))) == [12, 16]
+  assert checkpoint_steps(remote) == [6, 8]  # retention: the last two of four
+  assert sorted(int(n) for n in os.listdir(os.path.join(local, "checkpoints"))) == [6, 8]
   ours, theirs = params(remote), params(local)
   assert ours.keys() == theirs.keys()
   for key in theirs:
@@ -146,7 +149,7 @@ def test_a_gs_run_matches_a_local_run_and_a_finished_rerun_writes_nothing(refere
 
   before = snapshot(remote)
   rerun = run_here(remote)
-  assert rerun.returncode == 0 and "already finished at step 16" in rerun.stderr, rerun.stderr
+  assert rerun.returncode == 0 and "already finished at step 8" in rerun.stderr, rerun.stderr
   assert snapshot(remote) == before
 
 
@@ -154,7 +157,9 @@ def test_sigkill_then_rerun_resumes_exactly_and_a_live_run_is_not_shared(gcs, re
   """Also: the newest checkpoint, damaged after the kill, is set aside on the bucket and
   the one before it used, still ending with the uninterrupted run's parameters."""
   workdir = f"gs://{gcs.bucket}/killed"
-  run = start(workdir, tag="killed")
+  # Saving every step (which changes no parameter): once two checkpoints are complete,
+  # six more steps and saves keep it mid-run while the test stops it.
+  run = start(workdir, "--config.checkpoint_every=1", tag="killed")
   wait_for(lambda: len(checkpoint_steps(workdir)) >= 2, run)
   run.send_signal(signal.SIGSTOP)  # keep the holder alive (and mid-run) meanwhile
   try:
@@ -170,13 +175,14 @@ def test_sigkill_then_rerun_resumes_exactly_and_a_live_run_is_not_shared(gcs, re
   *_, usable, damaged = checkpoint_steps(workdir)
   fs.write_atomic(fs.join(workdir, "checkpoints", str(damaged), "default", "manifest.ocdbt"),
                   b"garbage")
-  code, log = finish(start(workdir, tag="resumed"), "resumed")
+  resumed = run_here(workdir)  # the rerun of the killed command (a process's end is not
+  code, log = resumed.returncode, resumed.stderr  # what it is about): here
   assert code == 0, log[-3000:]
-  assert f"checkpoint {damaged} cannot be used" in log and damaged < 16
+  assert f"checkpoint {damaged} cannot be used" in log and damaged < 8
   assert f"resumed from step {usable} " in log
   assert [name.split("-")[0] for name in fs.listdir(fs.join(workdir, "damaged_checkpoints"))
           ] == [str(damaged)]
-  assert [r["step"] for r in read_metrics(workdir) if "train/loss" in r] == list(range(2, 17, 2))
+  assert [r["step"] for r in read_metrics(workdir) if "train/loss" in r] == list(range(2, 9, 2))
   expected = params(reference[0])
   resumed = params(workdir)
   for key in expected:
@@ -197,10 +203,12 @@ def test_two_processes_with_four_devices_share_one_gs_workdir(gcs, logs):
   assert "run.lock" not in fs.listdir(workdir) and "params.npz" in fs.listdir(workdir)
 
 
-def test_a_store_that_goes_away_fails_in_one_line_then_sigterm_saves_on_the_bucket(cut_off):
+def test_a_store_that_goes_away_fails_in_one_line_then_sigterm_saves_on_the_bucket(
+    cut_off, monkeypatch):
   """The run cut off from the store mid-run (the `cut_off` fixture): one line, no
   traceback, and its rerun resumes from the last complete checkpoint; SIGTERM then saves
-  the step that run reached on the bucket."""
+  the step that run reached on the bucket (the rerun in this process, a real SIGTERM
+  before its third step: helpers.sigterm_at_step)."""
   workdir, run, cutter = cut_off
   cutter.join(timeout=240)
   assert not cutter.is_alive(), "no checkpoint in 4 minutes"
@@ -210,10 +218,9 @@ def test_a_store_that_goes_away_fails_in_one_line_then_sigterm_saves_on_the_buck
   assert "Traceback" not in log
 
   complete = checkpoint_steps(workdir)
-  run = start(workdir, *LONG_RUN, tag="after_outage")
-  wait_for(lambda: "/100000 (" in output("after_outage"), run)  # training on
-  run.send_signal(signal.SIGTERM)
-  code, log = finish(run, "after_outage")
+  monkeypatch.setattr(device_batches, "prefetch_to_device", helpers.sigterm_at_step(3))
+  rerun = run_in_process(main, *ARGS, *LONG_RUN, f"--workdir={workdir}")
+  code, log = rerun.returncode, rerun.stderr
   assert f"resumed from step {complete[-1]} " in log, log[-2000:]
   saved = checkpoint_steps(workdir)[-1]
   assert code == 0 and f"saved the checkpoint of step {saved} in gs://" in log, log[-2000:]
