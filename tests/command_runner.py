@@ -5,21 +5,33 @@ command's start is importing JAX and TensorFlow, paid here once instead of once 
 The process imports JAX and the libraries every command imports (flax, optax, orbax,
 ml_collections: ~0.35 s of each child's CPU) and forks one child per run of the `light`
 commands (those that start without TensorFlow), then imports TensorFlow and forks one per
-run of the `heavy` ones (if any). Each child runs its module as __main__ as `python -m` does (runpy, the same argv),
-writes its stdout and stderr into one file, and exits with the status Python would give
-(SystemExit's code; 1 and the traceback for any other exception). Only the imports are
-shared: each run starts from this process's state before any command ran.
+run of the `heavy` ones (if any). Each child runs its module as __main__ as `python -m`
+does (runpy, the same argv), writes its stdout and stderr into one file, and exits with the
+status Python would give (SystemExit's code; 1 and the traceback for any other exception).
+Only the imports are shared: each run starts from this process's state before any command
+ran.
 
 stdin: JSON {"light": [[module, arg, ...], ...], "heavy": [...]}.
 stdout: JSON [[exit status, output], ...] for the light runs, then the heavy ones.
+Tests call it through run_all.
 """
 
 import json
 import os
 import runpy
+import subprocess
 import sys
 import tempfile
 import traceback
+
+
+def run_all(light, heavy, *, env, cwd, timeout=300):
+  """[(exit status, stdout and stderr)] of the light runs, then the heavy ones, run by one
+  process of this script."""
+  done = subprocess.run([sys.executable, __file__], cwd=cwd, env=env, text=True,
+                        capture_output=True, timeout=timeout, check=True,
+                        input=json.dumps({"light": light, "heavy": heavy}))
+  return json.loads(done.stdout)
 
 
 def exit_status(code) -> int:

@@ -2,7 +2,6 @@
 absl); user errors are one line, bugs keep their traceback."""
 
 import errno
-import json
 import os
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import time
 
 import pytest
 
+import command_runner
 from conftest import REPO
 from vit_jax import cli, errors
 
@@ -73,11 +73,9 @@ def helps():
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
   light = [run for run in runs[1:] if run[0] in WITHOUT_TENSORFLOW]
   heavy = [run for run in runs[1:] if run[0] not in WITHOUT_TENSORFLOW]
-  done = subprocess.run([sys.executable, str(REPO / "tests" / "command_runner.py")], cwd=REPO,
-                        env=env, text=True, capture_output=True, timeout=300, check=True,
-                        input=json.dumps({"light": light, "heavy": heavy}))
+  forked = command_runner.run_all(light, heavy, env=env, cwd=REPO)
   first_output = first.communicate(timeout=300)[0]
-  outputs = [(first.returncode, first_output)] + json.loads(done.stdout)
+  outputs = [(first.returncode, first_output)] + forked
   return {run: (code, " ".join(output.split()))
           for run, (code, output) in zip([runs[0]] + light + heavy, outputs)}
 

@@ -9,10 +9,10 @@ can pass unseen."""
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
+import command_runner
 from conftest import REPO
 from helpers import (assert_params_close, demo_args, load_params, one_process_command,
                      split_runs, subprocess_env)
@@ -53,13 +53,11 @@ def fixture_usage_mistakes(tmp_path_factory):
   # The typo's an existing, empty folder; the others' a folder they must not create.
   workdirs = {name: root / name / ("" if name == "config_key_typo" else "run")
               for name in USAGE_MISTAKES}
-  done = subprocess.run(
-      [sys.executable, str(REPO / "tests" / "command_runner.py")], cwd=REPO,
-      env=subprocess_env(devices=1), text=True, capture_output=True, timeout=300, check=True,
-      input=json.dumps({"light": [["vit_jax.main", *args, f"--workdir={workdirs[name]}"]
-                                  for name, args in USAGE_MISTAKES.items()], "heavy": []}))
+  done = command_runner.run_all([["vit_jax.main", *args, f"--workdir={workdirs[name]}"]
+                                 for name, args in USAGE_MISTAKES.items()], [],
+                                env=subprocess_env(devices=1), cwd=REPO)
   return {name: (code, output, workdirs[name])
-          for name, (code, output) in zip(USAGE_MISTAKES, json.loads(done.stdout))}
+          for name, (code, output) in zip(USAGE_MISTAKES, done)}
 
 
 def test_config_key_typo(usage_mistakes):

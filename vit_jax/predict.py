@@ -38,13 +38,6 @@ def cache_dir() -> str:
   return os.path.join(root, "vit_jax")
 
 
-def _tf():
-  """TensorFlow, imported when an image or labels file is read (seconds: --help and usage
-  mistakes answer without it, cli.keep_tensorflow_off_accelerators)."""
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  return tf
-
-
 def _tf_message(error) -> str:
   """TF's error message on one line, without its {{function_node ...}} and [Op:...] noise."""
   return " ".join(re.sub(r"\{\{.*?\}\}|\[Op:\w+\]", "", error.message).split())
@@ -52,7 +45,7 @@ def _tf_message(error) -> str:
 
 def load_image(path: str, image_size: int) -> np.ndarray:
   """[image_size, image_size, 3] float32 in [-1, 1], preprocessed like evaluation."""
-  tf = _tf()
+  import tensorflow as tf  # only reading files needs it: --help and usage mistakes are fast
   from vit_jax.data import preprocess  # pylint: disable=import-outside-toplevel (imports tf)
   try:
     with tf.io.gfile.GFile(path, "rb") as f:
@@ -96,7 +89,7 @@ def classify(module: vit.VisionTransformer, params, image_paths: Sequence[str], 
 
 def read_labels(path: str) -> List[str]:
   """One class name per line."""
-  tf = _tf()
+  import tensorflow as tf  # only reading files needs it
   try:
     with tf.io.gfile.GFile(path, "r") as f:
       return [line.strip() for line in f.read().splitlines()]
