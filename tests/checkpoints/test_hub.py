@@ -103,7 +103,7 @@ def test_a_file_without_mirror_names_the_nearest(hub_site_and_bucket):
 @pytest.mark.parametrize("tamper", ["truncated", "altered"])
 def test_truncated_or_altered_download_is_refused_and_leaves_nothing(hub_site_and_bucket, tamper):
   hub_site, _ = hub_site_and_bucket
-  hub_site.tamper[f"timm/vit_tiny_patch16_224.augreg_in21k/model.safetensors"] = tamper
+  hub_site.tamper["timm/vit_tiny_patch16_224.augreg_in21k/model.safetensors"] = tamper
   start = time.monotonic()
   with pytest.raises(hub.HubError) as error:
     hub.resolve(TI16_I21K, verbose=False)

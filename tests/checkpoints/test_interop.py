@@ -2,15 +2,11 @@
 
 Without PyTorch: the written safetensors files have timm's / transformers' documented key
 names and shapes, configs say what makes them compute our function, round trips are
-bit-identical, and unfaithful conversions are refused. With the `interop` extra (torch,
-timm, transformers): their models compute our logits (1e-5 relative for plain ViTs, 2e-4
-for hybrids, whose stem timm standardises with another epsilon), and their checkpoints
-come back bit-identical through ours.
+bit-identical, and unfaithful conversions are refused. The libraries themselves computing
+our logits: test_interop_torch.py.
 """
 
 import functools
-import glob
-import importlib.util
 import json
 import os
 import subprocess
@@ -26,44 +22,15 @@ from safetensors.numpy import load_file, save_file
 
 from conftest import REPO, TINY, init_params, random_params, tiny_model
 from helpers import run_in_process
-from vit_jax import CheckpointError, create_model, load_npz, save_npz
+from interop_files import IMAGE, images, logits, shapes, tiny_file
+from vit_jax import CheckpointError, load_npz, save_npz
 from vit_jax import convert as convert_command
 from vit_jax.checkpoints import convert, timm_layout, torch_layout
 from vit_jax.models import zoo
 from vit_jax.runs import outputs
 
 D, LAYERS, PATCH = TINY["hidden_size"], TINY["num_layers"], TINY["patch_size"]
-IMAGE = 16
 
-
-def saved(module, params, path):
-  save_npz(params, path)
-  return path
-
-
-def tiny_file(tmp_path, name="tiny.npz", seed=0, **overrides):
-  module = tiny_model(**overrides)
-  return saved(module, random_params(module, IMAGE, seed), tmp_path / name)
-
-
-def logits(path, x):
-  module, params = load_npz(path)
-  return np.asarray(jax.jit(module.apply)({"params": params}, x))
-
-
-def images(side=IMAGE, batch=2, seed=0):
-  return np.random.default_rng(seed).uniform(-1, 1, (batch, side, side, 3)).astype(np.float32)
-
-
-def relative_error(ours, truth):
-  return float(np.max(np.abs(ours - truth)) / np.max(np.abs(truth)))
-
-
-def shapes(path):
-  return {k: v.shape for k, v in load_file(str(path)).items()}
-
-
-# ---- without PyTorch: names, shapes, configs, round trips, refusals ----
 
 def block_keys(template, pairs):
   return {template.format(i=i, name=name): shape for i in range(LAYERS)
@@ -335,184 +302,6 @@ def test_a_model_without_head_saves_and_loads(tmp_path):
   np.testing.assert_array_equal(new["embedding"]["kernel"], params["embedding"]["kernel"])
 
 
-# ---- with the interop extra: the libraries compute our logits ----
-
-def import_or_skip(name):
-  """pytest.importorskip, also for a library that fails as it imports (timm with a
-  torchvision built for another torch raises RuntimeError)."""
-  try:
-    return pytest.importorskip(name)
-  except Exception as e:  # pylint: disable=broad-except
-    pytest.skip(f"{name} does not import: {type(e).__name__}: {e}")
-
-
-@pytest.fixture(name="torch")
-def fixture_torch():
-  # torchvision (which timm imports) imports torch._dynamo, which imports triton if it is
-  # installed (torch's CUDA builds); triton's LLVM crashes the process when TensorFlow,
-  # which other tests in this worker import, is loaded. These tests need neither.
-  if "triton" not in sys.modules:
-    sys.modules["triton"] = None  # `import triton` raises ImportError: torch does without
-  return import_or_skip("torch")
-
-
-_DECLARED_TORCHVISION_OPS = []  # keeps the Library alive: its schemas die with it
-
-
-def declare_missing_torchvision_ops(torch) -> None:
-  """timm imports torchvision, whose PyPI wheels are built against CUDA torch: beside the
-  CPU-only torch (the interop extra) its compiled operators do not load, and its import
-  fails registering fakes for nms and qnms. timm's ViTs never call them, so their schemas
-  are declared here, and only when torchvision's own library cannot load."""
-  spec = importlib.util.find_spec("torchvision")
-  if spec is None or _DECLARED_TORCHVISION_OPS:
-    return
-  library = next(iter(glob.glob(os.path.join(os.path.dirname(spec.origin), "_C*.so"))), None)
-  try:
-    torch.ops.load_library(library)
-  except (OSError, RuntimeError, TypeError):
-    declared = torch.library.Library("torchvision", "DEF")
-    for op in ("nms", "qnms"):
-      declared.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    _DECLARED_TORCHVISION_OPS.append(declared)
-
-
-@pytest.fixture(name="timm")
-def fixture_timm(torch):
-  declare_missing_torchvision_ops(torch)
-  return import_or_skip("timm")
-
-
-@pytest.fixture(name="transformers")
-def fixture_transformers(torch):  # pylint: disable=unused-argument
-  return import_or_skip("transformers")
-
-
-def run_torch(torch, model, x):
-  with torch.no_grad():
-    out = model(torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))))
-  return getattr(out, "logits", out).numpy()
-
-
-def timm_model(timm, folder):
-  return timm.create_model(f"local-dir:{folder}", pretrained=True).eval()
-
-
-CASES = {  # id: (released name, overrides, image size, tolerance)
-    "Ti16-depth2": ("ViT-Ti_16", dict(num_layers=2), 224, 1e-5),
-    # B16-384's widths, heads and 577 tokens; blocks are all alike, and "depth12" has 12
-    # (block numbers past 9, error through 25 LayerNorms). Each catches a LayerNorm eps of
-    # 1e-5 or an erf GELU on the other side (3.5e-5 and 8e-5 relative, measured), which the
-    # full 12-block B16-384 (24 s here) caught by less (1.9e-5).
-    "B16-384-depth2": ("ViT-B_16", dict(num_layers=2), 384, 1e-5),
-    "depth12": ("ViT-Ti_16", dict(TINY, num_layers=12), IMAGE, 1e-5),
-    "gap": ("ViT-Ti_16", dict(TINY, classifier="gap"), IMAGE, 1e-5),
-    "map-sincos2d": ("ViT-Ti_16", dict(TINY, classifier="map", posemb="sincos2d"), IMAGE, 1e-5),
-    # timm's stem standardises kernels with another epsilon (see timm_layout): 5e-5 to
-    # 1.1e-4 measured over random weights and inputs; 2e-4 keeps clear of that spread.
-    # The ResNet-50 stem at 384 px is what this case adds to B16-384-depth2.
-    "R50+B16-384-depth2": ("R50+ViT-B_16", dict(num_layers=2), 384, 2e-4),
-}
-
-
-@pytest.mark.parametrize("case", CASES)
-def test_timm_and_hf_compute_our_logits(tmp_path, timm, transformers, torch, case):
-  name, overrides, side, tolerance = CASES[case]
-  module = create_model(name, num_classes=10, **overrides)
-  params = random_params(module, side)
-  src = saved(module, params, tmp_path / "ours.npz")
-  x = images(side, batch=1 if side > 224 else 2)
-  ours = np.asarray(jax.jit(module.apply)({"params": params}, x))
-  convert.convert(src, tmp_path / "timm", to="timm", image_size=side)
-  assert relative_error(run_torch(torch, timm_model(timm, tmp_path / "timm"), x), ours) <= tolerance
-  if module.classifier == "token" and module.resnet_stages is None:
-    convert.convert(src, tmp_path / "hf", to="hf")
-    hf = transformers.ViTForImageClassification.from_pretrained(tmp_path / "hf").eval()
-    assert relative_error(run_torch(torch, hf, x), ours) <= tolerance
-
-
-def test_pre_logits_model(tmp_path, timm, transformers, torch):
-  """--pre_logits=pooler: ViTModel's pooler_output is our representation; =drop: timm's
-  features are our pooled token (the representation of the model without pre_logits)."""
-  src = tiny_file(tmp_path, representation_size=24)
-  x = images()
-  module, params = load_npz(src)
-  representation = np.asarray(module.apply({"params": params}, x, representation=True))
-  convert.convert(src, tmp_path / "hf", to="hf", pre_logits="pooler")
-  hf = transformers.ViTModel.from_pretrained(tmp_path / "hf").eval()
-  with torch.no_grad():
-    pooled = hf(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2))).pooler_output.numpy()
-  assert relative_error(pooled, representation) <= 1e-5
-  convert.convert(src, tmp_path / "timm", to="timm", pre_logits="drop")
-  module, params = load_npz(src, num_classes=1, pre_logits=False)
-  features = np.asarray(module.apply({"params": params}, x, representation=True))
-  assert relative_error(run_torch(torch, timm_model(timm, tmp_path / "timm"), x),
-                        features) <= 1e-5
-
-
-def test_their_checkpoints_round_trip_bit_identical_and_compute_their_logits(
-    tmp_path, timm, transformers, torch):
-  """timm and HF models (their own random init, tanh GELU, LayerNorm eps 1e-6) -> ours
-  -> theirs: the same tensors; our logits match theirs."""
-  from safetensors.torch import save_file as save_torch  # pylint: disable=import-outside-toplevel
-  torch.manual_seed(0)
-  x = images(32)
-  theirs = {}
-  timm_vit = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2,
-                               num_classes=7, act_layer="gelu_tanh").eval()
-  theirs["timm"] = timm_vit.state_dict()
-  save_torch(theirs["timm"], str(tmp_path / "timm.safetensors"))
-  torch.save(theirs["timm"], tmp_path / "timm.pth")
-  config = transformers.ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                  intermediate_size=128, image_size=32, patch_size=8,
-                                  num_labels=7, hidden_act="gelu_pytorch_tanh",
-                                  layer_norm_eps=1e-6)
-  hf_vit = transformers.ViTForImageClassification(config).eval()
-  hf_vit.save_pretrained(tmp_path / "hf")
-  for name, model, src in (("timm", timm_vit, tmp_path / "timm.safetensors"),
-                           ("timm", timm_vit, tmp_path / "timm.pth"),
-                           ("hf", hf_vit, tmp_path / "hf")):
-    truth = run_torch(torch, model, x)
-    assert relative_error(logits(src, x), truth) <= 1e-5, src
-    convert.convert(src, tmp_path / "ours.npz", overwrite=True)  # one file per source
-    convert.convert(tmp_path / "ours.npz", tmp_path / f"back-{name}", to=name)
-    back = load_file(str(tmp_path / f"back-{name}/model.safetensors"))
-    original = {k: v.numpy() for k, v in (theirs["timm"] if name == "timm" else
-                                          load_file_torch(tmp_path / "hf")).items()}
-    assert set(back) == set(original)
-    jax.tree.map(np.testing.assert_array_equal, back, original)
-  # no_embed_class (no position embedding for the class token) comes back as such.
-  no_row = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2,
-                             num_classes=7, act_layer="gelu_tanh", no_embed_class=True).eval()
-  save_torch(no_row.state_dict(), str(tmp_path / "no_row.safetensors"))
-  assert relative_error(logits(tmp_path / "no_row.safetensors", x),
-                        run_torch(torch, no_row, x)) <= 1e-5
-  convert.convert(tmp_path / "no_row.safetensors", tmp_path / "no_row.npz")
-  convert.convert(tmp_path / "no_row.npz", tmp_path / "back-no_row", to="timm")
-  assert json.loads((tmp_path / "back-no_row/config.json").read_text())[
-      "model_args"]["no_embed_class"] is True
-  back = load_file(str(tmp_path / "back-no_row/model.safetensors"))
-  original = {k: v.numpy() for k, v in no_row.state_dict().items()}
-  assert set(back) == set(original)
-  jax.tree.map(np.testing.assert_array_equal, back, original)
-  # A ViTModel without pooler: no head, no pre_logits; it comes back as that ViTModel.
-  backbone = transformers.ViTModel(config, add_pooling_layer=False).eval()
-  backbone.save_pretrained(tmp_path / "backbone")
-  convert.convert(tmp_path / "backbone", tmp_path / "backbone.npz")
-  lines = convert.convert(tmp_path / "backbone.npz", tmp_path / "back-backbone", to="hf")
-  assert lines[-1].endswith("ViTModel.from_pretrained("
-                            f"{str(tmp_path / 'back-backbone')!r}, add_pooling_layer=False)")
-  back = load_file(str(tmp_path / "back-backbone/model.safetensors"))
-  original = {k: v.numpy() for k, v in load_file_torch(tmp_path / "backbone").items()}
-  assert set(back) == set(original)
-  jax.tree.map(np.testing.assert_array_equal, back, original)
-
-
-def load_file_torch(folder):
-  from safetensors.torch import load_file as load_torch  # pylint: disable=import-outside-toplevel
-  return load_torch(str(folder / "model.safetensors"))
-
-
 def test_training_accepts_model_folders_as_pretrained(tmp_path):
   import ml_collections  # pylint: disable=import-outside-toplevel
   from vit_jax import train  # pylint: disable=import-outside-toplevel
@@ -529,19 +318,6 @@ def test_pytorch_files_without_pytorch_say_how_to_read_them(tmp_path, monkeypatc
   with pytest.raises(CheckpointError, match=r"model.pth is a PyTorch file, and reading one "
                      r"needs PyTorch \(pip install torch\); or convert it to .safetensors"):
     load_npz(tmp_path / "model.pth")
-
-
-def test_a_pytorch_file_with_pickled_objects_is_refused_without_unsafe_advice(tmp_path, torch):
-  import argparse  # pylint: disable=import-outside-toplevel
-  torch.save({"weight": torch.zeros(2), "args": argparse.Namespace(lr=0.1)},
-             tmp_path / "model.pth")  # a training script's habit: its arguments beside
-  with pytest.raises(CheckpointError) as error:
-    load_npz(tmp_path / "model.pth")
-  message = str(error.value)
-  assert message.startswith(f"{tmp_path / 'model.pth'} holds pickled Python objects besides "
-                            "tensors, which vit_jax never unpickles")
-  assert "safetensors.torch.save_file" in message and "\n" not in message
-  assert "weights_only" not in message and "arbitrary code execution" not in message
 
 
 @pytest.mark.parametrize("to, edit, message", [
