@@ -123,7 +123,15 @@ def check_pretrained(config) -> None:
 
 
 def check_config(config: ml_collections.ConfigDict, mesh) -> None:
-  """Everything about the config that can be refused without reading data or files."""
+  """Everything about the config that can be refused without reading data, then the
+  pretrained file (fetched if it is a released name not yet downloaded)."""
+  check_static(config, mesh)
+  check_pretrained(config)
+
+
+def check_static(config: ml_collections.ConfigDict, mesh) -> None:
+  """Everything about the config that can be refused without reading data or files
+  (vit_jax.plan checks a config for a slice with it too)."""
   config_checks.normalize(config)
   config_checks.check(config)
   evaluators_lib.check_all(config)
@@ -135,7 +143,6 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   except TypeError as e:  # an unknown config.model.<option>
     raise errors.InvalidInput(f"config.model: {e}") from None
   sharding.check_tensor_parallel(module.num_heads, module.mlp_dim, mesh)
-  check_pretrained(config)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
