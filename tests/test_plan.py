@@ -4,10 +4,14 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import helpers
 from vit_jax import plan
 
 LIBTPU_CHATTER = ("TPU accelerator", "host bounds", "libtpu", "InitGoogle", "E0000", "WARNING")
+
+pytest.importorskip("libtpu", reason="compiling for TPUs needs libtpu (the test extra)")
 
 
 def test_a_step_that_does_not_fit_exits_3_with_a_change_that_fits(tmp_path):

@@ -15,6 +15,8 @@ MESHES = {"data": {"mesh.data": 8}, "fsdp": {"mesh.data": 1, "mesh.fsdp": -1},
           "tensor": {"mesh.data": 2, "mesh.tensor": 4},
           "loops": {"accum_steps": 4, "model.scan_layers": True}}
 
+pytest.importorskip("libtpu", reason="compiling for TPUs needs libtpu (the test extra)")
+
 
 def config_of(**changes):
   return planner.with_overrides(helpers.demo_config(), **changes)

@@ -4,6 +4,8 @@ import pytest
 
 from vit_jax import errors, tpu_slices
 
+pytest.importorskip("libtpu", reason="compiling for TPUs needs libtpu (the test extra)")
+
 
 @pytest.mark.parametrize("name,topology,devices,chips,cores", [
     ("v2-8", "v2:2x2", 8, 4, 8),
