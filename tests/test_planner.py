@@ -103,3 +103,12 @@ def test_the_plan_compiles_the_program_the_main_job_runs():
   eval_fn, eval_args = programs.eval
   assert eval_fn.lower(*eval_args).as_text() == eval_fn.lower(state.params,
                                                               eval_batch).as_text()
+
+
+def test_without_a_tpu_the_local_devices_are_planned():
+  """The suite's shared demo program on this CPU: memory against the host's, no estimate."""
+  report = planner.plan_steps(helpers.demo_config(), planner.local_target(), num_classes=10)
+  assert report["fits"] and report["slice"] == "local" and report["chips"] is None
+  assert 0 < report["train"]["peak_bytes_per_device"] < report["hbm_bytes_per_device"]
+  assert report["train"]["estimated_img_per_sec"] is None
+  assert report["train"]["gflop_per_image"] > 0 and report["estimated_core_days"] is None

@@ -56,7 +56,7 @@ def fits(config: ml_collections.ConfigDict, target: planner.Target, step: str,
     compiled = planner.compile_for(*getattr(programs, step), target)
   except planner.DoesNotFit:
     return None
-  peak = planner.memory(compiled)["peak_bytes_per_device"]
+  peak = planner.memory(compiled, target.is_tpu)["peak_bytes_per_device"]
   limit = target.hbm_bytes_per_device
   return peak if limit is None or peak <= limit else None
 

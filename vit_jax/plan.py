@@ -22,6 +22,7 @@ within --suggest_budget seconds) are printed as --config flags.
 Exit status: 0 everything fits, 3 something does not, 2 a usage mistake.
 """
 
+import dataclasses
 import json
 import sys
 from typing import Any, Dict, Optional
@@ -35,6 +36,8 @@ FLAGS = flags.FLAGS
 DOES_NOT_FIT_EXIT_CODE = 3
 ESTIMATE_NOTE = ("speeds are the TPU compiler's estimates (per-operation roofline), not "
                  "measurements; the input pipeline and the network are not included")
+NO_ESTIMATE_NOTE = ("XLA estimates time for TPUs only: time this config's step with "
+                    "python -m vit_jax.benchmark --config=...")
 
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
@@ -88,11 +91,12 @@ def format_report(report: Dict[str, Any]) -> str:
     lines.append(f"  {step:<5} {gib(r['state_bytes_per_device']):>7} "
                  f"{gib(r['batch_bytes_per_device']):>7} {gib(r.get('temp_bytes')):>13} "
                  f"{gib(r['peak_bytes_per_device']):>7}   {verdict}")
-  lines.append(f"compute ({ESTIMATE_NOTE}):")
+  timed = any(report[step]["estimated_step_seconds"] for step in ("train", "eval"))
+  lines.append(f"compute ({ESTIMATE_NOTE if timed else NO_ESTIMATE_NOTE}):")
   for step in ("train", "eval"):
     r = report[step]
     if r["estimated_img_per_sec"] is None and r["gflop_per_image"] is None:
-      lines.append(f"  {step:<5} no estimate (no cost analysis for this program here)")
+      lines.append(f"  {step:<5} no estimate (the step does not fit, nor one micro-batch)")
       continue
     check = (f" (analytic {_number(r['model_gflop_per_image'], ',.1f')}, "
              f"x{r['flops_vs_analytic']:.3f})" if r.get("flops_vs_analytic") else "")
@@ -147,7 +151,7 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
     else:
       target = planner.local_target()
       if limit:
-        target = planner.Target(**{**target.__dict__, "hbm_bytes_per_device": limit})
+        target = dataclasses.replace(target, hbm_bytes_per_device=limit)
     mesh = sharding.make_mesh(config.mesh, devices=target.devices)
     train.check_static(config, mesh)
   except errors.InvalidInput as e:
@@ -162,7 +166,7 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
     report["suggestions"] = fit_search.search(config, target, report,
                                               flag_values.suggest_budget,
                                               flag_values.max_suggestions)
-  report["notes"] = [ESTIMATE_NOTE]
+  report["notes"] = [ESTIMATE_NOTE if target.is_tpu else NO_ESTIMATE_NOTE]
   print(format_report(report), flush=True)
   if flag_values.json:
     from vit_jax.runs import fs  # pylint: disable=import-outside-toplevel

@@ -80,7 +80,7 @@ def local_target() -> Target:
   else:
     import os  # pylint: disable=import-outside-toplevel
     hbm = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // len(devices)
-  return Target(name=f"local ({len(devices)} x {devices[0].device_kind})", devices=devices,
+  return Target(name="local", devices=devices,
                 hbm_bytes_per_device=hbm, peak_flops_per_device=None)
 
 
@@ -145,12 +145,14 @@ def fsdp_saving(tree: Any, num_devices: int) -> int:
   return large - large // num_devices
 
 
-def memory(compiled) -> Dict[str, int]:
-  """Per-device bytes of a compiled program: arguments, outputs, temporaries, peak."""
+def memory(compiled, is_tpu: bool) -> Dict[str, int]:
+  """Per-device bytes of a compiled program: arguments, temporaries, peak. The TPU
+  compiler's peak comes from its buffer schedule; elsewhere (where that figure is not the
+  peak) arguments, outputs and temporaries are counted as live at once."""
   stats = compiled.memory_analysis()
   live = (stats.argument_size_in_bytes + stats.output_size_in_bytes
           + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
-  peak = getattr(stats, "peak_memory_in_bytes", 0) or live
+  peak = (getattr(stats, "peak_memory_in_bytes", 0) if is_tpu else 0) or live
   return {"argument_bytes": int(stats.argument_size_in_bytes),
           "temp_bytes": int(stats.temp_size_in_bytes), "peak_bytes_per_device": int(peak)}
 
@@ -268,7 +270,7 @@ def _compiled_or_shortfall(fn_args: Tuple[Callable, Tuple], target: Target
                   "shortfall_bytes": (e.need - e.have) if e.need and e.have else None,
                   "compiler_message": str(e),
                   "compile_seconds": time.perf_counter() - started}
-  used = memory(compiled)
+  used = memory(compiled, target.is_tpu)
   limit = target.hbm_bytes_per_device
   fits = limit is None or used["peak_bytes_per_device"] <= limit
   return compiled, {"fits": fits, **used,
