@@ -65,9 +65,11 @@ def track_nonfinite(first_step, step, step_metrics):
 
 
 def check_finite(step: int, step_metrics: dict, checkpointer: train_state.Checkpointer,
-                 first_nonfinite=None) -> None:
-  """Stops on a non-finite loss or gradient, before that step's state can be saved; names
-  the step it began at (first_nonfinite, see track_nonfinite) and what a rerun does."""
+                 first_nonfinite=None, clipped: bool = True) -> None:
+  """Stops on a non-finite loss or gradient, before that step's state can be saved, with a
+  one-line errors.Diverged naming the step it began at (first_nonfinite, see
+  track_nonfinite), the keys to change (clipping too when it was off) and what a rerun
+  does."""
   for name in ("loss", "grad_norm"):
     value = float(step_metrics[name])
     if math.isfinite(value):
@@ -75,13 +77,14 @@ def check_finite(step: int, step_metrics: dict, checkpointer: train_state.Checkp
     began = int(jax.device_get(first_nonfinite)) if first_nonfinite is not None else 0
     when = f"at step {began} (noticed at step {step})" if 0 < began < step else f"at step {step}"
     latest = checkpointer.latest_step()
+    change = "lower config.base_lr" + ("" if clipped else ", set config.grad_norm_clip=1.0")
     if latest is None:
-      after = ("no checkpoint was saved before it, so a rerun starts from scratch: lower "
-               "config.base_lr or check the data first")
+      after = ("no checkpoint was saved before it, so a rerun starts from scratch: "
+               f"{change} or check the data first")
     else:
       after = (f"the last good checkpoint (step {latest}) is kept in {checkpointer.directory}"
-               ": lower config.base_lr or check the data, then rerun to resume from it")
-    raise FloatingPointError(f"{name} is {value} {when}; stopping without saving; {after}")
+               f": {change} or check the data, then rerun to resume from it")
+    raise errors.Diverged(f"{name} is {value} {when}; stopping without saving; {after}")
 
 
 def save_before_stopping(checkpointer: train_state.Checkpointer, step: int, state,
@@ -132,9 +135,10 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   optim.check_choices(config)
   try:
     module = zoo.model_from_config(config, num_classes=1)
-  except TypeError as e:  # an unknown config.model.<option>
+  except (TypeError, errors.InvalidInput) as e:  # an unknown or out-of-range config.model.*
     raise errors.InvalidInput(f"config.model: {e}") from None
   sharding.check_tensor_parallel(module.num_heads, module.mlp_dim, mesh)
+  pipeline.check_crop(config, zoo.model_stride(module))
   check_pretrained(config)
 
 
@@ -241,7 +245,8 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
       preempted = step < total_steps and watcher.should_stop(step)
       if is_progress_step or is_checkpoint_step or preempted:  # one copy serves all
         host_metrics = jax.device_get(step_metrics)
-        check_finite(step, host_metrics, checkpointer, first_nonfinite)
+        check_finite(step, host_metrics, checkpointer, first_nonfinite,
+                     clipped=bool(config.grad_norm_clip))
         if is_progress_step:
           write_train_metrics(writer, step, host_metrics, progress)
       for evaluator in evaluators:
