@@ -93,6 +93,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.tfds_manual_dir = ml_collections.FieldReference(None, field_type=str)
   config.tfds_download = False  # True: download_and_prepare missing TFDS data
   config.shuffle_buffer = 50_000  # streamed (large) TFDS datasets only
+  # A resume refuses data whose fingerprint changed since the run started (dataset.json:
+  # images added, removed or moved between classes); True resumes on it, recording that.
+  config.allow_data_change = False
   config.pp = ml_collections.ConfigDict()
   config.pp.preset = "inception"  # inception (reference fine-tuning) | bit (HyperRule)
   config.pp.crop = 384

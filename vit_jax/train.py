@@ -177,9 +177,11 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
              "--config.total_steps to train on, or use a new --workdir", latest_step, workdir,
              outputs.PARAMS, metrics.METRICS, outputs.FINAL_METRICS)
     return finished
-  record = dataset_record.describe(config, dataset.info)
-  if latest_step is not None:  # the labels must mean what they meant
-    dataset_record.check_resume(workdir, record)
+  record = dataset_record.describe(config, dataset.info, dataset.fingerprints())
+  changed_record = None
+  if latest_step is not None:  # the labels and examples must be what they were
+    changed_record = dataset_record.check_resume(
+        workdir, record, step=latest_step, allow_change=config.allow_data_change)
   load_pretrained = latest_step is None and config.pretrained is not None
   objective = objectives.get(config)
   module, host_params = objective.create_model(config, dataset.info.num_classes,
@@ -205,8 +207,8 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   writer = metrics.create_writer(workdir, is_main_process=is_main, resume_step=resume_step)
   if is_main:
     outputs.save_config(config, workdir, resume_step)
-    if resume_step is None or dataset_record.read(workdir) is None:
-      dataset_record.write(workdir, record)
+    if resume_step is None or changed_record or dataset_record.read(workdir) is None:
+      dataset_record.write(workdir, changed_record or record)
     if resume_step is None:
       num_params = outputs.write_parameter_table(state.params, workdir)
       log.info("%s parameters (table in %s)", f"{num_params:,}",

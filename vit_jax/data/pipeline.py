@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from vit_jax import errors
-from vit_jax.data import indexed_reader, order, preprocess, registry
+from vit_jax.data import fingerprint, indexed_reader, order, preprocess, registry
 from vit_jax.data.splits import IndexedSplit, StreamingSplit
 from vit_jax.data.tfds_source import read_tfds
 
@@ -55,6 +55,11 @@ class Dataset:
     self.shuffle_buffer = shuffle_buffer
     self.info = DatasetInfo(len(class_names), len(train) if train is not None else 0,
                             len(eval_split), class_names)
+
+  def fingerprints(self) -> dict:
+    """{'train': ..., 'eval': ...}: what each split holds (vit_jax.data.fingerprint)."""
+    return {name: fingerprint.of_split(split)
+            for name, split in (("train", self.train), ("eval", self.eval)) if split is not None}
 
   def _payload(self, split, data: tf.Tensor) -> tf.Tensor:
     """Pixels or encoded bytes of one example (files are read here, in parallel)."""
