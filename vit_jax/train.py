@@ -150,6 +150,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   started = time.time()
   mesh = sharding.make_mesh(config.mesh)
   check_config(config, mesh)
+  workdir_lib.check_outside(workdir, config.dataset)
   with workdir_lib.held_for_this_job(workdir):
     return _train_in_workdir(config, workdir, mesh, started)
 
