@@ -176,6 +176,9 @@ def _locate(path: str) -> Tuple[str, Dict[str, Any]]:
     for name in WEIGHT_FILES:
       if os.path.isfile(os.path.join(path, name)):
         return os.path.join(path, name), config
+    params = os.path.join(path, "params.npz")
+    if os.path.isfile(params):  # its config.json is the run's, not a model's
+      raise FormatError(f"is a vit_jax run's workdir, not a model folder: pass {params}")
     raise FormatError(f"has {CONFIG} but none of the weight files {', '.join(WEIGHT_FILES)}")
   beside = os.path.join(os.path.dirname(os.path.abspath(path)), CONFIG)
   config = read_config(beside) if os.path.isfile(beside) else {}
