@@ -193,9 +193,17 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   run = trainer.build(config, module, mesh, objective)
   state, resume_step = None, None
   if latest_step is not None:
-    state, resume_step = checkpointer.restore_latest(jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-        run.abstract_state, run.state_shardings))
+    try:
+      state, resume_step = checkpointer.restore_latest(jax.tree.map(
+          lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+          run.abstract_state, run.state_shardings))
+    except train_state.CheckpointRestoreError as e:  # name what the user changed
+      changed = outputs.changed_since_start(config, workdir)
+      if not changed:
+        raise
+      raise train_state.CheckpointRestoreError(
+          f"{e}; changed since the run started ({outputs.CONFIG}): "
+          f"{', '.join(changed)}") from None
     log.info("resumed from step %d (checkpoint in %s)", resume_step, checkpointer.directory)
   elif host_params is not None:
     state = run.from_params(host_params)
