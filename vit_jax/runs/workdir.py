@@ -114,7 +114,7 @@ def _boot_time() -> Optional[float]:
     return None
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
   try:
     os.kill(pid, 0)
   except ProcessLookupError:
@@ -168,7 +168,7 @@ class WorkdirLock:
       return now - holder.get("heartbeat", 0) > UNREADABLE_AFTER_S
     if holder.get("host") == socket.gethostname():
       pid = int(holder["pid"])
-      if not _pid_alive(pid):
+      if not pid_alive(pid):
         return True
       start, boot = _process_start_time(pid), _boot_time()
       if start is not None and boot is not None and "started" in holder:
