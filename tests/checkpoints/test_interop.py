@@ -350,3 +350,11 @@ def test_the_head_count_stays_the_configs(tmp_path):
                                      "num_attention_heads": 4}))
   module, _ = load_npz(tmp_path / "hf")
   assert module.num_heads == 4
+
+
+def test_a_run_workdir_given_as_a_model_folder_names_its_params_npz(tmp_path):
+  save_npz(init_params(tiny_model()), tmp_path / "params.npz")
+  (tmp_path / "config.json").write_text('{"model_name": "ViT-Ti_16"}')  # the run's config
+  with pytest.raises(ValueError, match="is a vit_jax run's workdir, not a model folder: pass "
+                     f"{tmp_path / 'params.npz'}"):
+    load_npz(tmp_path)

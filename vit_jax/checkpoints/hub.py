@@ -10,7 +10,8 @@ into a local path, in this order:
      pytorch_model.bin where PyTorch is installed), fetched with huggingface_hub (its
      cache, resumed downloads, HF_ENDPOINT, HF_HUB_OFFLINE, HF_TOKEN, progress bars),
      checked against the Hub's sha256, converted into the released layout by
-     vit_jax.checkpoints.formats and written atomically to DIR/FAMILY/FILE.npz with DIR/FAMILY/FILE.provenance.json beside it;
+     vit_jax.checkpoints.formats and written atomically to DIR/FAMILY/FILE.npz with
+     DIR/FAMILY/FILE.provenance.json beside it;
   3. the bucket, for users whose credentials still open it.
 `hf-hub:ORG/NAME` names any Hub ViT (kept as DIR/hf-hub/ORG/NAME.npz); architectures that
 vit_jax does not compute exactly are refused, naming what they are.
