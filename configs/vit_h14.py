@@ -4,7 +4,7 @@
   python -m vit_jax.main --config=configs/vit_h14.py:cifar10 --workdir=DIR  # any dataset
 
 As in the paper's Table 2: ImageNet, CIFAR-10/100, Pets and Flowers at 518 px with
-Polyak averaging 0.9999; other datasets at 384 px without averaging.
+Polyak averaging 0.9999; other datasets at 378 px (27 x 27 patches) without averaging.
 
 Slice: fits a v3-8 with these defaults (ImageNet, the largest of its presets); check first:
   python -m vit_jax.plan --config=configs/vit_h14.py --tpu=v3-8
