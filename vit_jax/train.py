@@ -22,7 +22,7 @@ from vit_jax.checkpoints import formats, hub, released, train_state
 from vit_jax.console import log
 from vit_jax.data import device_batches, pipeline, splits
 from vit_jax.models import attention, zoo
-from vit_jax.runs import dataset_record, fs, metrics, outputs, preemption
+from vit_jax.runs import class_report, dataset_record, fs, metrics, outputs, preemption
 from vit_jax.runs import workdir as workdir_lib
 
 
@@ -224,7 +224,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   first_nonfinite = sharding.put(np.zeros((), np.int32), replicated)
   progress = metrics.Progress(total_steps=total_steps, batch_size=config.batch,
                               num_devices=jax.device_count())
-  eval_metrics, preempted_at, done_step = {}, None, start_step
+  eval_metrics, reports, preempted_at, done_step = {}, {}, None, start_step
   watcher = preemption.PreemptionWatcher()
   try:
     for step in range(start_step + 1, total_steps + 1):
@@ -249,6 +249,9 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
           measured = evaluator.run(state, step)
           writer.write_scalars(step, measured)
           eval_metrics.update(measured)
+          reports.update(evaluator.reports)
+          if is_main:
+            class_report.record(workdir, writer, step, evaluator.reports)
       if is_checkpoint_step or preempted:
         checkpointer.save(step, state)
       if preempted:
@@ -273,6 +276,10 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   if not eval_metrics:  # resumed at the end: report the final state anyway
     for evaluator in evaluators:
       eval_metrics.update(evaluator.run(state, total_steps))
+      reports.update(evaluator.reports)
+      if is_main:
+        class_report.record(workdir, writer, total_steps, evaluator.reports)
+  eval_metrics.update(class_report.final_entries(reports))  # the worst classes by name
   final_params = objective.export_params(sharding.to_host(state.eval_params))  # a collective
   if is_main:  # a classifier's head carries the dataset's class names; mpp exports none
     class_names = dataset.info.class_names if objective.predicts_classes else None

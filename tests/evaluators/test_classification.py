@@ -4,6 +4,7 @@ several processes), optional sets, the primary set and config mistakes."""
 import functools
 import logging
 import pathlib
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +12,7 @@ import ml_collections
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
+from sklearn import metrics as sk_metrics
 
 from conftest import init_params, tiny_model
 from helpers import demo_config, read_metrics
@@ -137,6 +139,7 @@ def test_evaluator_matches_a_reference_on_every_set(tfds_dir):
   apply = jax.jit(functools.partial(module.apply, train=False))  # 41 batches of one shape
   for eval_set in evaluator.sets:
     correct = counted = 0
+    pairs = []  # (label, prediction) of single-label sets
     for batch in eval_set.dataset.eval_batches(batch_size=8, process_index=0, process_count=1):
       top1 = np.argmax(apply({"params": params}, batch["image"]), -1)
       for label, pred, real in zip(batch["label"], top1, batch["mask"]):
@@ -144,9 +147,18 @@ def test_evaluator_matches_a_reference_on_every_set(tfds_dir):
           correct, counted = correct + label[pred], counted + 1
         elif real and eval_set.metric == "accuracy":
           correct, counted = correct + (label == pred), counted + 1
+          pairs.append((label, pred))
     name = eval_set.name
     assert metrics[f"eval/{name}/examples"] == counted
     assert metrics[f"eval/{name}/accuracy"] == pytest.approx(correct / counted)
+    if pairs:  # per-class results from batches of 128 (300 = 2 x 128 + 44): as sklearn's
+      true, predicted = np.array(pairs).T
+      confusion = sk_metrics.confusion_matrix(true, predicted, labels=range(10))
+      np.testing.assert_array_equal(evaluator.reports[f"eval/{name}"].confusion, confusion)
+      with warnings.catch_warnings():  # classes predicted but absent: left out, as ours
+        warnings.simplefilter("ignore")
+        expected = sk_metrics.balanced_accuracy_score(true, predicted)
+      assert metrics[f"eval/{name}/balanced_accuracy"] == pytest.approx(expected)
   assert [s.name for s in evaluator.sets] == ["test", "real", "v2"]
   assert metrics["eval/real/examples"] == 8 and metrics["eval/real/excluded"] == 2
   assert metrics["eval/v2/examples"] == 7 and metrics["eval/test/examples"] == 300

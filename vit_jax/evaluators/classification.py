@@ -14,7 +14,7 @@ label are left out and counted as eval/<name>/excluded).
 
 import dataclasses
 import re
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -23,10 +23,13 @@ import ml_collections
 from vit_jax import errors, objectives, sharding, train_step
 from vit_jax.console import log
 from vit_jax.data import device_batches, pipeline
+from vit_jax.evaluators import per_class
 
 # metric -> the TFDS feature holding the labels it scores.
 LABEL_FEATURES = {"accuracy": "label", "real": "real_label"}
 SET_KEYS = ("dataset", "split", "metric", "optional")
+# Metrics of the primary set that are also written without the set's name (eval/<metric>).
+_PRIMARY_EXTRAS = ("balanced_accuracy",)
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
@@ -155,6 +158,7 @@ class Evaluator:
     self._steps = {"accuracy": eval_step or objectives.classification.make_eval_step(module),
                    "real": make_real_eval_step(module)}
     self._compiled = {}
+    self.reports: Dict[str, per_class.ClassReport] = {}  # of the latest `run`
 
   def _step(self, metric: str):
     if metric not in self._compiled:
@@ -162,8 +166,10 @@ class Evaluator:
                                        out_shardings=sharding.replicated(self.mesh))
     return self._compiled[metric]
 
-  def evaluate(self, params, eval_set: EvalSet) -> Dict[str, float]:
-    """Sums over the whole split, then {'accuracy', 'loss', 'examples'[, 'excluded']}."""
+  def evaluate(self, params, eval_set: EvalSet) -> Tuple[Dict[str, float],
+                                                         Optional[per_class.ClassReport]]:
+    """Sums over the whole split, then ({'accuracy', 'loss', 'examples'[, 'excluded',
+    'balanced_accuracy']}, the per-class report or None)."""
     step, batch_sharding = self._step(eval_set.metric), sharding.batch_sharding(self.mesh)
     totals = None
     for batch in eval_set.dataset.eval_batches(batch_size=self.config.batch_eval,
@@ -174,25 +180,39 @@ class Evaluator:
     if totals is None:
       raise errors.InvalidInput(f"eval set {eval_set.name}: its split yielded no batch (no "
                                 "examples); point it at a split that has some")
-    totals = {k: float(v) for k, v in jax.device_get(totals).items()}
+    totals = jax.device_get(totals)
+    arrays = {k: v for k, v in totals.items() if getattr(v, "ndim", 0)}
+    totals = {k: float(v) for k, v in totals.items() if k not in arrays}
     examples = totals.pop("examples")
     results = {"accuracy": totals.pop("correct") / max(examples, 1.0),
                "loss": totals.pop("loss_sum") / max(examples, 1.0), "examples": examples}
-    return {**results, **totals}
+    report = None
+    if arrays:
+      scalars, report = per_class.summarize(arrays, eval_set.dataset.info.class_names)
+      totals.update(scalars)
+    return {**results, **totals}, report
 
   def __call__(self, params, step: int, prefix: str = "eval") -> Dict[str, float]:
-    """eval/<set>/<metric> for every set, plus eval/<metric> of the primary set."""
+    """eval/<set>/<metric> for every set, plus eval/<metric> of the primary set; the
+    per-class reports go to self.reports (keyed eval/<set>, and eval for the primary)."""
     metrics = {}
     for eval_set in self.sets:
-      results = self.evaluate(params, eval_set)
+      results, report = self.evaluate(params, eval_set)
       metrics.update({f"{prefix}/{eval_set.name}/{k}": v for k, v in results.items()})
+      if report is not None:
+        self.reports[f"{prefix}/{eval_set.name}"] = report
       if eval_set.name == self.primary:
-        metrics.update({f"{prefix}/{k}": results[k] for k in ("accuracy", "loss", "examples")})
+        metrics.update({f"{prefix}/{k}": results[k] for k in ("accuracy", "loss", "examples")
+                        + _PRIMARY_EXTRAS if k in results})
+        if report is not None:
+          self.reports[prefix] = report
       excluded = (f", {results['excluded']:.0f} without a label left out"
                   if "excluded" in results else "")
-      log.info("step %d: %s %s accuracy %.4f, loss %.4f on %d examples%s", step, prefix,
-               eval_set.name, results["accuracy"], results["loss"], results["examples"],
-               excluded)
+      balanced = (f", balanced accuracy {results['balanced_accuracy']:.4f}"
+                  if "balanced_accuracy" in results else "")
+      log.info("step %d: %s %s accuracy %.4f%s, loss %.4f on %d examples%s", step, prefix,
+               eval_set.name, results["accuracy"], balanced, results["loss"],
+               results["examples"], excluded)
     return metrics
 
   def due(self, step: int, total_steps: int) -> bool:
@@ -201,6 +221,7 @@ class Evaluator:
   def run(self, state: train_step.TrainState, step: int) -> Dict[str, float]:
     """eval/* of the evaluated parameters (the Polyak average when on), plus eval_raw/*
     of the raw parameters when they differ."""
+    self.reports = {}
     metrics = self(state.eval_params, step)
     if state.polyak is not None:
       metrics.update(self(state.params, step, prefix="eval_raw"))

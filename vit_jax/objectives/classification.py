@@ -72,22 +72,44 @@ def make_batch_loss(model: nn.Module, config: ml_collections.ConfigDict):
   return mean_loss
 
 
+# Up to this many classes the eval step adds up the whole confusion matrix (1000: 4 MB);
+# beyond, only its row and column sums and diagonal (recall and precision still follow).
+CONFUSION_MAX_CLASSES = 1000
+
+
+def class_sums(predicted: jax.Array, true: jax.Array, real: jax.Array,
+               num_classes: int) -> Metrics:
+  """Per-class counts of the real rows: the confusion matrix [true, predicted] (a
+  product of one-hot matrices: data-parallel, summed over the batch's shards), or for
+  many classes 'class_true', 'class_predicted' and 'class_correct' [K]."""
+  weight = real.astype(jnp.float32)[:, None]
+  true_hot = jax.nn.one_hot(true, num_classes) * weight
+  predicted_hot = jax.nn.one_hot(predicted, num_classes) * weight
+  if num_classes <= CONFUSION_MAX_CLASSES:
+    return {"confusion": jnp.einsum("bt,bp->tp", true_hot, predicted_hot)}
+  return {"class_true": jnp.sum(true_hot, 0), "class_predicted": jnp.sum(predicted_hot, 0),
+          "class_correct": jnp.sum(true_hot * predicted_hot, 0)}
+
+
 def make_eval_step(model: nn.Module):
   """eval_step(params, batch) -> sums over the rows where batch['mask'] is 1.
 
   Sums (not means) so the caller can add them over batches and hosts and divide once:
   padded rows count nowhere. `loss_sum` is the unsmoothed softmax cross-entropy whatever
-  the training loss, so runs with different losses compare.
+  the training loss, so runs with different losses compare; the per-class counts of
+  class_sums give recall, precision and the confusion matrix (evaluators.per_class).
   """
   def eval_step(params, batch) -> Metrics:
     logits = model.apply({"params": params}, batch["image"], train=False)
-    target = targets(batch["label"], logits.shape[-1])
+    num_classes = logits.shape[-1]
+    target = targets(batch["label"], num_classes)
     real = batch["mask"] > 0
-    correct = jnp.argmax(logits, axis=-1) == jnp.argmax(target, axis=-1)
+    predicted, true = jnp.argmax(logits, axis=-1), jnp.argmax(target, axis=-1)
     masked_sum = lambda x: jnp.sum(jnp.where(real, x, 0.0))
     return {"loss_sum": masked_sum(softmax_xent(logits, target)),
-            "correct": masked_sum(correct.astype(jnp.float32)),
-            "examples": jnp.sum(real, dtype=jnp.float32)}
+            "correct": masked_sum((predicted == true).astype(jnp.float32)),
+            "examples": jnp.sum(real, dtype=jnp.float32),
+            **class_sums(predicted, true, real, num_classes)}
 
   return eval_step
 
