@@ -3,7 +3,6 @@ several processes), optional sets, the primary set and config mistakes."""
 
 import functools
 import logging
-import pathlib
 import warnings
 
 import jax
@@ -15,7 +14,7 @@ import tensorflow_datasets as tfds
 from sklearn import metrics as sk_metrics
 
 from conftest import init_params, tiny_model
-from helpers import demo_config, read_metrics
+from helpers import demo_config, read_metrics, tiny_tfds_builder
 from vit_jax import config_defaults, sharding, train
 from vit_jax.data import pipeline, splits, tfds_source
 from vit_jax.evaluators import classification
@@ -29,40 +28,17 @@ def _image(index):
   return np.random.default_rng(index).integers(0, 256, (8, 8, 3), dtype=np.uint8)
 
 
-class TinyReal(tfds.core.GeneratorBasedBuilder):
-  """imagenet2012_real's features (image, real_label: a list of classes), 10 examples."""
-  VERSION = tfds.core.Version("1.0.0")
-  pkg_dir_path = pathlib.Path(__file__).parent  # tfds looks for metadata files here
-
-  def _info(self):
-    return self.dataset_info_from_configs(features=tfds.features.FeaturesDict({
-        "image": tfds.features.Image(shape=(8, 8, 3)),
-        "real_label": tfds.features.Sequence(tfds.features.ClassLabel(names=CLASSES))}))
-
-  def _split_generators(self, dl_manager):
-    return {"validation": self._generate_examples()}
-
-  def _generate_examples(self):
-    for i, labels in enumerate(REAL_LABELS):
-      yield i, {"image": _image(i), "real_label": labels}
-
-
-class TinyV2(tfds.core.GeneratorBasedBuilder):
-  """An extra test set with the digits' classes (as imagenet_v2 has ImageNet's)."""
-  VERSION = tfds.core.Version("1.0.0")
-  pkg_dir_path = pathlib.Path(__file__).parent
-
-  def _info(self):
-    return self.dataset_info_from_configs(features=tfds.features.FeaturesDict({
-        "image": tfds.features.Image(shape=(8, 8, 3)),
-        "label": tfds.features.ClassLabel(names=CLASSES)}))
-
-  def _split_generators(self, dl_manager):
-    return {"test": self._generate_examples()}
-
-  def _generate_examples(self):
-    for i in range(7):
-      yield i, {"image": _image(100 + i), "label": i % 10}
+# imagenet2012_real's features (image, real_label: a list of classes), 10 examples.
+TinyReal = tiny_tfds_builder("TinyReal", {
+    "image": tfds.features.Image(shape=(8, 8, 3)),
+    "real_label": tfds.features.Sequence(tfds.features.ClassLabel(names=CLASSES))},
+    {"validation": [{"image": _image(i), "real_label": labels}
+                    for i, labels in enumerate(REAL_LABELS)]})
+# An extra test set with the digits' classes (as imagenet_v2 has ImageNet's).
+TinyV2 = tiny_tfds_builder("TinyV2", {
+    "image": tfds.features.Image(shape=(8, 8, 3)),
+    "label": tfds.features.ClassLabel(names=CLASSES)},
+    {"test": [{"image": _image(100 + i), "label": i % 10} for i in range(7)]})
 
 
 @pytest.fixture(name="tfds_dir", scope="module")

@@ -36,7 +36,8 @@ def test_a_renamed_class_folder_is_refused_on_resume(tmp_path, monkeypatch):
   record = json.loads((tmp_path / "run" / "dataset.json").read_text())
   assert record == {"source": str(data), "train_split": None, "eval_split": None,
                     "num_train": 4, "num_eval": 4, "num_classes": 2,
-                    "class_names": ["cat", "dog"]}
+                    "class_names": ["cat", "dog"], "multi_label": False,
+                    "train_class_counts": [2, 2]}
 
   for split in ("train", "test"):  # labels 0 and 1 would swap
     os.rename(data / split / "cat", data / split / "zz_cat")
