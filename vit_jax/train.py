@@ -33,13 +33,16 @@ def hyperrule_steps(num_train: int) -> int:
 
 def resolve_config(config: ml_collections.ConfigDict,
                    info: pipeline.DatasetInfo) -> ml_collections.ConfigDict:
-  """A copy with values that depend on the data filled in (total_steps = -1)."""
+  """A copy with values that depend on the data filled in (total_steps = -1, loss =
+  'auto', class_weights = 'balanced')."""
   config = config.copy_and_resolve_references()
   if config.total_steps == -1:
     with config.unlocked():
       config.total_steps = hyperrule_steps(info.num_train)
     log.info("total_steps=-1: BiT HyperRule gives %d steps for %d training examples",
                  config.total_steps, info.num_train)
+  if objectives.get(config).predicts_classes:
+    objectives.classification.resolve(config, info)
   return config
 
 
@@ -283,7 +286,8 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   final_params = objective.export_params(sharding.to_host(state.eval_params))  # a collective
   if is_main:  # a classifier's head carries the dataset's class names; mpp exports none
     class_names = dataset.info.class_names if objective.predicts_classes else None
-    outputs.write_final(final_params, eval_metrics, workdir, class_names)
+    outputs.write_final(final_params, eval_metrics, workdir, class_names,
+                        multi_label=dataset.info.multi_label and class_names is not None)
   writer.flush()
   writer.close()
   checkpointer.wait()

@@ -53,6 +53,15 @@ def test_a_list_too_long_for_the_comment_goes_beside_the_file(tmp_path):
   assert read_class_names(path)[-1] == "short"
 
 
+def test_the_multi_label_flag_travels_with_the_names(params, tmp_path):
+  save_npz(params, tmp_path / "multi.npz", class_names=NAMES, multi_label=True)
+  save_npz(params, tmp_path / "single.npz", class_names=NAMES)
+  assert read_class_names(tmp_path / "multi.npz") == NAMES
+  assert class_names.read_multi_label(tmp_path / "multi.npz")
+  assert not class_names.read_multi_label(tmp_path / "single.npz")
+  assert arrays(tmp_path / "multi.npz").keys() == arrays(tmp_path / "single.npz").keys()
+
+
 def test_names_must_match_the_head(params, tmp_path):
   with pytest.raises(ValueError, match="4 class names for a head of 5 classes"):
     save_npz(params, tmp_path / "p.npz", class_names=NAMES[:4])

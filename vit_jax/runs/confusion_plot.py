@@ -8,6 +8,7 @@ Drawn with matplotlib's object API on an Agg canvas: no pyplot state, no display
 """
 
 import io
+import warnings
 from typing import Sequence
 
 import numpy as np
@@ -76,7 +77,9 @@ def draw(confusion: np.ndarray, class_names: Sequence[str], title: str) -> np.nd
                   dpi=100, layout="constrained")
   (_grid if len(names) <= GRID_MAX_CLASSES else _pairs)(figure, confusion, names, title)
   canvas = FigureCanvasAgg(figure)
-  canvas.draw()
+  with warnings.catch_warnings():  # names in scripts the font lacks are drawn as boxes
+    warnings.filterwarnings("ignore", "Glyph .* missing from font")
+    canvas.draw()
   return np.asarray(canvas.buffer_rgba())[..., :3].copy()
 
 
