@@ -8,6 +8,7 @@ import json
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -54,6 +55,13 @@ def demo_args(**overrides):
   working directory."""
   return [f"--config={CONFIG_DIR / 'demo.py'}"] + [
       f"--config.{key}={value}" for key, value in {**DEMO_SETTINGS, **overrides}.items()]
+
+
+def free_port() -> int:
+  """A TCP port nothing listens on now (for a coordinator of several processes)."""
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
 
 
 def subprocess_env(devices=None, **extra):

@@ -4,7 +4,6 @@ with 8 devices on each mesh, too), and their checkpoint resumes in a single proc
 import json
 import logging
 import os
-import socket
 import time
 
 import numpy as np
@@ -12,8 +11,8 @@ import pytest
 
 import fork_server
 from conftest import REPO
-from helpers import (assert_params_close, demo_args, demo_config, load_params, read_metrics,
-                     subprocess_env)
+from helpers import (assert_params_close, demo_args, demo_config, free_port, load_params,
+                     read_metrics, subprocess_env)
 from vit_jax import train
 
 pytestmark = pytest.mark.long  # real-process runs: start first (conftest)
@@ -21,12 +20,6 @@ pytestmark = pytest.mark.long  # real-process runs: start first (conftest)
 # The shared demo run (helpers.DEMO_SETTINGS), evaluated and saved once, at its end.
 AT_THE_END = dict(eval_every=6, checkpoint_every=6)
 ARGS = demo_args(**AT_THE_END)
-
-
-def free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
 
 
 def launch(workdir, devices, tag, *extra):

@@ -11,8 +11,9 @@ import logging
 import numpy as np
 import pytest
 
+import fork_server
 from conftest import REPO
-from helpers import demo_config
+from helpers import demo_config, free_port, subprocess_env
 from vit_jax import read_class_names, train
 from vit_jax.checkpoints import class_names
 
@@ -40,12 +41,26 @@ def positives(split_dir):
           for name in sorted(make_shapes.COLOURS)}
 
 
-def test_the_shapes_folder_trains_to_a_high_map(shapes, tmp_path, caplog):
-  workdir = tmp_path / "run"
-  with caplog.at_level(logging.INFO, logger="vit_jax"):
+@pytest.fixture(name="one_device_run", scope="module")
+def fixture_one_device_run(shapes, tmp_path_factory):
+  """The shapes run in this (1-device) process: (its workdir, its result, its log)."""
+  workdir = tmp_path_factory.mktemp("one") / "run"
+  logger = logging.getLogger("vit_jax")
+  records = []
+  handler = logging.Handler()
+  handler.emit = lambda record: records.append(record.getMessage())
+  logger.addHandler(handler)
+  try:
     result = train.train_and_evaluate(demo_config(dataset=str(shapes), **SETTINGS),
                                       str(workdir))
-  assert "multi-label data: config.loss=auto trains with sigmoid_xent" in caplog.text
+  finally:
+    logger.removeHandler(handler)
+  return workdir, result, "\n".join(records)
+
+
+def test_the_shapes_folder_trains_to_a_high_map(shapes, one_device_run):
+  workdir, result, log = one_device_run
+  assert "multi-label data: config.loss=auto trains with sigmoid_xent" in log
   assert result["eval/examples"] == 61
   # Chance is the share of positives (~0.34); 80 steps reach ~0.74 (the full run: 1.0).
   assert result["eval/map"] > 0.6, result
@@ -66,3 +81,24 @@ def test_the_shapes_folder_trains_to_a_high_map(shapes, tmp_path, caplog):
   params = str(workdir / "params.npz")
   assert read_class_names(params) == sorted(make_shapes.COLOURS)
   assert class_names.read_multi_label(params)
+
+
+def test_two_processes_of_four_devices_score_every_example_once(shapes, one_device_run,
+                                                               tmp_path):
+  """The run's params evaluated on 2 processes x 4 CPU devices (tests/multilabel_mesh.py):
+  each process reads its rows of every eval batch, the scores gathered are every
+  example's once (the per-class positives of labels.csv exactly), and the metrics are
+  those the one-device run computed from the same params."""
+  workdir, one, _ = one_device_run
+  out, address = tmp_path / "mesh.json", f"127.0.0.1:{free_port()}"
+  workers = [fork_server.start(["multilabel_mesh", str(shapes), str(workdir / "params.npz"),
+                                str(out), address, str(i), "2"], subprocess_env(4),
+                               REPO / "tests", tmp_path / f"{i}.log") for i in range(2)]
+  codes = [worker.wait(timeout=300) for worker in workers]
+  assert codes == [0, 0], (tmp_path / "0.log").read_text()[-3000:]
+  mesh = json.loads(out.read_text())
+  assert mesh["devices"] == 8
+  assert mesh["metrics"]["eval/test/examples"] == 61
+  assert mesh["test"]["positives"] == list(positives(shapes / "test").values())
+  for name in ("map", "f1_micro", "f1_macro", "loss", "accuracy"):
+    assert mesh["metrics"][f"eval/{name}"] == pytest.approx(one[f"eval/{name}"], rel=1e-5), name

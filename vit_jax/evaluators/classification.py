@@ -198,12 +198,12 @@ class Evaluator:
                                                process_count=jax.process_count()):
       sums = step(params, device_batches.to_global(batch, batch_sharding))
       if "rows" in sums:  # replicated: the whole global batch, on every process
-        rows.append(jax.device_get(sums.pop("rows")))
+        rows.append(sums.pop("rows"))  # fetched with the sums: no wait per batch
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     if totals is None:
       raise errors.InvalidInput(f"eval set {eval_set.name}: its split yielded no batch (no "
                                 "examples); point it at a split that has some")
-    totals = jax.device_get(totals)
+    totals, rows = jax.device_get((totals, rows))
     arrays = {k: v for k, v in totals.items() if getattr(v, "ndim", 0)}
     totals = {k: float(v) for k, v in totals.items() if k not in arrays}
     examples = totals.pop("examples")
