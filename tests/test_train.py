@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from PIL import Image
+from tensorboard.backend.event_processing import event_accumulator
 
 from conftest import RELEASED_FIXTURES
 from helpers import corrupt_jpeg, demo_config, read_metrics, sigterm_at_step
@@ -71,6 +72,9 @@ def test_demo_run_writes_everything_and_resumes(demo_run, resumed_run):
   with open(os.path.join(workdir, "final_metrics.json")) as f:
     assert json.load(f)["eval/worst_classes"] == worst
   assert Image.open(os.path.join(workdir, "confusion_matrix.png")).format == "PNG"
+  events = event_accumulator.EventAccumulator(workdir, size_guidance={"tensors": 0})
+  events.Reload()
+  assert [e.step for e in events.Tensors("eval/confusion_matrix")] == [3, 6]  # an image each
 
   resumed, printed = resumed_run
   assert "resumed from step 6" in printed
