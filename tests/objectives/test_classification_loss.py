@@ -128,6 +128,16 @@ def test_bad_class_weights_are_refused(weights, message):
     classification.resolve(make_config(class_weights=weights), info)
 
 
+@pytest.mark.parametrize("settings, message", [
+    ({"loss": "hinge"}, "unknown config.loss='hinge'"),
+    ({"class_weights": 2.0}, "give 'balanced' or a list"),
+    ({"threshold": 1.5}, "config.threshold=1.5 must be in \\[0, 1\\]"),
+])
+def test_loss_settings_are_refused_before_any_data(settings, message):
+  with pytest.raises(ValueError, match=message):
+    classification.Classification().check(make_config(**{"loss": "auto", **settings}))
+
+
 def test_balanced_weights_need_counts():
   info = pipeline.DatasetInfo(4, 10, 3, list("abcd"))  # a streamed train split: no counts
   with pytest.raises(ValueError, match="'balanced' needs the train split's class counts"):

@@ -212,10 +212,14 @@ class Classification:
   predicts_classes = True
 
   def check(self, config: ml_collections.ConfigDict) -> None:
-    """The loss and class weights (the model keys are zoo's)."""
+    """The loss, class weights and threshold (the model keys are zoo's)."""
     if config.loss != AUTO:
       optim.config_choice(_LOSSES, "loss", config.loss)
     check_class_weights(config)
+    threshold = config.get("threshold", 0.5)
+    if not 0.0 <= threshold <= 1.0:
+      raise errors.InvalidInput(f"config.threshold={threshold} must be in [0, 1]: a class is "
+                                "predicted at this sigmoid score or above (multi-label data)")
 
   def create_model(self, config: ml_collections.ConfigDict, num_classes: int, *,
                    load_pretrained: bool) -> Tuple[vit.VisionTransformer, Optional[dict]]:
