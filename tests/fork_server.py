@@ -4,10 +4,10 @@ a command's start): a server that imported it once forks one child per command l
 
 The child is an ordinary process for the test: its own pid, real signals, its own exit
 status, environment, working directory and output file. It runs its module as `python -m`
-does (tests/command_runner.run_child: runpy, the same argv). Only TensorFlow and
-scikit-learn's datasets are imported before the fork: they read no setting a test varies,
-while JAX, gcsfs and huggingface_hub read theirs (JAX_*, XLA_FLAGS, the storage and Hub
-hosts) in the child. Each pytest process starts its own server on first use.
+does (tests/command_runner.run_child: runpy, the same argv). Only TensorFlow,
+scikit-learn's datasets and matplotlib's Agg canvas are imported before the fork: they
+read no setting a test varies, while JAX, gcsfs and huggingface_hub read theirs (JAX_*,
+XLA_FLAGS, the storage and Hub hosts) in the child. Each pytest process starts its own server on first use.
 
 start(argv, env, cwd, output[, errors]) -> Process, with the subprocess.Popen calls tests
 use."""
@@ -88,6 +88,9 @@ def _serve():
   """The server: one JSON request per line on stdin, one answer per line on stdout."""
   import sklearn.datasets  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
   import tensorflow  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
+  # What every main job's first evaluation draws its confusion matrix with (~0.6 s).
+  import matplotlib.backends.backend_agg  # noqa: F401 pylint: disable=import-outside-toplevel
+  import matplotlib.figure  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
   answers, children = sys.stdout, set()
   sys.stdout = sys.stderr  # nothing else may write on the answer channel
   try:

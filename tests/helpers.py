@@ -8,6 +8,7 @@ import json
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -54,6 +55,13 @@ def demo_args(**overrides):
   working directory."""
   return [f"--config={CONFIG_DIR / 'demo.py'}"] + [
       f"--config.{key}={value}" for key, value in {**DEMO_SETTINGS, **overrides}.items()]
+
+
+def free_port() -> int:
+  """A TCP port nothing listens on now (for a coordinator of several processes)."""
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
 
 
 def subprocess_env(devices=None, **extra):
@@ -247,3 +255,21 @@ def corrupt_jpeg() -> bytes:
 
 if __name__ == "__main__":  # python tests/helpers.py MODULE '[[ARGS...], ...]'
   run_in_one_process(sys.argv[1], json.loads(sys.argv[2]))
+
+
+def tiny_tfds_builder(class_name: str, features: dict, splits: dict):
+  """A TFDS builder class (registered as snake_case(class_name)) whose splits hold the given
+  examples: features {name: tfds feature}, splits {split: [example dict, ...]}."""
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+
+  def _info(self):
+    return self.dataset_info_from_configs(features=tfds.features.FeaturesDict(features))
+
+  def _split_generators(self, dl_manager):
+    return {split: enumerate(examples) for split, examples in splits.items()}
+
+  return type(class_name, (tfds.core.GeneratorBasedBuilder,), {
+      "VERSION": tfds.core.Version("1.0.0"), "_info": _info,
+      "_split_generators": _split_generators,
+      "_generate_examples": None,  # abstract in tfds; the splits above are the examples
+      "pkg_dir_path": REPO / "tests"})  # tfds looks for metadata files there

@@ -4,15 +4,15 @@ with 8 devices on each mesh, too), and their checkpoint resumes in a single proc
 import json
 import logging
 import os
-import socket
 import time
 
+import numpy as np
 import pytest
 
 import fork_server
 from conftest import REPO
-from helpers import (assert_params_close, demo_args, demo_config, load_params, read_metrics,
-                     subprocess_env)
+from helpers import (assert_params_close, demo_args, demo_config, free_port, load_params,
+                     read_metrics, subprocess_env)
 from vit_jax import train
 
 pytestmark = pytest.mark.long  # real-process runs: start first (conftest)
@@ -20,12 +20,6 @@ pytestmark = pytest.mark.long  # real-process runs: start first (conftest)
 # The shared demo run (helpers.DEMO_SETTINGS), evaluated and saved once, at its end.
 AT_THE_END = dict(eval_every=6, checkpoint_every=6)
 ARGS = demo_args(**AT_THE_END)
-
-
-def free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
 
 
 def launch(workdir, devices, tag, *extra):
@@ -49,7 +43,13 @@ def test_two_processes_match_one_process_and_resume_in_one(tmp_path, caplog, dem
   assert "process 1 of 2 reads rows [16, 32) of every global batch of 32" in output(two, "1")
   assert "process 0 of 2 reads rows [0, 16)" in output(two, "0")
   with open(os.path.join(two, "final_metrics.json")) as f:
-    assert json.load(f)["eval/examples"] == 300  # evaluation exact across processes
+    final = json.load(f)
+  assert final["eval/examples"] == 300  # evaluation exact across processes
+  with open(os.path.join(two, "per_class_metrics.json")) as f:  # each host's share once
+    confusion = np.array(json.load(f)["sets"]["eval/test"]["confusion_matrix"])
+  assert confusion.sum() == 300 and np.trace(confusion) / 300 == final["eval/accuracy"]
+  assert final["eval/balanced_accuracy"] == pytest.approx(
+      np.mean(np.diag(confusion) / confusion.sum(1)))
   # One device: the same job in this (1-device) test process (conftest's demo run).
   assert_params_close(load_params(demo_run[0]), load_params(two))
 

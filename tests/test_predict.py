@@ -2,6 +2,7 @@
 run as a real process (the command line; tests/fork_server.py), the others in this process
 through the command's flags and vit_jax.cli's endings (helpers.run_in_process)."""
 
+import json
 import os
 import subprocess
 import urllib.error
@@ -227,3 +228,36 @@ def test_predict_command_directory_and_malformed_checkpoints(images, tiny_checkp
   line = one_error_line(predict_command(f"--checkpoint={tmp_path}", images["rgb"]))
   assert line == (f"error: {tmp_path} is a directory, not an .npz checkpoint: pass one of its "
                   f".npz files: {path}")
+
+
+def test_predict_json_for_scripts_single_and_multi_label(images, tmp_path):
+  """--json: one record per image; a multi-label head (flag saved with its names) gets
+  every class's sigmoid score and the names at or over --threshold; no clobbering."""
+  module = tiny_model(num_classes=7)
+  params = random_params(module, 16)
+  names = ["a", "b", "c", "d", "e", "f", "g"]
+  paths = [images["rgb"], images["gray"], images["photo"]]
+  logits = np.asarray(module.apply({"params": params}, np.stack(
+      [predict.load_image(p, 16) for p in paths]), train=False), np.float64)
+  for multi_label in (False, True):
+    checkpoint, out = tmp_path / f"m{multi_label}.npz", tmp_path / f"m{multi_label}.json"
+    save_npz(params, checkpoint, class_names=names, multi_label=multi_label)
+    done = predict_command(f"--checkpoint={checkpoint}", f"--json={out}", "--top_k=3",
+                           "--threshold=0.4", "--batch_size=2", *paths)
+    assert done.returncode == 0, done.stderr
+    records = json.loads(out.read_text())
+    assert [r["path"] for r in records] == paths
+    probs = (1 / (1 + np.exp(-logits)) if multi_label
+             else np.exp(logits) / np.exp(logits).sum(-1, keepdims=True))
+    for record, expected in zip(records, probs):
+      top = np.argsort(-expected)[:3]
+      assert [t["class"] for t in record["top_k"]] == top.tolist()
+      assert [t["name"] for t in record["top_k"]] == [names[i] for i in top]
+      np.testing.assert_allclose([t["probability"] for t in record["top_k"]], expected[top],
+                                 rtol=1e-4)
+      assert ("scores" in record) == ("labels" in record) == multi_label
+      if multi_label:
+        np.testing.assert_allclose(record["scores"], expected, rtol=1e-4)
+        assert record["labels"] == [names[i] for i in np.flatnonzero(expected >= 0.4)]
+  failed = predict_command(f"--checkpoint={checkpoint}", f"--json={out}", images["rgb"])
+  assert "already exists and vit_jax.predict did not write it" in one_error_line(failed)

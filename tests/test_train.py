@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from PIL import Image
+from tensorboard.backend.event_processing import event_accumulator
 
 from conftest import RELEASED_FIXTURES
 from helpers import corrupt_jpeg, demo_config, read_metrics, sigterm_at_step
@@ -58,6 +59,23 @@ def test_demo_run_writes_everything_and_resumes(demo_run, resumed_run):
   assert [r["step"] for r in rows if "eval/accuracy" in r] == [3, 6]
   module, params = load_npz(os.path.join(workdir, "params.npz"))
   assert module.num_classes == 10 and module.hidden_size == 64
+  assert [r["step"] for r in rows if "eval/balanced_accuracy" in r] == [3, 6]
+  with open(os.path.join(workdir, "per_class_metrics.json")) as f:
+    per_class = json.load(f)
+  confusion = np.array(per_class["sets"]["eval/test"]["confusion_matrix"])
+  assert per_class["step"] == 6 and confusion.sum() == 300  # every test digit once
+  assert np.trace(confusion) / 300 == pytest.approx(result["eval/accuracy"])
+  recall = np.diag(confusion) / confusion.sum(1)
+  assert result["eval/balanced_accuracy"] == pytest.approx(recall.mean())
+  worst = result["eval/worst_classes"]  # by name, lowest recall first
+  assert [w["recall"] for w in worst] == pytest.approx(sorted(recall)[:5])
+  assert worst[0]["name"] == per_class["class_names"][worst[0]["class"]]
+  with open(os.path.join(workdir, "final_metrics.json")) as f:
+    assert json.load(f)["eval/worst_classes"] == worst
+  assert Image.open(os.path.join(workdir, "confusion_matrix.png")).format == "PNG"
+  events = event_accumulator.EventAccumulator(workdir, size_guidance={"tensors": 0})
+  events.Reload()
+  assert [e.step for e in events.Tensors("eval/confusion_matrix")] == [3, 6]  # an image each
 
   resumed, printed = resumed_run
   assert "resumed from step 6" in printed

@@ -191,8 +191,7 @@ def test_sigkill_then_rerun_resumes_exactly_and_a_live_run_is_not_shared(gcs, re
 
 def test_two_processes_with_four_devices_share_one_gs_workdir(gcs, logs):
   """The shared demo run, as test_multiprocess runs it (the same compiled programs)."""
-  from test_multiprocess import free_port  # pylint: disable=import-outside-toplevel
-  workdir, port = f"gs://{gcs.bucket}/pod", free_port()
+  workdir, port = f"gs://{gcs.bucket}/pod", helpers.free_port()
   workers = [start(workdir, f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
                    f"--process_id={i}", tag=f"pod{i}", args=helpers.demo_args(eval_every=6),
                    devices=4) for i in range(2)]

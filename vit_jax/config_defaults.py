@@ -89,6 +89,8 @@ def get_config() -> ml_collections.ConfigDict:
   # (eval_primary; '' = the dataset's own split) also writes the plain eval/accuracy.
   config.evals = ml_collections.ConfigDict()
   config.eval_primary = ""
+  # The TFDS feature holding the labels: a ClassLabel, or a list of them (multi-label).
+  config.label_feature = "label"
   config.tfds_data_dir = ml_collections.FieldReference(None, field_type=str)
   config.tfds_manual_dir = ml_collections.FieldReference(None, field_type=str)
   config.tfds_download = False  # True: download_and_prepare missing TFDS data
@@ -119,7 +121,13 @@ def get_config() -> ml_collections.ConfigDict:
   config.batch = 512  # global batch, whatever the number of hosts and devices
   config.batch_eval = 512
   config.accum_steps = 8  # micro-batches per step (memory); the result is the same
-  config.loss = "softmax_xent"  # softmax_xent | sigmoid_xent
+  # auto: sigmoid_xent for multi-label data (an image folder with labels.csv, a TFDS list
+  # of labels), else softmax_xent | softmax_xent | sigmoid_xent
+  config.loss = "auto"
+  # None | 'balanced' (n / (K * examples of class c), from the train split) | one weight per
+  # class: weighs an example of class c (softmax) or class c's positive term (sigmoid).
+  config.class_weights = ml_collections.FieldReference(None, field_type=object)
+  config.threshold = 0.5  # multi-label: a class is predicted at this sigmoid score or above
   # Polyak averaging (paper 4.1: 0.9999 for the headline runs): an exponential moving
   # average of the parameters, kept in the train state; evaluation and params.npz use it,
   # and the raw parameters are also evaluated (eval_raw/...). 0 = off.

@@ -5,13 +5,15 @@ and Hub names are fetched into checkpoints/ first: see checkpoints/README.md);
 images are local paths or tf.io.gfile URLs. Each image is preprocessed exactly like
 evaluation (bilinear resize to the checkpoint's own resolution, scaled to [-1, 1]); batches
 have a fixed shape, so the one jitted function compiles once however many images there are.
-Prints the top-k classes per image with softmax probabilities.
+Prints the top-k classes per image with softmax probabilities (sigmoid scores for a
+checkpoint a multi-label run saved), or writes them as JSON for scripts (--json).
 """
 
+import json
 import os
 import re
 import urllib.request
-from typing import List, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
@@ -20,6 +22,7 @@ from absl import flags, logging
 from vit_jax import cli, download, errors
 from vit_jax.checkpoints import formats, hub, npz, released
 from vit_jax.models import vit
+from vit_jax.runs import fs, outputs
 
 IMAGENET_LABELS_URL = "https://storage.googleapis.com/bit_models/ilsvrc2012_wordnet_lemmas.txt"
 IMAGENET_CLASSES = 1000
@@ -57,34 +60,63 @@ def load_image(path: str, image_size: int) -> np.ndarray:
     raise ImageError(f"cannot read image {path}: {_tf_message(e)}") from None
 
 
-def classify(module: vit.VisionTransformer, params, image_paths: Sequence[str], *,
-             image_size: Optional[int] = None, top_k: int = 5,
-             batch_size: int = 32) -> List[Prediction]:
-  """Top-k (class index, softmax probability) per image, in the order of image_paths.
+def score_batches(module: vit.VisionTransformer, params, image_paths: Sequence[str], *,
+                  image_size: Optional[int] = None, batch_size: int = 32,
+                  multi_label: bool = False) -> Iterator[np.ndarray]:
+  """Class probabilities [n, K] of the images, a batch at a time, in order: softmax, or
+  for a multi-label head each class's own sigmoid score.
 
   image_size defaults to the checkpoint's own resolution (params must fit the size given).
   The last batch is padded, so every batch has one shape and the model compiles once.
   """
   image_size = image_size or npz.native_image_size(module, params)
-  k = min(top_k, module.num_classes)
   batch_size = max(1, min(batch_size, len(image_paths)))
+  activation = jax.nn.sigmoid if multi_label else jax.nn.softmax
 
   @jax.jit
-  def top_classes(params, images):
-    logits = module.apply({"params": params}, images, train=False)
-    return jax.lax.top_k(jax.nn.softmax(logits), k)
+  def probabilities(params, images):
+    return activation(module.apply({"params": params}, images, train=False))
 
   params = jax.device_put(params)  # once, not with every batch
-  predictions = []
   for start in range(0, len(image_paths), batch_size):
     paths = image_paths[start:start + batch_size]
     images = np.zeros((batch_size, image_size, image_size, 3), np.float32)
     for i, path in enumerate(paths):
       images[i] = load_image(path, image_size)
-    probs, classes = jax.device_get(top_classes(params, images))
-    predictions += [list(zip(c.tolist(), p.tolist()))
-                    for c, p in zip(classes[:len(paths)], probs[:len(paths)])]
-  return predictions
+    yield np.asarray(jax.device_get(probabilities(params, images)))[:len(paths)]
+
+
+def top_classes(probabilities: np.ndarray, top_k: int) -> List[Prediction]:
+  """The top_k (class index, probability) of each row, most likely first (ties: lower
+  index first)."""
+  order = np.argsort(-probabilities, axis=-1, kind="stable")[:, :top_k]
+  return [list(zip(classes.tolist(), np.take(row, classes).tolist()))
+          for classes, row in zip(order, probabilities)]
+
+
+def classify(module: vit.VisionTransformer, params, image_paths: Sequence[str], *,
+             image_size: Optional[int] = None, top_k: int = 5, batch_size: int = 32,
+             multi_label: bool = False) -> List[Prediction]:
+  """Top-k (class index, probability) per image, in the order of image_paths (see
+  score_batches)."""
+  return [prediction for batch in score_batches(
+      module, params, image_paths, image_size=image_size, batch_size=batch_size,
+      multi_label=multi_label) for prediction in top_classes(batch, top_k)]
+
+
+def json_record(path: str, probabilities: np.ndarray, top_k: int, names: Optional[List[str]],
+                multi_label: bool, threshold: float) -> dict:
+  """One image's --json record: path, top_k [{class, name, probability}], and for a
+  multi-label head every class's score and the names at or over the threshold."""
+  name = (lambda index: names[index]) if names else (lambda index: None)
+  (top,) = top_classes(probabilities[None], top_k)
+  record = {"path": path, "top_k": [{"class": index, "name": name(index), "probability": p}
+                                    for index, p in top]}
+  if multi_label:
+    record["scores"] = probabilities.tolist()
+    record["labels"] = [name(index) if names else index
+                        for index in np.flatnonzero(probabilities >= threshold).tolist()]
+  return record
 
 
 def read_labels(path: str) -> List[str]:
@@ -115,6 +147,11 @@ def imagenet_labels(urlopen=urllib.request.urlopen) -> Optional[List[str]]:
       logging.warning("no ImageNet class names, showing class indices: %s", e)
       return None
   return read_labels(path)
+
+
+def stored_multi_label(checkpoint_path: str) -> bool:
+  """Whether a run saved the checkpoint's head as multi-label (sigmoid scores)."""
+  return not formats.is_foreign(checkpoint_path) and npz.read_multi_label(checkpoint_path)
 
 
 def stored_class_names(checkpoint_path: Optional[str]) -> Optional[List[str]]:
@@ -183,15 +220,29 @@ def image_arguments(argv: Sequence[str]) -> List[str]:
 @cli.command
 def main(argv, flag_values: flags.FlagValues = FLAGS):
   image_paths = image_arguments(argv)
+  if flag_values.json:  # before the slow load: an existing file is not clobbered
+    outputs.claim_output_file(flag_values.json, "predict", flag_values.overwrite)
   path = hub.resolve(flag_values.checkpoint)  # released and hf-hub: names: fetched first
   module, params, image_size = npz.load_for_inference(
       path, flag_values.image_size, allow_nonfinite=flag_values.allow_nonfinite)
   check_trained_head(params, flag_values.checkpoint)
   names = class_names(module.num_classes, flag_values.labels, checkpoint_path=path)
-  predictions = classify(module, params, image_paths, image_size=image_size,
-                         top_k=flag_values.top_k, batch_size=flag_values.batch_size)
-  for path, prediction in zip(image_paths, predictions):
-    print(format_prediction(path, prediction, names))
+  multi_label = stored_multi_label(path)
+  top_k = min(flag_values.top_k, module.num_classes)
+  records = []
+  batches = score_batches(module, params, image_paths, image_size=image_size,
+                          batch_size=flag_values.batch_size, multi_label=multi_label)
+  rows = (row for batch in batches for row in batch)
+  for image, probabilities in zip(image_paths, rows):
+    if flag_values.json:
+      records.append(json_record(image, probabilities, top_k, names, multi_label,
+                                 flag_values.threshold))
+    else:
+      print(format_prediction(image, top_classes(probabilities[None], top_k)[0], names))
+  if flag_values.json:
+    fs.write_atomic(flag_values.json, json.dumps(records, indent=1, ensure_ascii=False) + "\n")
+    print(f"wrote {len(records)} predictions ({'sigmoid scores' if multi_label else 'softmax'})"
+          f" to {flag_values.json}")
 
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
@@ -206,6 +257,13 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   flags.DEFINE_integer("top_k", 5, "Classes shown per image.", lower_bound=1, **define)
   flags.DEFINE_string("labels", None, "Class names, one per line; default: ImageNet's for "
                       "1000-way heads, else class indices.", **define)
+  flags.DEFINE_string("json", None, "Write the predictions to this JSON file (a list, one "
+                      "record per image: path, top_k [{class, name, probability}], and for "
+                      "multi-label checkpoints scores and labels) instead of printing them.",
+                      **define)
+  flags.DEFINE_float("threshold", 0.5, "Multi-label checkpoints: the --json labels are the "
+                     "classes scored at least this.", lower_bound=0, upper_bound=1, **define)
+  flags.DEFINE_boolean("overwrite", False, outputs.OVERWRITE_HELP, **define)
   flags.mark_flag_as_required("checkpoint", flag_values=flag_values)
 
 

@@ -22,7 +22,7 @@ from vit_jax.checkpoints import formats, hub, released, train_state
 from vit_jax.console import log
 from vit_jax.data import device_batches, pipeline, splits
 from vit_jax.models import attention, zoo
-from vit_jax.runs import dataset_record, fs, metrics, outputs, preemption
+from vit_jax.runs import class_report, dataset_record, fs, metrics, outputs, preemption
 from vit_jax.runs import workdir as workdir_lib
 
 
@@ -33,13 +33,16 @@ def hyperrule_steps(num_train: int) -> int:
 
 def resolve_config(config: ml_collections.ConfigDict,
                    info: pipeline.DatasetInfo) -> ml_collections.ConfigDict:
-  """A copy with values that depend on the data filled in (total_steps = -1)."""
+  """A copy with values that depend on the data filled in (total_steps = -1, loss =
+  'auto', class_weights = 'balanced')."""
   config = config.copy_and_resolve_references()
   if config.total_steps == -1:
     with config.unlocked():
       config.total_steps = hyperrule_steps(info.num_train)
     log.info("total_steps=-1: BiT HyperRule gives %d steps for %d training examples",
                  config.total_steps, info.num_train)
+  if objectives.get(config).predicts_classes:
+    objectives.classification.resolve(config, info)
   return config
 
 
@@ -246,7 +249,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   first_nonfinite = sharding.put(np.zeros((), np.int32), replicated)
   progress = metrics.Progress(total_steps=total_steps, batch_size=config.batch,
                               num_devices=jax.device_count())
-  eval_metrics, preempted_at, done_step = {}, None, start_step
+  eval_metrics, reports, preempted_at, done_step = {}, {}, None, start_step
   watcher = preemption.PreemptionWatcher()
   try:
     for step in range(start_step + 1, total_steps + 1):
@@ -272,6 +275,9 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
           measured = evaluator.run(state, step)
           writer.write_scalars(step, measured)
           eval_metrics.update(measured)
+          reports.update(evaluator.reports)
+          if is_main:
+            class_report.record(workdir, writer, step, evaluator.reports)
       if is_checkpoint_step or preempted:
         checkpointer.save(step, state)
       if preempted:
@@ -296,10 +302,15 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   if not eval_metrics:  # resumed at the end: report the final state anyway
     for evaluator in evaluators:
       eval_metrics.update(evaluator.run(state, total_steps))
+      reports.update(evaluator.reports)
+      if is_main:
+        class_report.record(workdir, writer, total_steps, evaluator.reports)
+  eval_metrics.update(class_report.final_entries(reports))  # the worst classes by name
   final_params = objective.export_params(sharding.to_host(state.eval_params))  # a collective
   if is_main:  # a classifier's head carries the dataset's class names; mpp exports none
     class_names = dataset.info.class_names if objective.predicts_classes else None
-    outputs.write_final(final_params, eval_metrics, workdir, class_names)
+    outputs.write_final(final_params, eval_metrics, workdir, class_names,
+                        multi_label=dataset.info.multi_label and class_names is not None)
   writer.flush()
   writer.close()
   checkpointer.wait()

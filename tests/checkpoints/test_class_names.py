@@ -55,6 +55,15 @@ def test_a_list_too_long_for_the_comment_goes_beside_the_file(tmp_path):
   assert read_class_names(path)[-1] == "short"
 
 
+def test_the_multi_label_flag_travels_with_the_names(params, tmp_path):
+  save_npz(params, tmp_path / "multi.npz", class_names=NAMES, multi_label=True)
+  save_npz(params, tmp_path / "single.npz", class_names=NAMES)
+  assert read_class_names(tmp_path / "multi.npz") == NAMES
+  assert class_names.read_multi_label(tmp_path / "multi.npz")
+  assert not class_names.read_multi_label(tmp_path / "single.npz")
+  assert arrays(tmp_path / "multi.npz").keys() == arrays(tmp_path / "single.npz").keys()
+
+
 def test_names_must_match_the_head(params, tmp_path):
   with pytest.raises(ValueError, match="4 class names for a head of 5 classes"):
     save_npz(params, tmp_path / "p.npz", class_names=NAMES[:4])
@@ -73,3 +82,11 @@ def test_foreign_comments_and_files(released_fixtures, tmp_path):
     read_class_names(tmp_path / "text.npz")
   with pytest.raises(FileNotFoundError):
     read_class_names(tmp_path / "missing.npz")
+
+
+def test_converting_to_npz_keeps_the_names_and_the_multi_label_flag(params, tmp_path):
+  from vit_jax.checkpoints import convert  # pylint: disable=import-outside-toplevel
+  save_npz(params, tmp_path / "multi.npz", class_names=NAMES, multi_label=True)
+  convert.convert(tmp_path / "multi.npz", tmp_path / "copy.npz")
+  assert read_class_names(tmp_path / "copy.npz") == NAMES
+  assert class_names.read_multi_label(tmp_path / "copy.npz")

@@ -3,7 +3,7 @@ several processes), optional sets, the primary set and config mistakes."""
 
 import functools
 import logging
-import pathlib
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -11,9 +11,10 @@ import ml_collections
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
+from sklearn import metrics as sk_metrics
 
 from conftest import init_params, tiny_model
-from helpers import demo_config, read_metrics
+from helpers import demo_config, read_metrics, tiny_tfds_builder
 from vit_jax import config_defaults, sharding, train
 from vit_jax.data import pipeline, splits, tfds_source
 from vit_jax.evaluators import classification
@@ -27,40 +28,17 @@ def _image(index):
   return np.random.default_rng(index).integers(0, 256, (8, 8, 3), dtype=np.uint8)
 
 
-class TinyReal(tfds.core.GeneratorBasedBuilder):
-  """imagenet2012_real's features (image, real_label: a list of classes), 10 examples."""
-  VERSION = tfds.core.Version("1.0.0")
-  pkg_dir_path = pathlib.Path(__file__).parent  # tfds looks for metadata files here
-
-  def _info(self):
-    return self.dataset_info_from_configs(features=tfds.features.FeaturesDict({
-        "image": tfds.features.Image(shape=(8, 8, 3)),
-        "real_label": tfds.features.Sequence(tfds.features.ClassLabel(names=CLASSES))}))
-
-  def _split_generators(self, dl_manager):
-    return {"validation": self._generate_examples()}
-
-  def _generate_examples(self):
-    for i, labels in enumerate(REAL_LABELS):
-      yield i, {"image": _image(i), "real_label": labels}
-
-
-class TinyV2(tfds.core.GeneratorBasedBuilder):
-  """An extra test set with the digits' classes (as imagenet_v2 has ImageNet's)."""
-  VERSION = tfds.core.Version("1.0.0")
-  pkg_dir_path = pathlib.Path(__file__).parent
-
-  def _info(self):
-    return self.dataset_info_from_configs(features=tfds.features.FeaturesDict({
-        "image": tfds.features.Image(shape=(8, 8, 3)),
-        "label": tfds.features.ClassLabel(names=CLASSES)}))
-
-  def _split_generators(self, dl_manager):
-    return {"test": self._generate_examples()}
-
-  def _generate_examples(self):
-    for i in range(7):
-      yield i, {"image": _image(100 + i), "label": i % 10}
+# imagenet2012_real's features (image, real_label: a list of classes), 10 examples.
+TinyReal = tiny_tfds_builder("TinyReal", {
+    "image": tfds.features.Image(shape=(8, 8, 3)),
+    "real_label": tfds.features.Sequence(tfds.features.ClassLabel(names=CLASSES))},
+    {"validation": [{"image": _image(i), "real_label": labels}
+                    for i, labels in enumerate(REAL_LABELS)]})
+# An extra test set with the digits' classes (as imagenet_v2 has ImageNet's).
+TinyV2 = tiny_tfds_builder("TinyV2", {
+    "image": tfds.features.Image(shape=(8, 8, 3)),
+    "label": tfds.features.ClassLabel(names=CLASSES)},
+    {"test": [{"image": _image(100 + i), "label": i % 10} for i in range(7)]})
 
 
 @pytest.fixture(name="tfds_dir", scope="module")
@@ -137,6 +115,7 @@ def test_evaluator_matches_a_reference_on_every_set(tfds_dir):
   apply = jax.jit(functools.partial(module.apply, train=False))  # 41 batches of one shape
   for eval_set in evaluator.sets:
     correct = counted = 0
+    pairs = []  # (label, prediction) of single-label sets
     for batch in eval_set.dataset.eval_batches(batch_size=8, process_index=0, process_count=1):
       top1 = np.argmax(apply({"params": params}, batch["image"]), -1)
       for label, pred, real in zip(batch["label"], top1, batch["mask"]):
@@ -144,9 +123,18 @@ def test_evaluator_matches_a_reference_on_every_set(tfds_dir):
           correct, counted = correct + label[pred], counted + 1
         elif real and eval_set.metric == "accuracy":
           correct, counted = correct + (label == pred), counted + 1
+          pairs.append((label, pred))
     name = eval_set.name
     assert metrics[f"eval/{name}/examples"] == counted
     assert metrics[f"eval/{name}/accuracy"] == pytest.approx(correct / counted)
+    if pairs:  # per-class results from batches of 128 (300 = 2 x 128 + 44): as sklearn's
+      true, predicted = np.array(pairs).T
+      confusion = sk_metrics.confusion_matrix(true, predicted, labels=range(10))
+      np.testing.assert_array_equal(evaluator.reports[f"eval/{name}"].confusion, confusion)
+      with warnings.catch_warnings():  # classes predicted but absent: left out, as ours
+        warnings.simplefilter("ignore")
+        expected = sk_metrics.balanced_accuracy_score(true, predicted)
+      assert metrics[f"eval/{name}/balanced_accuracy"] == pytest.approx(expected)
   assert [s.name for s in evaluator.sets] == ["test", "real", "v2"]
   assert metrics["eval/real/examples"] == 8 and metrics["eval/real/excluded"] == 2
   assert metrics["eval/v2/examples"] == 7 and metrics["eval/test/examples"] == 300

@@ -9,10 +9,11 @@ from vit_jax import export
 from vit_jax.checkpoints import npz
 
 
-def exported_metadata(tmp_path, num_classes, class_names=None):
+def exported_metadata(tmp_path, num_classes, class_names=None, multi_label=False):
   module = tiny_model(num_classes=num_classes, classifier="gap")
   path = tmp_path / "params.npz"
-  npz.save_npz(random_params(module, image_size=16), str(path), class_names=class_names)
+  npz.save_npz(random_params(module, image_size=16), str(path), class_names=class_names,
+               multi_label=multi_label)
   export.export(str(path), str(tmp_path / "out"), to="stablehlo", log=lambda _: None)
   return path, read_metadata(tmp_path / "out")
 
@@ -25,6 +26,12 @@ def test_a_runs_class_names_and_the_checkpoint_hash(tmp_path):
   assert meta["preprocessing"]["in_graph"] is False
   assert "bilinear resize to 16x16" in " ".join(meta["preprocessing"]["steps"])
   assert meta["model"].endswith("(gap)")
+  assert (meta["multi_label"], meta["probabilities"]) == (False, "softmax")
+
+
+def test_a_multi_label_run_exports_sigmoid_probabilities(tmp_path):
+  _, meta = exported_metadata(tmp_path, 3, ["sky", "tree", "road"], multi_label=True)
+  assert (meta["multi_label"], meta["probabilities"]) == (True, "sigmoid")
 
 
 def test_imagenet_heads_get_the_wordnet_ids_offline(tmp_path):

@@ -65,3 +65,18 @@ def test_with_preprocessing_gives_the_top_1_of_predict(checkpoints, tmp_path):
   meta = read_metadata(out)
   assert meta["signature"]["inputs"]["images"]["dtype"] == "string"
   assert meta["preprocessing"]["in_graph"] is True
+
+
+def test_a_multi_label_head_serves_sigmoid_probabilities(checkpoints, tmp_path):
+  """The serving function of a checkpoint saved by a multi-label run (not saved to disk:
+  the reload path is the cases' above)."""
+  from vit_jax.export import saved_model, source  # pylint: disable=import-outside-toplevel
+  path, _ = checkpoints["gap"]
+  _, params = npz.load_npz(path)
+  multi = tmp_path / "multi.npz"
+  npz.save_npz(params, str(multi), class_names=["a", "b", "c"], multi_label=True)
+  loaded = source.load_source(str(multi), None, "float32")
+  assert loaded.multi_label
+  images, truth = noise_and_logits(path, 16, 7)
+  out = saved_model.serving_module(loaded, None, False).serve(tf.constant(images))
+  np.testing.assert_allclose(out["probabilities"], tf.nn.sigmoid(truth), atol=1e-6)

@@ -1,5 +1,7 @@
 """The classification objective: losses (smoothing, sigmoid, soft labels), masked eval sums."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -7,6 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import init_params, tiny_model
+from vit_jax.data import pipeline
 from vit_jax.objectives import classification
 
 NUM_CLASSES = 5
@@ -75,3 +78,67 @@ def test_eval_sums_count_only_unmasked_rows():
   assert sums["loss_sum"] == pytest.approx(expected_loss, rel=1e-5)
 
 
+
+
+def test_class_weights_weigh_examples_in_softmax_and_positives_in_sigmoid():
+  weights = [2.0, 0.5, 1.0]
+  softmax = classification.make_loss_fn(make_config(class_weights=weights))
+  plain = -log_softmax(LOGITS)[[0, 1], [0, 2]]
+  np.testing.assert_allclose(softmax(LOGITS, np.array([0, 2])), plain * [2.0, 1.0], rtol=1e-6)
+  multi_hot = np.array([[1, 1, 0], [0, 0, 0]], np.int32)  # weighs the mean of its classes'
+  np.testing.assert_allclose(softmax(LOGITS, multi_hot)[0],
+                             -1.25 * np.sum(multi_hot[0] * log_softmax(LOGITS)[0]), rtol=1e-6)
+  sigmoid = classification.make_loss_fn(make_config(loss="sigmoid_xent", class_weights=weights))
+  p = 1 / (1 + np.exp(-LOGITS.astype(np.float64)))
+  expected = -np.sum(np.array(weights) * multi_hot * np.log(p)
+                     + (1 - multi_hot) * np.log(1 - p), axis=-1)
+  np.testing.assert_allclose(sigmoid(LOGITS, multi_hot), expected, rtol=1e-5)
+  unweighted = classification.make_loss_fn(make_config(loss="sigmoid_xent",
+                                                       class_weights=[1.0] * 3))
+  np.testing.assert_allclose(unweighted(LOGITS, multi_hot), classification.make_loss_fn(
+      make_config(loss="sigmoid_xent"))(LOGITS, multi_hot), rtol=1e-6)
+
+
+def test_balanced_weights_are_sklearns_and_resolve_from_the_data():
+  from sklearn.utils import class_weight  # pylint: disable=import-outside-toplevel
+  labels = np.array([0, 0, 0, 0, 1, 2, 2, 3, 3, 3])
+  expected = class_weight.compute_class_weight("balanced", classes=np.arange(4), y=labels)
+  counts = np.bincount(labels).tolist()
+  np.testing.assert_allclose(classification.balanced_weights(counts), expected, rtol=1e-12)
+
+  info = pipeline.DatasetInfo(4, 10, 3, list("abcd"), multi_label=True,
+                              train_class_counts=counts)
+  config = make_config(loss="auto", class_weights="balanced")
+  classification.resolve(config, info)
+  assert config.loss == "sigmoid_xent"  # auto, for multi-label data
+  np.testing.assert_allclose(config.class_weights, expected)
+  single = make_config(loss="auto", class_weights=None)
+  classification.resolve(single, dataclasses.replace(info, multi_label=False))
+  assert single.loss == "softmax_xent" and single.class_weights is None
+
+
+@pytest.mark.parametrize("weights, message", [
+    ([1.0, 2.0], "has 2 weights but the dataset has 4 classes"),
+    ("inverse", "give 'balanced' or a list of numbers >= 0"),
+    ([1.0, -1.0, 1.0, 1.0], "give 'balanced' or a list of numbers >= 0"),
+])
+def test_bad_class_weights_are_refused(weights, message):
+  info = pipeline.DatasetInfo(4, 10, 3, list("abcd"), train_class_counts=[1, 2, 3, 4])
+  with pytest.raises(ValueError, match=message):
+    classification.resolve(make_config(class_weights=weights), info)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"loss": "hinge"}, "unknown config.loss='hinge'"),
+    ({"class_weights": 2.0}, "give 'balanced' or a list"),
+    ({"threshold": 1.5}, "config.threshold=1.5 must be in \\[0, 1\\]"),
+])
+def test_loss_settings_are_refused_before_any_data(settings, message):
+  with pytest.raises(ValueError, match=message):
+    classification.Classification().check(make_config(**{"loss": "auto", **settings}))
+
+
+def test_balanced_weights_need_counts():
+  info = pipeline.DatasetInfo(4, 10, 3, list("abcd"))  # a streamed train split: no counts
+  with pytest.raises(ValueError, match="'balanced' needs the train split's class counts"):
+    classification.resolve(make_config(class_weights="balanced"), info)

@@ -44,7 +44,8 @@ def test_a_renamed_class_folder_is_refused_on_resume(tmp_path, monkeypatch):
   fingerprints = record.pop("fingerprints")
   assert record == {"source": str(data), "train_split": None, "eval_split": None,
                     "num_train": 4, "num_eval": 4, "num_classes": 2,
-                    "class_names": ["cat", "dog"]}
+                    "class_names": ["cat", "dog"], "multi_label": False,
+                    "train_class_counts": [2, 2]}
   sizes = {f"{c}/{i}.png": (data / "train" / c / f"{i}.png").stat().st_size
            for c in ("cat", "dog") for i in range(2)}
   assert fingerprints["train"]["files"] == sizes and fingerprints["train"]["examples"] == 4

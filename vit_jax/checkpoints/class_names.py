@@ -2,12 +2,14 @@
 folder predicts names, not label indices.
 
 They live in the zip archive's comment (an .npz is a zip), as ASCII JSON
-`{"vit_jax": {"class_names": [...]}}`: np.load ignores archive comments, so every reader
-of the layout (ours, timm's, the original google-research/vision_transformer loader)
-sees exactly the arrays it saw before. An extra array would not do: the original loader
-keeps unknown keys in the params tree, and a string array there breaks optax's init and
-flax's replicate. A comment holds at most 65,535 bytes (about 5,000 typical names); a
-longer list goes to `<file>.classes.json` beside the file.
+`{"vit_jax": {"class_names": [...]}}` (plus `"multi_label": true` for a head trained
+on multi-label data, whose scores are independent sigmoids, not one softmax): np.load
+ignores archive comments, so every reader of the layout (ours, timm's, the original
+google-research/vision_transformer loader) sees exactly the arrays it saw before. An
+extra array would not do: the original loader keeps unknown keys in the params tree, and
+a string array there breaks optax's init and flax's replicate. A comment holds at most
+65,535 bytes (about 5,000 typical names); a longer list goes to `<file>.classes.json`
+beside the file.
 
 ensure_ascii JSON keeps names with emoji or undecodable bytes (folder names that
 os.listdir returns with surrogate escapes) exact, and can never contain the zip
@@ -27,30 +29,33 @@ SIDECAR_SUFFIX = ".classes.json"
 _KEY = "vit_jax"
 
 
-def _encode(class_names: Sequence[str]) -> bytes:
-  return json.dumps({_KEY: {"class_names": list(class_names)}},
-                    ensure_ascii=True).encode("ascii")
+def _encode(class_names: Sequence[str], multi_label: bool) -> bytes:
+  record = {"class_names": list(class_names)}
+  if multi_label:
+    record["multi_label"] = True
+  return json.dumps({_KEY: record}, ensure_ascii=True).encode("ascii")
 
 
-def _decode(text: bytes) -> Optional[List[str]]:
-  """The names in a comment or sidecar of ours; None for anything else (other tools
-  write archive comments too)."""
+def _decode(text: bytes) -> Optional[dict]:
+  """The record in a comment or sidecar of ours ({'class_names', 'multi_label'}); None
+  for anything else (other tools write archive comments too)."""
   try:
-    names = json.loads(text.decode("ascii"))[_KEY]["class_names"]
+    record = json.loads(text.decode("ascii"))[_KEY]
+    names = record["class_names"]
   except (ValueError, KeyError, TypeError, UnicodeDecodeError):
     return None
   if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
     return None
-  return names
+  return {"class_names": names, "multi_label": record.get("multi_label") is True}
 
 
-def with_class_names(npz_bytes: bytes, class_names: Optional[Sequence[str]]
-                     ) -> "tuple[bytes, Optional[bytes]]":
+def with_class_names(npz_bytes: bytes, class_names: Optional[Sequence[str]],
+                     multi_label: bool = False) -> "tuple[bytes, Optional[bytes]]":
   """(the .npz bytes with the names in its comment, sidecar bytes or None). The sidecar
   is only needed when the list is too long for a comment."""
   if class_names is None:
     return npz_bytes, None
-  encoded = _encode(class_names)
+  encoded = _encode(class_names, multi_label)
   if len(encoded) > COMMENT_LIMIT:
     return npz_bytes, encoded
   buffer = io.BytesIO(npz_bytes)
@@ -70,7 +75,7 @@ def _open(path: str):
   return open(path, "rb")
 
 
-def _read_sidecar(path: str) -> Optional[List[str]]:
+def _read_sidecar(path: str) -> Optional[dict]:
   try:
     with _open(sidecar_path(path)) as f:
       return _decode(f.read())
@@ -85,6 +90,20 @@ def read_class_names(path: str) -> Optional[List[str]]:
   Reads only the archive's directory, not the arrays. Raises FileNotFoundError for a
   missing file and ValueError for one that is not an .npz.
   """
+  record = read_head_record(path)
+  return None if record is None else record["class_names"]
+
+
+def read_multi_label(path: str) -> bool:
+  """Whether the .npz at `path` was saved as a multi-label head (sigmoid scores); False
+  for files that say nothing (released checkpoints: softmax)."""
+  record = read_head_record(path)
+  return record is not None and record["multi_label"]
+
+
+def read_head_record(path: str) -> Optional[dict]:
+  """{'class_names', 'multi_label'} saved with the .npz at `path`, or None (see
+  read_class_names)."""
   path = os.fsdecode(path)  # str, bytes or a path object
   try:
     with _open(path) as f:
@@ -94,5 +113,5 @@ def read_class_names(path: str) -> Optional[List[str]]:
                               "no class names") from None
   except IsADirectoryError:
     raise errors.InvalidInput(f"{path} is a directory, not an .npz file") from None
-  names = _decode(comment) if comment else None
-  return names if names is not None else _read_sidecar(path)
+  record = _decode(comment) if comment else None
+  return record if record is not None else _read_sidecar(path)

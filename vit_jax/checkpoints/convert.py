@@ -269,8 +269,9 @@ def convert(src: str, dst: str, *, to: Optional[str] = None, model_name: Optiona
   lines = [f"read {src}: {source.summary()}"]
   names = _class_names(src, source)
   if to == "npz":
+    names = _class_names(src, source)
     npz.save_npz(traverse_util.unflatten_dict(source.checkpoint.flat, sep="/"), dst,
-                 class_names=names)
+                 class_names=names, multi_label=names is not None and npz.read_multi_label(src))
     return lines + [f"wrote {dst} (released .npz layout)"]
   if not one_file:
     outputs.claim_output_dir(dst, KIND, overwrite)

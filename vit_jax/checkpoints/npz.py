@@ -22,7 +22,8 @@ from flax import traverse_util
 from vit_jax import console, errors
 from vit_jax.checkpoints import class_names as class_names_lib
 from vit_jax.checkpoints import formats, hub, npz_layout, released
-from vit_jax.checkpoints.class_names import read_class_names  # pylint: disable=unused-import
+from vit_jax.checkpoints.class_names import (  # pylint: disable=unused-import
+    read_class_names, read_multi_label)
 from vit_jax.checkpoints.npz_checks import (  # pylint: disable=unused-import
     SINCOS_IMAGE_SIZE, CheckpointError, ImageSize, ImageSizeError, check_against, check_finite,
     check_image_size, expected_shapes, native_image_size, nonfinite_arrays, side_pair)
@@ -113,13 +114,14 @@ def read_npz(path: str) -> Dict[str, np.ndarray]:
 
 
 def save_npz(params: Any, path: str, *, class_names: Optional[Sequence[str]] = None,
-             allow_nonfinite: bool = False) -> None:
+             allow_nonfinite: bool = False, multi_label: bool = False) -> None:
   """Writes params in the released layout (flat `/` keys, float32, one entry per block
   also for scan_layers models), atomically. A head of 0 classes (a feature extractor,
   num_classes=0) is left out: the file has no head, as load_npz expects of one.
 
   class_names: the head's classes in label order, carried in the file's zip comment
   (see vit_jax.checkpoints.class_names; read them back with read_class_names).
+  multi_label: the head scores classes independently (sigmoid; stored with the names).
   allow_nonfinite: write NaN/Inf weights too; by default they are refused (CheckpointError)
   as load_npz refuses them, so that no file is written that every loader then rejects.
   """
@@ -150,7 +152,8 @@ def save_npz(params: Any, path: str, *, class_names: Optional[Sequence[str]] = N
         "allow_nonfinite=True (load it back with the same option)")
   buffer = io.BytesIO()
   np.savez(buffer, **flat)
-  data, sidecar = class_names_lib.with_class_names(buffer.getvalue(), class_names)
+  data, sidecar = class_names_lib.with_class_names(buffer.getvalue(), class_names,
+                                                   multi_label)
   path = os.fspath(path)
   if sidecar is not None:  # first: the .npz appearing is what finishes a run
     fs.write_atomic(class_names_lib.sidecar_path(path), sidecar)

@@ -122,11 +122,9 @@ def _folder_split(split_dir: str, classes: List[str]) -> IndexedSplit:
                       np.array(labels, np.int32), "files")
 
 
-def directory_source(root: str):
-  """ROOT/train/<class>/* and ROOT/test/<class>/* (or ROOT/validation/<class>/*).
-
-  Classes are the sorted subfolders of train/; images are .jpg/.jpeg/.png in any case.
-  """
+def split_dirs(root: str, layout: str = "<class>/"):
+  """(ROOT/train, ROOT/test or ROOT/validation) of an image folder, or one line saying
+  which is missing; `layout` is what a split folder should hold, for the hint."""
   root = os.path.expanduser(root)
   if not os.path.isdir(root):
     raise FileNotFoundError(f"dataset directory {root} does not exist; set config.dataset to "
@@ -136,12 +134,21 @@ def directory_source(root: str):
   if not os.path.isdir(train_dir):
     raise errors.InvalidInput(
         f"{root} has no train/ folder; put training images in "
-        f"{train_dir}/<class>/")
+        f"{train_dir}/{layout}")
   eval_dir = next((os.path.join(root, name) for name in ("test", "validation")
                    if os.path.isdir(os.path.join(root, name))), None)
   if eval_dir is None:
     raise errors.InvalidInput(
         f"{root} has neither test/ nor validation/; hold out images in "
-        f"{root}/test/<class>/")
+        f"{root}/test/{layout}")
+  return train_dir, eval_dir
+
+
+def directory_source(root: str):
+  """ROOT/train/<class>/* and ROOT/test/<class>/* (or ROOT/validation/<class>/*).
+
+  Classes are the sorted subfolders of train/; images are .jpg/.jpeg/.png in any case.
+  """
+  train_dir, eval_dir = split_dirs(root)
   classes = class_folders(train_dir)
   return _folder_split(train_dir, classes), _folder_split(eval_dir, classes), classes

@@ -16,7 +16,7 @@ indexed_reader.py). Global device batches: device_batches.py.
 """
 
 import dataclasses
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 import jax
 import numpy as np
@@ -34,6 +34,19 @@ class DatasetInfo:
   num_train: int
   num_eval: int
   class_names: List[str]
+  multi_label: bool = False  # labels are multi-hot [K]: several classes, or none
+  # Training examples per class (positives, for multi-label data); None when the train
+  # split is streamed (counting would read it all) or absent.
+  train_class_counts: Optional[List[int]] = None
+
+
+def class_counts(split, num_classes: int) -> Optional[List[int]]:
+  """Examples per class of an in-memory split (None for a streamed one)."""
+  if not isinstance(split, IndexedSplit):
+    return None
+  if split.multi_label:
+    return np.asarray(split.labels, np.int64).sum(axis=0).tolist()
+  return np.bincount(split.labels, minlength=num_classes).tolist()
 
 
 def _rows_per_process(batch_size: int, process_count: int) -> int:
@@ -54,7 +67,8 @@ class Dataset:
     self.pp = pp
     self.shuffle_buffer = shuffle_buffer
     self.info = DatasetInfo(len(class_names), len(train) if train is not None else 0,
-                            len(eval_split), class_names)
+                            len(eval_split), class_names, eval_split.multi_label,
+                            class_counts(train, len(class_names)))
 
   def fingerprints(self) -> dict:
     """{'train': ..., 'eval': ...}: what each split holds (vit_jax.data.fingerprint)."""
@@ -76,8 +90,8 @@ class Dataset:
   def train_batches(self, *, batch_size: int, start_step: int, num_steps: int, seed: int,
                     process_index: int, process_count: int) -> Iterator[dict]:
     """This process's rows of the global batches of steps start_step .. num_steps - 1:
-    {'image': float32 [B/P, crop, crop, 3], 'label': int32 [B/P]} (with MixUp, 'label'
-    is float32 [B/P, num_classes])."""
+    {'image': float32 [B/P, crop, crop, 3], 'label': int32 [B/P]} (multi-label data:
+    multi-hot [B/P, num_classes]; with MixUp, 'label' is float32 [B/P, num_classes])."""
     rows = _rows_per_process(batch_size, process_count)  # MixUp's even rows: check_crop
     def augment(position, data, label):
       image = self._augment(self._payload(self.train, data), order.example_seed(seed, position))
@@ -97,7 +111,8 @@ class Dataset:
     def finish(batch):
       position = batch.pop("position")
       if self.pp.mixup_alpha:
-        onehot = tf.one_hot(batch["label"], self.info.num_classes)
+        onehot = (tf.cast(batch["label"], tf.float32) if self.info.multi_label
+                  else tf.one_hot(batch["label"], self.info.num_classes))
         batch["image"], batch["label"] = preprocess.mixup(
             batch["image"], onehot, self.pp.mixup_alpha,
             order.mixup_seed(seed, position[0] // batch_size))

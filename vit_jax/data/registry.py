@@ -3,8 +3,11 @@
   * a VTAB-1k task: 'vtab/<task>', or a directory read with VTAB split names
     (vit_jax.data.vtab);
   * 'digits': scikit-learn's embedded digits (vit_jax.data.digits);
+  * a multi-label image directory: ROOT/train/labels.csv, ROOT/test/labels.csv
+    (vit_jax.data.multilabel_folder);
   * an image directory: ROOT/train/<class>/, ROOT/test/<class>/ (vit_jax.data.image_folder);
-  * otherwise a TFDS name (vit_jax.data.tfds_source).
+  * otherwise a TFDS name (vit_jax.data.tfds_source), labelled by config.label_feature
+    (a ClassLabel, or a list of them: multi-label).
 
 Each answers `open(config)` -> (train split, eval split, class names), `class_count(config)`
 from metadata alone, and `open_eval(name, split, config, label_feature)` -> (split, class
@@ -16,7 +19,7 @@ import os
 from typing import List, Tuple
 
 from vit_jax import errors
-from vit_jax.data import digits, image_folder, tfds_source, vtab
+from vit_jax.data import digits, image_folder, multilabel_folder, tfds_source, vtab
 
 
 def _is_path(name: str) -> bool:
@@ -63,6 +66,24 @@ class Digits:
     return evaluation, class_names
 
 
+class MultilabelFolder:
+  def handles(self, config) -> bool:
+    return _is_path(config.dataset) and multilabel_folder.is_multilabel_folder(config.dataset)
+
+  def open(self, config):
+    return multilabel_folder.multilabel_source(config.dataset)
+
+  def class_count(self, config) -> int:
+    return len(multilabel_folder.class_names(config.dataset))
+
+  def open_eval(self, name, split, config, label_feature):
+    if not (_is_path(name) and multilabel_folder.is_multilabel_folder(name)):
+      return None
+    _labels_only(name, label_feature)
+    _, evaluation, class_names = multilabel_folder.multilabel_source(name)
+    return evaluation, class_names
+
+
 class Folder:
   def handles(self, config) -> bool:
     return _is_path(config.dataset)
@@ -88,12 +109,15 @@ class Tfds:
 
   def open(self, config):
     return tfds_source.tfds_source(config.dataset, config.train_split or "train",
-                                   config.eval_split or "test", data_dir=config.tfds_data_dir,
+                                   config.eval_split or "test",
+                                   label_feature=label_feature(config),
+                                   data_dir=config.tfds_data_dir,
                                    manual_dir=config.tfds_manual_dir,
                                    download=config.tfds_download)
 
   def class_count(self, config) -> int:
-    return tfds_source.tfds_class_count(config.dataset, config.tfds_data_dir)
+    return tfds_source.tfds_class_count(config.dataset, config.tfds_data_dir,
+                                        label_feature(config))
 
   def open_eval(self, name, split, config, label_feature):
     return tfds_source.tfds_eval_source(name, split, label_feature=label_feature,
@@ -102,11 +126,21 @@ class Tfds:
                                         download=config.tfds_download)
 
 
-SOURCES = (VtabTask(), Digits(), Folder(), Tfds())  # the first that handles a name reads it
+SOURCES = (VtabTask(), Digits(), MultilabelFolder(), Folder(), Tfds())  # the first that
+# handles a name reads it
+
+
+def label_feature(config) -> str:
+  return config.get("label_feature", "label")
 
 
 def find(config):
-  return next(source for source in SOURCES if source.handles(config))
+  source = next(source for source in SOURCES if source.handles(config))
+  if label_feature(config) != "label" and not isinstance(source, Tfds):
+    raise errors.InvalidInput(
+        f"config.label_feature={label_feature(config)!r} applies to TFDS datasets only; "
+        f"{config.dataset} has its own labels: drop the setting")
+  return source
 
 
 def open_source(config):

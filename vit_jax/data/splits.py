@@ -34,6 +34,10 @@ class IndexedSplit:
   def __len__(self):
     return len(self.labels)
 
+  @property
+  def multi_label(self) -> bool:
+    return self.labels.ndim == 2
+
   def image_error(self, index: int, error: Exception) -> Exception:
     """The one-line error for example `index` failing with `error` (TF's message names
     no file): which image, why, and the fix."""
@@ -58,12 +62,13 @@ def image_and_label(example: dict) -> Tuple[tf.Tensor, tf.Tensor]:
 @dataclasses.dataclass
 class StreamingSplit:
   """A TFDS split too large for memory, read as file shards of encoded images;
-  `features` maps each TFDS example to its (encoded image, int32 label)."""
+  `features` maps each TFDS example to its (encoded image, int32 label or multi-hot)."""
   kind: ClassVar[str] = "encoded"
   builder: object
   split: str
   num_examples: int
   features: Callable[[dict], Tuple[tf.Tensor, tf.Tensor]] = image_and_label
+  multi_label: bool = False  # `features` gives multi-hot labels [K]
 
   def __len__(self):
     return self.num_examples

@@ -158,7 +158,7 @@ def versioned_builder(name: str, version: str, data_dir=None):
     return None
 
 
-def tfds_split(builder, split: str, features=image_and_label):
+def tfds_split(builder, split: str, features=image_and_label, multi_label: bool = False):
   """One split (any TFDS split string) in memory, or streamed when its share of the
   dataset's size is over IN_MEMORY_LIMIT_BYTES; absent data fails at once."""
   info = builder.info
@@ -167,7 +167,7 @@ def tfds_split(builder, split: str, features=image_and_label):
     total = sum(s.num_examples for s in info.splits.values())
     if info.dataset_size * num_examples / max(total, 1) > IN_MEMORY_LIMIT_BYTES:
       read_tfds(builder, split)  # fails fast if absent
-      return StreamingSplit(builder, split, num_examples, features)
+      return StreamingSplit(builder, split, num_examples, features, multi_label)
   return _tfds_in_memory(builder, split, features)
 
 
@@ -177,28 +177,17 @@ def _check_features(builder, label_feature: str) -> None:
     raise errors.InvalidInput(
         f"TFDS dataset {builder.name} lacks the feature(s) "
         f"{', '.join(sorted(missing))}; only image classification datasets with "
-        f"'image' and '{label_feature}' work")
+        f"'image' and '{label_feature}' work (config.label_feature names the labels)")
+
+
+def _is_list(builder, label_feature: str) -> bool:
+  """Whether the feature is a list of classes (a Sequence of ClassLabel): multi-hot."""
+  return hasattr(builder.info.features[label_feature], "feature")
 
 
 def _class_names(builder, label_feature: str) -> List[str]:
   feature = builder.info.features[label_feature]
   return list(getattr(feature, "feature", feature).names)  # a Sequence holds its ClassLabel
-
-
-def tfds_source(name: str, train_split: str, eval_split: str, *, data_dir=None,
-                manual_dir=None, download=False):
-  """A TFDS dataset; touches the network only with download=True (then it may take
-  minutes; offline it fails in seconds), otherwise a missing dataset fails at once."""
-  builder = prepared_builder(name, data_dir=data_dir, manual_dir=manual_dir,
-                             download=download)
-  _check_features(builder, "label")
-  if (builder.info.dataset_size or 0) > IN_MEMORY_LIMIT_BYTES:
-    read_tfds(builder, train_split)  # fails fast if absent
-    splits = [StreamingSplit(builder, split, builder.info.splits[split].num_examples)
-              for split in (train_split, eval_split)]
-  else:
-    splits = [_tfds_in_memory(builder, split) for split in (train_split, eval_split)]
-  return splits[0], splits[1], _class_names(builder, "label")
 
 
 def image_and_labels(feature: str, num_classes: int):
@@ -211,21 +200,51 @@ def image_and_labels(feature: str, num_classes: int):
   return features
 
 
+def image_and_class(feature: str):
+  """features() of an example whose class is the ClassLabel `feature`."""
+  if feature == "label":
+    return image_and_label
+  return lambda example: (example["image"], tf.cast(example[feature], tf.int32))
+
+
+def label_reader(builder, label_feature: str):
+  """(features function, multi-label?, class names) of `label_feature`: int32 labels for
+  a ClassLabel, multi-hot for a list of classes (a Sequence of ClassLabel)."""
+  _check_features(builder, label_feature)
+  names = _class_names(builder, label_feature)
+  if _is_list(builder, label_feature):
+    return image_and_labels(label_feature, len(names)), True, names
+  return image_and_class(label_feature), False, names
+
+
+def tfds_source(name: str, train_split: str, eval_split: str, *, label_feature: str = "label",
+                data_dir=None, manual_dir=None, download=False):
+  """A TFDS dataset; touches the network only with download=True (then it may take
+  minutes; offline it fails in seconds), otherwise a missing dataset fails at once."""
+  builder = prepared_builder(name, data_dir=data_dir, manual_dir=manual_dir,
+                             download=download)
+  features, multi_label, names = label_reader(builder, label_feature)
+  if (builder.info.dataset_size or 0) > IN_MEMORY_LIMIT_BYTES:
+    read_tfds(builder, train_split)  # fails fast if absent
+    splits = [StreamingSplit(builder, split, builder.info.splits[split].num_examples,
+                             features, multi_label) for split in (train_split, eval_split)]
+  else:
+    splits = [_tfds_in_memory(builder, split, features) for split in (train_split, eval_split)]
+  return splits[0], splits[1], names
+
+
 def tfds_eval_source(name: str, split: str, *, label_feature: str = "label", data_dir=None,
                      manual_dir=None, download=False):
   """(split, class names) of a TFDS dataset used for evaluation only. A label_feature
-  other than 'label' is a list of correct classes (e.g. 'real_label'), read as multi-hot."""
+  that is a list of correct classes (e.g. 'real_label') is read as multi-hot."""
   builder = prepared_builder(name, data_dir=data_dir, manual_dir=manual_dir,
                              download=download)
-  _check_features(builder, label_feature)
-  names = _class_names(builder, label_feature)
-  features = (image_and_label if label_feature == "label"
-              else image_and_labels(label_feature, len(names)))
-  return tfds_split(builder, split, features), names
+  features, multi_label, names = label_reader(builder, label_feature)
+  return tfds_split(builder, split, features, multi_label), names
 
 
-def tfds_class_count(name: str, data_dir: Optional[str]) -> int:
-  """The 'label' feature's class count from TFDS's metadata (no example read)."""
+def tfds_class_count(name: str, data_dir: Optional[str], label_feature: str = "label") -> int:
+  """The class count of `label_feature` from TFDS's metadata (no example read)."""
   builder = _tfds_builder(name, data_dir)
-  _check_features(builder, "label")
-  return builder.info.features["label"].num_classes
+  _check_features(builder, label_feature)
+  return len(_class_names(builder, label_feature))

@@ -20,6 +20,9 @@ from vit_jax.evaluators import classification, fewshot
 
 
 class Evaluator(Protocol):
+  # The latest `run`'s per-class results ({'eval/<set>' or 'eval': per_class.ClassReport},
+  # written by vit_jax.runs.class_report); empty for kinds without them.
+  reports: Dict[str, object]
 
   def due(self, step: int, total_steps: int) -> bool:
     """Whether `run` should measure the state of this step."""

@@ -7,14 +7,17 @@ eval/<name>/{accuracy,loss,examples}; the primary set (`config.eval_primary`, de
 dataset's own split) also writes the plain eval/accuracy, eval/loss and eval/examples
 that dashboards and the end-of-run summary read.
 
-Metrics: 'accuracy' (the top-1 class is the label) and 'real' (ImageNet ReaL, Beyer et al.
-2020: the top-1 class is one of the example's re-assessed labels; examples without any
-label are left out and counted as eval/<name>/excluded).
+Metrics: 'accuracy' (the top-1 class is the label; also per-class recall and precision,
+eval/<name>/balanced_accuracy and the confusion matrix: evaluators.per_class) and 'real'
+(ImageNet ReaL, Beyer et al. 2020: the top-1 class is one of the example's re-assessed
+labels; examples without any label are left out and counted as eval/<name>/excluded).
+An 'accuracy' set of multi-label data is scored by evaluators.multilabel instead (mAP,
+F1 micro and macro, per-class AP).
 """
 
 import dataclasses
 import re
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -23,10 +26,13 @@ import ml_collections
 from vit_jax import errors, objectives, sharding, train_step
 from vit_jax.console import log
 from vit_jax.data import device_batches, pipeline
+from vit_jax.evaluators import multilabel, per_class
 
 # metric -> the TFDS feature holding the labels it scores.
 LABEL_FEATURES = {"accuracy": "label", "real": "real_label"}
 SET_KEYS = ("dataset", "split", "metric", "optional")
+# Metrics of the primary set that are also written without the set's name (eval/<metric>).
+_PRIMARY_EXTRAS = ("balanced_accuracy", "map", "f1_micro", "f1_macro")
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
@@ -123,7 +129,7 @@ def _absent(error: Exception) -> bool:
 def open_sets(config: ml_collections.ConfigDict, dataset: pipeline.Dataset) -> List[EvalSet]:
   """The dataset's own eval split first, then config.evals in name order; an optional set
   whose data is absent is skipped with a note. Each must have the training classes."""
-  sets = [EvalSet(own_set_name(config), dataset, "accuracy")]
+  sets = [EvalSet(own_set_name(config), dataset, _scored_by("accuracy", dataset))]
   for name, spec in sorted(config.get("evals", {}).items()):
     metric = spec.get("metric", "accuracy")
     try:
@@ -139,8 +145,21 @@ def open_sets(config: ml_collections.ConfigDict, dataset: pipeline.Dataset) -> L
           f"config.evals.{name}: {spec.dataset} has {opened.info.num_classes} classes that "
           f"differ from the training set's {dataset.info.num_classes} ({config.dataset}); "
           "evaluate only on sets labelled with the same classes")
-    sets.append(EvalSet(name, opened, metric))
+    sets.append(EvalSet(name, opened, _scored_by(metric, opened)))
   return sets
+
+
+def _scored_by(metric: str, dataset: pipeline.Dataset) -> str:
+  """The step that scores a set: 'multilabel' for an 'accuracy' set of multi-label data."""
+  return "multilabel" if metric == "accuracy" and dataset.info.multi_label else metric
+
+
+def _extras(results: Dict[str, float]) -> str:
+  """The per-class summaries for the console line."""
+  shown = {"balanced_accuracy": "balanced accuracy", "map": "mAP", "f1_micro": "F1 micro",
+           "f1_macro": "F1 macro"}
+  return "".join(f", {label} {results[key]:.4f}" for key, label in shown.items()
+                 if key in results)
 
 
 class Evaluator:
@@ -149,55 +168,81 @@ class Evaluator:
   objective other than classification brings its own)."""
 
   def __init__(self, config: ml_collections.ConfigDict, module, mesh,
-               dataset: pipeline.Dataset, eval_step: Optional[Callable] = None):
+               dataset: pipeline.Dataset, eval_step: Optional[Callable] = None,
+               predicts_classes: bool = True):
     check(config)
     self.config, self.mesh = config, mesh
     self.sets = open_sets(config, dataset)
+    if not predicts_classes:  # labels unused: the objective's own step scores every set
+      self.sets = [dataclasses.replace(s, metric="accuracy") if s.metric == "multilabel"
+                   else s for s in self.sets]
     self.primary = config.get("eval_primary", "") or self.sets[0].name
     if self.primary not in [s.name for s in self.sets]:
       raise errors.InvalidInput(
           f"config.eval_primary={self.primary!r}: that set was skipped (its data "
           "is absent); prepare it or choose another primary set")
     self._steps = {"accuracy": eval_step or objectives.classification.make_eval_step(module),
-                   "real": make_real_eval_step(module)}
+                   "real": make_real_eval_step(module),
+                   "multilabel": multilabel.make_eval_step(module)}
     self._compiled = {}
+    self.reports: Dict[str, per_class.ClassReport] = {}  # of the latest `run`
 
   def _step(self, metric: str):
     if metric not in self._compiled:
       self._compiled[metric] = jit_eval_step(self._steps[metric], self.mesh)
     return self._compiled[metric]
 
-  def evaluate(self, params, eval_set: EvalSet) -> Dict[str, float]:
-    """Sums over the whole split, then {'accuracy', 'loss', 'examples'[, 'excluded']}."""
+  def evaluate(self, params, eval_set: EvalSet) -> Tuple[Dict[str, float],
+                                                         Optional[per_class.ClassReport]]:
+    """Sums over the whole split, then ({'accuracy', 'loss', 'examples'[, 'excluded',
+    'balanced_accuracy']}, the per-class report or None)."""
     step, batch_sharding = self._step(eval_set.metric), sharding.batch_sharding(self.mesh)
-    totals = None
+    totals, rows = None, []
     for batch in eval_set.dataset.eval_batches(batch_size=self.config.batch_eval,
                                                process_index=jax.process_index(),
                                                process_count=jax.process_count()):
       sums = step(params, device_batches.to_global(batch, batch_sharding))
+      if "rows" in sums:  # replicated: the whole global batch, on every process
+        rows.append(sums.pop("rows"))  # fetched with the sums: no wait per batch
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     if totals is None:
       raise errors.InvalidInput(f"eval set {eval_set.name}: its split yielded no batch (no "
                                 "examples); point it at a split that has some")
-    totals = {k: float(v) for k, v in jax.device_get(totals).items()}
+    totals, rows = jax.device_get((totals, rows))
+    arrays = {k: v for k, v in totals.items() if getattr(v, "ndim", 0)}
+    totals = {k: float(v) for k, v in totals.items() if k not in arrays}
     examples = totals.pop("examples")
     results = {"accuracy": totals.pop("correct") / max(examples, 1.0),
                "loss": totals.pop("loss_sum") / max(examples, 1.0), "examples": examples}
-    return {**results, **totals}
+    report, names = None, eval_set.dataset.info.class_names
+    if rows:
+      scalars, report = multilabel.summarize(rows, names, self.config.get(
+          "threshold", multilabel.DEFAULT_THRESHOLD))
+      totals.update(scalars)
+    elif arrays:
+      scalars, report = per_class.summarize(arrays, names)
+      totals.update(scalars)
+    return {**results, **totals}, report
 
   def __call__(self, params, step: int, prefix: str = "eval") -> Dict[str, float]:
-    """eval/<set>/<metric> for every set, plus eval/<metric> of the primary set."""
+    """eval/<set>/<metric> for every set, plus eval/<metric> of the primary set; the
+    per-class reports go to self.reports (keyed eval/<set>, and eval for the primary)."""
     metrics = {}
     for eval_set in self.sets:
-      results = self.evaluate(params, eval_set)
+      results, report = self.evaluate(params, eval_set)
       metrics.update({f"{prefix}/{eval_set.name}/{k}": v for k, v in results.items()})
+      if report is not None:
+        self.reports[f"{prefix}/{eval_set.name}"] = report
       if eval_set.name == self.primary:
-        metrics.update({f"{prefix}/{k}": results[k] for k in ("accuracy", "loss", "examples")})
+        metrics.update({f"{prefix}/{k}": results[k] for k in ("accuracy", "loss", "examples")
+                        + _PRIMARY_EXTRAS if k in results})
+        if report is not None:
+          self.reports[prefix] = report
       excluded = (f", {results['excluded']:.0f} without a label left out"
                   if "excluded" in results else "")
-      log.info("step %d: %s %s accuracy %.4f, loss %.4f on %d examples%s", step, prefix,
-               eval_set.name, results["accuracy"], results["loss"], results["examples"],
-               excluded)
+      log.info("step %d: %s %s accuracy %.4f%s, loss %.4f on %d examples%s", step, prefix,
+               eval_set.name, results["accuracy"], _extras(results), results["loss"],
+               results["examples"], excluded)
     return metrics
 
   def due(self, step: int, total_steps: int) -> bool:
@@ -206,6 +251,7 @@ class Evaluator:
   def run(self, state: train_step.TrainState, step: int) -> Dict[str, float]:
     """eval/* of the evaluated parameters (the Polyak average when on), plus eval_raw/*
     of the raw parameters when they differ."""
+    self.reports = {}
     metrics = self(state.eval_params, step)
     if state.polyak is not None:
       metrics.update(self(state.params, step, prefix="eval_raw"))
@@ -217,4 +263,5 @@ def build(config: ml_collections.ConfigDict, module, mesh, dataset: pipeline.Dat
   """The evaluator of the dataset's eval split and config.evals, scored by the objective's
   eval step ('accuracy' sets) and ReaL's ('real' sets)."""
   return Evaluator(config, module, mesh, dataset,
-                   eval_step=objective.make_eval_step(module, config))
+                   eval_step=objective.make_eval_step(module, config),
+                   predicts_classes=objective.predicts_classes)

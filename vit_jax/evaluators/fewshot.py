@@ -210,6 +210,7 @@ def dataset_key(name: str) -> str:
 class Evaluator:
   """config.fewshot probes during training: datasets opened (and checked) once, up front;
   the feature function is compiled once, on the first call."""
+  reports = {}  # no per-class results
 
   def __init__(self, config: ml_collections.ConfigDict, module, mesh: jax.sharding.Mesh):
     settings = config.fewshot

@@ -38,6 +38,8 @@ def describe(source: source_lib.Source, *, fmt: str, files: Dict[str, str],
       "num_classes": source.module.num_classes,
       "classes": classes["names"],
       "classes_from": classes["from"],
+      "multi_label": source.multi_label,
+      "probabilities": source.activation,  # of the logits: sigmoid for multi-label heads
       "signature": signature,
       "preprocessing": preprocessing_contract(source.image_size, in_graph_preprocessing),
       "source_checkpoint": {"path": source.checkpoint, "sha256": source_lib.sha256(source.path)},

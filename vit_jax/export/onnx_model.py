@@ -48,7 +48,7 @@ def write(source: source_lib.Source, options, directory: str) -> Tuple[Dict, Dic
 
   def outputs(images):
     logits = logits_fn(images)
-    return logits, jax.nn.softmax(logits)
+    return logits, getattr(jax.nn, source.activation)(logits)
 
   with _quiet_converter():
     _import_plugins_for_flax()

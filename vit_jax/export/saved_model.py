@@ -39,7 +39,7 @@ def serving_module(source: source_lib.Source, batch: Optional[int], with_preproc
 
   def outputs(images):
     logits = logits_of(module.params, images)
-    return {"logits": logits, "probabilities": tf.nn.softmax(logits)}
+    return {"logits": logits, "probabilities": getattr(tf.nn, source.activation)(logits)}
 
   if with_preprocessing:
     from vit_jax.export import preprocessing

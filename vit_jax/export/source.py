@@ -39,6 +39,12 @@ class Source:
   params: Dict[str, Any]
   image_size: int
   dtype: str
+  multi_label: bool = False  # saved by a multi-label run: probabilities are sigmoids
+
+  @property
+  def activation(self) -> str:
+    """How `probabilities` come from logits: 'sigmoid' (multi-label) or 'softmax'."""
+    return "sigmoid" if self.multi_label else "softmax"
 
   def logits_fn(self):
     """images [B, H, W, 3] float32 in [-1, 1] -> float32 logits, weights closed over."""
@@ -94,7 +100,9 @@ def load_source(checkpoint: str, image_size: Optional[int], dtype: str) -> Sourc
   if weight_bytes > MAX_WEIGHT_BYTES:
     raise ExportError(f"{checkpoint}: {weight_bytes / 2**30:.1f} GiB of weights do not fit "
                       "the 2 GiB that one serialized graph can hold; export a smaller model")
-  return Source(checkpoint, path, module.clone(dtype=DTYPES[dtype]), params, size, dtype)
+  multi_label = path.endswith(".npz") and npz.read_multi_label(path)
+  return Source(checkpoint, path, module.clone(dtype=DTYPES[dtype]), params, size, dtype,
+                multi_label)
 
 
 def verification_images(batch: int, image_size: int) -> np.ndarray:

@@ -43,7 +43,11 @@ def describe(config, info, fingerprints: Dict[str, Any]) -> Dict[str, Any]:
   return {"source": source, "train_split": splits[0], "eval_split": splits[1],
           "num_train": info.num_train,
           "num_eval": info.num_eval, "num_classes": info.num_classes,
-          "class_names": list(info.class_names), "fingerprints": fingerprints}
+          "class_names": list(info.class_names),
+          # examples per class seen in the train split (positives, for multi-label data;
+          # None when it is streamed), what class_weights='balanced' is computed from
+          "multi_label": info.multi_label, "train_class_counts": info.train_class_counts,
+          "fingerprints": fingerprints}
 
 
 def read(workdir: str) -> Optional[Dict[str, Any]]:

@@ -202,6 +202,9 @@ def final_summary(*, workdir: str, steps: tuple, seconds: float, img_per_sec: Op
       f"done: {trained} in {format_duration(seconds)}{rate}",
       f"  eval accuracy {eval_metrics['eval/accuracy']:.4f}, loss {eval_metrics['eval/loss']:.4f}"
       f" on {int(eval_metrics['eval/examples'])} examples",
+      *([f"  eval mAP {eval_metrics['eval/map']:.4f}, F1 micro "
+         f"{eval_metrics['eval/f1_micro']:.4f}, macro {eval_metrics['eval/f1_macro']:.4f}"]
+        if "eval/map" in eval_metrics else []),
       *[f"    {name}: accuracy {eval_metrics[f'eval/{name}/accuracy']:.4f} on "
         f"{int(eval_metrics[f'eval/{name}/examples'])} examples"
         for name in _eval_set_names(eval_metrics)],

@@ -89,11 +89,12 @@ def write_parameter_table(params, workdir: str) -> int:
   return sum(int(np.prod(p.shape)) for p in jax.tree.leaves(params))
 
 
-def write_final(params: Any, eval_metrics: Dict[str, float], workdir: str,
-                class_names: Optional[Sequence[str]] = None) -> None:
-  """params.npz (released layout, with the head's class names when given) and
-  final_metrics.json, each atomic, written last."""
-  npz.save_npz(params, fs.join(workdir, PARAMS), class_names=class_names)
+def write_final(params: Any, eval_metrics: Dict[str, Any], workdir: str,
+                class_names: Optional[Sequence[str]] = None, multi_label: bool = False) -> None:
+  """params.npz (released layout, with the head's class names and multi-label flag when
+  given) and final_metrics.json, each atomic, written last."""
+  npz.save_npz(params, fs.join(workdir, PARAMS), class_names=class_names,
+               multi_label=multi_label)
   fs.write_atomic(fs.join(workdir, FINAL_METRICS), json.dumps(eval_metrics, indent=2))
 
 

@@ -30,6 +30,7 @@ from vit_jax.checkpoints import hub, npz
 from vit_jax.console import log
 from vit_jax.data import vtab as tasks_lib
 from vit_jax.models import zoo
+from vit_jax.objectives import classification
 from vit_jax.runs import fs, outputs
 from vit_jax.runs import workdir as workdir_lib
 
@@ -152,7 +153,8 @@ def task_config(base: ml_collections.ConfigDict, run: TaskRun, *, checkpoint: st
                 eval_split: str, overrides: Mapping[str, Any]) -> ml_collections.ConfigDict:
   """One run's config: the base, the task and setting, the model, the user's overrides,
   then what follows from them unless overridden too: warm-up (WARMUP_FRACTION of the
-  steps), one evaluation at the end (test sets are large), the task's flip, and for
+  steps), one evaluation at the end (test sets are large), the task's flip, the loss
+  config.loss='auto' means for single-label data, and for
   pp.preset 'bit' the task's crop (pp.resize None: HyperRule resize and random crop;
   = pp.crop: the whole image)."""
   config = base.copy_and_resolve_references()
@@ -163,7 +165,10 @@ def task_config(base: ml_collections.ConfigDict, run: TaskRun, *, checkpoint: st
   for key, value in {**model, **overrides}.items():
     set_key(config, key, value)
   derived = {"warmup_steps": round(WARMUP_FRACTION * config.total_steps),
-             "eval_every": config.total_steps, "pp.flip": run.flip}
+             "eval_every": config.total_steps, "pp.flip": run.flip,
+             # a task has one class per image: 'auto' is softmax_xent, written as the run
+             # writes it in config.json (a rerun compares its settings with that file)
+             "loss": classification.loss_name(config)}
   if config.pp.preset == "bit":
     derived["pp.resize"] = None if run.crop else config.pp.crop
   for key, value in derived.items():
