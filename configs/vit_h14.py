@@ -17,7 +17,8 @@ def get_config(dataset=None):
   config = config_defaults.finetune_config("ViT-H_14", dataset, headline_crop=518,
                                           headline_polyak=True)
   # A v3-8 core holds 15.48 GiB: at 518 px (1,370 tokens) the shared 8 micro-batches (8
-  # images per core each) need 17.30 GiB, 16 micro-batches (4 per core) fit; same result,
-  # the compiler estimates the same speed (python -m vit_jax.plan, benchmarks/RESULTS.md).
+  # images per core each) need 17.30 GiB; 16 micro-batches (4 per core) peak at 13.70 GiB,
+  # with the same result, and the compiler even estimates them faster (40 vs 37 img/s: it
+  # rematerialises less). python -m vit_jax.plan; benchmarks/RESULTS.md ("TPU plans").
   config.accum_steps = 16
   return config
