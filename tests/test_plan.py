@@ -2,10 +2,10 @@
 
 import json
 import subprocess
-import sys
 
 import pytest
 
+import fork_server
 import helpers
 from vit_jax import plan
 
@@ -14,14 +14,27 @@ LIBTPU_CHATTER = ("TPU accelerator", "host bounds", "libtpu", "InitGoogle", "E00
 pytest.importorskip("libtpu", reason="compiling for TPUs needs libtpu (the test extra)")
 
 
+def run_plan(folder, *args):
+  """`python -m vit_jax.plan ARGS` as a real process (forked from tests/fork_server.py), its
+  stdout and stderr apart: what a user's terminal would show, libtpu's own writes included."""
+  stdout, stderr = folder / "plan.stdout", folder / "plan.stderr"
+  process = fork_server.start(["vit_jax.plan", *args], helpers.subprocess_env(), helpers.REPO,
+                              stdout, errors=stderr)
+  try:
+    code = process.wait(timeout=600)
+  finally:
+    process.kill()  # a no-op once it ended
+  return subprocess.CompletedProcess(["vit_jax.plan", *args], code, stdout.read_text(),
+                                     stderr.read_text())
+
+
 def test_a_step_that_does_not_fit_exits_3_with_a_change_that_fits(tmp_path):
   """The demo at batch 256 under a 24 MiB limit: the train step does not fit; the
   suggested change is verified by planning with it (in this process)."""
   report_path = tmp_path / "plan.json"
   args = [*helpers.demo_args(batch=256, batch_eval=64), "--tpu=v5e-4", "--hbm_limit_gib=0.0234",
           "--max_suggestions=1", f"--json={report_path}"]
-  done = subprocess.run([sys.executable, "-m", "vit_jax.plan", *args], capture_output=True,
-                        text=True, env=helpers.subprocess_env(), timeout=600, check=False)
+  done = run_plan(tmp_path, *args)
   assert done.returncode == plan.DOES_NOT_FIT_EXIT_CODE, done.stderr
   errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
   assert len(errors) == 1 and "the train step does not fit v5e-4" in errors[0]

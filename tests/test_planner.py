@@ -70,8 +70,10 @@ def test_accumulation_and_scanned_blocks_are_counted_in_full(reports, v3_8):
   programs = planner.build_programs(config_of(**WIDE, **MESHES["loops"]),
                                     sharding.make_mesh({"data": -1}, v3_8.devices), 10)
   raw = planner.cost(planner.compile_for(*programs.train, v3_8))
-  assert raw["flops"] * 8 / 32 < plain["train"]["gflop_per_image"] * 1e9 / 4
-  assert looped["train"]["estimated_step_seconds"] > 3 * raw["seconds"]
+  assert raw["flops"] * 8 / 32 < plain["train"]["gflop_per_image"] * 1e9 / 3
+  # The same images per step in four micro-batches take no less time than in one.
+  seconds = looped["train"]["estimated_step_seconds"]
+  assert seconds > raw["seconds"] and seconds > 0.9 * plain["train"]["estimated_step_seconds"]
 
 
 def test_a_v5e_slice_and_its_chip_facts():
