@@ -26,7 +26,7 @@ from vit_jax.checkpoints.class_names import read_class_names  # pylint: disable=
 from vit_jax.checkpoints.npz_checks import (  # pylint: disable=unused-import
     SINCOS_IMAGE_SIZE, CheckpointError, ImageSize, ImageSizeError, check_against, check_finite,
     check_image_size, expected_shapes, native_image_size, nonfinite_arrays, side_pair)
-from vit_jax.models import posemb
+from vit_jax.models import patch_resize, posemb
 from vit_jax.models import vit, zoo
 from vit_jax.runs import fs
 
@@ -218,6 +218,34 @@ def read_checkpoint(path: str, *, model_name: Optional[str] = None) -> Checkpoin
   return Checkpoint(flat, architecture, file_classes, file_representation)
 
 
+KERNEL_KEY = "embedding/kernel"
+
+
+def with_patch_size(checkpoint: Checkpoint, patch_size: int, path: str
+                    ) -> Tuple[Checkpoint, Tuple[int, int]]:
+  """(the checkpoint with its patch-embedding kernel PI-resized to patch_size (FlexiViT; see
+  vit_jax.models.patch_resize), the image size in pixels it was made for): callers keep
+  that size, so the position embedding goes to the new, finer or coarser, grid."""
+  architecture = checkpoint.architecture
+  try:
+    size = checkpoint.image_size(vit.VisionTransformer(num_classes=1, **architecture.as_kwargs()))
+  except ValueError:
+    raise _not_square(path) from None
+  file_patch = checkpoint.flat[KERNEL_KEY].shape[0]
+  if patch_size == file_patch:
+    return checkpoint, size
+  if architecture.resnet_stages is not None:
+    raise CheckpointError(
+        f"{path} is a hybrid (ResNet stem + ViT), whose patch size {file_patch} is cut from "
+        "the stem's features and cannot be changed: leave patch_size unset")
+  flat = dict(checkpoint.flat)
+  flat[KERNEL_KEY] = np.asarray(patch_resize.pi_resize_kernel(flat[KERNEL_KEY], patch_size))
+  logging.info("PI-resizing the patch embedding %s -> %s", checkpoint.flat[KERNEL_KEY].shape,
+               flat[KERNEL_KEY].shape)
+  return dataclasses.replace(checkpoint, flat=flat, architecture=dataclasses.replace(
+      architecture, patch_size=patch_size)), size
+
+
 def check_checkpoint(checkpoint: Checkpoint, path: str, model_name: Optional[str] = None
                      ) -> vit.VisionTransformer:
   """The module a checkpoint holds as it is (head and pre_logits included, one class when
@@ -239,7 +267,7 @@ def check_checkpoint(checkpoint: Checkpoint, path: str, model_name: Optional[str
 def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
              num_classes: Optional[int] = None, model_name: Optional[str] = None,
              pre_logits: Optional[bool] = None, allow_nonfinite: bool = False,
-             strict_image_size: bool = False,
+             strict_image_size: bool = False, patch_size: Optional[int] = None,
              **model_overrides) -> Tuple[vit.VisionTransformer, Dict[str, Any]]:
   """Loads a released-format .npz as (module, params).
 
@@ -259,6 +287,9 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
       (for experts inspecting a diverged run).
     strict_image_size: refuse an image_size that is not a multiple of the model's
       stride instead of warning that the remainder is dropped (see check_image_size).
+    patch_size: a patch size other than the file's (plain ViTs): the patch-embedding
+      kernel is PI-resized (FlexiViT) and, at the file's image size unless image_size
+      says otherwise, the position embedding goes to the new grid.
     **model_overrides: other VisionTransformer attributes (dropout_rate, dtype, ...).
 
   Returns:
@@ -270,6 +301,10 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
     image_size the model cannot run at.
   """
   checkpoint = read_checkpoint(path, model_name=model_name)
+  patch_size = model_overrides.pop("patch_size", patch_size)
+  if patch_size is not None:
+    checkpoint, file_size = with_patch_size(checkpoint, patch_size, path)
+    image_size = file_size if image_size is None else image_size
   flat, architecture = dict(checkpoint.flat), checkpoint.architecture
   file_classes, file_representation = checkpoint.num_classes, checkpoint.representation_size
 
@@ -308,8 +343,8 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
     logging.info("resizing position embedding %s -> %s", flat[POSEMB_KEY].shape,
                  shapes[POSEMB_KEY])
     try:
-      flat[POSEMB_KEY] = posemb.resize_posemb(flat[POSEMB_KEY], new_grid,
-                                              module.classifier == "token")
+      flat[POSEMB_KEY] = np.asarray(posemb.resize_posemb(flat[POSEMB_KEY], new_grid,
+                                                         module.classifier == "token"))
     except ValueError:
       raise _not_square(path) from None
   check_against(flat, shapes, path, model_name)
