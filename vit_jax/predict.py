@@ -43,8 +43,9 @@ def _tf_message(error) -> str:
   return " ".join(re.sub(r"\{\{.*?\}\}|\[Op:\w+\]", "", error.message).split())
 
 
-def load_image(path: str, image_size: int) -> np.ndarray:
-  """[image_size, image_size, 3] float32 in [-1, 1], preprocessed like evaluation."""
+def load_image(path: str, image_size) -> np.ndarray:
+  """[height, width, 3] float32 in [-1, 1] for image_size (a side or (height, width)),
+  preprocessed like evaluation."""
   import tensorflow as tf  # only reading files needs it: --help and usage mistakes are fast
   from vit_jax.data import preprocess  # pylint: disable=import-outside-toplevel (imports tf)
   try:
@@ -58,14 +59,15 @@ def load_image(path: str, image_size: int) -> np.ndarray:
 
 
 def classify(module: vit.VisionTransformer, params, image_paths: Sequence[str], *,
-             image_size: Optional[int] = None, top_k: int = 5,
+             image_size: Optional[npz.ImageSize] = None, top_k: int = 5,
              batch_size: int = 32) -> List[Prediction]:
   """Top-k (class index, softmax probability) per image, in the order of image_paths.
 
-  image_size defaults to the checkpoint's own resolution (params must fit the size given).
+  image_size (a side or (height, width)) defaults to the checkpoint's own resolution; at
+  another the model resizes its position embedding (see npz.load_for_inference).
   The last batch is padded, so every batch has one shape and the model compiles once.
   """
-  image_size = image_size or npz.native_image_size(module, params)
+  height, width = npz.side_pair(image_size or npz.native_image_size(module, params))
   k = min(top_k, module.num_classes)
   batch_size = max(1, min(batch_size, len(image_paths)))
 
@@ -78,9 +80,9 @@ def classify(module: vit.VisionTransformer, params, image_paths: Sequence[str], 
   predictions = []
   for start in range(0, len(image_paths), batch_size):
     paths = image_paths[start:start + batch_size]
-    images = np.zeros((batch_size, image_size, image_size, 3), np.float32)
+    images = np.zeros((batch_size, height, width, 3), np.float32)
     for i, path in enumerate(paths):
-      images[i] = load_image(path, image_size)
+      images[i] = load_image(path, (height, width))
     probs, classes = jax.device_get(top_classes(params, images))
     predictions += [list(zip(c.tolist(), p.tolist()))
                     for c, p in zip(classes[:len(paths)], probs[:len(paths)])]
@@ -195,8 +197,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   define = dict(flag_values=flag_values)
   flags.DEFINE_string("checkpoint", None, hub.CHECKPOINT_HELP,
                       **define)
-  flags.DEFINE_integer("image_size", None, "Input side in pixels; default: the checkpoint's own.",
-                       lower_bound=1, **define)
+  flags.DEFINE(cli.ImageSizeParser(), "image_size", None,
+               cli.image_size_help(npz.IMAGE_SIZE_HELP), flag_values=flag_values)
   flags.DEFINE_boolean("allow_nonfinite", False, npz.ALLOW_NONFINITE_HELP, **define)
   flags.DEFINE_integer("batch_size", 32, "Images per forward pass.", lower_bound=1, **define)
   flags.DEFINE_integer("top_k", 5, "Classes shown per image.", lower_bound=1, **define)

@@ -25,7 +25,7 @@ def test_kernel_is_pi_resized_and_posemb_goes_to_the_new_grid(tiny, patch_size, 
       file[npz.KERNEL_KEY], patch_size))
   np.testing.assert_array_equal(params["Transformer"]["posembed_input"]["pos_embedding"],
                                 posemb.resize_posemb(file[npz.POSEMB_KEY], (grid, grid), True))
-  assert np.isfinite(module.apply({"params": params}, images())).all()
+  assert np.isfinite(jax.jit(module.apply)({"params": params}, images())).all()
 
 
 def test_the_file_patch_size_changes_nothing_and_image_size_still_applies(tiny):

@@ -352,20 +352,26 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
   return module, vit.to_scan_layout(params) if module.scan_layers else params
 
 
+IMAGE_SIZE_HELP = ("default: the checkpoint's own. Another size (each side a multiple of the "
+                   "model's stride) resizes the position embedding inside the model.")
 ALLOW_NONFINITE_HELP = ("Load a checkpoint even if some weights are NaN or Inf (refused by "
                         "default: they make every output NaN).")
 
 
-def load_for_inference(checkpoint: str, image_size: Optional[int] = None, *,
+def load_for_inference(checkpoint: str, image_size: Optional[ImageSize] = None, *,
                        allow_nonfinite: bool = False
-                       ) -> Tuple[vit.VisionTransformer, Dict[str, Any], int]:
-  """(module, params, image side) for the predict, visualize and fewshot commands.
+                       ) -> Tuple[vit.VisionTransformer, Dict[str, Any], Tuple[int, int]]:
+  """(module, params, (height, width)) for the predict, visualize, fewshot and export
+  commands.
 
   checkpoint is anything hub.resolve accepts (released names and hf-hub: names are
-  fetched into checkpoints/ first). A user-given image_size must be a
-  multiple of the model's stride (a command has no reason to drop pixels); None means the
-  checkpoint's own resolution.
+  fetched into checkpoints/ first). The params keep the file's grid: at another
+  image_size (a side or (height, width), each a multiple of the model's stride: a command
+  has no reason to drop pixels) the model resizes its position embedding in the forward
+  pass, as load_npz(image_size=) would (the same bits). None means the checkpoint's own.
   """
-  module, params = load_npz(hub.resolve(checkpoint), image_size=image_size,
-                            allow_nonfinite=allow_nonfinite, strict_image_size=True)
-  return module, params, image_size or native_image_size(module, params)
+  module, params = load_npz(hub.resolve(checkpoint), allow_nonfinite=allow_nonfinite)
+  if image_size is None:
+    return module, params, side_pair(native_image_size(module, params))
+  check_image_size(module, image_size, strict=True)
+  return module, params, side_pair(image_size)
