@@ -22,7 +22,7 @@ def fixture_tiny(tmp_path_factory):
   return path
 
 
-@pytest.mark.parametrize("size", [(24, 24), (16, 28), (8, 12)])
+@pytest.mark.parametrize("size", [(16, 28), (8, 12)])  # grows one side; shrinks both
 def test_run_time_interpolation_equals_the_load_time_resize_bit_for_bit(tiny, size):
   x = jax.random.uniform(jax.random.PRNGKey(1), (2, *size, 3), minval=-1, maxval=1)
   native_module, native = load_npz(tiny)
