@@ -302,9 +302,11 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
   """
   checkpoint = read_checkpoint(path, model_name=model_name)
   patch_size = model_overrides.pop("patch_size", patch_size)
-  if patch_size is not None:
+  if patch_size is not None and patch_size != checkpoint.flat[KERNEL_KEY].shape[0]:
     checkpoint, file_size = with_patch_size(checkpoint, patch_size, path)
     image_size = file_size if image_size is None else image_size
+  if patch_size is not None:
+    model_overrides["patch_size"] = patch_size
   flat, architecture = dict(checkpoint.flat), checkpoint.architecture
   file_classes, file_representation = checkpoint.num_classes, checkpoint.representation_size
 
