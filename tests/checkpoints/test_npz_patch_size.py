@@ -5,8 +5,9 @@ import jax
 import numpy as np
 import pytest
 
+from helpers import demo_config
 from interop_files import IMAGE, images, tiny_file
-from vit_jax import CheckpointError, load_npz
+from vit_jax import CheckpointError, load_npz, objectives
 from vit_jax.checkpoints import convert, npz
 from vit_jax.models import patch_resize, posemb
 
@@ -51,3 +52,15 @@ def test_hybrids_refuse_in_one_line(tmp_path):
   with pytest.raises(CheckpointError, match="hybrid .* cannot be changed") as excinfo:
     load_npz(hybrid, patch_size=2, image_size=IMAGE)
   assert "\n" not in str(excinfo.value)
+
+
+def test_config_model_patch_size_fine_tunes_at_another_size(tiny):
+  """config.model.patch_size with config.pretrained: the classification objective loads
+  the file PI-resized, its table at pp.crop (16 px) / 8 = 2x2."""
+  config = demo_config(pretrained=str(tiny))
+  config.model.update(hidden_size=32, mlp_dim=64, num_heads=2, num_layers=2, patch_size=8)
+  module, params = objectives.get(config).create_model(config, 10, load_pretrained=True)
+  assert module.patch_size == 8 and params["embedding"]["kernel"].shape == (8, 8, 3, 32)
+  assert params["Transformer"]["posembed_input"]["pos_embedding"].shape == (1, 5, 32)
+  np.testing.assert_array_equal(params["embedding"]["kernel"], load_npz(
+      tiny, patch_size=8)[1]["embedding"]["kernel"])

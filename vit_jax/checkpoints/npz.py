@@ -226,12 +226,12 @@ def with_patch_size(checkpoint: Checkpoint, patch_size: int, path: str
   """(the checkpoint with its patch-embedding kernel PI-resized to patch_size (FlexiViT; see
   vit_jax.models.patch_resize), the image size in pixels it was made for): callers keep
   that size, so the position embedding goes to the new, finer or coarser, grid."""
-  architecture = checkpoint.architecture
+  architecture, file_patch = checkpoint.architecture, checkpoint.flat[KERNEL_KEY].shape[0]
+  as_saved = dataclasses.replace(architecture, patch_size=file_patch)  # whatever model_name says
   try:
-    size = checkpoint.image_size(vit.VisionTransformer(num_classes=1, **architecture.as_kwargs()))
+    size = checkpoint.image_size(vit.VisionTransformer(num_classes=1, **as_saved.as_kwargs()))
   except ValueError:
     raise _not_square(path) from None
-  file_patch = checkpoint.flat[KERNEL_KEY].shape[0]
   if patch_size == file_patch:
     return checkpoint, size
   if architecture.resnet_stages is not None:
