@@ -13,13 +13,7 @@ seeds=${SEEDS:-"0 1 2"}
 summary_seeds=${SUMMARY_SEEDS:-$seeds}
 mkdir -p "$out"
 
-timed() {  # NAME COMMAND...: runs it, logs to OUT/NAME.log, appends its wall time
-  local name=$1 start
-  shift
-  start=$(date +%s)
-  "$@" > "$out/$name.log" 2>&1
-  echo "$name $(( $(date +%s) - start )) s" | tee -a "$out/times.txt"
-}
+source "$(dirname "$0")/timed.sh"
 
 for seed in $seeds; do
   timed "scratch_$seed" python -m vit_jax.main --config=configs/demo.py \

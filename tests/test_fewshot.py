@@ -147,6 +147,18 @@ def test_command_prints_the_table_and_writes_json(tmp_path, capsys):
   assert report["5shot"] > 0.8  # colour separates the classes even with random weights
 
 
+def test_command_runs_at_another_non_square_size(tmp_path, capsys):
+  """--image_size=HxW on a 16 px checkpoint: the images are resized to 16x24 and the model
+  resizes its position embedding."""
+  npz.save_npz(init_params(tiny_model(num_classes=5)), tmp_path / "tiny.npz")
+  write_folder(tmp_path / "images")
+  run_command(f"--checkpoint={tmp_path / 'tiny.npz'}", f"--dataset={tmp_path / 'images'}",
+              "--shots=5", "--seeds=1", "--batch_size=5", "--image_size=16x24")
+  table = capsys.readouterr().out.splitlines()
+  assert "32-d features, 3 classes, 18 train / 18 test examples" in table[0]
+  assert float(table[2].split()[1]) > 0.8
+
+
 def test_command_errors_are_one_line(tmp_path, capsys):
   write_folder(tmp_path / "images", per_class=1)
   with pytest.raises(SystemExit) as exit_info:

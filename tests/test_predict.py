@@ -15,7 +15,7 @@ from PIL import Image
 import fork_server
 from conftest import REPO, RELEASED_FIXTURES, random_params, tiny_model
 from helpers import run_in_process, serve_from, subprocess_env
-from vit_jax import predict, save_npz
+from vit_jax import load_npz, predict, save_npz
 
 
 @pytest.fixture
@@ -261,3 +261,18 @@ def test_predict_json_for_scripts_single_and_multi_label(images, tmp_path):
         assert record["labels"] == [names[i] for i in np.flatnonzero(expected >= 0.4)]
   failed = predict_command(f"--checkpoint={checkpoint}", f"--json={out}", images["rgb"])
   assert "already exists and vit_jax.predict did not write it" in one_error_line(failed)
+
+
+def test_predict_command_runs_any_size_as_the_load_time_resize_does(images, tiny_checkpoint):
+  """--image_size=HxW (non-square) on a 16 px checkpoint: the model resizes its position
+  embedding; the probabilities are those of the checkpoint loaded at that size."""
+  path = tiny_checkpoint()
+  done = predict_command(f"--checkpoint={path}", "--image_size=16x24", "--top_k=7",
+                         images["rgb"])
+  assert done.returncode == 0, done.stderr
+  module, params = load_npz(path, image_size=(16, 24))
+  expected = predict.classify(module, params, [images["rgb"]], image_size=(16, 24), top_k=7)[0]
+  assert done.stdout == predict.format_prediction(images["rgb"], expected, None) + "\n"
+  failed = predict_command(f"--checkpoint={path}", "--image_size=16x25", images["rgb"])
+  assert one_error_line(failed) == ("error: image size 16x25 is not a multiple of the model's "
+                                    "stride 4 px: use 24 or 28")

@@ -64,6 +64,17 @@ def test_write_figures_writes_four_non_blank_pngs(tmp_path, overrides, image_siz
     assert_not_blank(path)
 
 
+def test_figures_at_a_non_square_size_of_a_square_checkpoint(tmp_path):
+  """16x24 images on params made at 16 px: the position embedding is resized as the model
+  resizes it (its similarity figure shows the 4x6 grid)."""
+  module = tiny_model()
+  images = np.random.RandomState(0).uniform(-1, 1, (2, 16, 24, 3))
+  written = visualize.write_figures(module, init_params(module, 16), images, ["a", "b"],
+                                    str(tmp_path / "out"))
+  for path in written:
+    assert_not_blank(path)
+
+
 @pytest.fixture
 def run(monkeypatch, capsys):
   """Calls main() in-process with freshly parsed flags; returns (exit code, stdout, stderr)."""

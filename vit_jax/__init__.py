@@ -3,7 +3,7 @@
 Public API:
   create_model(name, *, num_classes, **overrides) -> flax module
   load_npz(path, *, image_size=None, num_classes=None, model_name=None, pre_logits=None,
-           allow_nonfinite=False, strict_image_size=False) -> (module, params)
+           allow_nonfinite=False, strict_image_size=False, patch_size=None) -> (module, params)
   save_npz(params, path, *, class_names=None, allow_nonfinite=False)
   read_class_names(path) -> list of the class names saved with an .npz, or None
 Errors a user can fix are ValueErrors with one-line messages: CheckpointError (the file)

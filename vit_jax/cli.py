@@ -100,6 +100,28 @@ def positive_numbers(values: Iterable[str], kind: type, flag: str,
   return numbers
 
 
+class ImageSizeParser(flags.ArgumentParser):
+  """--image_size=384 (square) or 384x512 (HEIGHTxWIDTH) -> (height, width)."""
+  syntax = "a side in pixels (384) or HEIGHTxWIDTH (384x512)"
+
+  def parse(self, argument):
+    if isinstance(argument, tuple):
+      return argument
+    match = re.fullmatch(r"\s*(\d+)\s*(?:[xX]\s*(\d+)\s*)?", str(argument))
+    if not match or int(match[1]) < 1 or int(match[2] or 1) < 1:
+      raise ValueError(f"{argument!r} is not {self.syntax}")
+    return int(match[1]), int(match[2] or match[1])
+
+  def flag_type(self):
+    return "image size"
+
+
+def image_size_help(what: str) -> str:
+  """The help of an --image_size flag (flags.DEFINE(ImageSizeParser(), ...), in the
+  command's module, whose --help then lists it)."""
+  return f"Input side in pixels (384) or HEIGHTxWIDTH (384x512); {what}"
+
+
 def flag_error(error: BaseException) -> NoReturn:
   text = str(innermost(error))
   if "Traceback (most recent call last)" in text:  # config_flags pastes the config file's

@@ -56,6 +56,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.model_name = "ViT-B_16"
   config.model = ml_collections.ConfigDict()
   config.model.dropout_rate = 0.0
+  # Another patch size than model_name's (plain ViTs; None: the model's own): a pretrained
+  # kernel is PI-resized to it (FlexiViT) and its position embedding to the new grid.
+  config.model.patch_size = ml_collections.FieldReference(None, field_type=int)
   config.model.representation_size = ml_collections.FieldReference(None, field_type=int)
   config.model.head_bias_init = 0.0
   # Fast paths (same function, same parameters): jax.nn.dot_product_attention (dot_product:
@@ -71,6 +74,11 @@ def get_config() -> ml_collections.ConfigDict:
   # stacked (train-state checkpoints too: resume with the same setting); params.npz and
   # load_npz keep the released per-block layout.
   config.model.scan_layers = False
+  # FlexiViT (vit_jax.objectives.flexi): patch sizes to train one model for, e.g.
+  # (8, 10, 12, 15, 16, 20, 24, 30, 40, 48) at 240 px; empty: one fixed patch size. The run
+  # evaluates at each and writes params.npz at flexi_export_patch_size (None: patch_size).
+  config.model.flexi_patch_sizes = ()
+  config.model.flexi_export_patch_size = ml_collections.FieldReference(None, field_type=int)
   config.dtype = "float32"  # compute dtype: float32 | bfloat16 (params stay float32)
   # Released checkpoint to start from: local path, gs:// URL, `FAMILY/NAME` or a
   # released name (resolved to gs://vit_models/imagenet21k/NAME.npz). None: from scratch.

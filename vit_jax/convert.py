@@ -1,5 +1,5 @@
 """python -m vit_jax.convert SRC DST [--to=timm|hf|npz] [--model=NAME] [--image_size=PX]
-    [--pre_logits=drop|pooler] [--overwrite]
+    [--patch_size=PX] [--pre_logits=drop|pooler] [--overwrite]
 
 Converts a checkpoint between our released .npz layout, timm and Hugging Face transformers
 (see vit_jax.checkpoints.convert): SRC is anything load_npz reads (a released, big_vision
@@ -27,7 +27,8 @@ def main(argv, flag_values=FLAGS):
                          "out/ --to=hf")
   lines = convert.convert(hub.resolve(argv[1]), argv[2], to=flag_values.to,
                           model_name=flag_values.model, pre_logits=flag_values.pre_logits,
-                          image_size=flag_values.image_size, overwrite=flag_values.overwrite)
+                          image_size=flag_values.image_size, patch_size=flag_values.patch_size,
+                          overwrite=flag_values.overwrite)
   print("\n".join(lines))
 
 
@@ -42,6 +43,10 @@ def define_flags(flag_values=flags.FLAGS) -> None:
   flags.DEFINE_integer("image_size", None, "Input side of the written model: the position "
                        "embedding is resized (or, for sincos2d, computed) for it. Default: "
                        "SRC's (224 for sincos2d).", lower_bound=1, **define)
+  flags.DEFINE_integer("patch_size", None, "Patch size of the written model (plain ViTs): the "
+                       "patch-embedding kernel is PI-resized (FlexiViT) and the position "
+                       "embedding goes to the new grid at the same image size. Default: SRC's.",
+                       lower_bound=1, **define)
   flags.DEFINE_enum("pre_logits", None, list(convert.PRE_LOGITS), "For a SRC with a pre_logits "
                     "layer, which timm and ViTForImageClassification lack: drop (it and the "
                     "head: a feature extractor) or pooler (hf only: ViTModel's pooler is that "

@@ -20,9 +20,10 @@ from vit_jax.runs import fs, outputs
 
 KIND = "fewshot"  # the writer's name in --json's no-clobber stamp (vit_jax.runs.outputs)
 
-def data_config(dataset: str, crop: int, train_split: str = "train", eval_split: str = "test",
+def data_config(dataset: str, crop, train_split: str = "train", eval_split: str = "test",
                 tfds_data_dir: Optional[str] = None) -> ml_collections.ConfigDict:
-  """The keys open_dataset reads, for evaluation-only use at `crop` pixels."""
+  """The keys open_dataset reads, for evaluation-only use at `crop` pixels (a side, or
+  (height, width): evaluation resizes without cropping)."""
   return ml_collections.ConfigDict({
       "dataset": dataset, "train_split": train_split, "eval_split": eval_split,
       "tfds_data_dir": tfds_data_dir, "tfds_manual_dir": None, "tfds_download": False,
@@ -51,9 +52,10 @@ def run(flag_values) -> Dict[str, Any]:
   module, params, image_size = npz.load_for_inference(
       flag_values.checkpoint, flag_values.image_size,
       allow_nonfinite=flag_values.allow_nonfinite)
-  dataset = pipeline.open_dataset(data_config(flag_values.dataset, image_size,
-                                          flag_values.train_split, flag_values.eval_split,
-                                          flag_values.tfds_data_dir))
+  crop = image_size[0] if image_size[0] == image_size[1] else image_size
+  dataset = pipeline.open_dataset(data_config(flag_values.dataset, crop,
+                                              flag_values.train_split, flag_values.eval_split,
+                                              flag_values.tfds_data_dir))
   mesh = sharding.make_mesh({"data": -1})
   parallel = sharding.batch_parallelism(mesh)
   batch_size = -(-flag_values.batch_size // parallel) * parallel  # whole rows per device
@@ -99,8 +101,8 @@ def define_flags(flag_values=flags.FLAGS) -> None:
                        lower_bound=1, **define)
   flags.DEFINE_float("l2_reg", config_defaults.FEWSHOT_L2_REG, "Ridge regularisation (> 0).",
                      **define)
-  flags.DEFINE_integer("image_size", None, "Input side in pixels; default: the checkpoint's.",
-                       lower_bound=1, **define)
+  flags.DEFINE(cli.ImageSizeParser(), "image_size", None,
+               cli.image_size_help(npz.IMAGE_SIZE_HELP), flag_values=flag_values)
   flags.DEFINE_boolean("allow_nonfinite", False, npz.ALLOW_NONFINITE_HELP, **define)
   flags.DEFINE_integer("batch_size", 64, "Images per forward pass (rounded up to a multiple "
                        "of the device count).", lower_bound=1, **define)

@@ -46,8 +46,9 @@ def _tf_message(error) -> str:
   return " ".join(re.sub(r"\{\{.*?\}\}|\[Op:\w+\]", "", error.message).split())
 
 
-def load_image(path: str, image_size: int) -> np.ndarray:
-  """[image_size, image_size, 3] float32 in [-1, 1], preprocessed like evaluation."""
+def load_image(path: str, image_size) -> np.ndarray:
+  """[height, width, 3] float32 in [-1, 1] for image_size (a side or (height, width)),
+  preprocessed like evaluation."""
   import tensorflow as tf  # only reading files needs it: --help and usage mistakes are fast
   from vit_jax.data import preprocess  # pylint: disable=import-outside-toplevel (imports tf)
   try:
@@ -61,15 +62,16 @@ def load_image(path: str, image_size: int) -> np.ndarray:
 
 
 def score_batches(module: vit.VisionTransformer, params, image_paths: Sequence[str], *,
-                  image_size: Optional[int] = None, batch_size: int = 32,
-                  multi_label: bool = False) -> Iterator[np.ndarray]:
+                  image_size: Optional[npz.ImageSize] = None,
+                  batch_size: int = 32, multi_label: bool = False) -> Iterator[np.ndarray]:
   """Class probabilities [n, K] of the images, a batch at a time, in order: softmax, or
   for a multi-label head each class's own sigmoid score.
 
-  image_size defaults to the checkpoint's own resolution (params must fit the size given).
+  image_size (a side or (height, width)) defaults to the checkpoint's own resolution; at
+  another the model resizes its position embedding (see npz.load_for_inference).
   The last batch is padded, so every batch has one shape and the model compiles once.
   """
-  image_size = image_size or npz.native_image_size(module, params)
+  height, width = npz.side_pair(image_size or npz.native_image_size(module, params))
   batch_size = max(1, min(batch_size, len(image_paths)))
   activation = jax.nn.sigmoid if multi_label else jax.nn.softmax
 
@@ -80,9 +82,9 @@ def score_batches(module: vit.VisionTransformer, params, image_paths: Sequence[s
   params = jax.device_put(params)  # once, not with every batch
   for start in range(0, len(image_paths), batch_size):
     paths = image_paths[start:start + batch_size]
-    images = np.zeros((batch_size, image_size, image_size, 3), np.float32)
+    images = np.zeros((batch_size, height, width, 3), np.float32)
     for i, path in enumerate(paths):
-      images[i] = load_image(path, image_size)
+      images[i] = load_image(path, (height, width))
     yield np.asarray(jax.device_get(probabilities(params, images)))[:len(paths)]
 
 
@@ -95,7 +97,8 @@ def top_classes(probabilities: np.ndarray, top_k: int) -> List[Prediction]:
 
 
 def classify(module: vit.VisionTransformer, params, image_paths: Sequence[str], *,
-             image_size: Optional[int] = None, top_k: int = 5, batch_size: int = 32,
+             image_size: Optional[npz.ImageSize] = None, top_k: int = 5,
+             batch_size: int = 32,
              multi_label: bool = False) -> List[Prediction]:
   """Top-k (class index, probability) per image, in the order of image_paths (see
   score_batches)."""
@@ -250,8 +253,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   define = dict(flag_values=flag_values)
   flags.DEFINE_string("checkpoint", None, hub.CHECKPOINT_HELP,
                       **define)
-  flags.DEFINE_integer("image_size", None, "Input side in pixels; default: the checkpoint's own.",
-                       lower_bound=1, **define)
+  flags.DEFINE(cli.ImageSizeParser(), "image_size", None,
+               cli.image_size_help(npz.IMAGE_SIZE_HELP), flag_values=flag_values)
   flags.DEFINE_boolean("allow_nonfinite", False, npz.ALLOW_NONFINITE_HELP, **define)
   flags.DEFINE_integer("batch_size", 32, "Images per forward pass.", lower_bound=1, **define)
   flags.DEFINE_integer("top_k", 5, "Classes shown per image.", lower_bound=1, **define)

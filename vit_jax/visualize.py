@@ -37,8 +37,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                       flag_values=flag_values)
   flags.DEFINE_string("out", None, "Folder for the PNG figures (created if missing).",
                       flag_values=flag_values)
-  flags.DEFINE_integer("image_size", None, "Input side in pixels; default: the checkpoint's "
-                       "own.", lower_bound=1, flag_values=flag_values)
+  flags.DEFINE(cli.ImageSizeParser(), "image_size", None,
+               cli.image_size_help(npz.IMAGE_SIZE_HELP), flag_values=flag_values)
   flags.DEFINE_boolean("allow_nonfinite", False, npz.ALLOW_NONFINITE_HELP,
                        flag_values=flag_values)
   flags.DEFINE_boolean("overwrite", False, outputs.OVERWRITE_HELP, flag_values=flag_values)
@@ -150,7 +150,9 @@ def write_figures(module: vit.VisionTransformer, params, images: np.ndarray,
   maps = introspect.rollout_maps(introspect.attention_rollout(weights), side, has_cls)
   kernel, what = introspect.rgb_filters(module, params)
   components, explained = introspect.filter_pca(kernel, NUM_COMPONENTS)
-  posemb = (params["Transformer"]["posembed_input"]["pos_embedding"] if module.posemb == "learn"
+  posemb = (posemb_lib.resize_posemb(params["Transformer"]["posembed_input"]["pos_embedding"],
+                                     side, has_cls)  # at the input's grid, as the model does
+            if module.posemb == "learn"
             else posemb_lib.sincos_2d_with_cls(side, module.hidden_size, has_cls))
   path = lambda name: fs.join(out_dir, name)
   return [

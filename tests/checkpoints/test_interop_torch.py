@@ -20,6 +20,7 @@ from conftest import TINY, random_params
 from interop_files import IMAGE, images, logits, relative_error, saved, tiny_file
 from vit_jax import CheckpointError, create_model, load_npz
 from vit_jax.checkpoints import convert
+from vit_jax.objectives import flexi
 
 
 def import_or_skip(name):
@@ -209,3 +210,20 @@ def test_a_pytorch_file_with_pickled_objects_is_refused_without_unsafe_advice(tm
                             "tensors, which vit_jax never unpickles")
   assert "safetensors.torch.save_file" in message and "\n" not in message
   assert "weights_only" not in message and "arbitrary code execution" not in message
+
+
+def test_a_flexivit_export_runs_in_timm_at_its_patch_size(tmp_path, timm, torch):
+  """A FlexiViT run's params.npz (objectives.flexi.export at patch 8) converted for timm
+  computes the flexible model's logits at patch 8; convert --patch_size=4 of that file,
+  what load_npz(patch_size=4) computes."""
+  underlying = flexi.underlying(create_model("ViT-Ti_16", num_classes=10, **TINY), 8)
+  params = random_params(underlying, IMAGE)
+  src = saved(underlying, flexi.export(params, 8, IMAGE, has_cls=True), tmp_path / "p8.npz")
+  x = images()
+  ours = np.asarray(jax.jit(underlying.apply)({"params": params}, x))
+  convert.convert(src, tmp_path / "timm8", to="timm")
+  assert relative_error(run_torch(torch, timm_model(timm, tmp_path / "timm8"), x), ours) <= 1e-5
+  convert.convert(src, tmp_path / "timm4", to="timm", patch_size=4)
+  module, resized = load_npz(src, patch_size=4)
+  ours = np.asarray(jax.jit(module.apply)({"params": resized}, x))
+  assert relative_error(run_torch(torch, timm_model(timm, tmp_path / "timm4"), x), ours) <= 1e-5

@@ -45,14 +45,20 @@ def flax_logits(checkpoint, image_size, images):
   return np.asarray(jax.jit(lambda p, x: module.apply({"params": p}, x))(params, images))
 
 
-def random_images(batch, side, seed=1):
-  return np.random.default_rng(seed).uniform(-1, 1, (batch, side, side, 3)).astype(np.float32)
+def random_images(batch, image_size, seed=1):
+  """[batch, height, width, 3] noise for image_size (height, width) (metadata.json's)."""
+  return np.random.default_rng(seed).uniform(-1, 1, (batch, *image_size, 3)).astype(np.float32)
 
 
-@functools.lru_cache(maxsize=None)
 def noise_and_logits(checkpoint, image_size, batch):
   """(random_images(batch, image_size), the Flax model's logits for them), read-only and
   computed once per test process: every format's test compares with the same truth."""
+  size = (image_size,) * 2 if isinstance(image_size, int) else tuple(image_size)
+  return _noise_and_logits(checkpoint, size, batch)
+
+
+@functools.lru_cache(maxsize=None)
+def _noise_and_logits(checkpoint, image_size, batch):
   images = random_images(batch, image_size)
   logits = flax_logits(checkpoint, image_size, images)
   images.setflags(write=False)

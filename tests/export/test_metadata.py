@@ -22,7 +22,8 @@ def test_a_runs_class_names_and_the_checkpoint_hash(tmp_path):
   path, meta = exported_metadata(tmp_path, 3, ["café", "猫 cat", "dog"])
   assert meta["classes"] == ["café", "猫 cat", "dog"]
   assert meta["source_checkpoint"]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
-  assert meta["image_size"] == 16 and meta["num_classes"] == 3
+  assert meta["image_size"] == [16, 16] and meta["num_classes"] == 3
+  assert meta["checkpoint_image_size"] == [16, 16]
   assert meta["preprocessing"]["in_graph"] is False
   assert "bilinear resize to 16x16" in " ".join(meta["preprocessing"]["steps"])
   assert meta["model"].endswith("(gap)")

@@ -60,3 +60,17 @@ def test_fixed_batch_and_bfloat16(checkpoints, tmp_path):
   assert model.in_avals[0].shape == (3, 16, 16, 3)
   meta = read_metadata(tmp_path / "out")
   assert (meta["batch"], meta["compute_dtype"]) == (3, "bfloat16")
+
+
+def test_a_non_square_size_is_traced_and_recorded(checkpoints, tmp_path):
+  """--image_size=HxW: the model resizes the 16 px checkpoint's position embedding in the
+  traced program; metadata.json records the size traced at and the checkpoint's own."""
+  path, _ = checkpoints["gap"]
+  export.export(path, str(tmp_path / "out"), to="stablehlo", image_size=(16, 24), batch=2,
+                log=lambda _: None)
+  meta = read_metadata(tmp_path / "out")
+  assert meta["image_size"] == [16, 24] and meta["checkpoint_image_size"] == [16, 16]
+  model = deserialized(f"{tmp_path / 'out'}/{meta['files']['model']}")
+  assert model.in_avals[0].shape == (2, 16, 24, 3)
+  images, truth = noise_and_logits(path, meta["image_size"], 2)  # the load-time resize
+  assert relative(np.asarray(model.call(images)), truth) <= 1e-5

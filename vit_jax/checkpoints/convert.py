@@ -68,20 +68,26 @@ class Source:
 
 
 def read_source(path: str, model_name: Optional[str] = None,
-                image_size: Optional[int] = None) -> Source:
+                image_size: Optional[int] = None, patch_size: Optional[int] = None) -> Source:
   """The checkpoint at `path`, for `image_size` px (default: the file's own; 224 for
-  sincos2d): a learned position embedding is resized as load_npz resizes it."""
+  sincos2d) and `patch_size` (default: the file's; another is PI-resized as load_npz
+  does): a learned position embedding is resized as load_npz resizes it."""
   checkpoint = npz.read_checkpoint(path, model_name=model_name)
   module = npz.check_checkpoint(checkpoint, path, model_name)
   native = checkpoint.image_size(module)
-  if image_size is None or (image_size, image_size) == native:
+  if patch_size is not None:
+    checkpoint, native = npz.with_patch_size(checkpoint, patch_size, path)
+  if image_size is None:
+    image_size = native[0]
+  if (image_size, image_size) == native and patch_size in (None, module.patch_size):
     return Source(checkpoint, module, native)
+  module = module.clone(patch_size=checkpoint.architecture.patch_size)
   npz.check_image_size(module, image_size, strict=True)
   flat = dict(checkpoint.flat)
   if module.posemb == "learn":
     grid = (zoo.token_grid(module, image_size),) * 2
-    flat[npz.POSEMB_KEY] = posemb.resize_posemb(flat[npz.POSEMB_KEY], grid,
-                                                module.classifier == "token")
+    flat[npz.POSEMB_KEY] = np.asarray(posemb.resize_posemb(flat[npz.POSEMB_KEY], grid,
+                                                           module.classifier == "token"))
   return Source(dataclasses.replace(checkpoint, flat=flat), module, (image_size, image_size))
 
 
@@ -247,11 +253,12 @@ def _class_names(src: str, source: Source) -> Optional[List[str]]:
 
 def convert(src: str, dst: str, *, to: Optional[str] = None, model_name: Optional[str] = None,
             pre_logits: Optional[str] = None, image_size: Optional[int] = None,
-            overwrite: bool = False) -> List[str]:
+            patch_size: Optional[int] = None, overwrite: bool = False) -> List[str]:
   """Converts checkpoint src to dst (see the module docstring); returns the lines that
   say what was read and written and how to load it. image_size: the input side of the
   written model (default: the source's; 224 for sincos2d), its position embedding
   resized (align-corners bilinear, as for fine-tuning) or, for sincos2d, computed for it.
+  patch_size: the written model's (default: the source's), its kernel PI-resized (FlexiViT).
   dst must be new, or an earlier conversion's output, unless overwrite (see
   vit_jax.runs.outputs: a run's workdir or someone's model folder is never clobbered).
 
@@ -265,7 +272,7 @@ def convert(src: str, dst: str, *, to: Optional[str] = None, model_name: Optiona
     outputs.claim_output_file(dst, KIND, overwrite)
   else:
     outputs.check_output_dir(dst, KIND, overwrite)
-  source = read_source(src, model_name, image_size)
+  source = read_source(src, model_name, image_size, patch_size)
   lines = [f"read {src}: {source.summary()}"]
   names = _class_names(src, source)
   if to == "npz":

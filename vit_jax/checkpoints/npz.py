@@ -27,7 +27,7 @@ from vit_jax.checkpoints.class_names import (  # pylint: disable=unused-import
 from vit_jax.checkpoints.npz_checks import (  # pylint: disable=unused-import
     SINCOS_IMAGE_SIZE, CheckpointError, ImageSize, ImageSizeError, check_against, check_finite,
     check_image_size, expected_shapes, native_image_size, nonfinite_arrays, side_pair)
-from vit_jax.models import posemb
+from vit_jax.models import patch_resize, posemb
 from vit_jax.models import vit, zoo
 from vit_jax.runs import fs
 
@@ -226,6 +226,34 @@ def read_checkpoint(path: str, *, model_name: Optional[str] = None) -> Checkpoin
   return Checkpoint(flat, architecture, file_classes, file_representation)
 
 
+KERNEL_KEY = "embedding/kernel"
+
+
+def with_patch_size(checkpoint: Checkpoint, patch_size: int, path: str
+                    ) -> Tuple[Checkpoint, Tuple[int, int]]:
+  """(the checkpoint with its patch-embedding kernel PI-resized to patch_size (FlexiViT; see
+  vit_jax.models.patch_resize), the image size in pixels it was made for): callers keep
+  that size, so the position embedding goes to the new, finer or coarser, grid."""
+  architecture, file_patch = checkpoint.architecture, checkpoint.flat[KERNEL_KEY].shape[0]
+  as_saved = dataclasses.replace(architecture, patch_size=file_patch)  # whatever model_name says
+  try:
+    size = checkpoint.image_size(vit.VisionTransformer(num_classes=1, **as_saved.as_kwargs()))
+  except ValueError:
+    raise _not_square(path) from None
+  if patch_size == file_patch:
+    return checkpoint, size
+  if architecture.resnet_stages is not None:
+    raise CheckpointError(
+        f"{path} is a hybrid (ResNet stem + ViT), whose patch size {file_patch} is cut from "
+        "the stem's features and cannot be changed: leave patch_size unset")
+  flat = dict(checkpoint.flat)
+  flat[KERNEL_KEY] = np.asarray(patch_resize.pi_resize_kernel(flat[KERNEL_KEY], patch_size))
+  logging.info("PI-resizing the patch embedding %s -> %s", checkpoint.flat[KERNEL_KEY].shape,
+               flat[KERNEL_KEY].shape)
+  return dataclasses.replace(checkpoint, flat=flat, architecture=dataclasses.replace(
+      architecture, patch_size=patch_size)), size
+
+
 def check_checkpoint(checkpoint: Checkpoint, path: str, model_name: Optional[str] = None
                      ) -> vit.VisionTransformer:
   """The module a checkpoint holds as it is (head and pre_logits included, one class when
@@ -247,7 +275,7 @@ def check_checkpoint(checkpoint: Checkpoint, path: str, model_name: Optional[str
 def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
              num_classes: Optional[int] = None, model_name: Optional[str] = None,
              pre_logits: Optional[bool] = None, allow_nonfinite: bool = False,
-             strict_image_size: bool = False,
+             strict_image_size: bool = False, patch_size: Optional[int] = None,
              **model_overrides) -> Tuple[vit.VisionTransformer, Dict[str, Any]]:
   """Loads a released-format .npz as (module, params).
 
@@ -267,6 +295,9 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
       (for experts inspecting a diverged run).
     strict_image_size: refuse an image_size that is not a multiple of the model's
       stride instead of warning that the remainder is dropped (see check_image_size).
+    patch_size: a patch size other than the file's (plain ViTs): the patch-embedding
+      kernel is PI-resized (FlexiViT) and, at the file's image size unless image_size
+      says otherwise, the position embedding goes to the new grid.
     **model_overrides: other VisionTransformer attributes (dropout_rate, dtype, ...).
 
   Returns:
@@ -278,6 +309,12 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
     image_size the model cannot run at.
   """
   checkpoint = read_checkpoint(path, model_name=model_name)
+  patch_size = model_overrides.pop("patch_size", patch_size)
+  if patch_size is not None and patch_size != checkpoint.flat[KERNEL_KEY].shape[0]:
+    checkpoint, file_size = with_patch_size(checkpoint, patch_size, path)
+    image_size = file_size if image_size is None else image_size
+  if patch_size is not None:
+    model_overrides["patch_size"] = patch_size
   flat, architecture = dict(checkpoint.flat), checkpoint.architecture
   file_classes, file_representation = checkpoint.num_classes, checkpoint.representation_size
 
@@ -316,8 +353,8 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
     logging.info("resizing position embedding %s -> %s", flat[POSEMB_KEY].shape,
                  shapes[POSEMB_KEY])
     try:
-      flat[POSEMB_KEY] = posemb.resize_posemb(flat[POSEMB_KEY], new_grid,
-                                              module.classifier == "token")
+      flat[POSEMB_KEY] = np.asarray(posemb.resize_posemb(flat[POSEMB_KEY], new_grid,
+                                                         module.classifier == "token"))
     except ValueError:
       raise _not_square(path) from None
   check_against(flat, shapes, path, model_name)
@@ -325,20 +362,26 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
   return module, vit.to_scan_layout(params) if module.scan_layers else params
 
 
+IMAGE_SIZE_HELP = ("default: the checkpoint's own. Another size (each side a multiple of the "
+                   "model's stride) resizes the position embedding inside the model.")
 ALLOW_NONFINITE_HELP = ("Load a checkpoint even if some weights are NaN or Inf (refused by "
                         "default: they make every output NaN).")
 
 
-def load_for_inference(checkpoint: str, image_size: Optional[int] = None, *,
+def load_for_inference(checkpoint: str, image_size: Optional[ImageSize] = None, *,
                        allow_nonfinite: bool = False
-                       ) -> Tuple[vit.VisionTransformer, Dict[str, Any], int]:
-  """(module, params, image side) for the predict, visualize and fewshot commands.
+                       ) -> Tuple[vit.VisionTransformer, Dict[str, Any], Tuple[int, int]]:
+  """(module, params, (height, width)) for the predict, visualize, fewshot and export
+  commands.
 
   checkpoint is anything hub.resolve accepts (released names and hf-hub: names are
-  fetched into checkpoints/ first). A user-given image_size must be a
-  multiple of the model's stride (a command has no reason to drop pixels); None means the
-  checkpoint's own resolution.
+  fetched into checkpoints/ first). The params keep the file's grid: at another
+  image_size (a side or (height, width), each a multiple of the model's stride: a command
+  has no reason to drop pixels) the model resizes its position embedding in the forward
+  pass, as load_npz(image_size=) would (the same bits). None means the checkpoint's own.
   """
-  module, params = load_npz(hub.resolve(checkpoint), image_size=image_size,
-                            allow_nonfinite=allow_nonfinite, strict_image_size=True)
-  return module, params, image_size or native_image_size(module, params)
+  module, params = load_npz(hub.resolve(checkpoint), allow_nonfinite=allow_nonfinite)
+  if image_size is None:
+    return module, params, side_pair(native_image_size(module, params))
+  check_image_size(module, image_size, strict=True)
+  return module, params, side_pair(image_size)

@@ -210,7 +210,7 @@ class Dataset:
     examples = data.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     label_spec = examples.element_spec["label"]
     padding = tf.data.Dataset.from_tensors({
-        "image": tf.zeros([self.pp.crop, self.pp.crop, 3]),
+        "image": tf.zeros([*preprocess.side_pair(self.pp.crop), 3]),
         "label": tf.zeros(label_spec.shape, label_spec.dtype), "mask": tf.constant(0.0)}).repeat()
     return examples.concatenate(padding), -(-longest // rows)
 

@@ -20,6 +20,11 @@ HYPERRULE_SMALL = (160, 128)
 HYPERRULE_LARGE = (448, 384)
 
 
+def side_pair(size) -> list:
+  """[height, width] of a side or of a (height, width) pair."""
+  return [size, size] if isinstance(size, int) else list(size)
+
+
 def decode_image(encoded: tf.Tensor) -> tf.Tensor:
   """Encoded bytes -> uint8 [H, W, 3]; grayscale is replicated and alpha dropped."""
   image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
@@ -37,9 +42,11 @@ def to_model_range(image: tf.Tensor) -> tf.Tensor:
   return (tf.cast(image, tf.float32) - 127.5) / 127.5
 
 
-def eval_resize(image: tf.Tensor, size: int) -> tf.Tensor:
-  """Evaluation and prediction: plain bilinear resize to size x size, no crop."""
-  resized = tf.image.resize(_pixels(image), [size, size], method="bilinear", antialias=False)
+def eval_resize(image: tf.Tensor, size) -> tf.Tensor:
+  """Evaluation and prediction: plain bilinear resize to size x size (or to size =
+  (height, width)), no crop."""
+  resized = tf.image.resize(_pixels(image), side_pair(size), method="bilinear",
+                            antialias=False)
   return to_model_range(resized)
 
 

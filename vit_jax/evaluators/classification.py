@@ -214,6 +214,9 @@ class Evaluator:
     examples = totals.pop("examples")
     results = {"accuracy": totals.pop("correct") / max(examples, 1.0),
                "loss": totals.pop("loss_sum") / max(examples, 1.0), "examples": examples}
+    for key in [k for k in totals if k.startswith(("correct_", "loss_sum_"))]:  # variants
+      name = key.replace("correct_", "accuracy_").replace("loss_sum_", "loss_")
+      results[name] = totals.pop(key) / max(examples, 1.0)  # (FlexiViT's patch sizes)
     report, names = None, eval_set.dataset.info.class_names
     if rows:
       scalars, report = multilabel.summarize(rows, names, self.config.get(

@@ -1,5 +1,5 @@
 """python -m vit_jax.export CHECKPOINT OUT --to=stablehlo|saved_model|tflite|onnx
-    [--image_size=PX] [--batch=N|dynamic] [--dtype=float32|bfloat16|float16]
+    [--image_size=PX|HxW] [--batch=N|dynamic] [--dtype=float32|bfloat16|float16]
     [--with_preprocessing] [--overwrite]
 
 Writes the checkpoint (anything load_npz reads, or a released name) as a serving artefact
@@ -10,6 +10,7 @@ and comparing its logits with the Flax model's (see vit_jax.export.api).
 from absl import flags
 
 from vit_jax import cli
+from vit_jax.checkpoints import npz
 from vit_jax.export import api
 
 FLAGS = flags.FLAGS
@@ -31,8 +32,8 @@ def define_flags(flag_values=flags.FLAGS) -> None:
   """The command's flags; not defined on import, so importers' flags stay their own."""
   define = dict(flag_values=flag_values)
   flags.DEFINE_string("to", None, f"Format: {', '.join(api.FORMATS)}.", **define)
-  flags.DEFINE_integer("image_size", None, "Input side in pixels (a multiple of the patch "
-                       "size); default: the checkpoint's own.", lower_bound=1, **define)
+  flags.DEFINE(cli.ImageSizeParser(), "image_size", None, cli.image_size_help(
+      "the size traced at (metadata.json records it); " + npz.IMAGE_SIZE_HELP), **define)
   flags.DEFINE_string("batch", None, "Batch dimension: 'dynamic' or a number. Default: "
                       "dynamic (tflite: 1).", **define)
   flags.DEFINE_enum("dtype", "float32", list(api.DTYPES), "Compute dtype: float32, bfloat16 "

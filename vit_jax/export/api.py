@@ -11,6 +11,7 @@ import time
 from typing import Callable, Optional, Union
 
 
+from vit_jax.checkpoints import npz
 from vit_jax.export import metadata, output
 from vit_jax.export import source as source_lib
 from vit_jax.export.source import ExportError
@@ -83,13 +84,14 @@ def _options(to: str, fmt, batch, dtype: str, with_preprocessing: bool) -> Optio
   return Options(None if batch == "dynamic" else batch, dtype, with_preprocessing)
 
 
-def export(checkpoint: str, out: str, *, to: str, image_size: Optional[int] = None,
+def export(checkpoint: str, out: str, *, to: str, image_size: Optional[npz.ImageSize] = None,
            batch: Union[None, int, str] = None, dtype: str = "float32",
            with_preprocessing: bool = False, overwrite: bool = False,
            log: Callable[[str], None] = print) -> Result:
   """Exports `checkpoint` (anything load_npz reads, or a released name) to folder `out`.
 
-  to: stablehlo | saved_model | tflite | onnx. image_size: default the checkpoint's own.
+  to: stablehlo | saved_model | tflite | onnx. image_size: a side or (height, width) to
+  trace at (metadata.json records it); default the checkpoint's own.
   batch: 'dynamic' or N (default: dynamic; 1 for tflite). dtype: float32, bfloat16
   (compute dtype; stablehlo and saved_model) or float16 (tflite: float16 weights).
   with_preprocessing: saved_model only, its signature then takes encoded image bytes.
@@ -103,7 +105,7 @@ def export(checkpoint: str, out: str, *, to: str, image_size: Optional[int] = No
   source = source_lib.load_source(checkpoint, image_size,
                                   "float32" if dtype == "float16" else dtype)
   log(f"read {checkpoint}: {source.model_name}, {source.module.num_classes} classes, "
-      f"{source.image_size}x{source.image_size} px")
+      f"{source.image_size[0]}x{source.image_size[1]} px")
   with output.staged(out, overwrite) as staging:
     files, signature = fmt.write(source, options, staging)
     inputs, reference = verification_batch(source, options)

@@ -13,10 +13,11 @@ from vit_jax.export import source as source_lib
 FILE = "metadata.json"
 
 
-def preprocessing_contract(image_size: int, in_graph: bool) -> Dict[str, Any]:
+def preprocessing_contract(image_size, in_graph: bool) -> Dict[str, Any]:
   """The evaluation preprocessing of vit_jax.data.preprocess.eval_resize, as a contract."""
+  height, width = image_size
   steps = ["decode to RGB uint8 (grayscale replicated, alpha dropped)",
-           f"bilinear resize to {image_size}x{image_size} (no crop, no antialiasing, "
+           f"bilinear resize to {height}x{width} (height x width; no crop, no antialiasing, "
            "aspect ratio not kept)",
            "scale: (pixel - 127.5) / 127.5, i.e. [0, 255] -> [-1, 1]"]
   return {"in_graph": in_graph, "steps": steps,
@@ -32,7 +33,8 @@ def describe(source: source_lib.Source, *, fmt: str, files: Dict[str, str],
       "files": files,
       "model": source.model_name,
       "architecture": source.architecture.as_kwargs(),
-      "image_size": source.image_size,
+      "image_size": list(source.image_size),  # [height, width] traced at
+      "checkpoint_image_size": list(source.checkpoint_image_size),
       "batch": batch,
       "compute_dtype": source.dtype,
       "num_classes": source.module.num_classes,

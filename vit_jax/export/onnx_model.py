@@ -42,7 +42,7 @@ REFUSED = {
 
 
 def write(source: source_lib.Source, options, directory: str) -> Tuple[Dict, Dict[str, Any]]:
-  side, classes = source.image_size, source.module.num_classes
+  (height, width), classes = source.image_size, source.module.num_classes
   batch = "B" if options.batch is None else options.batch
   logits_fn = source.logits_fn()
 
@@ -52,12 +52,12 @@ def write(source: source_lib.Source, options, directory: str) -> Tuple[Dict, Dic
 
   with _quiet_converter():
     _import_plugins_for_flax()
-    model = jax2onnx.to_onnx(outputs, [(batch, side, side, 3)], model_name="vit_jax",
+    model = jax2onnx.to_onnx(outputs, [(batch, height, width, 3)], model_name="vit_jax",
                              opset=OPSET, input_names=["images"],
                              output_names=["logits", "probabilities"])
   onnx.save(model, os.path.join(directory, FILE))
   shape = [options.batch]
-  signature = {"inputs": {"images": {"shape": shape + [side, side, 3], "dtype": "float32"}},
+  signature = {"inputs": {"images": {"shape": shape + [height, width, 3], "dtype": "float32"}},
                "outputs": {"logits": {"shape": shape + [classes], "dtype": "float32"},
                            "probabilities": {"shape": shape + [classes], "dtype": "float32"}},
                "opset": OPSET, "converter": f"jax2onnx {_version()}"}

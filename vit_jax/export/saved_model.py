@@ -30,12 +30,12 @@ REFUSED = {"dtype=float16": "float16 weights are a TFLite option; use float32 or
 def serving_module(source: source_lib.Source, batch: Optional[int], with_preprocessing: bool,
                    platforms=source_lib.PLATFORMS) -> tf.Module:
   """A tf.Module holding the weights as variables and the serving function."""
-  side = source.image_size
+  height, width = source.image_size
   module = tf.Module()
   module.params = tf.nest.map_structure(tf.Variable, source.params)
   logits_of = jax2tf.convert(
       source.apply, with_gradient=False, native_serialization_platforms=platforms,
-      polymorphic_shapes=[None, f"(b, {side}, {side}, 3)" if batch is None else None])
+      polymorphic_shapes=[None, f"(b, {height}, {width}, 3)" if batch is None else None])
 
   def outputs(images):
     logits = logits_of(module.params, images)
@@ -44,9 +44,9 @@ def serving_module(source: source_lib.Source, batch: Optional[int], with_preproc
   if with_preprocessing:
     from vit_jax.export import preprocessing
     spec = tf.TensorSpec([batch], tf.string, name="images")
-    serve = lambda images: outputs(preprocessing.images_from_bytes(images, side))
+    serve = lambda images: outputs(preprocessing.images_from_bytes(images, source.image_size))
   else:
-    spec = tf.TensorSpec([batch, side, side, 3], tf.float32, name="images")
+    spec = tf.TensorSpec([batch, height, width, 3], tf.float32, name="images")
     serve = outputs
   module.serve = tf.function(serve, input_signature=[spec], autograph=False)
   return module
@@ -59,10 +59,10 @@ def save(module: tf.Module, path: str) -> None:
 def write(source: source_lib.Source, options, directory: str) -> Tuple[Dict, Dict[str, Any]]:
   save(serving_module(source, options.batch, options.with_preprocessing),
        os.path.join(directory, DIR))
-  side, classes = source.image_size, source.module.num_classes
+  classes = source.module.num_classes
   images = ({"shape": [options.batch], "dtype": "string", "content": "encoded JPEG, PNG, "
              "GIF or BMP bytes, one image per element"} if options.with_preprocessing else
-            {"shape": [options.batch, side, side, 3], "dtype": "float32"})
+            {"shape": [options.batch, *source.image_size, 3], "dtype": "float32"})
   signature = {"name": SIGNATURE, "inputs": {"images": images},
                "outputs": {"logits": {"shape": [options.batch, classes], "dtype": "float32"},
                            "probabilities": {"shape": [options.batch, classes],

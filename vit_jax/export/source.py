@@ -4,7 +4,7 @@ metadata says about them, the fixed verification batch and the parity measure.""
 import dataclasses
 import hashlib
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -37,8 +37,9 @@ class Source:
   path: str  # resolved path or URL
   module: vit.VisionTransformer
   params: Dict[str, Any]
-  image_size: int
+  image_size: Tuple[int, int]  # (height, width) traced at
   dtype: str
+  checkpoint_image_size: Tuple[int, int]  # the file's own; another is resized in the model
   multi_label: bool = False  # saved by a multi-label run: probabilities are sigmoids
 
   @property
@@ -90,8 +91,10 @@ def _apply(module: vit.VisionTransformer, params, images):
 _jitted_apply = jax.jit(_apply, static_argnums=0)
 
 
-def load_source(checkpoint: str, image_size: Optional[int], dtype: str) -> Source:
-  """The checkpoint loaded as load_npz does (image_size must be a multiple of the stride);
+def load_source(checkpoint: str, image_size: Optional[npz.ImageSize], dtype: str) -> Source:
+  """The checkpoint loaded as load_npz does, run at image_size (a side or (height, width),
+  multiples of the stride; the model resizes its position embedding, see
+  npz.load_for_inference);
   raises an errors.UserError (one line: CheckpointError, ExportError, ...) for what cannot
   be read or exported."""
   path = hub.resolve(checkpoint)  # a released or hf-hub: name is fetched first
@@ -101,14 +104,16 @@ def load_source(checkpoint: str, image_size: Optional[int], dtype: str) -> Sourc
     raise ExportError(f"{checkpoint}: {weight_bytes / 2**30:.1f} GiB of weights do not fit "
                       "the 2 GiB that one serialized graph can hold; export a smaller model")
   multi_label = path.endswith(".npz") and npz.read_multi_label(path)
+  native = npz.side_pair(npz.native_image_size(module, params))
   return Source(checkpoint, path, module.clone(dtype=DTYPES[dtype]), params, size, dtype,
-                multi_label)
+                native, multi_label)
 
 
-def verification_images(batch: int, image_size: int) -> np.ndarray:
-  """The fixed batch every export is checked on: uniform noise in the model's range."""
+def verification_images(batch: int, image_size: Tuple[int, int]) -> np.ndarray:
+  """The fixed batch every export is checked on: uniform noise in the model's range, at
+  (height, width)."""
   rng = np.random.default_rng(VERIFY_SEED)
-  return rng.uniform(-1, 1, (batch, image_size, image_size, 3)).astype(np.float32)
+  return rng.uniform(-1, 1, (batch, *image_size, 3)).astype(np.float32)
 
 
 def relative_difference(ours: np.ndarray, reference: np.ndarray) -> float:

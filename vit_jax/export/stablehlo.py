@@ -23,9 +23,10 @@ REFUSED = {"with_preprocessing": "JPEG decoding is no StableHLO operation: feed 
            "dtype=float16": "float16 weights are a TFLite option; use float32 or bfloat16"}
 
 
-def input_spec(batch, image_size: int) -> jax.ShapeDtypeStruct:
-  shape = jax.export.symbolic_shape(f"b, {image_size}, {image_size}, 3") if batch is None \
-      else (batch, image_size, image_size, 3)
+def input_spec(batch, image_size) -> jax.ShapeDtypeStruct:
+  height, width = image_size
+  shape = jax.export.symbolic_shape(f"b, {height}, {width}, 3") if batch is None \
+      else (batch, height, width, 3)
   return jax.ShapeDtypeStruct(shape, jnp.float32)
 
 
@@ -35,8 +36,7 @@ def write(source: source_lib.Source, options, directory: str) -> Tuple[Dict, Dic
       input_spec(options.batch, source.image_size))
   with open(os.path.join(directory, FILE), "wb") as f:
     f.write(exported.serialize())
-  side = source.image_size
-  signature = {"inputs": {"images": {"shape": [options.batch, side, side, 3],
+  signature = {"inputs": {"images": {"shape": [options.batch, *source.image_size, 3],
                                      "dtype": "float32"}},
                "outputs": {"logits": {"shape": [options.batch, source.module.num_classes],
                                       "dtype": "float32"}},

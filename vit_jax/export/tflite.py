@@ -55,9 +55,9 @@ def convert(source: source_lib.Source, batch: int, float16_weights: bool) -> byt
 def write(source: source_lib.Source, options, directory: str) -> Tuple[Dict, Dict[str, Any]]:
   with open(os.path.join(directory, FILE), "wb") as f:
     f.write(convert(source, options.batch, options.dtype == "float16"))
-  side, classes = source.image_size, source.module.num_classes
+  classes = source.module.num_classes
   signature = {"name": saved_model.SIGNATURE,
-               "inputs": {"images": {"shape": [options.batch, side, side, 3],
+               "inputs": {"images": {"shape": [options.batch, *source.image_size, 3],
                                      "dtype": "float32"}},
                "outputs": {"logits": {"shape": [options.batch, classes], "dtype": "float32"},
                            "probabilities": {"shape": [options.batch, classes],

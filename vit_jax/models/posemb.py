@@ -3,34 +3,50 @@
 
 The patch rows are laid out on their (h, w) grid and resampled with align-corners
 bilinear interpolation (output index o samples input o*(old-1)/(new-1), as
-scipy.ndimage.zoom(order=1) does); the class-token row is kept as is.
+scipy.ndimage.zoom(order=1) does); the class-token row is kept as is. The same function
+resizes at load time and inside the model at run time (any input size, non-square too).
 """
 
-from typing import Tuple
+from typing import Optional, Tuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from vit_jax import errors
 
 
-def interpolation_matrix(old: int, new: int) -> np.ndarray:
-  """(new, old) float64 matrix of align-corners linear interpolation weights."""
+def _taps(old: int, new: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+  """Align-corners linear interpolation from `old` to `new` samples: output o is
+  w_lo[o] * in[lo[o]] + w_hi[o] * in[hi[o]], at o*(old-1)/(new-1) (weights float32)."""
   coords = np.zeros(new) if new == 1 else np.arange(new) * (old - 1) / (new - 1)
   lower = np.clip(np.floor(coords).astype(int), 0, old - 1)
   upper = np.minimum(lower + 1, old - 1)
   frac = coords - lower
-  matrix = np.zeros((new, old))
-  np.add.at(matrix, (np.arange(new), lower), 1 - frac)
-  np.add.at(matrix, (np.arange(new), upper), frac)
-  return matrix
+  return lower, upper, (1 - frac).astype(np.float32), frac.astype(np.float32)
 
 
-def resize_grid(grid: np.ndarray, new_hw: Tuple[int, int]) -> np.ndarray:
-  """Resamples a (h, w, D) grid to (new_h, new_w, D) in float64, returned in grid's dtype."""
-  rows = interpolation_matrix(grid.shape[0], new_hw[0])
-  cols = interpolation_matrix(grid.shape[1], new_hw[1])
-  resized = np.einsum("Hh,hwd,Ww->HWd", rows, grid.astype(np.float64), cols)
-  return resized.astype(grid.dtype)
+def _resize_axis(x, new: int, axis: int):
+  old = x.shape[axis]
+  if old == new:
+    return x
+  lower, upper, w_lower, w_upper = _taps(old, new)
+  shape = [1] * x.ndim
+  shape[axis] = new
+  return (jnp.take(x, lower, axis=axis) * w_lower.reshape(shape)
+          + jnp.take(x, upper, axis=axis) * w_upper.reshape(shape))
+
+
+def resize_grid(grid, new_hw: Tuple[int, int]) -> jax.Array:
+  """Resamples a (h, w, D) grid to (new_h, new_w, D) in float32: rows, then columns.
+
+  The one resize of learned position embeddings, jnp so that it runs both when a file is
+  loaded (vit_jax.checkpoints.npz) and inside the model for another input size
+  (vit.AddPositionEmbs): the same float32 operations in the same order, so the two give
+  the same bits.
+  """
+  grid = jnp.asarray(grid, jnp.float32)
+  return _resize_axis(_resize_axis(grid, new_hw[0], 0), new_hw[1], 1)
 
 
 def square_grid_side(num_tokens: int) -> int:
@@ -42,12 +58,15 @@ def square_grid_side(num_tokens: int) -> int:
   return side
 
 
-def resize_posemb(posemb: np.ndarray, new_hw: Tuple[int, int], has_cls: bool) -> np.ndarray:
-  """Resizes a (1, [1 +] h*w, D) embedding from its square grid to new_hw = (h', w')."""
+def resize_posemb(posemb, new_hw: Tuple[int, int], has_cls: bool,
+                  old_hw: Optional[Tuple[int, int]] = None) -> jax.Array:
+  """Resizes a (1, [1 +] h*w, D) embedding from its grid (old_hw; default: square) to
+  new_hw = (h', w'), in float32; the class-token row is kept as is."""
+  posemb = jnp.asarray(posemb, jnp.float32)
   extra, patches = (posemb[:, :1], posemb[0, 1:]) if has_cls else (posemb[:, :0], posemb[0])
-  side = square_grid_side(patches.shape[0])
-  grid = resize_grid(patches.reshape(side, side, -1), new_hw)
-  return np.concatenate([extra, grid.reshape(1, new_hw[0] * new_hw[1], -1)], axis=1)
+  old_hw = old_hw or (square_grid_side(patches.shape[0]),) * 2
+  grid = resize_grid(patches.reshape(*old_hw, -1), new_hw)
+  return jnp.concatenate([extra, grid.reshape(1, new_hw[0] * new_hw[1], -1)], axis=1)
 
 
 def sincos_2d(grid: Tuple[int, int], width: int, temperature: float = 10_000.0) -> np.ndarray:

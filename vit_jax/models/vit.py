@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vit_jax import errors
-from vit_jax.models import attention
+from vit_jax.models import attention, patch_resize
 from vit_jax.models import posemb as posemb_lib
 from vit_jax.models import resnet
 
@@ -96,20 +96,36 @@ class Encoder1DBlock(nn.Module):
 
 
 class AddPositionEmbs(nn.Module):
-  """Adds a learned (1, tokens, D) position embedding (normal(0.02) init)."""
+  """Adds a learned (1, tokens, D) position embedding (normal(0.02) init).
+
+  The table keeps the grid it was made for (`stored_grid` at init, else the input's); for
+  inputs of another grid it is resized in the forward pass with posemb.resize_posemb, the
+  resize load_npz applies to files, so both give the same bits. A stored grid that is not
+  square must be named by stored_grid."""
+  stored_grid: Optional[Tuple[int, int]] = None
 
   @nn.compact
-  def __call__(self, x):
-    posemb = self.param("pos_embedding", nn.initializers.normal(stddev=0.02),
-                        (1, *x.shape[1:]), jnp.float32)
+  def __call__(self, x, grid: Optional[Tuple[int, int]] = None, has_cls: bool = True):
+    if self.has_variable("params", "pos_embedding"):
+      shape = self.get_variable("params", "pos_embedding").shape
+    elif self.stored_grid is not None:
+      shape = (1, has_cls + self.stored_grid[0] * self.stored_grid[1], x.shape[-1])
+    else:
+      shape = (1, *x.shape[1:])
+    posemb = self.param("pos_embedding", nn.initializers.normal(stddev=0.02), shape,
+                        jnp.float32)
+    if shape[1] != x.shape[1]:
+      posemb = posemb_lib.resize_posemb(posemb, grid, has_cls, self.stored_grid)
     return x + posemb.astype(x.dtype)
 
 
-def position_embedding(x, kind: str, grid: Tuple[int, int], has_cls: bool):
+def position_embedding(x, kind: str, grid: Tuple[int, int], has_cls: bool,
+                       stored_grid: Optional[Tuple[int, int]] = None):
   """x + the position embedding: the learned `posembed_input` table (its class-token row
-  included), or the fixed sincos2d table (the class token, if any, gets none)."""
+  included; see AddPositionEmbs), or the fixed sincos2d table (the class token, if any,
+  gets none)."""
   if kind == "learn":
-    return AddPositionEmbs(name="posembed_input")(x)
+    return AddPositionEmbs(stored_grid, name="posembed_input")(x, grid, has_cls)
   return x + jnp.asarray(posemb_lib.sincos_2d_with_cls(grid, x.shape[-1], has_cls), x.dtype)
 
 
@@ -158,6 +174,7 @@ class Encoder(nn.Module):
   remat_policy: str = "none"
   scan_layers: bool = False
   posemb: str = "learn"
+  posemb_grid: Optional[Tuple[int, int]] = None
 
   @nn.compact
   def __call__(self, x, *, train: bool, grid: Tuple[int, int] = (0, 0), has_cls: bool = True):
@@ -169,7 +186,7 @@ class Encoder(nn.Module):
     if self.remat_policy != "none":  # same parameters, activations recomputed in backprop
       block = nn.remat(block, policy=REMAT_POLICIES[self.remat_policy],
                        static_argnums=(2,), prevent_cse=not self.scan_layers)
-    x = position_embedding(x, self.posemb, grid, has_cls)
+    x = position_embedding(x, self.posemb, grid, has_cls, self.posemb_grid)
     x = nn.Dropout(self.options.dropout_rate)(x, deterministic=not train)
     if self.scan_layers:
       stack = nn.scan(block, variable_axes={"params": 0, "intermediates": 0},
@@ -261,6 +278,12 @@ class VisionTransformer(nn.Module):
       'full', 'dots' or 'dots_no_batch' (which activations are kept).
     scan_layers: run the blocks with nn.scan (one compiled block; params stacked
       under Transformer/encoderblock, see to_scan_layout). Same function.
+    kernel_size: side of the stored `embedding` kernel when it is not patch_size
+      (FlexiViT's underlying 32): PI-resized to patch_size in the forward pass
+      (vit_jax.models.patch_resize).
+    posemb_grid: grid of the stored learned position embedding when it is not the
+      input's at init (FlexiViT's underlying 7x7), or when it is not square. Any input
+      size runs: a table of another grid is resized in the forward pass (AddPositionEmbs).
   """
   num_classes: int
   patch_size: int
@@ -281,6 +304,8 @@ class VisionTransformer(nn.Module):
   unpadded_inference: bool = True
   remat_policy: str = "none"
   scan_layers: bool = False
+  kernel_size: Optional[int] = None
+  posemb_grid: Optional[Tuple[int, int]] = None
 
   @nn.compact
   def __call__(self, images, *, train: bool = False, representation: bool = False):
@@ -313,9 +338,8 @@ class VisionTransformer(nn.Module):
     x = images.astype(self.dtype)
     if self.resnet_stages is not None:
       x = resnet.apply_stem(x, self.resnet_stages, self.resnet_width, self.dtype)
-    patches = (self.patch_size, self.patch_size)
-    x = nn.Conv(self.hidden_size, patches, strides=patches, padding="VALID",
-                dtype=self.dtype, name="embedding")(x)
+    x = patch_resize.PatchEmbedding(self.hidden_size, self.patch_size, self.kernel_size,
+                                    self.dtype, name="embedding")(x)
     batch, height, width, channels = x.shape
     return x.reshape(batch, height * width, channels), (height, width)
 
@@ -330,7 +354,7 @@ class VisionTransformer(nn.Module):
                            self.attention_dropout_rate, self.dtype, self.attention_impl,
                            self.unpadded_inference)
     return Encoder(self.num_layers, options, self.remat_policy, self.scan_layers, self.posemb,
-                   name="Transformer")(x, train=train, grid=grid,
+                   self.posemb_grid, name="Transformer")(x, train=train, grid=grid,
                                        has_cls=self.classifier == "token")
 
   def pool(self, tokens):

@@ -101,6 +101,8 @@ def find_name(architecture: Architecture) -> Optional[str]:
   return None
 
 
+# config.model keys that configure training, not the module (vit_jax.objectives.flexi).
+NOT_MODULE_KEYS = ("flexi_patch_sizes", "flexi_export_patch_size")
 _MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(vit.VisionTransformer)
                       if f.name not in ("parent", "name"))
 
@@ -134,8 +136,11 @@ def check_options(num_classes, kwargs: dict) -> None:
 
 def config_overrides(config) -> dict:
   """The VisionTransformer attributes a training config sets: config.model.* (but the
-  representation size, which depends on the checkpoint) and the compute dtype."""
-  overrides = {k: v for k, v in config.model.items() if k != "representation_size"}
+  representation size, which depends on the checkpoint, and the FlexiViT keys of
+  vit_jax.objectives.flexi) and the compute dtype."""
+  overrides = {k: v for k, v in config.model.items()
+               if k not in ("representation_size", *NOT_MODULE_KEYS)
+               and not (k == "patch_size" and v is None)}
   return {**overrides, "dtype": jnp.dtype(config.dtype)}
 
 

@@ -2,7 +2,9 @@
 evaluates and exports. Each is one object with the `Objective` protocol:
 
   * classification (default): the VisionTransformer on the labels (objectives.classification);
-  * mpp: masked patch prediction, self-supervised (objectives.mpp); labels unused.
+  * mpp: masked patch prediction, self-supervised (objectives.mpp); labels unused;
+  * classification with config.model.flexi_patch_sizes: FlexiViT, one model for several
+    patch sizes (objectives.flexi).
 
 vit_jax.train_step turns an objective's batch loss into the generic train step; its eval
 step returns {'loss_sum', 'correct', 'examples'} sums over the real rows; its model answers
@@ -15,7 +17,7 @@ from typing import Any, Callable, Optional, Protocol, Tuple
 import ml_collections
 
 from vit_jax import errors
-from vit_jax.objectives import classification, mpp
+from vit_jax.objectives import classification, flexi, mpp
 
 DEFAULT = "classification"
 
@@ -51,4 +53,9 @@ def get(config: ml_collections.ConfigDict) -> Objective:
   if name not in OBJECTIVES:
     raise errors.InvalidInput(
         f"unknown config.objective={name!r}; choose one of {', '.join(OBJECTIVES)}")
+  if flexi.patch_sizes(config):
+    if name != "classification":
+      raise errors.InvalidInput(f"config.model.flexi_patch_sizes trains a classifier: leave it "
+                                f"empty for config.objective={name!r}")
+    return flexi.FlexiClassification(config)
   return OBJECTIVES[name]
