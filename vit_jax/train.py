@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from vit_jax import config_checks, errors, objectives, optim, sharding, trainer
+from vit_jax import config_checks, errors, objectives, optim, param_groups, sharding, trainer
 from vit_jax import evaluators as evaluators_lib
 from vit_jax.checkpoints import formats, hub, released, train_state
 from vit_jax.console import log
@@ -130,6 +130,7 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   objectives.get(config).check(config)
   sharding.check_config_batches(config, mesh)
   optim.check_choices(config)
+  param_groups.check(config)
   try:
     module = zoo.model_from_config(config, num_classes=1)
   except TypeError as e:  # an unknown config.model.<option>
@@ -204,7 +205,8 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
     if resume_step is None or dataset_record.read(workdir) is None:
       dataset_record.write(workdir, record)
     if resume_step is None:
-      num_params = outputs.write_parameter_table(state.params, workdir)
+      num_params = outputs.write_parameter_table(
+          state.params, workdir, param_groups.table_columns(state.params, config))
       log.info("%s parameters (table in %s)", f"{num_params:,}",
                fs.join(workdir, outputs.PARAMETER_TABLE))
       writer.write_hparams({"num_params": num_params})

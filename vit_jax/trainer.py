@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from vit_jax import objectives, optim, sharding, train_step
+from vit_jax import objectives, optim, param_groups, sharding, train_step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +44,10 @@ def build(config: ml_collections.ConfigDict, module, mesh,
   abstract_state = jax.eval_shape(init_state, jax.random.PRNGKey(0))
   state_shardings = sharding.param_shardings(abstract_state, mesh)
   batch_sharding, replicated = sharding.batch_sharding(mesh), sharding.replicated(mesh)
+  batch_loss = param_groups.without_frozen_gradients(objective.make_batch_loss(module, config),
+                                                     config)
   step = jax.jit(
-      train_step.make_train_step(objective.make_batch_loss(module, config), optimizer, config),
+      train_step.make_train_step(batch_loss, optimizer, config),
       in_shardings=(state_shardings, batch_sharding, replicated),
       out_shardings=(state_shardings, replicated), donate_argnums=(0,))
   place = jax.jit(state_of, out_shardings=state_shardings)
