@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from vit_jax import config_checks, errors, objectives, optim, param_groups, sharding, trainer
+from vit_jax import config_checks, errors, lora, objectives, optim, param_groups, sharding
+from vit_jax import trainer
 from vit_jax import evaluators as evaluators_lib
 from vit_jax.checkpoints import formats, hub, released, train_state
 from vit_jax.console import log
@@ -131,6 +132,7 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   sharding.check_config_batches(config, mesh)
   optim.check_choices(config)
   param_groups.check(config)
+  lora.check(config)
   try:
     module = zoo.model_from_config(config, num_classes=1)
   except TypeError as e:  # an unknown config.model.<option>
@@ -181,6 +183,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   objective = objectives.get(config)
   module, host_params = objective.create_model(config, dataset.info.num_classes,
                                                load_pretrained=load_pretrained)
+  module = lora.wrap(module, config)  # LoRA: adapters merged into the kernels at every apply
   evaluators = evaluators_lib.build_all(config, module, mesh, dataset, objective)  # opens data
 
   # --- State and compiled step, created directly with their shardings ----------------
@@ -206,7 +209,8 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
       dataset_record.write(workdir, record)
     if resume_step is None:
       num_params = outputs.write_parameter_table(
-          state.params, workdir, param_groups.table_columns(state.params, config))
+          state.params, workdir,
+          param_groups.table_columns(state.params, config, lora.trained_regex(config)))
       log.info("%s parameters (table in %s)", f"{num_params:,}",
                fs.join(workdir, outputs.PARAMETER_TABLE))
       writer.write_hparams({"num_params": num_params})
@@ -275,9 +279,16 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   if not eval_metrics:  # resumed at the end: report the final state anyway
     for evaluator in evaluators:
       eval_metrics.update(evaluator.run(state, total_steps))
-  final_params = objective.export_params(sharding.to_host(state.eval_params))  # a collective
-  if is_main:  # a classifier's head carries the dataset's class names; mpp exports none
-    class_names = dataset.info.class_names if objective.predicts_classes else None
+  final_params = sharding.to_host(state.eval_params)  # a collective
+  # a classifier's head carries the dataset's class names; mpp exports none
+  class_names = dataset.info.class_names if objective.predicts_classes else None
+  if lora.settings(config):  # params.npz: merged weights; adapters.npz (first) beside it
+    final_params, adapters = lora.export(sharding.to_host(state.params), final_params, config,
+                                         class_names)
+    if is_main:
+      lora.save_adapters(adapters, fs.join(workdir, lora.ADAPTERS))
+  final_params = objective.export_params(final_params)
+  if is_main:
     outputs.write_final(final_params, eval_metrics, workdir, class_names)
   writer.flush()
   writer.close()
