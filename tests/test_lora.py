@@ -97,6 +97,28 @@ def test_adapters_are_split_over_tensor_like_their_kernels():
   assert spec(mlp + "Dense_1/lora_a", (128, 4)) == ("tensor", None)
 
 
+def test_merge_takes_what_the_run_used_from_a_released_style_base():
+  """A released base has another head, a pre_logits layer the run dropped and a position
+  embedding for another image size: merge still rebuilds the run's params bit for bit."""
+  config = lora_config()
+  params = lora.with_adapters(init_params(tiny_model(5)), config)
+  trained = jax.tree.map(lambda x: x + 0.01, params)  # adapters and head moved
+  merged, adapters = lora.export(params, trained, config, class_names=list("abcde"))
+  base = {k: v for k, v in flat(params).items() if not k.endswith((lora.A, lora.B))}
+  base.update({"head/kernel": np.ones((32, 7)), "head/bias": np.ones(7),
+               "pre_logits/kernel": np.ones((32, 32)), "pre_logits/bias": np.ones(32),
+               lora.POSEMB: np.ones((1, 10, 32))})
+  rebuilt = lora.merge(base, adapters)
+  assert rebuilt.keys() == flat(merged).keys()
+  for name, value in flat(merged).items():
+    np.testing.assert_array_equal(rebuilt[name], value, err_msg=name)
+  assert lora.class_names(adapters) == list("abcde")
+  del base["Transformer/encoderblock_1/MlpBlock_3/Dense_1/kernel"]
+  with pytest.raises(errors.InvalidInput, match="the base checkpoint has no Transformer/"
+                     "encoderblock_1/MlpBlock_3/Dense_1/kernel: pass the checkpoint"):
+    lora.merge(base, adapters)
+
+
 @pytest.mark.parametrize("overrides, message", [
     (dict(rank=0, targets="query/kernel$"), "config.lora.targets='query/kernel$' is set but "
      "LoRA is off (config.lora.rank=0)"),

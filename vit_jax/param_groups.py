@@ -213,3 +213,12 @@ def without_frozen_gradients(batch_loss, config: ml_collections.ConfigDict,
                           params, group_labels)
     return batch_loss(params, batch, key)
   return loss
+
+
+def trained_summary(columns: Dict[str, Dict[str, str]], params, opt_state) -> str:
+  """'N of M parameters train; optimizer state B bytes' (from table_columns)."""
+  sizes = {name: int(np.prod(leaf.shape)) for name, leaf in named_leaves(params)}
+  trained = sum(size for name, size in sizes.items() if columns["trains"][name] != "no")
+  state_bytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(opt_state))
+  return (f"{trained:,} of {sum(sizes.values()):,} parameters train; optimizer state "
+          f"{state_bytes:,} bytes")

@@ -208,10 +208,10 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
     if resume_step is None or dataset_record.read(workdir) is None:
       dataset_record.write(workdir, record)
     if resume_step is None:
-      num_params = outputs.write_parameter_table(
-          state.params, workdir,
-          param_groups.table_columns(state.params, config, lora.trained_regex(config)))
-      log.info("%s parameters (table in %s)", f"{num_params:,}",
+      columns = param_groups.table_columns(state.params, config, lora.trained_regex(config))
+      num_params = outputs.write_parameter_table(state.params, workdir, columns)
+      log.info("%s (table in %s)", param_groups.trained_summary(columns, state.params,
+                                                                state.opt_state),
                fs.join(workdir, outputs.PARAMETER_TABLE))
       writer.write_hparams({"num_params": num_params})
 

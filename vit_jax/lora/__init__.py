@@ -180,18 +180,27 @@ def with_adapters(params, config: ml_collections.ConfigDict):
   return add_adapters(params, lora, jax.random.PRNGKey(config.seed)) if lora else params
 
 
+# Frozen, yet not always the base file's: loading resizes it to the run's image size.
+POSEMB = "Transformer/posembed_input/pos_embedding"
+
+
 def export(raw_params, eval_params, config: ml_collections.ConfigDict,
            class_names=None) -> Tuple[Any, Flat]:
   """(merged params, adapters.npz arrays) at the end of a run, from two host copies of the
-  params: the frozen base from the raw params (unchanged since the start, so equal to the
-  base file) and the trained leaves from the evaluated ones (the Polyak average, if kept)."""
+  params: the frozen base from the raw params (unchanged since the start) and the trained
+  leaves from the evaluated ones (the Polyak average, if kept). adapters.npz holds what the
+  base file cannot give: the adapters, the trained head, the position embedding (resized to
+  the run's image size) and which of the base's arrays the run used (not a dropped
+  pre_logits, nor the base's head)."""
   lora = settings(config)
   released = lambda tree: traverse_util.flatten_dict(vit.to_block_layout(tree), sep="/")
+  raw = {name: np.asarray(value) for name, value in released(raw_params).items()}
   adapters = {name: np.asarray(value) for name, value in released(eval_params).items()
               if re.search(TRAINED, name)}
-  base = {name: np.asarray(value) for name, value in released(raw_params).items()
-          if name not in adapters}
-  meta = dict(rank=lora.rank, alpha=lora.alpha, targets=lora.targets,
+  if POSEMB in raw and POSEMB not in adapters:
+    adapters[POSEMB] = raw[POSEMB]
+  base = {name: value for name, value in raw.items() if name not in adapters}
+  meta = dict(rank=lora.rank, alpha=lora.alpha, targets=lora.targets, base=sorted(base),
               class_names=list(class_names) if class_names is not None else None)
   adapters[SETTINGS] = np.array(json.dumps(meta))
   return traverse_util.unflatten_dict(merge(base, adapters), sep="/"), adapters
@@ -199,22 +208,23 @@ def export(raw_params, eval_params, config: ml_collections.ConfigDict,
 
 def merge(base: Flat, adapters: Flat) -> Flat:
   """The merged released-layout params from a base checkpoint's arrays and adapters.npz's:
-  the trained head replaces the base's, every adapted kernel gets scale * A @ B."""
+  the base arrays the run used, the adapters' head (and position embedding) in place of the
+  base's, every adapted kernel plus scale * A @ B."""
   meta = json.loads(str(adapters[SETTINGS]))
-  trained = {name: value for name, value in adapters.items() if name != SETTINGS}
-  for name, value in trained.items():
-    if name.endswith((A, B)):
-      kernel = name.rsplit("/", 1)[0] + "/kernel"
-      if kernel not in base:
-        raise errors.InvalidInput(f"the base checkpoint has no {kernel} for the adapter {name}:"
-                                  " pass the checkpoint the adapters were trained on")
-  for name in base.keys() & trained.keys():
-    if np.shape(base[name]) != np.shape(trained[name]):
-      raise errors.InvalidInput(f"the base checkpoint's {name} is {np.shape(base[name])}, "
-                                f"the adapters' {np.shape(trained[name])}: pass the checkpoint "
-                                "the adapters were trained on")
-  flat = {name: value for name, value in base.items() if not name.startswith("head/")}
-  flat.update(trained)
+  flat = {}
+  for name in meta["base"]:
+    if name not in base:
+      raise errors.InvalidInput(f"the base checkpoint has no {name}: pass the checkpoint the "
+                                "adapters were trained from")
+    flat[name] = base[name]
+  flat.update((name, value) for name, value in adapters.items() if name != SETTINGS)
+  for name in [name for name in flat if name.endswith("/" + A)]:  # files: one block each
+    kernel, a, b = name[:-len(A)] + "kernel", flat[name], flat[name[:-len(A)] + B]
+    fan_in, fan_out = a.size // a.shape[-1], b.size // b.shape[0]
+    if kernel not in flat or np.size(flat[kernel]) != fan_in * fan_out:
+      raise errors.InvalidInput(f"the base checkpoint's {kernel} does not fit its adapters "
+                                f"({fan_in} x {fan_out}): pass the checkpoint the adapters "
+                                "were trained from")
   merged_arrays = merged_flat(flat, meta["alpha"] / meta["rank"])
   return {name: np.asarray(value, np.float32) for name, value in merged_arrays.items()}
 
