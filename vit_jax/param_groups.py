@@ -22,7 +22,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from vit_jax import errors
+from vit_jax import errors, sharding
 from vit_jax.models import mpp, vit
 
 TRAIN, FROZEN, LATER = "train", "frozen", "frozen_until_step"  # optimizer group labels
@@ -33,12 +33,9 @@ BLOCK = re.compile(rf"^Transformer/{vit.SCANNED_BLOCKS}_(\d+)/")
 STACKED = re.compile(rf"^Transformer/{vit.SCANNED_BLOCKS}/")
 
 
-def path_name(path: Tuple[Any, ...]) -> str:
-  return "/".join(str(getattr(entry, "key", entry)) for entry in path)
-
-
 def named_leaves(params) -> List[Tuple[str, Any]]:
-  return [(path_name(path), leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(params)]
+  return [(sharding.path_name(path), leaf)
+          for path, leaf in jax.tree_util.tree_leaves_with_path(params)]
 
 
 def lr_mult_pairs(config: ml_collections.ConfigDict) -> List[Tuple[str, float]]:
@@ -140,7 +137,7 @@ def multipliers(params, config: ml_collections.ConfigDict):
     check_matches([name for name, _ in named_leaves(params)], regex, "lr_mults")
   layers = num_layers(params)
   return jax.tree_util.tree_map_with_path(
-      lambda path, leaf: multiplier(path_name(path), leaf.shape, config, layers), params)
+      lambda path, leaf: multiplier(sharding.path_name(path), leaf.shape, config, layers), params)
 
 
 def labels(params, config: ml_collections.ConfigDict, trained_regex: str = ""):
@@ -153,7 +150,7 @@ def labels(params, config: ml_collections.ConfigDict, trained_regex: str = ""):
   group = LATER if config.get("freeze_steps") is not None else FROZEN
 
   def label(path, _):
-    name = path_name(path)
+    name = sharding.path_name(path)
     if trained_regex and not re.search(trained_regex, name):
       return FROZEN
     return group if frozen and re.search(frozen, name) else TRAIN
