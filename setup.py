@@ -72,9 +72,13 @@ setuptools.setup(
     extras_require={
         # gcp-storage-emulator: the Cloud Storage of the gs:// tests, on 127.0.0.1; pinned
         # because tests/gcs_emulator.py adds GCS's generation preconditions to its handlers.
+        # libtpu (the tpu extra's): vit_jax.plan's tests compile for TPU topologies on the
+        # CPU (tests/test_planner.py); it starts no TPU backend where none is attached.
         "test": ["pytest>=8", "pytest-xdist>=3.5", "gcp-storage-emulator==2026.7.19",
                  "nbclient>=0.10", "nbformat>=5.10",
-                 "ipykernel>=6", "nbconvert>=7"],  # jupyter nbconvert --execute notebooks/vit_jax.ipynb
+                 "ipykernel>=6", "nbconvert>=7",  # jupyter nbconvert --execute the notebook
+                 f"jax[tpu]{JAX_VERSIONS}; sys_platform == 'linux'"],
+        # Cloud TPU VMs; also what `python -m vit_jax.plan --tpu=...` needs on any machine.
         "tpu": [f"jax[tpu]{JAX_VERSIONS}"],
         # CUDA 13 wheels (NVIDIA driver >= 580), as the GPU numbers were measured; cuda12
         # for older drivers (>= 525). Both bring their own CUDA, cuDNN and NCCL.

@@ -15,6 +15,9 @@ or else BiT's HyperRule length from the train split size (500 steps under 20k im
 That is a quick, CPU-sized check that a folder trains end to end; 32 px is small for
 photos and a from-scratch model is weak on them: for accuracy, fine-tune a pre-trained
 model instead (`--config=configs/vit_b16.py:/data/my_images`, 384 px).
+
+Slice: anything; it fits a v3-8 as it fits a CPU:
+  python -m vit_jax.plan --config=configs/demo.py --tpu=v3-8
 """
 
 from vit_jax import config_defaults

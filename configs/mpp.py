@@ -21,6 +21,9 @@ result with the demo's settings:
 
 params.npz is a plain ViT checkpoint (the [mask] embedding and prediction head are
 dropped, a zero 1-class head stands in for the classifier).
+
+Slice: the ImageNet run is planned for a v3-256 (batch 4096 = 16 per core):
+  python -m vit_jax.plan --config=configs/mpp.py:imagenet2012 --tpu=v3-256
 """
 
 from vit_jax import config_defaults

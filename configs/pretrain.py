@@ -8,6 +8,9 @@ pre_logits (Dense + tanh) representation layer and head bias -10.
 ImageNet-21k: 90 epochs, lr 1e-3, weight decay 0.03, dropout 0.1, linear decay,
 sigmoid cross-entropy (multi-label). ImageNet-1k: 300 epochs, lr 3e-3, weight decay 0.3,
 dropout 0.1, cosine decay.
+
+Slice: planned for a v3-256 (batch 4096 = 16 per core), e.g.
+  python -m vit_jax.plan --config=configs/pretrain.py:ViT-L_16,imagenet21k --tpu=v3-256
 """
 
 from vit_jax import config_defaults

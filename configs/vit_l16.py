@@ -5,6 +5,9 @@
 
 As in the paper's Table 2: ImageNet, CIFAR-10/100, Pets and Flowers at 512 px with
 Polyak averaging 0.9999; other datasets at 384 px without averaging.
+
+Slice: fits a v3-8 with these defaults (ImageNet, the largest of its presets); check first:
+  python -m vit_jax.plan --config=configs/vit_l16.py --tpu=v3-8
 """
 
 from vit_jax import config_defaults

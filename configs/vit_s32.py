@@ -2,6 +2,9 @@
 
   python -m vit_jax.main --config=configs/vit_s32.py --workdir=DIR          # ImageNet at 384 px
   python -m vit_jax.main --config=configs/vit_s32.py:cifar10 --workdir=DIR  # any dataset, 384 px
+
+Slice: fits a v3-8 with these defaults (ImageNet, the largest of its presets); check first:
+  python -m vit_jax.plan --config=configs/vit_s32.py --tpu=v3-8
 """
 
 from vit_jax import config_defaults

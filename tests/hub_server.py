@@ -154,6 +154,32 @@ def google_config(folder):
     json.dump(config, f)
 
 
+def flax_msgpack(folder) -> bytes:
+  """The flax_model.msgpack that transformers' Flax ViT classes save for an HF folder's
+  model.safetensors: the same values under the Flax module's names, as transformers'
+  PyTorch -> Flax conversion writes them (Linear weight -> kernel transposed, Conv OIHW ->
+  HWIO, LayerNorm weight -> scale), serialized with flax.serialization."""
+  from flax import serialization, traverse_util  # pylint: disable=import-outside-toplevel
+  from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
+  tree = {}
+  for name, value in load_file(os.path.join(folder, "model.safetensors")).items():
+    *parents, leaf = name.split(".")
+    if leaf == "weight" and "layernorm" in parents[-1]:
+      leaf = "scale"
+    elif leaf == "weight":
+      leaf, value = "kernel", value.transpose(2, 3, 1, 0) if value.ndim == 4 else value.T
+    tree[(*parents, leaf)] = value
+  return serialization.msgpack_serialize(traverse_util.unflatten_dict(tree))
+
+
+def as_flax_repo(folder) -> Dict[str, bytes]:
+  """An HF folder's repository as the four google/vit-large-* ones are: config.json and
+  flax_model.msgpack, no model.safetensors (their pytorch_model.bin needs PyTorch, and
+  tf_model.h5 TensorFlow's Keras model: vit_jax reads neither)."""
+  return {"config.json": open(os.path.join(folder, "config.json"), "rb").read(),
+          "flax_model.msgpack": flax_msgpack(folder)}
+
+
 def converted(src, dst, **kwargs):
   convert.convert(str(src), str(dst), **kwargs)
   return str(dst)
@@ -163,6 +189,10 @@ def with_config(files, config):
   return {**files, "config.json": json.dumps(config).encode()}
 
 
+# Google's repositories without model.safetensors (on the Hub as here).
+FLAX_ONLY_IN21K = ("google/vit-large-patch32-224-in21k",)
+FLAX_ONLY_FINETUNED = ("google/vit-large-patch16-224", "google/vit-large-patch16-384",
+                       "google/vit-large-patch32-384")
 # The repository of the notebook's online start (imagenet21k+imagenet2012/ViT-B_16's copy).
 NOTEBOOK_REPO = "timm/vit_base_patch16_384.orig_in21k_ft_in1k"
 
@@ -184,11 +214,16 @@ def build_repos(root) -> Dict[str, Dict[str, bytes]]:
   google = converted(RELEASED_FIXTURES / "vit-ti16-prelogits.npz", root / "google", to="hf",
                      pre_logits="pooler")
   google_config(google)
+  google_head = converted(RELEASED_FIXTURES / "vit-ti16.npz", root / "google_head", to="hf")
+  google_config(google_head)
   tiny_files = tiny_repo_files(root)
   return {
+      **{repo: as_flax_repo(google) for repo in FLAX_ONLY_IN21K},
+      **{repo: as_flax_repo(google_head) for repo in FLAX_ONLY_FINETUNED},
       "timm/vit_tiny_patch16_224.augreg_in21k": repo_files(timm_ti),
       "timm/vit_tiny_r_s16_p8_224.augreg_in21k": repo_files(timm_r),
-      "google/vit-base-patch16-224-in21k": repo_files(google),
+      "google/vit-base-patch16-224-in21k": {**repo_files(google),  # both, as on the Hub
+                                            **as_flax_repo(google)},
       "timm/vit_base_patch32_224.orig_in21k": tiny_files,  # google's B/32 copy is missing
       NOTEBOOK_REPO: tiny_files,
       "timm/vit_tiny_patch16_224.augreg2_test": repo_files(timm_ti),  # not a bucket file

@@ -56,7 +56,12 @@ def test_every_flag_has_a_help_string_and_the_models_are_listed():
                                            ("--steps=-1", "-1 is not a non-negative integer"),
                                            ("--mesh=data=-1,foo=2", "unknown mesh axis foo"),
                                            ("--mesh=data", "--mesh=data is not AXIS=SIZE"),
-                                           ("nonsense", "unexpected arguments: nonsense")])
+                                           ("nonsense", "unexpected arguments: nonsense"),
+                                           ("--image_size=7", "--image_size=7 is smaller than "
+                                            "ViT-B_16's 16 px patches: use 16 or more"),
+                                           ("--peak_tflops=-1",
+                                            "-1.0 is not a non-negative number"),
+                                           ("--json=/tmp", "--json=/tmp is a directory")])
 def test_bad_arguments_are_one_error_line(capsys, flag, problem):
   with pytest.raises(SystemExit) as exit_info:
     run_command(flag)

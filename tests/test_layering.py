@@ -9,7 +9,8 @@ from conftest import REPO
 PACKAGE = pathlib.Path(REPO) / "vit_jax"
 # python -m vit_jax.<command>: the only modules that may import vit_jax.train.
 COMMANDS = {f"vit_jax.{name}" for name in ("main", "predict", "fewshot", "visualize", "vtab",
-                                           "download", "convert", "benchmark", "export")}
+                                           "download", "convert", "benchmark", "export",
+                                           "plan")}
 
 
 def module_name(path: pathlib.Path) -> str:

@@ -157,6 +157,14 @@ def test_predict_command_errors_are_one_line(images, tmp_path):
   assert failed.stderr.splitlines()[-1].startswith(f"error: cannot read image {images['corrupt']}")
 
 
+def test_a_binary_labels_file_is_one_line(tmp_path):
+  labels = tmp_path / "labels.bin"
+  labels.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
+  with pytest.raises(ValueError, match=f"--labels={labels} is not UTF-8 text \\(byte 0: invalid "
+                     "start byte\\): pass a text file with one class name per line"):
+    predict.read_labels(str(labels))
+
+
 def one_error_line(failed):
   """The command failed with exactly one `error:` line and no traceback; that line."""
   assert failed.returncode == 1 and failed.stdout == "", failed.stderr

@@ -132,6 +132,8 @@ def test_ctrl_c_saves_the_current_step_and_a_second_one_aborts_at_once(tmp_path,
   assert output.startswith(f"error: cannot resume: no checkpoint in {workdir}/checkpoints "
                            f"(steps {steps[0]}) can be used (step {steps[0]}: Requested shape")
   assert "strict=False" not in output and "padding" not in output
+  changed = output.rstrip().split("; changed since the run started (config.json): ")[1]
+  assert "model.hidden_size" in changed.split(", ")  # with the cadence this run changed
   assert checkpoint_steps(workdir) == steps
 
   process = start_main(workdir, **UNTIL_STOPPED)

@@ -19,7 +19,8 @@ from PIL import Image
 from conftest import RELEASED_FIXTURES
 from helpers import corrupt_jpeg, demo_config, read_metrics, sigterm_at_step
 from vit_jax import config_defaults as common
-from vit_jax import load_npz, read_class_names, save_npz, sharding, train, trainer
+from vit_jax import errors, load_npz, read_class_names, save_npz, sharding, train, trainer
+from vit_jax.checkpoints import train_state
 from vit_jax.data import device_batches, pipeline, splits
 from vit_jax.evaluators import classification
 from vit_jax.runs import workdir as workdir_lib
@@ -150,7 +151,18 @@ def test_a_divergence_before_any_checkpoint_names_its_step_and_says_so(tmp_path,
       "loss is nan at step 3 (noticed at step 5); stopping without saving; no checkpoint "
       "was saved before it, so a rerun starts from scratch: lower config.base_lr or check "
       "the data first")
+  assert isinstance(error.value, errors.UserError)  # a command's one `error:` line
   assert checkpoint_steps(workdir) == []
+
+
+def test_a_divergence_without_clipping_names_the_clip_key(demo_run, tmp_path):
+  checkpointer = train_state.Checkpointer(copy_of(demo_run, tmp_path), keep=2)  # steps 3, 6
+  with pytest.raises(errors.Diverged) as error:
+    train.check_finite(9, {"loss": 2.3, "grad_norm": float("inf")}, checkpointer, clipped=False)
+  assert str(error.value) == (
+      f"grad_norm is inf at step 9; stopping without saving; the last good checkpoint (step 6) "
+      f"is kept in {checkpointer.directory}: lower config.base_lr, set "
+      "config.grad_norm_clip=1.0 or check the data, then rerun to resume from it")
 
 
 def checkpoint_steps(workdir):
@@ -199,6 +211,18 @@ def test_a_resumed_run_with_changed_settings_keeps_the_original_config(demo_run,
     (dict(polyak_decay=1.0), "polyak_decay=1.0 must be in \\[0, 1\\)"),
     (dict(mesh=dict(data=1, fsdp=1, tensor=3)), "has 3 devices but 1 are available"),
     (dict(model=dict(attention="fused")), "unknown model option\\(s\\) attention"),
+    (dict(model=dict(dropout_rate=1.5)), r"config.model: dropout_rate=1.5 must be in \[0, 1\)"),
+    (dict(label_smoothing=2.0), r"config.label_smoothing=2.0 must be in \[0, 1\)"),
+    (dict(grad_norm_clip=-1.0), "grad_norm_clip=-1.0 must be > 0, or 0 / None to turn"),
+    (dict(base_lr=-0.01), "config.base_lr=-0.01 must be >= 0"),
+    (dict(base_lr=float("nan")), "config.base_lr=nan must be >= 0"),
+    (dict(adam_b2=1.0), r"config.adam_b2=1.0 must be in \[0, 1\)"),
+    (dict(seed=-5), "config.seed=-5 must be a whole number >= 0"),
+    (dict(pp=dict(crop=18)), "pp.crop=18 must be a multiple of the model's 4 px patches: use 16 "
+     "or 20"),
+    (dict(pp=dict(crop=0)), "pp.crop=0 must be a multiple of the model's 4 px patches: use 4$"),
+    (dict(pp=dict(mixup_alpha=0.2), batch=33), "mixup_alpha=0.2 mixes pairs of rows: the batch "
+     "per process, 33 .* must be even"),
 ], ids=lambda x: "-".join(map(str, x.items())) if isinstance(x, dict) else None)
 def test_bad_config_is_refused_before_anything_is_written(tmp_path, override, message):
   workdir = tmp_path / "run"

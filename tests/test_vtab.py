@@ -14,7 +14,7 @@ from absl import app, flags
 from PIL import Image
 
 from conftest import REPO, init_params, tiny_model
-from helpers import read_metrics
+from helpers import read_metrics, write_image
 from vit_jax import cli, save_npz, train
 from vit_jax import vtab as command
 from vit_jax.runs import fs, outputs, vtab
@@ -155,9 +155,9 @@ def fake_training(accuracies, calls):
   return train_fn
 
 
-def test_group_means_and_the_table(tmp_path):
+def test_group_means_and_the_table(folders, tmp_path):
   custom = tmp_path / "my_images"
-  custom.mkdir()
+  custom.symlink_to(folders / "alpha")  # a folder that can be a task (checked up front)
   accuracies = {"dtd": 0.5, "svhn": 0.7, "eurosat": 0.9, "clevr_count": 0.3,
                 "dsprites_location": 0.4, "my_images": 0.8}
   calls = []
@@ -309,7 +309,8 @@ def test_command_sweeps_on_val200_of_a_folder(folders, checkpoint, tmp_path, cap
 
 USAGE = {  # argv -> the start of the UsageError's message
     ("--tasks=dtd,clevr_cont",): "unknown task 'clevr_cont' in --tasks: not a VTAB task, a "
-    "group (natural, specialized, structured) or an image directory; tasks: caltech101, ",
+    "group (natural, specialized, structured) or an image directory (one whose name has a "
+    "comma must be renamed: --tasks splits at commas); tasks: caltech101, ",
     ("--config.dataset=cifar10",): "--config.dataset is set by each task's run: use --tasks",
     ("--lr_sweep", "--config.total_steps=3"): "--config.total_steps is swept with --lr_sweep: "
     "set the grid with --sweep_lrs and --sweep_steps",
@@ -318,12 +319,15 @@ USAGE = {  # argv -> the start of the UsageError's message
 }
 
 
-def test_tasks_take_config_dataset_names_and_a_directory_once(tmp_path):
-  (tmp_path / "mine").mkdir()
-  runs = vtab.resolve_tasks(["vtab/dtd", "dtd", str(tmp_path / "mine"),
-                             str(tmp_path / "mine") + "/"])
-  assert [(run.name, run.dataset) for run in runs] == [
-      ("dtd", "vtab/dtd"), ("mine", str(tmp_path / "mine"))]
+def test_tasks_take_config_dataset_names_and_a_directory_once(folders, tmp_path):
+  mine = folders / next(iter(FOLDERS))
+  runs = vtab.resolve_tasks(["vtab/dtd", "dtd", str(mine), str(mine) + "/"])
+  assert [(run.name, run.dataset) for run in runs] == [("dtd", "vtab/dtd"), (mine.name, str(mine))]
+  write_image(tmp_path / "small" / "train" / "a" / "0.png")  # fails before any task runs
+  write_image(tmp_path / "small" / "test" / "a" / "0.png")
+  with pytest.raises(ValueError, match="VTAB-1k draws 800 train \\+ 200 validation images from "
+                     f"{tmp_path / 'small' / 'train'}, which has 1"):
+    vtab.resolve_tasks([str(mine), str(tmp_path / "small")])
 
 
 @pytest.mark.parametrize("argv", USAGE, ids=lambda argv: argv[-1].split("=")[0])

@@ -18,6 +18,10 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
+from vit_jax import platforms  # pylint: disable=wrong-import-position
+
+platforms.skip_absent_tpu()  # before anything starts JAX's backends
+
 from vit_jax.models.zoo import create_model  # pylint: disable=wrong-import-position
 from vit_jax.checkpoints.npz import (  # pylint: disable=wrong-import-position
     CheckpointError, ImageSizeError, load_npz, read_class_names, save_npz)

@@ -120,7 +120,7 @@ def define_flags(flag_values: flags.FlagValues = FLAGS, sys_argv=None) -> None:
   flags.DEFINE_boolean("scan", False, "nn.scan over the blocks: one compiled block, faster "
                        "compiles.", **define)
   flags.DEFINE_float("peak_tflops", None, "Device peak TFLOP/s for MFU instead of measuring "
-                     "a matmul.", **define)
+                     "a matmul (0: measure).", lower_bound=0, **define)
   define_config_flag(flag_values, sys_argv)
   flags.DEFINE_boolean("suite", False, "ViT-Ti/B/L_16 at 224 and 384 px, train and infer, "
                        "instead of --model/--mode/--image_size.", **define)
@@ -160,11 +160,19 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
     if config is None:
       model, mesh = zoo.canonical_name(flag_values.model), parse_mesh(flag_values.mesh)
       sharding.check_batch_size(flag_values.batch, sharding.make_mesh(mesh))
+      if not flag_values.suite:  # a model with no patch would time nothing
+        stride = zoo.model_stride(zoo.create_model(model, num_classes=1))
+        if flag_values.image_size < stride:
+          raise errors.InvalidInput(f"--image_size={flag_values.image_size} is smaller than "
+                                    f"{model}'s {stride} px patches: use {stride} or more")
     else:
       sharding.check_config_batches(config, sharding.make_mesh(config.mesh))
   except errors.UserError as e:
     raise cli.UsageError(cli.one_line(e)) from None
   mode, steps, json_path = flag_values.mode, flag_values.steps, flag_values.json
+  if json_path and fs.isdir(json_path):  # found before the whole benchmark, not after
+    raise cli.UsageError(f"--json={json_path} is a directory: pass the path of a file "
+                         "(created if missing, rows appended)")
   peak = flag_values.peak_tflops * 1e12 if flag_values.peak_tflops else None
   print(f"{jax.device_count()} x {jax.devices()[0].device_kind}, jax {jax.__version__}")
   if config is not None:

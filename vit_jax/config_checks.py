@@ -46,12 +46,17 @@ def check_warmup_fits(config: ml_collections.ConfigDict) -> None:
         "set config.total_steps")
 
 
+def check_fraction(name: str, value, hint: str) -> None:
+  """A probability or decay in [0, 1): at 1 or more it trains on and learns nothing (dropout
+  1.5 gave chance accuracy, label smoothing 2.0 below chance); `hint` says what 0 means."""
+  number = isinstance(value, (int, float)) and not isinstance(value, bool)
+  if not (number and 0.0 <= value < 1.0):
+    raise errors.InvalidInput(f"{name}={value!r} must be in [0, 1): {hint}")
+
+
 def check_polyak(config: ml_collections.ConfigDict) -> None:
-  decay = config.get("polyak_decay", 0.0)
-  if not 0.0 <= decay < 1.0:
-    raise errors.InvalidInput(
-        f"config.polyak_decay={decay!r} must be in [0, 1): 0 turns Polyak "
-        "averaging off, the paper used 0.9999")
+  check_fraction("config.polyak_decay", config.get("polyak_decay", 0.0),
+                 "0 turns Polyak averaging off, the paper used 0.9999")
 
 
 def check_choices(config: ml_collections.ConfigDict) -> None:
@@ -73,7 +78,14 @@ def normalize(config: ml_collections.ConfigDict) -> None:
     config.pretrained = None
 
 
+def check_seed(config: ml_collections.ConfigDict) -> None:
+  """tf.data's and JAX's seeds are unsigned: a negative one failed deep inside them."""
+  if not _is_int(config.seed) or config.seed < 0:
+    raise errors.InvalidInput(f"config.seed={config.seed!r} must be a whole number >= 0")
+
+
 def check(config: ml_collections.ConfigDict) -> None:
   check_counts(config)
+  check_seed(config)
   check_choices(config)
   check_polyak(config)

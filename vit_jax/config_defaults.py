@@ -93,6 +93,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.tfds_manual_dir = ml_collections.FieldReference(None, field_type=str)
   config.tfds_download = False  # True: download_and_prepare missing TFDS data
   config.shuffle_buffer = 50_000  # streamed (large) TFDS datasets only
+  # A resume refuses data whose fingerprint changed since the run started (dataset.json:
+  # images added, removed or moved between classes); True resumes on it, recording that.
+  config.allow_data_change = False
   config.pp = ml_collections.ConfigDict()
   config.pp.preset = "inception"  # inception (reference fine-tuning) | bit (HyperRule)
   config.pp.crop = 384
@@ -195,6 +198,9 @@ def with_dataset(config: ml_collections.ConfigDict, dataset: str) -> ml_collecti
 
 # The paper's headline fine-tunes (Table 2) average the parameters with this factor.
 HEADLINE_POLYAK_DECAY = 0.9999
+# Any other dataset's fine-tuning size, rounded down to a multiple of the model's stride
+# (H/14: 378 px, the 27 x 27 patches that 384 px gave with 6 px dropped).
+OTHER_CROP = 384
 # Table 2's fine-tuning datasets (VTAB, its last column, has its own runner: vit_jax.vtab).
 TABLE2_DATASETS = ("imagenet2012", "cifar10", "cifar100", "oxford_iiit_pet",
                    "oxford_flowers102")
@@ -208,7 +214,7 @@ def finetune_config(model_name: str, dataset: str = None, *, headline_crop: int 
   it, ImageNet. Table 2's datasets (TABLE2_DATASETS) run at `headline_crop` px (512 for
   L/16 and 518 for H/14 in the paper's Table 2, 384 otherwise) with Polyak averaging
   (0.9999) where `headline_polyak` (L/16, H/14), as the paper did; any other dataset at
-  384 px without averaging.
+  OTHER_CROP px (a multiple of the patch size: 378 for H/14) without averaging.
   """
   dataset = dataset or "imagenet2012"
   headline = dataset in TABLE2_DATASETS
@@ -216,7 +222,8 @@ def finetune_config(model_name: str, dataset: str = None, *, headline_crop: int 
   config.model_name = model_name
   config.pretrained = model_name
   config.model.dropout_rate = zoo.get_architecture(model_name).dropout_rate
-  config.pp.crop = headline_crop if headline else 384
+  stride = zoo.model_stride(zoo.create_model(model_name, num_classes=1))
+  config.pp.crop = headline_crop if headline else OTHER_CROP // stride * stride
   if headline_polyak and headline:
     config.polyak_decay = HEADLINE_POLYAK_DECAY
   return with_dataset(config, dataset)

@@ -13,3 +13,8 @@ class UserError(Exception):
 
 class InvalidInput(UserError, ValueError):
   """A value from the user (config key, flag, file content) that cannot work."""
+
+
+class Diverged(UserError, FloatingPointError):
+  """Training produced NaN/Inf: the run stops before saving; the message names the step,
+  the config key to change and the last good checkpoint, which a rerun resumes from."""

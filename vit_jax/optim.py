@@ -9,6 +9,7 @@ Every key must be set (vit_jax/config_defaults.py sets the reference fine-tuning
 except `linear_end` (default: the reference code's 1e-5) and the param_groups keys (off).
 """
 
+import math
 from typing import Callable, Dict
 
 import jax
@@ -39,9 +40,32 @@ def config_choice(table: Dict, key: str, value: str):
 
 
 def check_choices(config: ml_collections.ConfigDict) -> None:
-  """Unknown optimizer or decay names fail before any data is read."""
+  """Unknown optimizer or decay names, and values that train on without learning (a
+  negative clip norm reverses every gradient), fail before any data is read."""
   config_choice(_OPTIMIZERS, "optimizer", config.optimizer)
   config_choice(_DECAYS, "decay_type", config.decay_type)
+  _check_range(config, "base_lr", 0.0, math.inf,
+               ">= 0 (0 leaves the weights as they start; the paper fine-tuned with 0.003-0.06)")
+  _check_range(config, "grad_norm_clip", 0.0, math.inf,
+               "> 0, or 0 / None to turn clipping off (the paper: 1.0)", none_ok=True)
+  _check_range(config, "weight_decay", 0.0, math.inf, ">= 0 (0 = off)")
+  _check_range(config, "linear_end", 0.0, math.inf, ">= 0")
+  for key in ("momentum", "adam_b1", "adam_b2"):
+    _check_range(config, key, 0.0, 1.0, "in [0, 1)", high_open=True)
+
+
+def _check_range(config, key: str, low: float, high: float, rule: str, *, none_ok=False,
+                 high_open=False) -> None:
+  """config.<key> (if set) a finite number in [low, high] (or [low, high) with high_open),
+  or a one-line error with `rule`."""
+  if key not in config or (none_ok and config[key] is None):
+    return
+  value = config[key]
+  number = isinstance(value, (int, float)) and not isinstance(value, bool)
+  inside = (number and math.isfinite(value) and low <= value
+            and (value < high if high_open else value <= high))
+  if not inside:
+    raise errors.InvalidInput(f"config.{key}={value!r} must be {rule}")
 
 
 def make_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:

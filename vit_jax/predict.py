@@ -95,6 +95,10 @@ def read_labels(path: str) -> List[str]:
       return [line.strip() for line in f.read().splitlines()]
   except tf.errors.OpError as e:
     raise errors.InvalidInput(f"cannot read labels {path}: {_tf_message(e)}") from None
+  except UnicodeDecodeError as e:
+    raise errors.InvalidInput(f"--labels={path} is not UTF-8 text (byte {e.start}: "
+                              f"{e.reason}): pass a text file with one class name per "
+                              "line") from None
 
 
 def imagenet_labels_path() -> str:

@@ -66,9 +66,11 @@ def track_nonfinite(first_step, step, step_metrics):
 
 
 def check_finite(step: int, step_metrics: dict, checkpointer: train_state.Checkpointer,
-                 first_nonfinite=None) -> None:
-  """Stops on a non-finite loss or gradient, before that step's state can be saved; names
-  the step it began at (first_nonfinite, see track_nonfinite) and what a rerun does."""
+                 first_nonfinite=None, clipped: bool = True) -> None:
+  """Stops on a non-finite loss or gradient, before that step's state can be saved, with a
+  one-line errors.Diverged naming the step it began at (first_nonfinite, see
+  track_nonfinite), the keys to change (clipping too when it was off) and what a rerun
+  does."""
   for name in ("loss", "grad_norm"):
     value = float(step_metrics[name])
     if math.isfinite(value):
@@ -76,13 +78,14 @@ def check_finite(step: int, step_metrics: dict, checkpointer: train_state.Checkp
     began = int(jax.device_get(first_nonfinite)) if first_nonfinite is not None else 0
     when = f"at step {began} (noticed at step {step})" if 0 < began < step else f"at step {step}"
     latest = checkpointer.latest_step()
+    change = "lower config.base_lr" + ("" if clipped else ", set config.grad_norm_clip=1.0")
     if latest is None:
-      after = ("no checkpoint was saved before it, so a rerun starts from scratch: lower "
-               "config.base_lr or check the data first")
+      after = ("no checkpoint was saved before it, so a rerun starts from scratch: "
+               f"{change} or check the data first")
     else:
       after = (f"the last good checkpoint (step {latest}) is kept in {checkpointer.directory}"
-               ": lower config.base_lr or check the data, then rerun to resume from it")
-    raise FloatingPointError(f"{name} is {value} {when}; stopping without saving; {after}")
+               f": {change} or check the data, then rerun to resume from it")
+    raise errors.Diverged(f"{name} is {value} {when}; stopping without saving; {after}")
 
 
 def save_before_stopping(checkpointer: train_state.Checkpointer, step: int, state,
@@ -124,7 +127,15 @@ def check_pretrained(config) -> None:
 
 
 def check_config(config: ml_collections.ConfigDict, mesh) -> None:
-  """Everything about the config that can be refused without reading data or files."""
+  """Everything about the config that can be refused without reading data, then the
+  pretrained file (fetched if it is a released name not yet downloaded)."""
+  check_static(config, mesh)
+  check_pretrained(config)
+
+
+def check_static(config: ml_collections.ConfigDict, mesh) -> None:
+  """Everything about the config that can be refused without reading data or files
+  (vit_jax.plan checks a config for a slice with it too)."""
   config_checks.normalize(config)
   config_checks.check(config)
   evaluators_lib.check_all(config)
@@ -135,10 +146,10 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   lora.check(config)
   try:
     module = zoo.model_from_config(config, num_classes=1)
-  except TypeError as e:  # an unknown config.model.<option>
+  except (TypeError, errors.InvalidInput) as e:  # an unknown or out-of-range config.model.*
     raise errors.InvalidInput(f"config.model: {e}") from None
   sharding.check_tensor_parallel(module.num_heads, module.mlp_dim, mesh)
-  check_pretrained(config)
+  pipeline.check_crop(config, zoo.model_stride(module))
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
@@ -149,6 +160,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   started = time.time()
   mesh = sharding.make_mesh(config.mesh)
   check_config(config, mesh)
+  workdir_lib.check_outside(workdir, config.dataset)
   with workdir_lib.held_for_this_job(workdir):
     return _train_in_workdir(config, workdir, mesh, started)
 
@@ -176,9 +188,11 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
              "--config.total_steps to train on, or use a new --workdir", latest_step, workdir,
              outputs.PARAMS, metrics.METRICS, outputs.FINAL_METRICS)
     return finished
-  record = dataset_record.describe(config, dataset.info)
-  if latest_step is not None:  # the labels must mean what they meant
-    dataset_record.check_resume(workdir, record)
+  record = dataset_record.describe(config, dataset.info, dataset.fingerprints())
+  changed_record = None
+  if latest_step is not None:  # the labels and examples must be what they were
+    changed_record = dataset_record.check_resume(
+        workdir, record, step=latest_step, allow_change=config.allow_data_change)
   load_pretrained = latest_step is None and config.pretrained is not None
   objective = objectives.get(config)
   module, host_params = objective.create_model(config, dataset.info.num_classes,
@@ -190,9 +204,17 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   run = trainer.build(config, module, mesh, objective)
   state, resume_step = None, None
   if latest_step is not None:
-    state, resume_step = checkpointer.restore_latest(jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-        run.abstract_state, run.state_shardings))
+    try:
+      state, resume_step = checkpointer.restore_latest(jax.tree.map(
+          lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+          run.abstract_state, run.state_shardings))
+    except train_state.CheckpointRestoreError as e:  # name what the user changed
+      changed = outputs.changed_since_start(config, workdir)
+      if not changed:
+        raise
+      raise train_state.CheckpointRestoreError(
+          f"{e}; changed since the run started ({outputs.CONFIG}): "
+          f"{', '.join(changed)}") from None
     log.info("resumed from step %d (checkpoint in %s)", resume_step, checkpointer.directory)
   elif host_params is not None:
     state = run.from_params(host_params)
@@ -205,8 +227,8 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   writer = metrics.create_writer(workdir, is_main_process=is_main, resume_step=resume_step)
   if is_main:
     outputs.save_config(config, workdir, resume_step)
-    if resume_step is None or dataset_record.read(workdir) is None:
-      dataset_record.write(workdir, record)
+    if resume_step is None or changed_record or dataset_record.read(workdir) is None:
+      dataset_record.write(workdir, changed_record or record)
     if resume_step is None:
       columns = param_groups.table_columns(state.params, config, lora.trained_regex(config))
       num_params = outputs.write_parameter_table(state.params, workdir, columns)
@@ -247,7 +269,8 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
       preempted = step < total_steps and watcher.should_stop(step)
       if is_progress_step or is_checkpoint_step or preempted:  # one copy serves all
         host_metrics = jax.device_get(step_metrics)
-        check_finite(step, host_metrics, checkpointer, first_nonfinite)
+        check_finite(step, host_metrics, checkpointer, first_nonfinite,
+                     clipped=bool(config.grad_norm_clip))
         if is_progress_step:
           write_train_metrics(writer, step, host_metrics, progress)
       for evaluator in evaluators:

@@ -98,20 +98,31 @@ def make_train_step(batch_loss: Callable, optimizer: optax.GradientTransformatio
   schedule = optim.make_schedule(config)
   accum_steps = config.accum_steps
   loss_and_grad = jax.value_and_grad(batch_loss)
+  apply_gradients = make_apply_gradients(optimizer, config)
 
   def train_step(state: TrainState, batch, rng):
     micro_batches = split_micro_batches(
         {"image": batch["image"], "label": batch["label"]}, accum_steps)
     loss, grads = accumulate_gradients(loss_and_grad, state.params, micro_batches,
                                        jax.random.fold_in(rng, state.step))
+    metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads),
+               "lr": schedule(state.step)}
+    return apply_gradients(state, grads), metrics
+
+  return train_step
+
+
+def make_apply_gradients(optimizer: optax.GradientTransformation,
+                         config: ml_collections.ConfigDict) -> Callable:
+  """apply_gradients(state, grads) -> the next state: the optimizer, then the Polyak
+  average. The part of the step that runs once per step whatever config.accum_steps is
+  (vit_jax.planner compiles it alone to price it apart from the micro-batches)."""
+  def apply_gradients(state: TrainState, grads) -> TrainState:
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     polyak = (None if state.polyak is None
               else polyak_update(state.polyak, params, config.polyak_decay))
-    new_state = state.replace(step=state.step + 1, opt_state=opt_state, params=params,
-                              polyak=polyak)
-    metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads),
-               "lr": schedule(state.step)}
-    return new_state, metrics
+    return state.replace(step=state.step + 1, opt_state=opt_state, params=params,
+                         polyak=polyak)
 
-  return train_step
+  return apply_gradients

@@ -1,5 +1,6 @@
 """Class names carried in a params.npz: round trips, and invisible to every array reader."""
 
+import os
 import zipfile
 
 import numpy as np
@@ -31,6 +32,7 @@ def test_names_round_trip_and_readers_see_the_same_arrays(params, tmp_path):
   save_npz(params, tmp_path / "plain.npz")
   save_npz(params, tmp_path / "named.npz", class_names=NAMES)
   assert read_class_names(tmp_path / "named.npz") == NAMES
+  assert read_class_names(os.fsencode(tmp_path / "named.npz")) == NAMES  # a bytes path too
   assert read_class_names(tmp_path / "plain.npz") is None
   plain, named = arrays(tmp_path / "plain.npz"), arrays(tmp_path / "named.npz")
   assert plain.keys() == named.keys()

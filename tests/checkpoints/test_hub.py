@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import socket
+import sys
 import time
 
 import numpy as np
@@ -15,7 +16,7 @@ import pytest
 
 from conftest import RELEASED_FIXTURES, TINY
 from hub_server import COMMIT
-from vit_jax.checkpoints import hub, npz, released, transfer
+from vit_jax.checkpoints import formats, hub, npz, released, transfer
 
 TI16_I21K = "augreg/Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0"
 R_TI16_I21K = "augreg/R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0"
@@ -68,6 +69,38 @@ def test_google_in21k_copy_keeps_pre_logits_without_wrong_warnings(hub_site_and_
   assert not caplog.records  # neither 'gelu' nor eps 1e-12: they are the bucket's weights
   module, params = npz.load_npz(path, num_classes=5, pre_logits=True)
   assert module.representation_size == 192 and params["head"]["kernel"].shape == (192, 5)
+
+
+@pytest.mark.parametrize("name, repo, fixture, missing", [
+    ("imagenet21k/ViT-L_32", "google/vit-large-patch32-224-in21k", "vit-ti16-prelogits.npz",
+     ["head/bias", "head/kernel"]),
+    ("imagenet21k+imagenet2012/ViT-L_16-224", "google/vit-large-patch16-224", "vit-ti16.npz",
+     []),
+], ids=["L_32-in21k", "L_16-224"])  # ViTModel and ViTForImageClassification (L_16, L_32 too)
+def test_google_repositories_without_safetensors_are_read_without_pytorch(
+    hub_site_and_bucket, monkeypatch, name, repo, fixture, missing):
+  monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` fails, as without it
+  path = hub.resolve(name, verbose=False)
+  assert_same_arrays(path, RELEASED_FIXTURES / fixture, missing=missing)
+  provenance = json.loads(open(hub.provenance_path(path)).read())
+  assert provenance["repository"] == repo and list(provenance["files"]) == [
+      "config.json", "flax_model.msgpack"]
+  assert hub_site_and_bucket[1].requests == []  # not the bucket, not timm's copy either
+
+
+def test_flax_msgpack_converts_bit_identically_to_safetensors(hub_repos, tmp_path):
+  files = hub_repos["google/vit-base-patch16-224-in21k"]  # has both, as on the Hub
+  for name in ("config.json", "model.safetensors", "flax_model.msgpack"):
+    (tmp_path / name).write_bytes(files[name])
+  from_safetensors = formats.read_foreign(tmp_path, notes=False)
+  (tmp_path / "model.safetensors").unlink()
+  from_msgpack = formats.read_foreign(tmp_path, notes=False)
+  assert from_msgpack.keys() == from_safetensors.keys()
+  for key, value in from_safetensors.items():
+    assert from_msgpack[key].dtype == value.dtype and np.array_equal(from_msgpack[key], value)
+  (tmp_path / "flax_model.msgpack").write_bytes(files["flax_model.msgpack"][:1000])
+  with pytest.raises(formats.FormatError, match="is not a readable flax_model.msgpack file"):
+    formats.read_foreign(tmp_path)
 
 
 def test_a_missing_mirror_falls_through_to_the_next(hub_site_and_bucket):

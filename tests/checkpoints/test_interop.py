@@ -23,7 +23,7 @@ from safetensors.numpy import load_file, save_file
 from conftest import REPO, TINY, init_params, random_params, tiny_model
 from helpers import run_in_process
 from interop_files import IMAGE, images, logits, shapes, tiny_file
-from vit_jax import CheckpointError, load_npz, save_npz
+from vit_jax import CheckpointError, load_npz, read_class_names, save_npz
 from vit_jax import convert as convert_command
 from vit_jax.checkpoints import convert, timm_layout, torch_layout
 from vit_jax.models import zoo
@@ -119,6 +119,8 @@ def test_names_of_the_real_models():
 def test_npz_timm_npz_and_npz_hf_npz_are_bit_identical(tmp_path, overrides):
   src = tiny_file(tmp_path, **overrides)
   original = dict(np.load(src))
+  names = [f"class {i}" for i in range(original["head/kernel"].shape[-1])]
+  save_npz(load_npz(src)[1], src, class_names=names)  # the same arrays, named classes
   targets = ["timm", "hf"] if overrides.get("classifier", "token") == "token" else ["timm"]
   pre_logits = {"timm": "drop", "hf": "pooler"} if overrides.get("representation_size") else {}
   for to in targets:
@@ -129,6 +131,10 @@ def test_npz_timm_npz_and_npz_hf_npz_are_bit_identical(tmp_path, overrides):
     assert set(original) - set(back) <= {"head/kernel", "head/bias", "pre_logits/kernel",
                                          "pre_logits/bias"}
     jax.tree.map(np.testing.assert_array_equal, back, kept)
+    if to == "hf" and "head/kernel" in back:  # id2label carries the names, both ways
+      config = json.loads((tmp_path / "hf" / "config.json").read_text())
+      assert list(config["id2label"].values()) == names
+      assert read_class_names(tmp_path / "back-hf.npz") == names
     # and again to the library: the same tensors, bit for bit
     convert.convert(tmp_path / f"back-{to}.npz", tmp_path / f"again-{to}", to=to,
                     pre_logits=pre_logits.get(to))
@@ -350,3 +356,11 @@ def test_the_head_count_stays_the_configs(tmp_path):
                                      "num_attention_heads": 4}))
   module, _ = load_npz(tmp_path / "hf")
   assert module.num_heads == 4
+
+
+def test_a_run_workdir_given_as_a_model_folder_names_its_params_npz(tmp_path):
+  save_npz(init_params(tiny_model()), tmp_path / "params.npz")
+  (tmp_path / "config.json").write_text('{"model_name": "ViT-Ti_16"}')  # the run's config
+  with pytest.raises(ValueError, match="is a vit_jax run's workdir, not a model folder: pass "
+                     f"{tmp_path / 'params.npz'}"):
+    load_npz(tmp_path)

@@ -155,6 +155,14 @@ def test_directory_names_the_npz_files_in_it(tmp_path):
   assert one_line(e).endswith(f"pass one of its .npz files: {tmp_path / 'params.npz'}")
 
 
+@pytest.mark.parametrize("params, message", [
+    ([np.zeros(3)], "save_npz takes a ViT's params .* got a list"),
+    ({"a": [1, 2, 3]}, "save_npz takes a ViT's params .* got a dict of 'a'")])
+def test_save_npz_refuses_what_is_no_vit_params_in_one_line(tmp_path, params, message):
+  with pytest.raises(ValueError, match=message):
+    save_npz(params, tmp_path / "x.npz")
+
+
 def with_nonfinite(tmp_path, keys, value):
   """A tiny checkpoint whose `keys` each hold one `value` (NaN or Inf); its path."""
   path = tmp_path / "diverged.npz"

@@ -65,3 +65,18 @@ def test_a_dangling_link_and_an_unreadable_image_are_named(tmp_path):
     os.chmod(tmp_path / "test" / "cat" / "a.png", 0)
     with pytest.raises(errors.InvalidInput, match=r"test/cat/a.png: Permission denied"):
       image_folder.directory_source(str(tmp_path))
+
+
+def test_images_training_skips_and_huge_ones_are_named(folder, caplog):
+  write_image(folder / "train/dog/g.webp", fmt="WEBP")
+  write_image(folder / "train/cat/h.BMP", fmt="BMP")
+  huge = folder / "train/cat/huge.png"  # a real PNG header: IHDR says 10000 x 10000
+  huge.write_bytes(b"\x89PNG\r\n\x1a\n" + (13).to_bytes(4, "big") + b"IHDR"
+                   + (10_000).to_bytes(4, "big") * 2 + b"\x08\x02\x00\x00\x00" + b"IEND")
+  with caplog.at_level("WARNING", logger="vit_jax"):
+    image_folder.directory_source(str(folder))
+  assert f"image {huge} is 10000x10000 px: decoding it slows every step" in caplog.text
+  assert (f"{folder / 'train'}: skipping 2 image(s) that training does not read "
+          f"({folder / 'train/cat/h.BMP'}, {folder / 'train/dog/g.webp'}): convert them to JPEG "
+          "or PNG") in caplog.text
+  assert "notes.txt" not in caplog.text  # not an image: not worth a word

@@ -2,6 +2,8 @@
 failed export, and only an earlier export is replaced without overwrite."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -44,3 +46,17 @@ def test_out_that_is_a_file_or_under_one(tmp_path):
     output.check_writable(str(tmp_path / "file"), overwrite=True)
   with pytest.raises(OutputExistsError, match="is a file, not a folder"):
     output.check_writable(str(tmp_path / "file" / "out"), overwrite=False)
+
+
+def test_a_killed_exports_staging_folders_go_on_the_next_export(tmp_path):
+  """SIGKILL leaves .OUT.partial-PID-* (and .OUT.old-PID-*); a live export's stay."""
+  killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+  killed.kill()
+  killed.wait()
+  for stale in (f".out.partial-{killed.pid}-abc", f".out.old-{killed.pid}-def"):
+    (tmp_path / stale / "model").mkdir(parents=True)
+  live = tmp_path / f".out.partial-{os.getpid()}-xyz"
+  live.mkdir()
+  with output.staged(str(tmp_path / "out"), overwrite=False) as staging:
+    (tmp_path / staging / "model").write_text("new")
+  assert sorted(os.listdir(tmp_path)) == [live.name, "out"]

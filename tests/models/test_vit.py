@@ -272,3 +272,19 @@ def test_block_initialisers_are_the_references():
 def test_position_embedding_init_is_normal_0_02():
   posemb = vit.AddPositionEmbs().init(jax.random.PRNGKey(0), jnp.zeros((1, 1025, 64)))
   assert abs(np.std(posemb["params"]["pos_embedding"]) / 0.02 - 1) < 0.02
+
+
+@pytest.mark.parametrize("given, message", [
+    (np.full((2, 16, 16, 3), 200, np.uint8), "images are uint8 pixels; the model takes floats "
+     r"in \[-1, 1\], the range it was trained on: pass images / 127.5 - 1"),
+    (np.zeros((2, 16, 16, 3), np.int32), "images are int32 pixels"),
+    ([[[[0.0] * 3] * 16] * 16], "images must be an array .* got list: pass np.asarray"),
+    (np.zeros((2, 3, 16, 16), np.float32), r"shape \(2, 3, 16, 16\); .* channels last "
+     r"\(channels first\? transpose\(0, 2, 3, 1\)\)"),
+    (np.zeros((16, 16, 3), np.float32), r"\(one image\? add a batch axis: images\[None\]\)"),
+], ids=["uint8", "int32", "list", "nchw", "unbatched"])
+def test_the_model_refuses_pixels_it_would_misread(given, message):
+  module = tiny_model()
+  params = module.init(jax.random.PRNGKey(0), images())["params"]
+  with pytest.raises(ValueError, match=message):
+    module.apply({"params": params}, given)

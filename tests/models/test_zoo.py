@@ -70,3 +70,18 @@ def test_token_grid_matches_the_model(name, side, grid):
   shapes = jax.eval_shape(module.init, jax.random.PRNGKey(0), jnp.zeros((1, side, side, 3)))
   posemb = shapes["params"]["Transformer"]["posembed_input"]["pos_embedding"]
   assert posemb.shape[1] == grid * grid + 1
+
+
+@pytest.mark.parametrize("name, options, message", [
+    ("ViT-B_16", dict(num_classes="10"), "num_classes='10' must be a whole number: the size"),
+    ("ViT-B_16", dict(num_classes=2.5), "num_classes=2.5 must be"),
+    ("ViT-B_16", dict(num_classes=-3), "num_classes=-3 must be"),
+    (None, dict(num_classes=10), "model name must be a string such as 'ViT-B_16', got None"),
+    ("ViT-B_16", dict(num_classes=10, dropout_rate=1.5),
+     r"dropout_rate=1.5 must be in \[0, 1\): the share of activations zeroed in training"),
+    ("ViT-B_16", dict(num_classes=10, attention_dropout_rate=-0.1),
+     r"attention_dropout_rate=-0.1 must be in \[0, 1\)"),
+])
+def test_out_of_range_options_are_one_line(name, options, message):
+  with pytest.raises(ValueError, match=message):
+    zoo.create_model(name, **options)

@@ -7,7 +7,7 @@ import pytest
 
 from helpers import demo, sigterm_at_step, write_image
 from vit_jax import read_class_names, train
-from vit_jax.data import device_batches
+from vit_jax.data import device_batches, fingerprint
 from vit_jax.runs import dataset_record
 
 
@@ -21,10 +21,17 @@ def folder_config(root):
 
 
 def write_folder(root, classes):
+  """Two images per class and split; each class's images of another size (a swap shows)."""
   for split in ("train", "test"):
-    for name in classes:
+    for k, name in enumerate(classes):
       for i in range(2):
-        write_image(root / split / name / f"{i}.png", size=(20, 20))
+        write_image(root / split / name / f"{i}.png", size=(20 + k, 20))
+
+
+def swap(folder, a, b):
+  os.rename(folder / a, folder / "swapping")
+  os.rename(folder / b, folder / a)
+  os.rename(folder / "swapping", folder / b)
 
 
 def test_a_renamed_class_folder_is_refused_on_resume(tmp_path, monkeypatch):
@@ -34,9 +41,13 @@ def test_a_renamed_class_folder_is_refused_on_resume(tmp_path, monkeypatch):
     patch.setattr(device_batches, "prefetch_to_device", sigterm_at_step(1))
     assert train.train_and_evaluate(folder_config(data), workdir)["preempted_at_step"] == 1
   record = json.loads((tmp_path / "run" / "dataset.json").read_text())
+  fingerprints = record.pop("fingerprints")
   assert record == {"source": str(data), "train_split": None, "eval_split": None,
                     "num_train": 4, "num_eval": 4, "num_classes": 2,
                     "class_names": ["cat", "dog"]}
+  sizes = {f"{c}/{i}.png": (data / "train" / c / f"{i}.png").stat().st_size
+           for c in ("cat", "dog") for i in range(2)}
+  assert fingerprints["train"]["files"] == sizes and fingerprints["train"]["examples"] == 4
 
   for split in ("train", "test"):  # labels 0 and 1 would swap
     os.rename(data / split / "cat", data / split / "zz_cat")
@@ -50,12 +61,43 @@ def test_a_renamed_class_folder_is_refused_on_resume(tmp_path, monkeypatch):
           "now 'zz_cat'; resuming would train on other labels") in message
   assert sorted(os.listdir(workdir)) == before and "run.lock" not in before
 
-  for split in ("train", "test"):  # restored, plus images added: resumes, with a warning
+  for split in ("train", "test"):
     os.rename(data / split / "zz_cat", data / split / "cat")
+  swap(data / "train", "cat", "dog")  # the same class list, every label swapped
+  with pytest.raises(dataset_record.DataChangedError) as error:
+    train.train_and_evaluate(folder_config(data), workdir)
+  assert str(error.value) == (
+      f"the data of {data} changed since this run started in {workdir} (dataset.json): "
+      "train split: files 4 relabelled (cat/0.png -> dog/, cat/1.png -> dog/, +2 more); "
+      "restore it, use a new --workdir, or pass --config.allow_data_change=True to resume on it")
+
+  swap(data / "train", "cat", "dog")  # restored, plus an image: a change one may accept
   write_image(data / "train" / "cat" / "new.png", size=(20, 20))
-  result = train.train_and_evaluate(folder_config(data), workdir)
+  with pytest.raises(dataset_record.DataChangedError, match="train split: files 1 added "
+                     r"\(cat/new.png\); restore it"):
+    train.train_and_evaluate(folder_config(data), workdir)
+  assert sorted(os.listdir(workdir)) == before
+  config = folder_config(data).unlock()
+  config.allow_data_change = True
+  result = train.train_and_evaluate(config, workdir)
   assert result["eval/examples"] == 4
   assert read_class_names(os.path.join(workdir, "params.npz")) == ["cat", "dog"]
+  record = json.loads((tmp_path / "run" / "dataset.json").read_text())
+  assert record["data_changes"] == [{"resumed_at_step": 1,
+                                     "changes": {"train": "files 1 added (cat/new.png)"}}]
+  assert record["fingerprints"]["train"]["examples"] == 5
+
+
+@pytest.mark.parametrize("old, new, text", [
+    ({"a/1.png": 5, "a/2.png": 6}, {"a/1.png": 5, "a/2.png": 7, "b/3.png": 1},
+     "1 added (b/3.png), 1 replaced (a/2.png)"),
+    ({"a/1.png": 5, "b/2.png": 6}, {"b/1.png": 5}, "1 relabelled (a/1.png -> b/), 1 removed "
+     "(b/2.png)"),
+    ({"a/1.png": 5, "b/1.png": 6}, {"a/1.png": 6, "b/1.png": 5},
+     "2 relabelled (a/1.png -> b/, b/1.png -> a/)"),
+], ids=["added-replaced", "moved-removed", "swapped"])
+def test_describe_files_change_counts_each_kind(old, new, text):
+  assert fingerprint.describe_files_change(old, new) == text
 
 
 def test_describe_change_counts_and_truncates():
@@ -63,3 +105,14 @@ def test_describe_change_counts_and_truncates():
   assert dataset_record.describe_change(old, old + ["new"]) == "added 'new'; 10 -> 11 classes"
   text = dataset_record.describe_change(old, old[1:])
   assert text.startswith("removed 'c0'; label 0 was 'c0', now 'c1';") and "(+5 more)" in text
+
+
+def test_files_replaced_in_place_keep_their_labels():
+  """Replacing a corrupt image is the fix its error names: a resume goes on (with a
+  warning, see test_train's corrupt eval image); anything else changes what was seen."""
+  def files(**sizes):
+    return {"kind": "files", "files": {k.replace("_", "/") + ".png": v for k, v in sizes.items()}}
+  assert fingerprint.labels_kept(files(a_1=5, b_2=6), files(a_1=7, b_2=6))
+  assert not fingerprint.labels_kept(files(a_1=5, b_2=6), files(a_1=5, b_2=6, b_3=1))
+  assert not fingerprint.labels_kept(files(a_1=5, b_1=6), files(a_1=6, b_1=5))  # swapped
+  assert not fingerprint.labels_kept({"kind": "tfds", "examples": 5}, {"kind": "tfds"})

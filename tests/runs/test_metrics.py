@@ -64,6 +64,11 @@ def test_final_summary_names_the_result_and_every_output():
   assert f"params:      /w/{outputs.PARAMS}" in summary
   assert f"metrics:     /w/{metrics.METRICS} (final: {outputs.FINAL_METRICS})" in summary
   assert summary.endswith("checkpoints: /w/ckpt (steps 8, 10)")
+  spaced = metrics.final_summary(
+      workdir="/path/my run", steps=(4, 10), seconds=75, img_per_sec=None,
+      eval_metrics={"eval/accuracy": 0.9, "eval/loss": 0.25, "eval/examples": 300},
+      checkpoint_dir="/w/ckpt", checkpoint_steps=[10])
+  assert "tensorboard --logdir='/path/my run'\n" in spaced  # a command one can paste
 
 
 def test_format_duration():

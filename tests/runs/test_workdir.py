@@ -92,6 +92,33 @@ def test_a_half_written_lock_of_a_dead_holder_expires_by_its_age(tmp_path):
   workdir.WorkdirLock(str(tmp_path)).acquire().release()
 
 
+def test_an_empty_lock_is_described_and_taken_over_within_seconds(tmp_path):
+  """What a run leaves when its disk turns read-only as it creates the lock: 0 bytes."""
+  lock = tmp_path / workdir.LOCK_NAME
+  lock.write_bytes(b"")
+  with pytest.raises(workdir.WorkdirError, match="in use by another run \\(a lock written at "
+                     ".* that names no holder; it is taken over 10 s after it was written\\)"):
+    workdir.WorkdirLock(str(tmp_path)).acquire()
+  old = time.time() - workdir.UNREADABLE_AFTER_S - 1
+  os.utime(lock, (old, old))
+  workdir.WorkdirLock(str(tmp_path)).acquire().release()
+
+
+def test_a_workdir_path_too_long_for_the_files_inside_is_refused_before_it_is_made(tmp_path):
+  deep = tmp_path.joinpath(*["d" * 200] * 20)  # ~4,000 characters, each name allowed
+  with pytest.raises(workdir.WorkdirError, match="characters long; the files a run writes "
+                     "inside it need up to 200 more, and paths are limited to 4096"):
+    workdir.prepare(str(deep))
+  assert os.listdir(tmp_path) == []
+
+
+def test_a_workdir_inside_the_image_folder_is_refused(tmp_path):
+  (tmp_path / "data" / "train").mkdir(parents=True)
+  with pytest.raises(workdir.WorkdirError, match="is inside the dataset folder"):
+    workdir.check_outside(str(tmp_path / "data" / "train" / "run1"), str(tmp_path / "data"))
+  workdir.check_outside(str(tmp_path / "data-run"), str(tmp_path / "data"))  # a sibling
+
+
 def test_gcs_workdirs_lock_like_local_ones(gcs):
   """On the emulator: a missing bucket and an object as workdir are one line; the lock
   refuses a live holder with its host and pid and is taken over from a dead one."""

@@ -85,7 +85,7 @@ def read_class_names(path: str) -> Optional[List[str]]:
   Reads only the archive's directory, not the arrays. Raises FileNotFoundError for a
   missing file and ValueError for one that is not an .npz.
   """
-  path = os.fspath(path)
+  path = os.fsdecode(path)  # str, bytes or a path object
   try:
     with _open(path) as f:
       comment = zipfile.ZipFile(f).comment

@@ -171,7 +171,8 @@ def _call(function: str, *args, **kwargs) -> str:
 
 
 def write_timm(source: Source, flat: Dict[str, np.ndarray], classes: Optional[int],
-               dst: str) -> List[str]:
+               dst: str, class_names: Optional[List[str]] = None) -> List[str]:
+  del class_names  # timm's config.json has no place for them
   arch = source.architecture
   try:
     name, args = timm_layout.model_name_and_args(arch, classes, source.image_size)
@@ -210,10 +211,11 @@ def write_timm(source: Source, flat: Dict[str, np.ndarray], classes: Optional[in
 
 
 def write_hf(source: Source, flat: Dict[str, np.ndarray], classes: Optional[int],
-             dst: str) -> List[str]:
+             dst: str, class_names: Optional[List[str]] = None) -> List[str]:
   rep = source.checkpoint.representation_size if "pre_logits/kernel" in flat else None
   try:
-    config = hf_layout.config(source.architecture, classes, rep, source.image_size)
+    config = hf_layout.config(source.architecture, classes, rep, source.image_size,
+                              class_names)
     backbone = config["architectures"][0] == hf_layout.BACKBONE
     state = torch_layout.to_torch(flat, hf_layout.rules("" if backbone else "vit."),
                                   "transformers' ViT")
@@ -231,10 +233,15 @@ def write_hf(source: Source, flat: Dict[str, np.ndarray], classes: Optional[int]
 
 
 def _class_names(src: str, source: Source) -> Optional[List[str]]:
-  """An .npz source's class names, carried to an .npz target with the head they name."""
-  if formats.is_foreign(src) or source.checkpoint.num_classes is None:
+  """The source's class names (an .npz's, or an HF folder's id2label), carried to the
+  target with the head they name."""
+  if source.checkpoint.num_classes is None:
     return None
-  names = npz.read_class_names(src)
+  if formats.is_foreign(src):
+    config = os.path.join(src, formats.CONFIG)
+    names = hf_layout.class_names(formats.read_config(config)) if os.path.isfile(config) else None
+  else:
+    names = npz.read_class_names(src)
   return names if names is not None and len(names) == source.checkpoint.num_classes else None
 
 
@@ -260,9 +267,10 @@ def convert(src: str, dst: str, *, to: Optional[str] = None, model_name: Optiona
     outputs.check_output_dir(dst, KIND, overwrite)
   source = read_source(src, model_name, image_size)
   lines = [f"read {src}: {source.summary()}"]
+  names = _class_names(src, source)
   if to == "npz":
     npz.save_npz(traverse_util.unflatten_dict(source.checkpoint.flat, sep="/"), dst,
-                 class_names=_class_names(src, source))
+                 class_names=names)
     return lines + [f"wrote {dst} (released .npz layout)"]
   if not one_file:
     outputs.claim_output_dir(dst, KIND, overwrite)
@@ -271,4 +279,4 @@ def convert(src: str, dst: str, *, to: Optional[str] = None, model_name: Optiona
     notes.append("the sincos2d position embedding was written as a table (for "
                  f"{'x'.join(map(str, source.image_size))} px)")
   writer = write_timm if to == "timm" else write_hf
-  return lines + writer(source, flat, classes, dst) + [f"note: {n}" for n in notes]
+  return lines + writer(source, flat, classes, dst, names) + [f"note: {n}" for n in notes]

@@ -6,9 +6,12 @@ Accepted (local paths):
     float16 arrays are read as float32);
   * a `.pth`, `.pt` or `.bin` file (needs PyTorch; read with weights_only=True, never
     unpickling arbitrary objects);
+  * a `flax_model.msgpack` file: an HF ViT saved by transformers' Flax classes (what four
+    of Google's Hub repositories hold instead of safetensors), read without PyTorch;
   * a folder with `config.json` and `model.safetensors` (or sharded `*.index.json`, or
-    `pytorch_model.bin`): an HF ViT folder (`model_type: vit`) or a timm hub folder
-    (`architecture`, `model_args`), as `python -m vit_jax.convert` writes them.
+    `flax_model.msgpack`, or `pytorch_model.bin`): an HF ViT folder (`model_type: vit`) or
+    a timm hub folder (`architecture`, `model_args`), as `python -m vit_jax.convert`
+    writes them.
 The config says what the weights cannot (the head count, timm's pooling and activation);
 without one, the head count follows the width (768 -> 12, 1280 -> 16, else width / 64).
 """
@@ -23,14 +26,16 @@ import numpy as np
 
 from vit_jax import console, errors
 from vit_jax.checkpoints import (config_consistency, hf_layout, npz_layout, timm_layout,
-                                 torch_layout)
+                                 torch_layout, transfer)
 
 Flat = Dict[str, np.ndarray]
 SAFETENSORS = ".safetensors"
 TORCH_SUFFIXES = (".pth", ".pt", ".bin")
+FLAX_MSGPACK = "flax_model.msgpack"
 CONFIG = "config.json"
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json", "model.pth", "pytorch_model.pth")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", FLAX_MSGPACK,
+                "pytorch_model.bin", "pytorch_model.bin.index.json", "model.pth",
+                "pytorch_model.pth")
 # safetensors metadata written by vit_jax.convert for a bare timm file: what a timm
 # config.json would say (architecture and model_args), as JSON.
 TIMM_METADATA = "vit_jax.timm_config"
@@ -47,7 +52,7 @@ def is_foreign(path: str) -> bool:
     return False
   if os.path.isdir(path):
     return os.path.isfile(os.path.join(path, CONFIG))
-  return path.endswith((SAFETENSORS,) + TORCH_SUFFIXES)
+  return path.endswith((SAFETENSORS, ".msgpack") + TORCH_SUFFIXES)
 
 
 def _as_float32(value: np.ndarray) -> np.ndarray:
@@ -102,6 +107,36 @@ def _read_torch(path: str) -> Flat:
           if hasattr(value, "detach") and value.is_floating_point()}
 
 
+def _flax_to_torch_name(path: Tuple[str, ...], value: np.ndarray) -> Tuple[str, np.ndarray]:
+  """One transformers Flax parameter as the PyTorch state-dict entry it was converted from
+  (the inverse of transformers' PyTorch -> Flax rules): Dense kernel (in, out) -> weight
+  (out, in), Conv kernel HWIO -> OIHW, LayerNorm scale -> weight."""
+  *parents, leaf = path
+  if leaf == "kernel":
+    value = value.transpose(3, 2, 0, 1) if value.ndim == 4 else value.T
+  name = "weight" if leaf in ("kernel", "scale") else leaf
+  return ".".join([*parents, name]), np.ascontiguousarray(value)
+
+
+def _read_flax_msgpack(path: str) -> Flat:
+  """transformers' flax_model.msgpack (flax.serialization's nested dict of the module's
+  params) as the PyTorch-named state dict that the safetensors route reads, values exact."""
+  from flax import serialization, traverse_util  # pylint: disable=import-outside-toplevel
+  try:
+    with open(path, "rb") as f:
+      tree = serialization.msgpack_restore(f.read())
+  except (OSError, ValueError, TypeError) as e:
+    raise FormatError(f"is not a readable flax_model.msgpack file ({transfer.one_line(e)}); "
+                      "the file is truncated or corrupt: download it again") from None
+  if not isinstance(tree, dict):
+    raise FormatError(f"holds a {type(tree).__name__}, not Flax parameters")
+  tree = tree.get("params", tree)  # saved with or without flax's 'params' collection
+  arrays = {tuple(map(str, key)): _as_float32(np.asarray(value))
+            for key, value in traverse_util.flatten_dict(tree).items()}
+  return dict(_flax_to_torch_name(key, value) for key, value in arrays.items()
+              if value.dtype.kind == "f")
+
+
 def _read_weights(path: str) -> Tuple[Flat, Dict[str, str]]:
   if path.endswith(".index.json"):  # sharded: {"weight_map": {key: shard file}}
     with open(path, encoding="utf-8") as f:
@@ -113,6 +148,8 @@ def _read_weights(path: str) -> Tuple[Flat, Dict[str, str]]:
     return state, metadata
   if path.endswith(SAFETENSORS):
     return _read_safetensors(path)
+  if path.endswith(".msgpack"):
+    return _read_flax_msgpack(path), {}
   return _read_torch(path), {}
 
 
@@ -139,6 +176,9 @@ def _locate(path: str) -> Tuple[str, Dict[str, Any]]:
     for name in WEIGHT_FILES:
       if os.path.isfile(os.path.join(path, name)):
         return os.path.join(path, name), config
+    params = os.path.join(path, "params.npz")
+    if os.path.isfile(params):  # its config.json is the run's, not a model's
+      raise FormatError(f"is a vit_jax run's workdir, not a model folder: pass {params}")
     raise FormatError(f"has {CONFIG} but none of the weight files {', '.join(WEIGHT_FILES)}")
   beside = os.path.join(os.path.dirname(os.path.abspath(path)), CONFIG)
   config = read_config(beside) if os.path.isfile(beside) else {}

@@ -25,6 +25,7 @@ ATTENTION = BLOCK + "/MultiHeadDotProductAttention_1"
 TANH_GELUS = ("gelu_pytorch_tanh", "gelu_new")
 LAYER_NORM_EPS = 1e-6
 CLASSIFICATION, BACKBONE = "ViTForImageClassification", "ViTModel"
+DEFAULT_LABEL = "LABEL_"  # transformers' id2label placeholder: LABEL_0, LABEL_1, ...
 
 
 def rules(prefix: str) -> List[Rule]:
@@ -62,13 +63,16 @@ def check_architecture(arch: zoo.Architecture) -> None:
 
 
 def config(arch: zoo.Architecture, num_classes: Optional[int],
-           representation_size: Optional[int], image_size: Tuple[int, int]) -> Dict[str, Any]:
+           representation_size: Optional[int], image_size: Tuple[int, int],
+           class_names: Optional[List[str]] = None) -> Dict[str, Any]:
   """config.json: ViTForImageClassification, or ViTModel (its pooler is pre_logits; none
-  without head and pre_logits)."""
+  without head and pre_logits); id2label from class_names when they name every class."""
   check_architecture(arch)
   if image_size[0] != image_size[1]:
     raise Unsupported(f"transformers' ViT takes square images; this one is {image_size}")
-  labels = {} if representation_size else {str(k): f"LABEL_{k}" for k in range(num_classes or 0)}
+  names = (class_names if class_names and len(class_names) == num_classes
+           else [f"{DEFAULT_LABEL}{k}" for k in range(num_classes or 0)])
+  labels = {} if representation_size else {str(k): name for k, name in enumerate(names)}
   return {
       "architectures": [BACKBONE if representation_size or not num_classes
                         else CLASSIFICATION],
@@ -83,6 +87,19 @@ def config(arch: zoo.Architecture, num_classes: Optional[int],
       "id2label": labels, "label2id": {v: int(k) for k, v in labels.items()},
       "dtype": "float32",
   }
+
+
+def class_names(cfg: Dict[str, Any]) -> Optional[List[str]]:
+  """The class names of a config's id2label in label order; None when it has none, or only
+  transformers' placeholders (LABEL_0, ...)."""
+  labels = cfg.get("id2label") or {}
+  try:
+    names = [str(labels[key]) for key in sorted(labels, key=int)]
+  except (TypeError, ValueError):
+    return None
+  if not names or names == [f"{DEFAULT_LABEL}{k}" for k in range(len(names))]:
+    return None
+  return names
 
 
 def preprocessor_config(image_size: Tuple[int, int]) -> Dict[str, Any]:

@@ -6,10 +6,12 @@ hub_mirrors.json and vit_jax.checkpoints.hub_table). `resolve` turns anything a 
 into a local path, in this order:
   1. a complete local copy: DIR/FAMILY/FILE.npz (DIR: `checkpoints`, or --dir);
   2. the file's Hub mirrors, in the table's order (the next one on a missing repository
-     or file), fetched with huggingface_hub (its cache, resumed downloads, HF_ENDPOINT,
-     HF_HUB_OFFLINE, HF_TOKEN, progress bars), checked against the Hub's sha256, converted
-     into the released layout by vit_jax.checkpoints.formats and written atomically to
-     DIR/FAMILY/FILE.npz with DIR/FAMILY/FILE.provenance.json beside it;
+     or file; the weights from model.safetensors, else flax_model.msgpack, else
+     pytorch_model.bin where PyTorch is installed), fetched with huggingface_hub (its
+     cache, resumed downloads, HF_ENDPOINT, HF_HUB_OFFLINE, HF_TOKEN, progress bars),
+     checked against the Hub's sha256, converted into the released layout by
+     vit_jax.checkpoints.formats and written atomically to DIR/FAMILY/FILE.npz with
+     DIR/FAMILY/FILE.provenance.json beside it;
   3. the bucket, for users whose credentials still open it.
 `hf-hub:ORG/NAME` names any Hub ViT (kept as DIR/hf-hub/ORG/NAME.npz); architectures that
 vit_jax does not compute exactly are refused, naming what they are.
@@ -35,7 +37,9 @@ from vit_jax.runs import fs
 HUB_PREFIX = "hf-hub:"
 HUB_DIR = "hf-hub"  # DIR/hf-hub/ORG/NAME.npz for hf-hub: names
 PROVENANCE_SUFFIX = ".provenance.json"
-WEIGHTS = ("model.safetensors", "pytorch_model.bin")  # the .bin only where torch imports
+# In this order: four of Google's repositories have no safetensors but transformers' Flax
+# file, read without PyTorch; the .bin only where torch imports.
+WEIGHTS = ("model.safetensors", formats.FLAX_MSGPACK, "pytorch_model.bin")
 CONVERTED = ("renamed and reshaped into the released .npz layout by "
              "vit_jax.checkpoints.formats; values unchanged (float32)")
 _SHA256 = re.compile(r"[0-9a-f]{64}")

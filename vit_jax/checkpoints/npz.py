@@ -13,7 +13,7 @@ import logging
 import os
 import zipfile
 import zlib
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import ml_dtypes
 import numpy as np
@@ -123,8 +123,13 @@ def save_npz(params: Any, path: str, *, class_names: Optional[Sequence[str]] = N
   allow_nonfinite: write NaN/Inf weights too; by default they are refused (CheckpointError)
   as load_npz refuses them, so that no file is written that every loader then rejects.
   """
-  if set(params) == {"params"}:
+  if isinstance(params, Mapping) and set(params) == {"params"}:
     params = params["params"]
+  if not isinstance(params, Mapping) or "Transformer" not in params:
+    got = f"a dict of {', '.join(map(repr, list(params)[:4]))}" if isinstance(
+        params, Mapping) else f"a {type(params).__name__}"
+    raise errors.InvalidInput(f"save_npz takes a ViT's params (the dict of 'Transformer', "
+                              f"'embedding', ... that module.init or load_npz gives), got {got}")
   flat = npz_layout.to_saved_layout(
       traverse_util.flatten_dict(vit.to_block_layout(params), sep="/"))
   if np.shape(flat.get("head/kernel", ()))[-1:] == (0,):

@@ -5,6 +5,7 @@ image size a checkpoint was saved at."""
 import functools
 import logging
 import math
+import numbers
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import jax
@@ -23,11 +24,20 @@ class CheckpointError(errors.InvalidInput):
   """A checkpoint that cannot be used; the message is one line naming problem and fix."""
 
 
+def _is_side(value) -> bool:
+  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def side_pair(image_size: ImageSize) -> Tuple[int, int]:
-  if isinstance(image_size, int):
-    return image_size, image_size
-  height, width = image_size
-  return int(height), int(width)
+  """(height, width) of an int or a pair of ints; anything else (the string '32', which
+  unpacked as a pair) is one line."""
+  if _is_side(image_size):
+    return int(image_size), int(image_size)
+  if (isinstance(image_size, (tuple, list)) and len(image_size) == 2
+      and all(map(_is_side, image_size))):
+    return int(image_size[0]), int(image_size[1])
+  raise ImageSizeError(f"image_size={image_size!r} must be a whole number of pixels or a "
+                       "(height, width) pair of them")
 
 
 def expected_shapes(module: vit.VisionTransformer, image_size: ImageSize) -> Dict[str, tuple]:

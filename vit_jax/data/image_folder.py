@@ -5,14 +5,20 @@ before any training, not hours in."""
 
 import errno
 import os
-from typing import List
+from typing import List, Tuple
 
 import numpy as np
 
 from vit_jax import errors
+from vit_jax.console import log
 from vit_jax.data.splits import CorruptImageError, IndexedSplit
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+# Images that PIL (and so `predict`) reads but training does not: skipped, with a warning.
+OTHER_IMAGE_EXTENSIONS = (".webp", ".bmp", ".gif", ".tif", ".tiff", ".heic", ".avif")
+# A PNG over this many pixels makes every step that decodes it slow (10000 x 10000 made a
+# run 12x slower), so it is named.
+LARGE_PIXELS = 40_000_000
 _JPEG_MAGIC, _PNG_MAGIC = b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n"
 _TAIL_BYTES = 64 << 10  # where an image file's end marker must be (trailers allowed)
 
@@ -23,7 +29,7 @@ def check_image_file(path: str) -> None:
   try:
     size = os.path.getsize(path)
     with open(path, "rb") as f:
-      head = f.read(8)
+      head = f.read(24)
       f.seek(max(0, size - _TAIL_BYTES))
       tail = f.read()
   except OSError as e:  # no permission, or gone since the scan
@@ -38,6 +44,11 @@ def check_image_file(path: str) -> None:
   if not complete:
     raise CorruptImageError(f"corrupt image {path}: truncated (no end marker); replace or "
                             "remove it")
+  if head.startswith(_PNG_MAGIC) and len(head) == 24:  # IHDR: width, height (big-endian)
+    width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    if width * height > LARGE_PIXELS:
+      log.warning("image %s is %dx%d px: decoding it slows every step that reads it; "
+                  "downscale it (training resizes it to the crop anyway)", path, width, height)
 
 
 def _unreadable(path: str, error: OSError) -> errors.InvalidInput:
@@ -70,9 +81,11 @@ def class_folders(split_dir: str) -> List[str]:
                 if not entry.name.startswith("."))
 
 
-def _image_files(folder: str) -> List[str]:
-  return sorted(entry.path for entry in _scan(folder, want_dirs=False)
-                if entry.name.lower().endswith(IMAGE_EXTENSIONS))
+def _image_files(folder: str) -> Tuple[List[str], List[str]]:
+  """(the images training reads, other images it skips) of one class folder, sorted."""
+  files = sorted(entry.path for entry in _scan(folder, want_dirs=False))
+  return ([path for path in files if path.lower().endswith(IMAGE_EXTENSIONS)],
+          [path for path in files if path.lower().endswith(OTHER_IMAGE_EXTENSIONS)])
 
 
 def _folder_split(split_dir: str, classes: List[str]) -> IndexedSplit:
@@ -82,12 +95,13 @@ def _folder_split(split_dir: str, classes: List[str]) -> IndexedSplit:
     raise errors.InvalidInput(
         f"{split_dir} has classes that train/ lacks: {', '.join(unknown)}; "
         "add them to train/ or remove them")
-  paths, labels = [], []
+  paths, labels, skipped = [], [], []
   for label, name in enumerate(classes):
     folder = os.path.join(split_dir, name)
     if not os.path.isdir(folder):
       continue
-    files = _image_files(folder)
+    files, others = _image_files(folder)
+    skipped += others
     if not files:
       raise errors.InvalidInput(
           f"class folder {folder} has no .jpg/.jpeg/.png images; add some or "
@@ -100,6 +114,10 @@ def _folder_split(split_dir: str, classes: List[str]) -> IndexedSplit:
     raise errors.InvalidInput(
         f"{split_dir} has no class folders; put its images in "
         f"{split_dir}/<class>/")
+  if skipped:
+    log.warning("%s: skipping %d image(s) that training does not read (%s%s): convert them "
+                "to JPEG or PNG to use them", split_dir, len(skipped), ", ".join(skipped[:2]),
+                f", +{len(skipped) - 2} more" if len(skipped) > 2 else "")
   return IndexedSplit(np.array([os.fsencode(path) for path in paths], object),
                       np.array(labels, np.int32), "files")
 

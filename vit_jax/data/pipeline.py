@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from vit_jax import errors
-from vit_jax.data import indexed_reader, order, preprocess, registry
+from vit_jax.data import fingerprint, indexed_reader, order, preprocess, registry
 from vit_jax.data.splits import IndexedSplit, StreamingSplit
 from vit_jax.data.tfds_source import read_tfds
 
@@ -56,6 +56,11 @@ class Dataset:
     self.info = DatasetInfo(len(class_names), len(train) if train is not None else 0,
                             len(eval_split), class_names)
 
+  def fingerprints(self) -> dict:
+    """{'train': ..., 'eval': ...}: what each split holds (vit_jax.data.fingerprint)."""
+    return {name: fingerprint.of_split(split)
+            for name, split in (("train", self.train), ("eval", self.eval)) if split is not None}
+
   def _payload(self, split, data: tf.Tensor) -> tf.Tensor:
     """Pixels or encoded bytes of one example (files are read here, in parallel)."""
     return tf.io.read_file(data) if split.kind == "files" else data
@@ -73,11 +78,7 @@ class Dataset:
     """This process's rows of the global batches of steps start_step .. num_steps - 1:
     {'image': float32 [B/P, crop, crop, 3], 'label': int32 [B/P]} (with MixUp, 'label'
     is float32 [B/P, num_classes])."""
-    rows = _rows_per_process(batch_size, process_count)
-    if self.pp.mixup_alpha and rows % 2:
-      raise errors.InvalidInput(
-          f"MixUp mixes pairs of rows: the per-process batch {rows} "
-          f"(batch {batch_size} / {process_count} processes) must be even")
+    rows = _rows_per_process(batch_size, process_count)  # MixUp's even rows: check_crop
     def augment(position, data, label):
       image = self._augment(self._payload(self.train, data), order.example_seed(seed, position))
       return {"image": image, "label": label, "position": position}
@@ -213,6 +214,25 @@ def _check_pp(pp) -> None:
     preprocess.bit_resize(pp.crop, pp.resize)
   if pp.mixup_alpha < 0:
     raise errors.InvalidInput(f"config.pp.mixup_alpha={pp.mixup_alpha} must be >= 0 (0 = off)")
+
+
+def check_crop(config, stride: int) -> None:
+  """Before any data is read or workdir written: a crop the model's stride divides (pp.crop=0
+  trained, then blamed the images; 18 px on 4 px patches dropped pixels unsaid), and MixUp's
+  pairs of rows in each process's batch."""
+  crop = config.pp.crop
+  if not isinstance(crop, int) or crop < stride or crop % stride:
+    lower = crop // stride * stride if isinstance(crop, int) else 0
+    choices = [lower, lower + stride] if lower else [stride]
+    raise errors.InvalidInput(
+        f"config.pp.crop={crop!r} must be a multiple of the model's {stride} px patches: use "
+        f"{' or '.join(map(str, choices))}")
+  rows = config.batch // jax.process_count()
+  if config.pp.mixup_alpha and rows % 2:
+    raise errors.InvalidInput(
+        f"config.pp.mixup_alpha={config.pp.mixup_alpha} mixes pairs of rows: the batch per "
+        f"process, {rows} (config.batch={config.batch} / {jax.process_count()} processes), "
+        "must be even")
 
 
 def open_dataset(config) -> Dataset:

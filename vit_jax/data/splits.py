@@ -6,7 +6,7 @@ pipeline depends on these types, not on any reader."""
 import dataclasses
 import os
 import re
-from typing import Callable, ClassVar, Tuple
+from typing import Callable, ClassVar, Dict, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -29,6 +29,7 @@ class IndexedSplit:
   labels: np.ndarray  # int32 [N], or multi-hot int32 [N, K] (several correct classes)
   kind: str
   source: str = ""  # what the examples are, for error messages (files name themselves)
+  tfds_identity: Optional[Dict[str, str]] = None  # a whole TFDS split: its name, version, split
 
   def __len__(self):
     return len(self.labels)

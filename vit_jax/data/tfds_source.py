@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from vit_jax import errors
+from vit_jax.data import fingerprint
 from vit_jax.data.splits import IndexedSplit, StreamingSplit, image_and_label
 
 IN_MEMORY_LIMIT_BYTES = 2 << 30  # TFDS datasets up to this size are held in memory
@@ -128,7 +129,8 @@ def _tfds_in_memory(builder, split: str, features=image_and_label) -> IndexedSpl
     images.append(image_batch)
     labels.append(label_batch)
   return IndexedSplit(np.concatenate(images), np.concatenate(labels), "encoded",
-                      f"TFDS {builder.name} split {split!r} in {builder.data_dir}")
+                      f"TFDS {builder.name} split {split!r} in {builder.data_dir}",
+                      fingerprint.tfds_identity(builder, split))
 
 
 def prepared_builder(name: str, *, data_dir=None, manual_dir=None, download=False):

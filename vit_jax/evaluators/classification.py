@@ -102,6 +102,12 @@ def check(config: ml_collections.ConfigDict) -> None:
         f"{', '.join(names)}")
 
 
+def jit_eval_step(eval_step: Callable, mesh) -> Callable:
+  """The jitted eval step of a run: params as the train state holds them, batches over the
+  mesh's batch axes, sums replicated (vit_jax.planner compiles this same function)."""
+  return jax.jit(eval_step, out_shardings=sharding.replicated(mesh))
+
+
 @dataclasses.dataclass
 class EvalSet:
   name: str
@@ -158,8 +164,7 @@ class Evaluator:
 
   def _step(self, metric: str):
     if metric not in self._compiled:
-      self._compiled[metric] = jax.jit(self._steps[metric],
-                                       out_shardings=sharding.replicated(self.mesh))
+      self._compiled[metric] = jit_eval_step(self._steps[metric], self.mesh)
     return self._compiled[metric]
 
   def evaluate(self, params, eval_set: EvalSet) -> Dict[str, float]:

@@ -12,7 +12,7 @@ from typing import Iterator
 
 from vit_jax.checkpoints import released
 from vit_jax.export.source import ExportError
-from vit_jax.runs import outputs
+from vit_jax.runs import outputs, workdir
 
 KIND = "export"
 
@@ -39,7 +39,8 @@ def staged(out: str, overwrite: bool) -> Iterator[str]:
   parent = os.path.dirname(out)
   try:
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(out)}.partial-")
+    _remove_stale(parent, os.path.basename(out))
+    tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(out)}.partial-{os.getpid()}-")
   except OSError as e:
     raise ExportError(f"cannot write {out}: {e.strerror or e}") from None
   try:
@@ -51,11 +52,23 @@ def staged(out: str, overwrite: bool) -> Iterator[str]:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _remove_stale(parent: str, name: str) -> None:
+  """Staging folders of exports to `name` that were killed (SIGKILL) before they could
+  clean up: the pid in their name is gone from this host. A live export's stay."""
+  for entry in os.listdir(parent):
+    for kind in (".partial-", ".old-"):
+      prefix = f".{name}{kind}"
+      pid = entry[len(prefix):].split("-")[0] if entry.startswith(prefix) else ""
+      if pid.isdigit() and not workdir.pid_alive(int(pid)):
+        shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+
+
 def _publish(tmp: str, out: str) -> None:
   """Renames tmp to out; an existing out (checked by check_writable) is swapped out first."""
   os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes owner-only folders; outputs are shared
   if os.path.isdir(out):
-    old = tempfile.mkdtemp(dir=os.path.dirname(out), prefix=f".{os.path.basename(out)}.old-")
+    old = tempfile.mkdtemp(dir=os.path.dirname(out),
+                           prefix=f".{os.path.basename(out)}.old-{os.getpid()}-")
     os.rename(out, os.path.join(old, "out"))
     os.rename(tmp, out)
     shutil.rmtree(old, ignore_errors=True)

@@ -212,6 +212,24 @@ CLASSIFIERS = ("token", "gap", "map")
 POSEMBS = ("learn", "sincos2d")
 
 
+def check_images(images) -> None:
+  """Integer pixels (uint8 0..255) ran silently and gave wrong answers, and a list, NCHW or
+  unbatched input failed in Flax internals: each is one line saying what the model takes."""
+  shape, dtype = getattr(images, "shape", None), getattr(images, "dtype", None)
+  if shape is None or dtype is None:
+    raise errors.InvalidInput(f"images must be an array [batch, height, width, 3] (numpy or "
+                              f"jax), got {type(images).__name__}: pass np.asarray(images)")
+  if not jnp.issubdtype(dtype, jnp.floating):
+    raise errors.InvalidInput(
+        f"images are {dtype} pixels; the model takes floats in [-1, 1], the range it was "
+        "trained on: pass images / 127.5 - 1 for 0..255 pixels")
+  if len(shape) != 4 or shape[-1] != 3:
+    hint = (" (channels first? transpose(0, 2, 3, 1))" if len(shape) == 4 and shape[1] == 3
+            else " (one image? add a batch axis: images[None])" if len(shape) == 3 else "")
+    raise errors.InvalidInput(f"images have shape {tuple(shape)}; the model takes "
+                              f"[batch, height, width, 3], channels last{hint}")
+
+
 class VisionTransformer(nn.Module):
   """ViT classifier, optionally on top of a ResNet stem (the hybrid models).
 
@@ -291,6 +309,7 @@ class VisionTransformer(nn.Module):
           f"{self.classifier!r}")
     if self.posemb not in POSEMBS:
       raise errors.InvalidInput(f"posemb must be one of {', '.join(POSEMBS)}, got {self.posemb!r}")
+    check_images(images)
     x = images.astype(self.dtype)
     if self.resnet_stages is not None:
       x = resnet.apply_stem(x, self.resnet_stages, self.resnet_width, self.dtype)

@@ -10,7 +10,7 @@ from typing import Optional, Tuple
 
 import jax.numpy as jnp
 
-from vit_jax import errors
+from vit_jax import config_checks, errors
 from vit_jax.models import resnet, vit
 
 
@@ -78,6 +78,8 @@ def all_names() -> list:
 def canonical_name(name: str) -> str:
   """The released name for `name` (also in the paper's notation, `ViT-B/16`), or a
   ValueError listing close matches."""
+  if not isinstance(name, str):
+    raise errors.InvalidInput(f"model name must be a string such as 'ViT-B_16', got {name!r}")
   found = _BY_LOWER_NAME.get(name.strip().lower().replace("/", "_"))
   if found is None:
     close = difflib.get_close_matches(name, all_names(), n=4, cutoff=0.5)
@@ -115,7 +117,19 @@ def create_model(name: str, *, num_classes: int, **overrides) -> vit.VisionTrans
     raise TypeError(f"unknown model option(s) {', '.join(unknown)}; "
                     f"valid options: {', '.join(_MODEL_FIELDS)}")
   kwargs.update(overrides)
+  check_options(num_classes, kwargs)
   return vit.VisionTransformer(num_classes=num_classes, **kwargs)
+
+
+def check_options(num_classes, kwargs: dict) -> None:
+  """Values that used to fail deep in JAX (num_classes='10') or train on silently without
+  learning (dropout_rate=1.5): one line naming the option."""
+  if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 0:
+    raise errors.InvalidInput(f"num_classes={num_classes!r} must be a whole number: the "
+                              "size of the classification head (0: a model without one)")
+  for key in ("dropout_rate", "attention_dropout_rate"):
+    config_checks.check_fraction(key, kwargs.get(key, 0.0), "the share of activations "
+                                 "zeroed in training; 0 = off, the paper used 0.1 for L and H")
 
 
 def config_overrides(config) -> dict:

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from vit_jax import optim
+from vit_jax import config_checks, optim
 from vit_jax.checkpoints import hub, npz
 from vit_jax.models import vit, zoo
 
@@ -98,7 +98,9 @@ class Classification:
   predicts_classes = True
 
   def check(self, config: ml_collections.ConfigDict) -> None:
-    del config  # the loss and model keys are checked by optim and zoo
+    """label_smoothing here; the model keys are checked by zoo, the optimizer's by optim."""
+    config_checks.check_fraction("config.label_smoothing", config.label_smoothing,
+                                 "the share of each target spread over all classes; 0 = off")
 
   def create_model(self, config: ml_collections.ConfigDict, num_classes: int, *,
                    load_pretrained: bool) -> Tuple[vit.VisionTransformer, Optional[dict]]:

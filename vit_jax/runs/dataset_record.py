@@ -3,10 +3,13 @@
 Labels are positions in the class list (the sorted class folders of an image directory),
 and a checkpoint holds no names: a class folder renamed or added between two runs of the
 same command would silently give the resumed run other labels. So the first run records
-the class names in label order and the dataset's identity (source, splits, their sizes),
-and a resume refuses a different class list in one line that shows the difference. Other
-changes of identity (images added, another source with the same classes) only warn: the
-labels still mean what they meant.
+the class names in label order, the dataset's identity (source, splits, their sizes) and a
+fingerprint of each split (vit_jax.data.fingerprint: two class folders swapped keep the
+class list, not the fingerprints). A resume refuses a different class list in one line
+that shows the difference, and changed data in one line that counts the files relabelled,
+added, removed or replaced; files only replaced in place (a corrupt image fixed) keep
+every label, so they only warn. --config.allow_data_change=True goes on with changed data
+(not with other classes). Every change a resume accepts is recorded under `data_changes`.
 """
 
 import json
@@ -15,6 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from vit_jax import errors
 from vit_jax.console import log
+from vit_jax.data import fingerprint
 from vit_jax.runs import fs
 
 RECORD = "dataset.json"
@@ -25,8 +29,13 @@ class ClassesChangedError(errors.InvalidInput):
   """The dataset's classes differ from those the run started with; one line."""
 
 
-def describe(config, info) -> Dict[str, Any]:
-  """The record of config.dataset as opened (`info`: pipeline.DatasetInfo)."""
+class DataChangedError(errors.InvalidInput):
+  """A split's examples differ from those the run started with; one line counting how."""
+
+
+def describe(config, info, fingerprints: Dict[str, Any]) -> Dict[str, Any]:
+  """The record of config.dataset as opened (`info`: pipeline.DatasetInfo; fingerprints:
+  {'train': ..., 'eval': ...} from vit_jax.data.fingerprint)."""
   source, splits = config.dataset, (config.get("train_split"), config.get("eval_split"))
   if isinstance(source, str) and os.path.isdir(os.path.expanduser(source)):
     source = os.path.abspath(os.path.expanduser(source))
@@ -34,7 +43,7 @@ def describe(config, info) -> Dict[str, Any]:
   return {"source": source, "train_split": splits[0], "eval_split": splits[1],
           "num_train": info.num_train,
           "num_eval": info.num_eval, "num_classes": info.num_classes,
-          "class_names": list(info.class_names)}
+          "class_names": list(info.class_names), "fingerprints": fingerprints}
 
 
 def read(workdir: str) -> Optional[Dict[str, Any]]:
@@ -77,21 +86,38 @@ def describe_change(old: List[str], new: List[str]) -> str:
   return "; ".join(parts)
 
 
-def check_resume(workdir: str, record: Dict[str, Any]) -> None:
-  """Refuses to resume on other classes than the run started with; warns about other
-  changes of the dataset's identity."""
+def check_resume(workdir: str, record: Dict[str, Any], *, step: int,
+                 allow_change: bool = False) -> Optional[Dict[str, Any]]:
+  """Refuses to resume on other classes than the run started with, or on changed data
+  unless allow_change; warns about other changes of the dataset's identity. Returns the
+  record to write over the old one (the allowed change noted), or None."""
   saved = read(workdir)
   if saved is None:
-    return
+    return None
   old, new = saved.get("class_names", []), record["class_names"]
   if old != new:
     raise ClassesChangedError(
         f"the classes of {record['source']} changed since this run started in {workdir} "
         f"({RECORD}): {describe_change(old, new)}; resuming would train on other labels: "
         "restore the class folders as they were, or use a new --workdir")
-  changed = [f"{key} {saved.get(key)} -> {record[key]}" for key in
-             ("source", "train_split", "eval_split", "num_train", "num_eval")
-             if saved.get(key) != record[key]]
-  if changed:
-    log.warning("the dataset changed since this run started (%s); the classes are the same, "
-                "so the run resumes", ", ".join(changed))
+  before = saved.get("fingerprints", {})
+  changed = {split: fingerprint.describe_change(before[split], value)
+             for split, value in record["fingerprints"].items()
+             if value["sha256"] != before.get(split, value)["sha256"]}
+  relabelling = {split: text for split, text in changed.items()
+                 if not fingerprint.labels_kept(before[split], record["fingerprints"][split])}
+  if relabelling and not allow_change:
+    raise DataChangedError(
+        f"the data of {record['source']} changed since this run started in {workdir} "
+        f"({RECORD}): {'; '.join(f'{k} split: {v}' for k, v in relabelling.items())}; restore "
+        "it, use a new --workdir, or pass --config.allow_data_change=True to resume on it")
+  identity = [f"{key} {saved.get(key)} -> {record[key]}" for key in
+              ("source", "train_split", "eval_split", "num_train", "num_eval")
+              if saved.get(key) != record[key]]
+  if identity or changed:
+    log.warning("the dataset changed since this run started (%s); resuming on it",
+                "; ".join(identity + [f"{k} split: {v}" for k, v in changed.items()]))
+  if not changed:
+    return None
+  history = saved.get("data_changes", []) + [{"resumed_at_step": step, "changes": changed}]
+  return {**record, "data_changes": history}

@@ -6,6 +6,7 @@ object store, finished or running).
 """
 
 import json
+import shlex
 import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -206,7 +207,7 @@ def final_summary(*, workdir: str, steps: tuple, seconds: float, img_per_sec: Op
         for name in _eval_set_names(eval_metrics)],
       f"  params:      {fs.join(workdir, outputs.PARAMS)}",
       f"  metrics:     {fs.join(workdir, METRICS)} (final: {outputs.FINAL_METRICS})",
-      f"  tensorboard: tensorboard --logdir={workdir}",
+      f"  tensorboard: tensorboard --logdir={shlex.quote(workdir)}",
       f"  checkpoints: {checkpoint_dir} (steps "
       f"{', '.join(map(str, checkpoint_steps))})",
   ]

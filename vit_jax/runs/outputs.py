@@ -60,13 +60,23 @@ def changed_keys(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "
   return changed
 
 
+def changed_since_start(config, workdir: str) -> list:
+  """Dotted names of the config entries that differ from the run's config.json (none when
+  it has none)."""
+  path = fs.join(workdir, CONFIG)
+  if not fs.exists(path):
+    return []
+  return changed_keys(json.loads(fs.read_text(path)),
+                      json.loads(config.to_json_best_effort(indent=2, sort_keys=True)))
+
+
 def save_config(config, workdir: str, resume_step: Optional[int]) -> None:
   """config.json at the start; a resumed run with changed settings keeps it and writes
   config.resumed-<step>.json next to it, naming the changes."""
   text = config.to_json_best_effort(indent=2, sort_keys=True)
   path = fs.join(workdir, CONFIG)
   if resume_step is not None and fs.exists(path):
-    changed = changed_keys(json.loads(fs.read_text(path)), json.loads(text))
+    changed = changed_since_start(config, workdir)
     if not changed:
       return
     path = fs.join(workdir, f"config.resumed-{resume_step}.json")

@@ -86,11 +86,11 @@ def resolve_tasks(specs: Sequence[str]) -> List[TaskRun]:
       if path not in [run.dataset for run in directories]:
         directories.append(TaskRun(os.path.basename(path.rstrip(os.sep)),
                                    tasks_lib.CUSTOM_GROUP, path))
-    else:
+    else:  # --tasks splits at commas: a folder named with one arrives in pieces
       raise errors.InvalidInput(
           f"unknown task {spec!r} in --tasks: not a VTAB task, a group "
-          f"({', '.join(tasks_lib.GROUPS)}) or an image directory; tasks: "
-          f"{', '.join(tasks_lib.TASKS)}")
+          f"({', '.join(tasks_lib.GROUPS)}) or an image directory (one whose name has a comma "
+          f"must be renamed: --tasks splits at commas); tasks: {', '.join(tasks_lib.TASKS)}")
   runs = [TaskRun(name, task.group, tasks_lib.PREFIX + name, task.crop, task.flip)
           for name, task in tasks_lib.TASKS.items() if name in chosen]
   runs += directories
@@ -103,6 +103,8 @@ def resolve_tasks(specs: Sequence[str]) -> List[TaskRun]:
           "task's results go to WORKDIR/<name>/; rename a directory")
   if not runs:
     raise errors.InvalidInput("--tasks is empty: name VTAB tasks, groups or image directories")
+  for run in directories:  # a folder that cannot be a task fails now, not after the others
+    tasks_lib.open_directory(run.dataset, "train800", "val200")
   return runs
 
 

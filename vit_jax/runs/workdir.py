@@ -34,6 +34,12 @@ from vit_jax import errors
 LOCK_NAME = "run.lock"
 HEARTBEAT_S = 15.0
 STALE_AFTER_S = 90.0  # six missed heartbeats: a restarted job waits at most this long
+# A lock with no readable holder (empty or cut short: its writer died creating it, or the
+# disk turned read-only) is a live run's only for the moment between create and write.
+UNREADABLE_AFTER_S = 10.0
+# What a run writes below its workdir takes up to this many more characters (orbax's
+# checkpoint files, metrics, temporary names): a longer workdir path fails only then.
+LONGEST_INSIDE = 200
 
 
 class WorkdirError(errors.InvalidInput):
@@ -65,6 +71,11 @@ def prepare(workdir: str) -> bool:
   """
   if fs.is_url(workdir):
     return _prepare_url(workdir)
+  path_max = os.pathconf("/", "PC_PATH_MAX")
+  if len(os.fsencode(os.path.abspath(workdir))) + LONGEST_INSIDE > path_max:
+    raise WorkdirError(f"--workdir is {len(os.path.abspath(workdir)):,} characters long; the "
+                       f"files a run writes inside it need up to {LONGEST_INSIDE} more, and "
+                       f"paths are limited to {path_max}: pick a shorter path")
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise WorkdirError(f"--workdir={workdir} is a file, not a directory: pass a directory "
                        "path (it is created if missing)")
@@ -103,7 +114,7 @@ def _boot_time() -> Optional[float]:
     return None
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
   try:
     os.kill(pid, 0)
   except ProcessLookupError:
@@ -113,9 +124,17 @@ def _pid_alive(pid: int) -> bool:
   return True
 
 
+def _readable(holder: dict) -> bool:
+  return "host" in holder and "pid" in holder
+
+
 def _describe(holder: dict) -> str:
+  if not _readable(holder):
+    written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("heartbeat", 0)))
+    return (f"a lock written at {written} that names no holder; it is taken over "
+            f"{UNREADABLE_AFTER_S:.0f} s after it was written")
   started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("started", 0)))
-  return f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, since {started}"
+  return f"host {holder['host']}, pid {holder['pid']}, since {started}"
 
 
 class WorkdirLock:
@@ -145,9 +164,11 @@ class WorkdirLock:
   def is_stale(holder: dict, now: Optional[float] = None) -> bool:
     """Whether the process described by `holder` can no longer be running."""
     now = time.time() if now is None else now
-    if holder.get("host") == socket.gethostname() and "pid" in holder:
+    if not _readable(holder):
+      return now - holder.get("heartbeat", 0) > UNREADABLE_AFTER_S
+    if holder.get("host") == socket.gethostname():
       pid = int(holder["pid"])
-      if not _pid_alive(pid):
+      if not pid_alive(pid):
         return True
       start, boot = _process_start_time(pid), _boot_time()
       if start is not None and boot is not None and "started" in holder:
@@ -224,6 +245,17 @@ class WorkdirLock:
 
   def __exit__(self, *exc):
     self.release()
+
+
+def check_outside(workdir: str, dataset: str) -> None:
+  """A workdir inside an image folder's tree would be read as a class of images (and was
+  blamed as a class folder without images): refused before anything is created."""
+  if fs.is_url(workdir) or not isinstance(dataset, str) or not os.path.isdir(dataset):
+    return
+  root = os.path.realpath(dataset)
+  if os.path.commonpath([root, os.path.realpath(workdir)]) == root:
+    raise WorkdirError(f"--workdir={workdir} is inside the dataset folder {dataset}: the "
+                       "run's files would be read as images; pick a --workdir outside it")
 
 
 @contextlib.contextmanager

@@ -1,0 +1,138 @@
+"""Every config in configs/ planned for TPU slices (vit_jax.plan, compiled here, no TPU), and
+the plans of two published runs, as tables for benchmarks/RESULTS.md.
+
+  python benchmarks/tpu_plan.py --rows=benchmarks/tpu_plan.jsonl          # plan what is missing
+  python benchmarks/tpu_plan.py --rows=benchmarks/tpu_plan.jsonl --table  # print the tables
+
+Each (config, slice) is one JSON row, appended as soon as it is planned, so a run can stop
+and go on later; rows already present are skipped. A config is planned with its defaults
+(the dataset its docstring's first command runs; configs/pretrain.py: ViT-B_16 on
+imagenet2012). Big configs take minutes each on a 2-core CPU.
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import sys
+import time
+
+from absl import flags
+from ml_collections import config_flags
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from vit_jax import planner  # pylint: disable=wrong-import-position
+
+SLICES = ("v2-8", "v3-8", "v4-8", "v5e-8", "v5p-8", "v6e-8")
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs")
+# The published runs: (name, config, overrides, slice).
+PUBLISHED = (
+    ("paper Table 2: ViT-L/16 on ImageNet-21k", "configs/pretrain.py:ViT-L_16,imagenet21k",
+     {"dtype": "bfloat16"}, "v3-256"),
+    ("big_vision vit_s16_i1k: ViT-S/16, ImageNet-1k, 90 epochs, batch 1024",
+     "configs/pretrain.py:ViT-S_16,imagenet2012",
+     {"dtype": "bfloat16", "batch": 1024, "total_steps": 1_281_167 * 90 // 1024}, "v3-8"),
+)
+
+
+def load(config_arg: str, overrides: dict):
+  """A config as vit_jax.main loads FILE[:ARG], with overrides."""
+  flag_values = flags.FlagValues()
+  path = config_arg if os.path.isabs(config_arg) else os.path.join(CONFIG_DIR, "..", config_arg)
+  config_flags.DEFINE_config_file("config", path, "", flag_values=flag_values)
+  flag_values(["tpu_plan"])
+  return planner.with_overrides(flag_values.config, **overrides)
+
+
+def named_slice(config_file: str) -> str:
+  """The slice a config's docstring names (`--tpu=SLICE` in its plan command)."""
+  with open(config_file, encoding="utf-8") as f:
+    found = re.search(r"--tpu=(\S+)", f.read())
+  return found.group(1) if found else "v3-8"
+
+
+def plan_row(name: str, config_arg: str, overrides: dict, tpu: str) -> dict:
+  started = time.time()
+  try:
+    report = planner.plan_steps(load(config_arg, overrides), planner.tpu_target(tpu))
+  except Exception as e:  # pylint: disable=broad-except  # a row that says why
+    return {"name": name, "slice": tpu, "error": " ".join(str(e).split())[:300]}
+  return {"name": name, "config": config_arg, "overrides": overrides, "slice": tpu,
+          "seconds": time.time() - started, **report}
+
+
+def jobs():
+  """Every config on the slice it names, then the published runs, then the other slices."""
+  configs = [(f"configs/{os.path.basename(path)}", named_slice(path))
+             for path in sorted(glob.glob(os.path.join(CONFIG_DIR, "*.py")))]
+  for config_arg, own in configs:
+    yield config_arg, config_arg, {}, own
+  yield from PUBLISHED
+  for tpu in SLICES:
+    for config_arg, own in configs:
+      if tpu != own:
+        yield config_arg, config_arg, {}, tpu
+
+
+def done_keys(rows_path: str) -> set:
+  if not os.path.exists(rows_path):
+    return set()
+  with open(rows_path, encoding="utf-8") as f:
+    return {(row["name"], row["slice"]) for row in map(json.loads, f)}
+
+
+def _gib(value) -> str:
+  return "-" if value is None else f"{value / 2**30:.2f}"
+
+
+def table(rows_path: str) -> str:
+  """The markdown tables of RESULTS.md from the rows."""
+  with open(rows_path, encoding="utf-8") as f:
+    rows = {(r["name"], r["slice"]): r for r in map(json.loads, f)}
+  lines = ["| config | slice | train peak GiB/device | eval peak | fits | est. img/s per chip "
+           "| est. MFU |", "|---|---|---|---|---|---|---|"]
+  for (name, tpu), r in sorted(rows.items()):
+    if name.startswith(("paper", "big_vision")):
+      continue
+    if "error" in r:
+      lines.append(f"| {name} | {tpu} | error: {r['error'][:80]} | | | | |")
+      continue
+    train = r["train"]
+    mfu = f"{train['estimated_mfu']:.0%}" if train.get("estimated_mfu") else "-"
+    speed = train.get("estimated_img_per_sec_per_chip")
+    lines.append(f"| {name} | {tpu} | {_gib(train['peak_bytes_per_device'])} | "
+                 f"{_gib(r['eval']['peak_bytes_per_device'])} | "
+                 f"{'yes' if r['fits'] else '**no**'} | {f'{speed:,.0f}' if speed else '-'} "
+                 f"| {mfu} |")
+  lines += ["", "| published run | slice | est. img/s | est. hours | est. TPU-core-days |",
+            "|---|---|---|---|---|"]
+  for (name, tpu), r in sorted(rows.items()):
+    if name.startswith(("paper", "big_vision")) and "error" not in r:
+      lines.append(f"| {name} | {tpu} | {r['train']['estimated_img_per_sec'] or 0:,.0f} | "
+                   f"{r['estimated_hours'] or 0:,.1f} | {r['estimated_core_days'] or 0:,.1f} |")
+  return "\n".join(lines)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--rows", default="benchmarks/tpu_plan.jsonl")
+  parser.add_argument("--table", action="store_true", help="print the tables and exit")
+  parser.add_argument("--only", default="", help="regex over 'name slice' of the jobs to run")
+  args = parser.parse_args()
+  if args.table:
+    print(table(args.rows))
+    return
+  done = done_keys(args.rows)
+  for name, config_arg, overrides, tpu in jobs():
+    if (name, tpu) in done or not re.search(args.only, f"{name} {tpu}"):
+      continue
+    row = plan_row(name, config_arg, overrides, tpu)
+    print(f"{name} on {tpu}: {'error' if 'error' in row else 'fits' if row['fits'] else 'NO'}"
+          f" ({row.get('seconds', 0):.0f} s)", flush=True)
+    with open(args.rows, "a", encoding="utf-8") as f:
+      f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+  main()

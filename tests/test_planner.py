@@ -1,0 +1,114 @@
+"""vit_jax.planner: the main job's steps compiled for TPU topologies on this CPU machine."""
+
+import jax
+import pytest
+
+import helpers
+from vit_jax import objectives, planner, sharding, trainer
+from vit_jax.data import device_batches, pipeline
+
+# Wide enough that FSDP splits its kernels (sharding.FSDP_MIN_SIZE), small enough to
+# compile for a TPU in seconds.
+WIDE = {"model.hidden_size": 256, "model.mlp_dim": 512, "model.num_heads": 4,
+        "model.num_layers": 2}
+MESHES = {"data": {"mesh.data": 8}, "fsdp": {"mesh.data": 1, "mesh.fsdp": -1},
+          "tensor": {"mesh.data": 2, "mesh.tensor": 4},
+          "loops": {"accum_steps": 4, "model.scan_layers": True}}
+
+pytest.importorskip("libtpu", reason="compiling for TPUs needs libtpu (the test extra)")
+
+
+def config_of(**changes):
+  return planner.with_overrides(helpers.demo_config(), **changes)
+
+
+@pytest.fixture(name="v3_8", scope="module")
+def fixture_v3_8():
+  return planner.tpu_target("v3-8")
+
+
+@pytest.fixture(name="reports", scope="module")
+def fixture_reports(v3_8):
+  """Plans of the wide model on a v3-8, by name of MESHES, made on first use."""
+  made = {}
+
+  def report(name):
+    if name not in made:
+      made[name] = planner.plan_steps(config_of(**WIDE, **MESHES[name]), v3_8, num_classes=10)
+    return made[name]
+  return report
+
+
+@pytest.mark.parametrize("mesh,per_device", [("data", 4), ("fsdp", 4), ("tensor", 16)])
+def test_data_fsdp_and_tensor_meshes_compile_for_a_v3_8(reports, mesh, per_device):
+  report = reports(mesh)
+  assert report["fits"] and (report["devices"], report["chips"], report["cores"]) == (8, 4, 8)
+  assert report["device_kind"] == "TPU v3" and report["per_device_batch"] == per_device
+  train = report["train"]
+  assert train["peak_bytes_per_device"] > train["state_bytes_per_device"] > 0
+  assert "all-reduce" in {c["kind"] for c in train["collectives"]}  # gradients / partial sums
+  assert train["estimated_img_per_sec"] > 0 and 0 < train["estimated_mfu"] < 1
+  assert report["estimated_core_days"] == pytest.approx(
+      report["estimated_hours"] * 8 / 24)  # v3-8: 8 TensorCores
+
+
+def test_fsdp_holds_an_eighth_of_the_big_tensors(reports):
+  data, fsdp = reports("data")["train"], reports("fsdp")["train"]
+  assert fsdp["state_bytes_per_device"] < data["state_bytes_per_device"] / 3
+  assert "all-gather" in {c["kind"] for c in fsdp["collectives"]}
+
+
+def test_accumulation_and_scanned_blocks_are_counted_in_full(reports, v3_8):
+  """XLA's cost analysis counts a loop body once; the plan counts the whole step."""
+  plain, looped = reports("data"), reports("loops")
+  assert looped["per_device_micro_batch"] == 1 and looped["accum_steps"] == 4
+  assert looped["train"]["gflop_per_image"] == pytest.approx(
+      plain["train"]["gflop_per_image"], rel=0.02)
+  assert looped["eval"]["gflop_per_image"] == pytest.approx(
+      plain["eval"]["gflop_per_image"], rel=0.02)
+  # What the cost analysis of the looping step says alone: a fraction of the work.
+  programs = planner.build_programs(config_of(**WIDE, **MESHES["loops"]),
+                                    sharding.make_mesh({"data": -1}, v3_8.devices), 10)
+  raw = planner.cost(planner.compile_for(*programs.train, v3_8))
+  assert raw["flops"] * 8 / 32 < plain["train"]["gflop_per_image"] * 1e9 / 4
+  assert looped["train"]["estimated_step_seconds"] > 3 * raw["seconds"]
+
+
+def test_a_v5e_slice_and_its_chip_facts():
+  report = planner.plan_steps(config_of(), planner.tpu_target("v5e-4"), num_classes=10)
+  assert report["fits"] and report["device_kind"] == "TPU v5 lite" and report["devices"] == 4
+  assert report["hbm_bytes_per_device"] == int(15.75 * 2**30)
+  assert report["peak_tflops_per_device"] == 197.0
+
+
+def test_the_plan_compiles_the_program_the_main_job_runs():
+  """Lowered on the pipeline's real batches and state, main's steps are the plan's."""
+  config = helpers.demo_config()
+  mesh = sharding.make_mesh(config.mesh)
+  programs = planner.build_programs(config, mesh, num_classes=10)
+  objective = objectives.get(config)
+  module, _ = objective.create_model(config, 10, load_pretrained=False)
+  run = trainer.build(config, module, mesh, objective)
+  dataset = pipeline.open_dataset(config)
+  to_global = lambda batch: device_batches.to_global(batch, sharding.batch_sharding(mesh))
+  batch = to_global(next(iter(dataset.train_batches(
+      batch_size=config.batch, start_step=0, num_steps=1, seed=0, process_index=0,
+      process_count=1))))
+  state = run.init(jax.random.PRNGKey(0))
+  fn, args = programs.train
+  assert fn.lower(*args).as_text() == run.step.lower(state, batch,
+                                                     jax.random.PRNGKey(1)).as_text()
+  eval_batch = to_global(next(iter(dataset.eval_batches(
+      batch_size=config.batch_eval, process_index=0, process_count=1))))
+  eval_fn, eval_args = programs.eval
+  assert eval_fn.lower(*eval_args).as_text() == eval_fn.lower(state.params,
+                                                              eval_batch).as_text()
+
+
+def test_without_a_tpu_the_local_devices_are_planned():
+  """The suite's shared demo program on this CPU: memory against the host's, no estimate."""
+  report = planner.plan_steps(helpers.demo_config(), planner.local_target(), num_classes=10)
+  assert report["fits"] and report["slice"] == "local" and report["chips"] is None
+  assert 0 < report["train"]["peak_bytes_per_device"] < report["hbm_bytes_per_device"]
+  assert report["train"]["estimated_img_per_sec"] is None
+  assert report["train"]["gflop_per_image"] > 0 and report["estimated_core_days"] is None

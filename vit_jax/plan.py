@@ -1,0 +1,180 @@
+"""Will this config fit, and how fast: the main job's steps compiled for a TPU slice (or the
+local devices) ahead of time, before anyone rents one. Nothing runs; no TPU is needed.
+
+  python -m vit_jax.plan --config=configs/vit_h14.py --tpu=v3-8
+  python -m vit_jax.plan --config=configs/pretrain.py:ViT-L_16,imagenet21k --tpu=v3-256 \\
+      --config.dtype=bfloat16 --json=plan.json
+  python -m vit_jax.plan --config=configs/vit_b16.py:cifar10      # this machine's devices
+
+--config and --config.KEY=VALUE are exactly vit_jax.main's. The train and eval steps are
+the ones vit_jax.main would run (same model, mesh, shardings, batch split, accumulation,
+optimizer), compiled by XLA for --tpu (Cloud's names: v2-8, v3-8 ... v3-2048, v4-8,
+v5e-16 / v5litepod-16, v5p-8, v6e-8; or a topology such as v3:4x4; needs libtpu:
+pip install 'vit_jax[tpu]'). Reported per device: the memory of each step against the
+chip's usable HBM, FLOPs per image, the compiler's time estimate as img/s and MFU, the
+config's total_steps in hours, chip-hours and TPU-core-days, and the collectives.
+Speeds are the compiler's per-operation roofline (XLA's optimal_seconds), not
+measurements: they leave out the input pipeline, the host and the network between hosts.
+
+When a step does not fit, the smallest changes that do (each verified by compiling it,
+within --suggest_budget seconds) are printed as --config flags.
+
+Exit status: 0 everything fits, 3 something does not, 2 a usage mistake.
+"""
+
+import dataclasses
+import json
+import sys
+from typing import Any, Dict, Optional
+
+from absl import flags
+from ml_collections import config_flags
+
+from vit_jax import cli, console
+
+FLAGS = flags.FLAGS
+DOES_NOT_FIT_EXIT_CODE = 3
+ESTIMATE_NOTE = ("speeds are the TPU compiler's estimates (per-operation roofline), not "
+                 "measurements; the input pipeline and the network are not included")
+NO_ESTIMATE_NOTE = ("XLA estimates time for TPUs only: time this config's step with "
+                    "python -m vit_jax.benchmark --config=...")
+
+
+def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+  define = dict(flag_values=flag_values)
+  config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py[:arg]), "
+                                  "as for vit_jax.main.", lock_config=True, **define)
+  flags.DEFINE_string("tpu", None, "TPU slice to compile for (v3-8, v5e-16, v3:4x4 ...); "
+                      "default: this machine's devices.", **define)
+  flags.DEFINE_string("json", None, "Also write the report as JSON to this path.", **define)
+  flags.DEFINE_integer("num_classes", None, "Head size (default: from the dataset's "
+                       "metadata).", lower_bound=1, **define)
+  flags.DEFINE_float("hbm_limit_gib", None, "Usable memory per device in GiB, below the "
+                     "chip's (headroom for other programs).", lower_bound=0.001, **define)
+  flags.DEFINE_boolean("suggest", True, "When a step does not fit, search for config "
+                       "changes that do.", **define)
+  flags.DEFINE_float("suggest_budget", 900, "Seconds the search for changes may take.",
+                     lower_bound=0, **define)
+  flags.DEFINE_integer("max_suggestions", 3, "How many changes that fit to look for.",
+                       lower_bound=1, **define)
+  flags.mark_flags_as_required(["config"], flag_values=flag_values)
+
+
+def gib(value: Optional[float]) -> str:
+  """Bytes as GiB, or MiB below a tenth of a GiB (tiny models in tests and demos)."""
+  if value is None:
+    return "-"
+  return f"{value / 2**30:.2f}G" if value >= 2**30 / 10 else f"{value / 2**20:.1f}M"
+
+
+def _number(value: Optional[float], spec: str = ",.0f") -> str:
+  return "-" if value is None else format(value, spec)
+
+
+def format_report(report: Dict[str, Any]) -> str:
+  """The human-readable report."""
+  mesh = " ".join(f"{axis}={size}" for axis, size in report["mesh"].items())
+  chips = f"{report['chips']} chips, " if report["chips"] else ""
+  lines = [
+      f"{report['config']} on {report['slice']} ({report['device_kind']}, {chips}"
+      f"{report['devices']} devices, mesh {mesh})",
+      f"{report['model']}, {report['num_classes']} classes, {report['image_size']} px, "
+      f"{report['dtype']}; batch {report['batch']} ({report['per_device_batch']} per device"
+      f" in {report['accum_steps']} micro-batch(es) of {report['per_device_micro_batch']}); "
+      f"eval batch {report['batch_eval']} ({report['per_device_eval_batch']} per device)",
+      f"memory per device (usable: {gib(report['hbm_bytes_per_device'])}):",
+      "         state   batch   temporaries    peak   fits"]
+  for step in ("train", "eval"):
+    r = report[step]
+    verdict = "yes" if r["fits"] else (f"NO, short by {gib(r['shortfall_bytes'])}"
+                                       if r.get("shortfall_bytes") else "NO")
+    lines.append(f"  {step:<5} {gib(r['state_bytes_per_device']):>7} "
+                 f"{gib(r['batch_bytes_per_device']):>7} {gib(r.get('temp_bytes')):>13} "
+                 f"{gib(r['peak_bytes_per_device']):>7}   {verdict}")
+  timed = any(report[step]["estimated_step_seconds"] for step in ("train", "eval"))
+  lines.append(f"compute ({ESTIMATE_NOTE if timed else NO_ESTIMATE_NOTE}):")
+  for step in ("train", "eval"):
+    r = report[step]
+    if r["estimated_img_per_sec"] is None and r["gflop_per_image"] is None:
+      lines.append(f"  {step:<5} no estimate (the step does not fit, nor one micro-batch)")
+      continue
+    check = (f" (analytic {_number(r['model_gflop_per_image'], ',.1f')}, "
+             f"x{r['flops_vs_analytic']:.3f})" if r.get("flops_vs_analytic") else "")
+    per_chip = (f" ({_number(r['estimated_img_per_sec_per_chip'])} per chip)"
+                if r.get("estimated_img_per_sec_per_chip") else "")
+    mfu = f", MFU {r['estimated_mfu']:.1%}" if r.get("estimated_mfu") else ""
+    lines.append(f"  {step:<5} {_number(r['gflop_per_image'], ',.1f')} GFLOP/img{check}; "
+                 f"step {_number(r['estimated_step_seconds'], '.4f')} s, "
+                 f"{_number(r['estimated_img_per_sec'])} img/s{per_chip}{mfu}")
+  if report["estimated_hours"]:
+    days = (f", {report['estimated_core_days']:,.2f} TPU-core-days"
+            if report["estimated_core_days"] else "")
+    lines.append(f"  total_steps {report['total_steps']:,}: {report['estimated_hours']:,.1f} h"
+                 f" ({_number(report['estimated_chip_hours'], ',.0f')} chip-hours{days}), "
+                 "training steps only")
+  if report["train"].get("collectives"):
+    lines.append("collectives in the train step (each written once; loops repeat them): "
+                 + ", ".join(f"{c['kind']} x{c['count']} ({gib(c['bytes'])})"
+                             for c in report["train"]["collectives"]))
+  return "\n".join(lines)
+
+
+def does_not_fit_line(report: Dict[str, Any]) -> str:
+  """One line: which step, by how much, and the verified changes that fit."""
+  parts = []
+  for step in ("train", "eval"):
+    r = report[step]
+    if not r["fits"]:
+      need = f"needs {gib(r['peak_bytes_per_device'])} per device, " if r[
+          "peak_bytes_per_device"] else ""
+      parts.append(f"the {step} step does not fit {report['slice']}: {need}"
+                   f"{gib(report['hbm_bytes_per_device'])} usable")
+  fixes = [" ".join(s["flags"]) for s in report["suggestions"]]
+  tail = ("; fits with: " + " | ".join(fixes) if fixes else
+          "; no single change or pair tried fits: lower config.batch, use bfloat16 "
+          "(--config.dtype=bfloat16) or a larger slice")
+  return "; ".join(parts) + tail
+
+
+@cli.command
+def main(argv, flag_values: flags.FlagValues = FLAGS):
+  cli.no_arguments(argv)
+  config = cli.load_config(flag_values)
+  from vit_jax import main as main_command  # pylint: disable=import-outside-toplevel
+  main_command.check_dataset_override(flag_values)
+  from vit_jax import (  # pylint: disable=import-outside-toplevel
+      errors, fit_search, planner, sharding, train)
+  try:
+    limit = int(flag_values.hbm_limit_gib * 2**30) if flag_values.hbm_limit_gib else None
+    if flag_values.tpu:
+      target = planner.tpu_target(flag_values.tpu, limit)
+    else:
+      target = planner.local_target()
+      if limit:
+        target = dataclasses.replace(target, hbm_bytes_per_device=limit)
+    mesh = sharding.make_mesh(config.mesh, devices=target.devices)
+    train.check_static(config, mesh)
+  except errors.InvalidInput as e:
+    raise cli.UsageError(cli.one_line(e)) from None
+  console.log.info("compiling the train and eval steps for %s ...", target.name)
+  report = {"config": flag_values["config"].config_filename,
+            **planner.plan_steps(config, target, flag_values.num_classes)}
+  report["suggestions"] = []
+  if not report["fits"] and flag_values.suggest:
+    console.log.info("it does not fit: compiling changes that might (up to %.0f s)",
+                     flag_values.suggest_budget)
+    report["suggestions"] = fit_search.search(config, target, report,
+                                              flag_values.suggest_budget,
+                                              flag_values.max_suggestions)
+  report["notes"] = [ESTIMATE_NOTE if target.is_tpu else NO_ESTIMATE_NOTE]
+  print(format_report(report), flush=True)
+  if flag_values.json:
+    from vit_jax.runs import fs  # pylint: disable=import-outside-toplevel
+    fs.write_atomic(flag_values.json, json.dumps(report, indent=1) + "\n")
+  if not report["fits"]:
+    print(f"error: {does_not_fit_line(report)}", file=sys.stderr)
+    sys.exit(DOES_NOT_FIT_EXIT_CODE)
+
+
+if __name__ == "__main__":
+  cli.run(main, define_flags)
