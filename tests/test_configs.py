@@ -1,6 +1,7 @@
 """Every config file builds, is complete, and says what the paper says."""
 
 import pathlib
+import re
 import runpy
 
 import pytest
@@ -114,3 +115,14 @@ def test_setup_installs_no_top_level_configs_package(monkeypatch):
   packages = captured["packages"]
   assert "vit_jax" in packages and "vit_jax.models" in packages
   assert all(p == "vit_jax" or p.startswith("vit_jax.") for p in packages), packages
+
+
+def test_linear_probe_freezes_all_but_the_head_of_a_released_model():
+  probe = load("linear_probe.py:ViT-L_16,cifar10")
+  assert (probe.model_name, probe.pretrained, probe.dataset) == ("ViT-L_16", "ViT-L_16",
+                                                                 "cifar10")
+  assert re.search(probe.freeze, "Transformer/encoder_norm/scale")
+  assert not re.search(probe.freeze, "head/kernel") and probe.freeze_steps is None
+  assert load("linear_probe.py:oxford_iiit_pet").model_name == "ViT-B_16"
+  with pytest.raises(ValueError, match="takes \\[MODEL,\\]DATASET"):
+    load("linear_probe.py:ViT-X_99,cifar10")

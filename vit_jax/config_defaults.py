@@ -141,6 +141,25 @@ def get_config() -> ml_collections.ConfigDict:
   # and the raw parameters are also evaluated (eval_raw/...). 0 = off.
   config.polyak_decay = 0.0
   config.label_smoothing = 0.0
+  # Fine-tuning controls (vit_jax/param_groups.py). layer_decay: BEiT / timm layer-wise
+  # decay, block i (0-based) at decay ** (num_layers - i), embeddings at decay **
+  # (num_layers + 1), final norm / pre_logits / head at the full rate (1.0 = off).
+  config.layer_decay = 1.0
+  # ((regex, multiplier), ...) over parameter paths (parameters.txt); first match wins.
+  config.lr_mults = ()
+  # Regex of parameters not updated (no optimizer state); '' = none. freeze_steps: they
+  # train from that step on (linear probe then fine-tune); None = frozen for the whole run.
+  config.freeze = ""
+  config.freeze_steps = ml_collections.FieldReference(None, field_type=int)
+  # LoRA (vit_jax/lora.py): rank 0 = off; frozen base, trained low-rank adapters and head;
+  # params.npz holds the merged weights, adapters.npz the adapters. alpha None = rank.
+  # MLP too: --config.lora.targets='(MultiHeadDotProductAttention_1/(query|key|value|out)
+  # |MlpBlock_3/Dense_[01])/kernel$' (one line, no space).
+  config.lora = ml_collections.ConfigDict()
+  config.lora.rank = 0
+  config.lora.alpha = ml_collections.FieldReference(None, field_type=float)
+  config.lora.dropout = 0.0
+  config.lora.targets = r"MultiHeadDotProductAttention_1/(query|key|value|out)/kernel$"
 
   # Objective: classification (the labels) | mpp (masked patch prediction, paper 4.6:
   # self-supervised, labels unused; params.npz holds the backbone with a zero 1-class head).

@@ -4,8 +4,9 @@
 
 Keys read: optimizer, base_lr, warmup_steps, total_steps, decay_type, linear_end,
 momentum (sgd), adam_b1 / adam_b2 (adam, adamw), optim_dtype, weight_decay,
-grad_norm_clip. Every key must be set (vit_jax/config_defaults.py sets the reference fine-tuning
-recipe) except `linear_end`, which defaults to the reference code's 1e-5.
+grad_norm_clip; layer_decay, lr_mults, freeze, freeze_steps (see vit_jax.param_groups).
+Every key must be set (vit_jax/config_defaults.py sets the reference fine-tuning recipe)
+except `linear_end` (default: the reference code's 1e-5) and the param_groups keys (off).
 """
 
 import math
@@ -16,7 +17,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from vit_jax import errors
+from vit_jax import errors, param_groups
 
 # decay_type -> lr after warm-up as a function of (base_lr, progress in [0, 1], linear_end).
 _DECAYS: Dict[str, Callable] = {
@@ -109,16 +110,29 @@ def _adam(config, dtype) -> optax.GradientTransformation:
 _OPTIMIZERS = {"sgd": _sgd, "adam": _adam, "adamw": _adam}
 
 
-def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+def make_optimizer(config: ml_collections.ConfigDict,
+                   trained_regex: str = "") -> optax.GradientTransformation:
   """The full update rule; optim_dtype is the momentum / first-moment buffer's dtype.
 
   Weight decay is decoupled from the gradient statistics but scaled by the schedule
   (update -= lr * weight_decay * kernel), as flax.optim.Adam did for the paper.
+  With per-parameter rates or frozen parameters (vit_jax.param_groups; `trained_regex`:
+  only the parameters it matches train, as LoRA does), frozen gradients are zeroed before
+  the clip (its norm is that of what trains), the direction and weight decay run on the
+  trained group only, and each update is finally scaled by its parameter's multiplier.
+  Without them the chain is exactly the plain one (same state, same numbers).
   """
   direction = config_choice(_OPTIMIZERS, "optimizer", config.optimizer)
-  chain = [optax.clip_by_global_norm(config.grad_norm_clip)] if config.grad_norm_clip else []
-  chain.append(direction(config, jnp.dtype(config.optim_dtype)))
+  clip = [optax.clip_by_global_norm(config.grad_norm_clip)] if config.grad_norm_clip else []
+  rule = [direction(config, jnp.dtype(config.optim_dtype))]
   if config.weight_decay:
-    chain.append(optax.add_decayed_weights(config.weight_decay, mask=decay_mask))
-  chain.append(optax.scale_by_learning_rate(make_schedule(config)))
-  return optax.chain(*chain)
+    rule.append(optax.add_decayed_weights(config.weight_decay, mask=decay_mask))
+  learning_rate = optax.scale_by_learning_rate(make_schedule(config))
+  if not (param_groups.is_active(config) or trained_regex):
+    return optax.chain(*clip, *rule, learning_rate)
+  steps = config.get("freeze_steps")
+  if param_groups.freeze_regex(config) or trained_regex:
+    labels = lambda params: param_groups.labels(params, config, trained_regex)
+    clip.insert(0, param_groups.partitioned(optax.identity(), labels, steps))
+    rule = [param_groups.partitioned(optax.chain(*rule), labels, steps)]
+  return optax.chain(*clip, *rule, learning_rate, param_groups.scale_by_multipliers(config))

@@ -29,7 +29,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from vit_jax import errors, objectives, platforms, sharding, tpu_slices, trainer, train_step
+from vit_jax import (errors, lora, objectives, platforms, sharding, tpu_slices, trainer,
+                     train_step)
 from vit_jax.data import batch_spec, registry
 from vit_jax.evaluators import classification as classification_eval
 from vit_jax.models import zoo
@@ -229,6 +230,7 @@ def build_programs(config: ml_collections.ConfigDict, mesh, num_classes: int) ->
   classification_eval.jit_eval_step), and the optimizer update alone."""
   objective = objectives.get(config)
   module, _ = objective.create_model(config, num_classes, load_pretrained=False)
+  module = lora.wrap(module, config)  # as vit_jax.train evaluates it
   run = trainer.build(config, module, mesh, objective)
   state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                        run.abstract_state, run.state_shardings)

@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from vit_jax import config_checks, errors, objectives, optim, sharding, trainer
+from vit_jax import config_checks, errors, lora, objectives, optim, param_groups, sharding
+from vit_jax import trainer
 from vit_jax import evaluators as evaluators_lib
 from vit_jax.checkpoints import formats, hub, released, train_state
 from vit_jax.console import log
@@ -144,6 +145,8 @@ def check_static(config: ml_collections.ConfigDict, mesh) -> None:
   objectives.get(config).check(config)
   sharding.check_config_batches(config, mesh)
   optim.check_choices(config)
+  param_groups.check(config)
+  lora.check(config)
   try:
     module = zoo.model_from_config(config, num_classes=1)
   except (TypeError, errors.InvalidInput) as e:  # an unknown or out-of-range config.model.*
@@ -197,6 +200,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   objective = objectives.get(config)
   module, host_params = objective.create_model(config, dataset.info.num_classes,
                                                load_pretrained=load_pretrained)
+  module = lora.wrap(module, config)  # LoRA: adapters merged into the kernels at every apply
   evaluators = evaluators_lib.build_all(config, module, mesh, dataset, objective)  # opens data
 
   # --- State and compiled step, created directly with their shardings ----------------
@@ -229,8 +233,10 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
     if resume_step is None or changed_record or dataset_record.read(workdir) is None:
       dataset_record.write(workdir, changed_record or record)
     if resume_step is None:
-      num_params = outputs.write_parameter_table(state.params, workdir)
-      log.info("%s parameters (table in %s)", f"{num_params:,}",
+      columns = param_groups.table_columns(state.params, config, lora.trained_regex(config))
+      num_params = outputs.write_parameter_table(state.params, workdir, columns)
+      log.info("%s (table in %s)", param_groups.trained_summary(columns, state.params,
+                                                                state.opt_state),
                fs.join(workdir, outputs.PARAMETER_TABLE))
       writer.write_hparams({"num_params": num_params})
 
@@ -306,9 +312,16 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
       if is_main:
         class_report.record(workdir, writer, total_steps, evaluator.reports)
   eval_metrics.update(class_report.final_entries(reports))  # the worst classes by name
-  final_params = objective.export_params(sharding.to_host(state.eval_params))  # a collective
-  if is_main:  # a classifier's head carries the dataset's class names; mpp exports none
-    class_names = dataset.info.class_names if objective.predicts_classes else None
+  final_params = sharding.to_host(state.eval_params)  # a collective
+  # a classifier's head carries the dataset's class names; mpp exports none
+  class_names = dataset.info.class_names if objective.predicts_classes else None
+  if lora.settings(config):  # params.npz: merged weights; adapters.npz (first) beside it
+    final_params, adapters = lora.export(sharding.to_host(state.params), final_params, config,
+                                         class_names)
+    if is_main:
+      lora.save_adapters(adapters, fs.join(workdir, lora.ADAPTERS))
+  final_params = objective.export_params(final_params)
+  if is_main:
     outputs.write_final(final_params, eval_metrics, workdir, class_names,
                         multi_label=dataset.info.multi_label and class_names is not None)
   writer.flush()

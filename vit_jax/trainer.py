@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from vit_jax import objectives, optim, sharding, train_step
+from vit_jax import lora, objectives, optim, param_groups, sharding, train_step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +31,9 @@ def build(config: ml_collections.ConfigDict, module, mesh,
           objective: objectives.Objective = None) -> Trainer:
   """The state and step that `config` trains `module` with on `mesh`."""
   objective = objective or objectives.get(config)
-  optimizer = optim.make_optimizer(config)
+  module = lora.wrap(module, config)
+  trained = lora.trained_regex(config)  # LoRA: only the adapters and the head train
+  optimizer = optim.make_optimizer(config, trained)
   polyak = config.polyak_decay > 0
   image_shape = (1, config.pp.crop, config.pp.crop, 3)
 
@@ -44,13 +46,16 @@ def build(config: ml_collections.ConfigDict, module, mesh,
   abstract_state = jax.eval_shape(init_state, jax.random.PRNGKey(0))
   state_shardings = sharding.param_shardings(abstract_state, mesh)
   batch_sharding, replicated = sharding.batch_sharding(mesh), sharding.replicated(mesh)
+  batch_loss = param_groups.without_frozen_gradients(objective.make_batch_loss(module, config),
+                                                     config, trained)
   step = jax.jit(
-      train_step.make_train_step(objective.make_batch_loss(module, config), optimizer, config),
+      train_step.make_train_step(batch_loss, optimizer, config),
       in_shardings=(state_shardings, batch_sharding, replicated),
       out_shardings=(state_shardings, replicated), donate_argnums=(0,))
   place = jax.jit(state_of, out_shardings=state_shardings)
   return Trainer(
       optimizer=optimizer, abstract_state=abstract_state, state_shardings=state_shardings,
       init=jax.jit(init_state, out_shardings=state_shardings),
-      from_params=lambda params: place(sharding.put(params, state_shardings.params)),
+      from_params=lambda params: place(sharding.put(lora.with_adapters(params, config),
+                                                    state_shardings.params)),
       step=step)

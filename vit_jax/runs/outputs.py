@@ -13,13 +13,16 @@ written if absent, or over a JSON file stamped with the same "written_by", else 
 the same way. A path below an existing file is refused in one line, not as [Errno 17].
 """
 
+import dataclasses
 import json
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from clu import parameter_overview
+from flax import traverse_util
 
 from vit_jax import errors
 from vit_jax.checkpoints import npz
@@ -82,10 +85,17 @@ def save_config(config, workdir: str, resume_step: Optional[int]) -> None:
   fs.write_atomic(path, text)
 
 
-def write_parameter_table(params, workdir: str) -> int:
-  """The parameter table goes to a file (70 lines are too many for the console)."""
-  fs.write_atomic(fs.join(workdir, PARAMETER_TABLE),
-                  parameter_overview.get_parameter_overview(params) + "\n")
+def write_parameter_table(params, workdir: str,
+                          columns: Optional[Mapping[str, Mapping[str, str]]] = None) -> int:
+  """The parameter table goes to a file (70 lines are too many for the console); `columns`
+  adds {column: {parameter path: value}} (learning-rate multiplier, whether it trains)."""
+  columns = columns or {}
+  row_type = dataclasses.make_dataclass(
+      "ParameterRow", ["name", "shape", "size", "mean", "std", *columns])
+  rows = [row_type(name, value.shape, int(np.prod(value.shape)), float(jnp.mean(value)),
+                   float(jnp.std(value)), *(column[name] for column in columns.values()))
+          for name, value in traverse_util.flatten_dict(params, sep="/").items()]
+  fs.write_atomic(fs.join(workdir, PARAMETER_TABLE), parameter_overview.make_table(rows) + "\n")
   return sum(int(np.prod(p.shape)) for p in jax.tree.leaves(params))
 
 
