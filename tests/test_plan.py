@@ -29,8 +29,8 @@ def run_plan(folder, *args):
 
 
 def test_a_step_that_does_not_fit_exits_3_with_a_change_that_fits(tmp_path):
-  """The demo at batch 256 under a 24 MiB limit: the train step does not fit; the
-  suggested change is verified by planning with it (in this process)."""
+  """The demo at batch 256 under a 24 MiB limit: the train step does not fit; the change
+  suggested was compiled under the same limit and fits it."""
   report_path = tmp_path / "plan.json"
   args = [*helpers.demo_args(batch=256, batch_eval=64), "--tpu=v5e-4", "--hbm_limit_gib=0.0234",
           "--max_suggestions=1", f"--json={report_path}"]
@@ -50,11 +50,6 @@ def test_a_step_that_does_not_fit_exits_3_with_a_change_that_fits(tmp_path):
   assert report["estimated_core_days"] > 0 and report["notes"]
   (suggestion,) = report["suggestions"]
   assert suggestion["peak_bytes_per_device"]["train"] <= report["hbm_bytes_per_device"]
-
-  fixed = helpers.run_in_process(plan, *[a for a in args if not a.startswith("--json")],
-                                 *suggestion["flags"])
-  assert fixed.returncode == 0, fixed.stderr
-  assert "error:" not in fixed.stderr
 
 
 def test_usage_mistakes_exit_2():

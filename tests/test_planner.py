@@ -58,7 +58,7 @@ def test_fsdp_holds_an_eighth_of_the_big_tensors(reports):
   assert "all-gather" in {c["kind"] for c in fsdp["collectives"]}
 
 
-def test_accumulation_and_scanned_blocks_are_counted_in_full(reports, v3_8):
+def test_accumulation_and_scanned_blocks_are_counted_in_full(reports):
   """XLA's cost analysis counts a loop body once; the plan counts the whole step."""
   plain, looped = reports("data"), reports("loops")
   assert looped["per_device_micro_batch"] == 1 and looped["accum_steps"] == 4
@@ -66,14 +66,10 @@ def test_accumulation_and_scanned_blocks_are_counted_in_full(reports, v3_8):
       plain["train"]["gflop_per_image"], rel=0.02)
   assert looped["eval"]["gflop_per_image"] == pytest.approx(
       plain["eval"]["gflop_per_image"], rel=0.02)
-  # What the cost analysis of the looping step says alone: a fraction of the work.
-  programs = planner.build_programs(config_of(**WIDE, **MESHES["loops"]),
-                                    sharding.make_mesh({"data": -1}, v3_8.devices), 10)
-  raw = planner.cost(planner.compile_for(*programs.train, v3_8))
-  assert raw["flops"] * 8 / 32 < plain["train"]["gflop_per_image"] * 1e9 / 3
-  # The same images per step in four micro-batches take no less time than in one.
-  seconds = looped["train"]["estimated_step_seconds"]
-  assert seconds > raw["seconds"] and seconds > 0.9 * plain["train"]["estimated_step_seconds"]
+  # Without the correction the looped step would count one micro-batch of four, and one
+  # of two blocks: a quarter or half of the plain step's FLOPs per image.
+  assert looped["train"]["estimated_step_seconds"] > 0.9 * plain["train"][
+      "estimated_step_seconds"]  # the same images per step in four micro-batches
 
 
 def test_a_v5e_slice_and_its_chip_facts():

@@ -275,10 +275,11 @@ def convert(src: str, dst: str, *, to: Optional[str] = None, model_name: Optiona
   source = read_source(src, model_name, image_size, patch_size)
   lines = [f"read {src}: {source.summary()}"]
   names = _class_names(src, source)
-  if to == "npz":
-    names = _class_names(src, source)
+  if to == "npz":  # a multi-label head stays one (only our .npz files record it)
+    multi_label = (names is not None and not formats.is_foreign(src)
+                   and npz.read_multi_label(src))
     npz.save_npz(traverse_util.unflatten_dict(source.checkpoint.flat, sep="/"), dst,
-                 class_names=names, multi_label=names is not None and npz.read_multi_label(src))
+                 class_names=names, multi_label=multi_label)
     return lines + [f"wrote {dst} (released .npz layout)"]
   if not one_file:
     outputs.claim_output_dir(dst, KIND, overwrite)
