@@ -8,6 +8,9 @@ The argument is a dataset as for configs/vit_b16.py (preset, TFDS name, image fo
 optionally after a released model name and a comma, as configs/pretrain.py takes them
 (default ViT-B_16). The rest is that model's fine-tuning recipe. Linear probe, then
 fine-tune (LP-FT): add --config.freeze_steps=N to unfreeze the backbone after N steps.
+
+Slice: fits a v3-8 with these defaults (ViT-B_16 on ImageNet); check first:
+  python -m vit_jax.plan --config=configs/linear_probe.py --tpu=v3-8
 """
 
 from vit_jax import config_defaults

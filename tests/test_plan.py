@@ -29,8 +29,8 @@ def run_plan(folder, *args):
 
 
 def test_a_step_that_does_not_fit_exits_3_with_a_change_that_fits(tmp_path):
-  """The demo at batch 256 under a 30.7 MiB limit (it needs 40.8 MiB): the train step does not fit; the change
-  suggested was compiled under the same limit and fits it."""
+  """The demo at batch 256 under a 30.7 MiB limit (it needs 40.8 MiB): the train step does
+  not fit; the change suggested was compiled under the same limit and fits it."""
   report_path = tmp_path / "plan.json"
   args = [*helpers.demo_args(batch=256, batch_eval=64), "--tpu=v5e-4", "--hbm_limit_gib=0.03",
           "--max_suggestions=1", f"--json={report_path}"]
