@@ -35,6 +35,8 @@ COMMANDS = {
     "vit_jax.export": ["--to: Format: stablehlo, saved_model, tflite, onnx",
                        "--batch: Batch dimension", "--[no]with_preprocessing: saved_model",
                        "--[no]overwrite: Replace an existing OUT that is no"],
+    "vit_jax.plan": ["--tpu: TPU slice to compile for", "--json: Also write the report",
+                     "Exit status: 0 everything fits, 3 something does not"],
     "vit_jax.lora": ["python -m vit_jax.lora BASE ADAPTERS OUT",
                      "--[no]overwrite: Write into an existing folder"],
     "vit_jax.benchmark": ["--model: Model to time", "--batch: Global batch",
@@ -57,7 +59,7 @@ OTHER_HELP_FLAGS = ["-?", "--helpshort", "--helpfull", "--helpxml"]
 # The commands whose --help starts without TensorFlow (only how fast the runs are depends
 # on this: see tests/command_runner.py).
 WITHOUT_TENSORFLOW = ("vit_jax.main", "vit_jax.download", "vit_jax.convert", "vit_jax.export",
-                      "vit_jax.predict", "vit_jax.visualize", "vit_jax.lora")
+                      "vit_jax.predict", "vit_jax.visualize", "vit_jax.lora", "vit_jax.plan")
 
 
 @pytest.fixture(scope="module")
