@@ -42,6 +42,8 @@ def test_a_step_that_does_not_fit_exits_3_with_a_change_that_fits(tmp_path):
   assert not any(word in done.stderr + done.stdout for word in LIBTPU_CHATTER), done.stderr
   report = json.loads(report_path.read_text())
   assert report["slice"] == "v5e-4" and report["devices"] == 4 and not report["fits"]
+  assert report["device_kind"] == "TPU v5 lite" and report["peak_tflops_per_device"] == 197.0
+  assert report["hbm_bytes_per_device"] == int(0.03 * 2**30)  # --hbm_limit_gib
   assert not report["train"]["fits"] and report["eval"]["fits"]
   assert report["train"]["peak_bytes_per_device"] > report["hbm_bytes_per_device"]
   assert report["eval"]["peak_bytes_per_device"] <= report["hbm_bytes_per_device"]

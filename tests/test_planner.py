@@ -72,13 +72,6 @@ def test_accumulation_and_scanned_blocks_are_counted_in_full(reports):
       "estimated_step_seconds"]  # the same images per step in four micro-batches
 
 
-def test_a_v5e_slice_and_its_chip_facts():
-  report = planner.plan_steps(config_of(), planner.tpu_target("v5e-4"), num_classes=10)
-  assert report["fits"] and report["device_kind"] == "TPU v5 lite" and report["devices"] == 4
-  assert report["hbm_bytes_per_device"] == int(15.75 * 2**30)
-  assert report["peak_tflops_per_device"] == 197.0
-
-
 def test_the_plan_compiles_the_program_the_main_job_runs():
   """Lowered on the pipeline's real batches and state, main's steps are the plan's."""
   config = helpers.demo_config()
