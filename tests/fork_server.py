@@ -10,7 +10,7 @@ read no setting a test varies, while JAX, gcsfs and huggingface_hub read theirs 
 XLA_FLAGS, the storage and Hub hosts) in the child. Each pytest process starts its own server on first use.
 
 start(argv, env, cwd, output[, errors]) -> Process, with the subprocess.Popen calls tests
-use."""
+use; run(argv, env, cwd, folder, timeout) -> its CompletedProcess once it ended."""
 
 import atexit
 import json
@@ -72,6 +72,18 @@ def start(argv, env, cwd, output, errors=None) -> Process:
   return Process(_ask({"start": {"argv": [str(a) for a in argv], "env": dict(env),
                                  "cwd": str(cwd), "output": str(output),
                                  "errors": None if errors is None else str(errors)}})["pid"])
+
+
+def run(argv, env, cwd, folder, timeout) -> subprocess.CompletedProcess:
+  """`python -m MODULE ARGS` to its end, as subprocess.run with capture_output would give
+  it: its stdout and stderr apart, in files under `folder` named after the module."""
+  stdout, stderr = (folder / f"{argv[0]}.{stream}" for stream in ("stdout", "stderr"))
+  process = start(argv, env, cwd, stdout, errors=stderr)
+  try:
+    code = process.wait(timeout=timeout)
+  finally:
+    process.kill()  # a no-op once it ended
+  return subprocess.CompletedProcess(argv, code, stdout.read_text(), stderr.read_text())
 
 
 def _ask(request):

@@ -1,7 +1,6 @@
 """python -m vit_jax.plan: a real process compiling the demo for TPU slices."""
 
 import json
-import subprocess
 
 import pytest
 
@@ -17,15 +16,8 @@ pytest.importorskip("libtpu", reason="compiling for TPUs needs libtpu (the test 
 def run_plan(folder, *args):
   """`python -m vit_jax.plan ARGS` as a real process (forked from tests/fork_server.py), its
   stdout and stderr apart: what a user's terminal would show, libtpu's own writes included."""
-  stdout, stderr = folder / "plan.stdout", folder / "plan.stderr"
-  process = fork_server.start(["vit_jax.plan", *args], helpers.subprocess_env(), helpers.REPO,
-                              stdout, errors=stderr)
-  try:
-    code = process.wait(timeout=600)
-  finally:
-    process.kill()  # a no-op once it ended
-  return subprocess.CompletedProcess(["vit_jax.plan", *args], code, stdout.read_text(),
-                                     stderr.read_text())
+  return fork_server.run(["vit_jax.plan", *args], helpers.subprocess_env(), helpers.REPO,
+                         folder, 600)
 
 
 def test_a_step_that_does_not_fit_exits_3_with_a_change_that_fits(tmp_path):

@@ -4,7 +4,6 @@ through the command's flags and vit_jax.cli's endings (helpers.run_in_process)."
 
 import json
 import os
-import subprocess
 import urllib.error
 
 import jax
@@ -80,15 +79,7 @@ def run_predict(folder, *args):
   """`python -m vit_jax.predict ARGS` as a real process (forked from tests/fork_server.py,
   which imported TensorFlow once), its stdout and stderr apart, in files under `folder`.
   Its first lines (a fresh start's): tests/test_cli.py."""
-  stdout, stderr = folder / "predict.stdout", folder / "predict.stderr"
-  process = fork_server.start(["vit_jax.predict", *args], subprocess_env(), REPO, stdout,
-                              errors=stderr)
-  try:
-    code = process.wait(timeout=120)
-  finally:
-    process.kill()  # a no-op once it ended
-  return subprocess.CompletedProcess(["vit_jax.predict", *args], code, stdout.read_text(),
-                                     stderr.read_text())
+  return fork_server.run(["vit_jax.predict", *args], subprocess_env(), REPO, folder, 120)
 
 
 def predict_command(*args):
