@@ -328,7 +328,9 @@ def _speed(step_cost: Optional[dict], batch: int, model_flops: Optional[float],
   flops = step_cost["flops"] * devices / batch if step_cost["flops"] is not None else None
   seconds = step_cost["seconds"]
   img_per_sec = batch / seconds if seconds else None
-  per_image = passes * model_flops if model_flops else flops
+  # Model FLOPs: the analytic count, or the compiled one where that is lower (a frozen
+  # backbone runs no backward pass; rematerialisation only ever adds to the compiled count).
+  per_image = min(passes * model_flops, flops) if model_flops and flops else flops
   peak = target.peak_flops_per_device
   return {
       "gflop_per_image": flops / 1e9 if flops else None,
