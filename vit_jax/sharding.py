@@ -11,6 +11,7 @@ leaves carry the same names) follow rules keyed on their names:
   * everything else is replicated.
 """
 
+import functools
 import math
 import re
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
@@ -59,6 +60,19 @@ def make_mesh(mesh_config: Mapping[str, int],
   sizes = mesh_shape(mesh_config, len(devices))
   return jax.make_mesh(tuple(sizes[a] for a in AXES), AXES,
                        axis_types=(jax.sharding.AxisType.Auto,) * len(AXES), devices=devices)
+
+
+def on_mesh(mesh: Mesh, fn):
+  """fn traced with `mesh` as the abstract mesh: model code that has to split its work by
+  hand (the Pallas attention kernel, which XLA cannot partition) and choose kernels by
+  platform (vit_jax.models.attention) sees where the program will run."""
+
+  @functools.wraps(fn)
+  def traced(*args, **kwargs):
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+      return fn(*args, **kwargs)
+
+  return traced
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:

@@ -152,6 +152,7 @@ def check_static(config: ml_collections.ConfigDict, mesh) -> None:
   except (TypeError, errors.InvalidInput) as e:  # an unknown or out-of-range config.model.*
     raise errors.InvalidInput(f"config.model: {e}") from None
   sharding.check_tensor_parallel(module.num_heads, module.mlp_dim, mesh)
+  attention.check_runs_on(config.model.attention_impl, mesh.devices.flat[0].platform)
   pipeline.check_crop(config, zoo.model_stride(module))
 
 

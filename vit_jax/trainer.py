@@ -49,7 +49,7 @@ def build(config: ml_collections.ConfigDict, module, mesh,
   batch_loss = param_groups.without_frozen_gradients(objective.make_batch_loss(module, config),
                                                      config, trained)
   step = jax.jit(
-      train_step.make_train_step(batch_loss, optimizer, config),
+      sharding.on_mesh(mesh, train_step.make_train_step(batch_loss, optimizer, config)),
       in_shardings=(state_shardings, batch_sharding, replicated),
       out_shardings=(state_shardings, replicated), donate_argnums=(0,))
   place = jax.jit(state_of, out_shardings=state_shardings)

@@ -111,7 +111,7 @@ def check(config: ml_collections.ConfigDict) -> None:
 def jit_eval_step(eval_step: Callable, mesh) -> Callable:
   """The jitted eval step of a run: params as the train state holds them, batches over the
   mesh's batch axes, sums replicated (vit_jax.planner compiles this same function)."""
-  return jax.jit(eval_step, out_shardings=sharding.replicated(mesh))
+  return jax.jit(sharding.on_mesh(mesh, eval_step), out_shardings=sharding.replicated(mesh))
 
 
 @dataclasses.dataclass

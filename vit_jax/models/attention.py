@@ -1,6 +1,6 @@
 """Multi-head self-attention with the released parameter layout, and its fused kernels
-(jax.nn.dot_product_attention with XLA or cuDNN flash attention), including the cuDNN
-even-token padding that its backward pass needs."""
+(jax.nn.dot_product_attention with XLA or cuDNN flash attention, including the cuDNN
+even-token padding that its backward pass needs; Pallas flash attention on TPUs)."""
 
 import functools
 from typing import Any, Optional
@@ -10,27 +10,45 @@ import jax
 import jax.numpy as jnp
 
 from vit_jax import errors
+from vit_jax.models import pallas_attention
 
 # softmax: explicit einsum + float32 softmax (the reference's math; exposes the weights).
 # xla / cudnn: jax.nn.dot_product_attention with that backend (cudnn = flash attention,
-# GPU and bfloat16/float16 only). dot_product: cudnn where it applies, else xla.
-ATTENTION_IMPLS = ("softmax", "dot_product", "xla", "cudnn")
+# GPU and bfloat16/float16 only). pallas: the Pallas flash-attention kernel (TPU only;
+# vit_jax.models.pallas_attention). dot_product: cudnn where it applies, else xla.
+ATTENTION_IMPLS = ("softmax", "dot_product", "xla", "cudnn", "pallas")
 FLASH_DTYPES = (jnp.bfloat16, jnp.float16)
 
 
-def attention_backend(impl: str, dtype: Any) -> str:
-  """The jax.nn.dot_product_attention backend for `impl` ('dot_product' resolved here:
-  its own default is XLA even on GPUs, which leaves cuDNN's flash kernels unused)."""
+def traced_platform() -> str:
+  """The platform a program is being traced for: the traced mesh's (vit_jax.sharding.on_mesh;
+  vit_jax.plan traces TPU programs on a CPU machine), else this process's default."""
+  mesh = jax.sharding.get_abstract_mesh()
+  return jax.default_backend() if mesh.empty else mesh.abstract_device.platform
+
+
+def attention_backend(impl: str, dtype: Any, platform: Optional[str] = None) -> str:
+  """The kernel behind `impl` ('dot_product' resolved here: jax.nn.dot_product_attention's
+  own default is XLA even on GPUs, which leaves cuDNN's flash kernels unused)."""
   if impl != "dot_product":
     return impl
-  flash = jax.default_backend() == "gpu" and jnp.dtype(dtype) in FLASH_DTYPES
+  flash = (platform or traced_platform()) == "gpu" and jnp.dtype(dtype) in FLASH_DTYPES
   return "cudnn" if flash else "xla"
+
+
+def check_runs_on(impl: str, platform: str) -> None:
+  """The Pallas kernel is compiled by Mosaic, the TPU compiler: elsewhere it has no lowering
+  (Pallas's interpret mode, for tests, is not a way to train)."""
+  if impl == "pallas" and platform != "tpu":
+    raise errors.InvalidInput(
+        f"attention_impl='pallas' runs on TPUs only, and this run is on {platform}; use "
+        "--config.model.attention_impl=dot_product")
 
 
 def fused_attention(query, key, value, backend: str, pad_to_even: Optional[bool] = None,
                     pad_for_gradients_only: bool = False):
   """softmax(q k^T / sqrt(d)) v over [batch, tokens, heads, head_dim] via
-  jax.nn.dot_product_attention.
+  jax.nn.dot_product_attention, or the Pallas TPU kernel (backend 'pallas').
 
   cuDNN's backward pass (jax 0.10-0.11) rejects odd token counts such as ViT's
   1 + 14*14 = 197, so by default (pad_to_even=None) cuDNN's tokens are padded to an even
@@ -39,6 +57,8 @@ def fused_attention(query, key, value, backend: str, pad_to_even: Optional[bool]
   an H100: pad_for_gradients_only=True runs the forward unpadded and keeps the padded
   route for gradients, if any are taken (for inference; a training step would compute
   the attention twice)."""
+  if backend == "pallas":
+    return pallas_attention.attention(query, key, value)
   if pad_to_even is None:
     pad_to_even = backend == "cudnn"
   if pad_to_even and pad_for_gradients_only and query.shape[1] % 2:
