@@ -13,6 +13,7 @@ imagenet2012). Big configs take minutes each on a 2-core CPU.
 import argparse
 import glob
 import json
+import math
 import os
 import re
 import sys
@@ -62,24 +63,28 @@ def plan_row(name: str, config_arg: str, overrides: dict, tpu: str) -> dict:
           "seconds": time.time() - started, **report}
 
 
-def jobs():
-  """Every config on the slice it names, then the published runs, then the other slices."""
+def jobs(seconds_on_own_slice: dict):
+  """Every config on the slice it names, then the published runs, then the other slices:
+  the configs that planned fastest on their own slice first, so a run stopped early has
+  covered the most of the table."""
   configs = [(f"configs/{os.path.basename(path)}", named_slice(path))
              for path in sorted(glob.glob(os.path.join(CONFIG_DIR, "*.py")))]
   for config_arg, own in configs:
     yield config_arg, config_arg, {}, own
   yield from PUBLISHED
-  for tpu in SLICES:
-    for config_arg, own in configs:
+  configs.sort(key=lambda c: seconds_on_own_slice.get(c, math.inf))
+  for config_arg, own in configs:
+    for tpu in SLICES:
       if tpu != own:
         yield config_arg, config_arg, {}, tpu
 
 
-def done_keys(rows_path: str) -> set:
+def read_rows(rows_path: str) -> dict:
+  """(name, slice) -> row, the last row of each pair winning."""
   if not os.path.exists(rows_path):
-    return set()
+    return {}
   with open(rows_path, encoding="utf-8") as f:
-    return {(row["name"], row["slice"]) for row in map(json.loads, f)}
+    return {(row["name"], row["slice"]): row for row in map(json.loads, f)}
 
 
 def _gib(value) -> str:
@@ -88,8 +93,7 @@ def _gib(value) -> str:
 
 def table(rows_path: str) -> str:
   """The markdown tables of RESULTS.md from the rows."""
-  with open(rows_path, encoding="utf-8") as f:
-    rows = {(r["name"], r["slice"]): r for r in map(json.loads, f)}
+  rows = read_rows(rows_path)
   lines = ["| config | slice | train peak GiB/device | eval peak | fits | est. img/s per chip "
            "| est. MFU |", "|---|---|---|---|---|---|---|"]
   for (name, tpu), r in sorted(rows.items()):
@@ -123,8 +127,9 @@ def main():
   if args.table:
     print(table(args.rows))
     return
-  done = done_keys(args.rows)
-  for name, config_arg, overrides, tpu in jobs():
+  done = read_rows(args.rows)
+  seconds = {key: row.get("seconds", math.inf) for key, row in done.items()}
+  for name, config_arg, overrides, tpu in jobs(seconds):
     if (name, tpu) in done or not re.search(args.only, f"{name} {tpu}"):
       continue
     row = plan_row(name, config_arg, overrides, tpu)
