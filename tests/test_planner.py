@@ -52,6 +52,16 @@ def test_data_fsdp_and_tensor_meshes_compile_for_a_v3_8(reports, mesh, per_devic
       report["estimated_hours"] * 8 / 24)  # v3-8: 8 TensorCores
 
 
+def test_a_pod_slice_says_what_each_host_must_feed():
+  """v3-32: 4 hosts of 8 cores; each host's pipeline loads a quarter of the batch and must
+  deliver a quarter of the estimated img/s."""
+  report = planner.plan_steps(config_of(batch=32, batch_eval=32, accum_steps=1),
+                              planner.tpu_target("v3-32"), num_classes=10)
+  assert (report["devices"], report["hosts"], report["per_host_batch"]) == (32, 4, 8)
+  assert report["needed_img_per_sec_per_host"] == pytest.approx(
+      report["train"]["estimated_img_per_sec"] / 4)
+
+
 def test_fsdp_holds_an_eighth_of_the_big_tensors(reports):
   data, fsdp = reports("data")["train"], reports("fsdp")["train"]
   assert fsdp["state_bytes_per_device"] < data["state_bytes_per_device"] / 3

@@ -112,6 +112,12 @@ def format_report(report: Dict[str, Any]) -> str:
     lines.append(f"  total_steps {report['total_steps']:,}: {report['estimated_hours']:,.1f} h"
                  f" ({_number(report['estimated_chip_hours'], ',.0f')} chip-hours{days}), "
                  "training steps only")
+  if report["needed_img_per_sec_per_host"]:
+    hosts = report["hosts"]
+    lines.append(f"input: each of {hosts} host{'s' if hosts > 1 else ''} must decode and augment "
+                 f"{_number(report['needed_img_per_sec_per_host'])} img/s (batch "
+                 f"{report['per_host_batch']} per host) to keep up; not checked here: measure "
+                 "with benchmarks/input_pipeline.py")
   if report["train"].get("collectives"):
     lines.append("collectives in the train step (each written once; loops repeat them): "
                  + ", ".join(f"{c['kind']} x{c['count']} ({gib(c['bytes'])})"

@@ -366,16 +366,21 @@ def plan_steps(config: ml_collections.ConfigDict, target: Target,
   evaluation.update(_speed(_eval_cost(config, programs, compiled_eval, mesh, num_classes,
                                       target), config.batch_eval, model_flops, target, 1))
 
+  hosts = len({device.process_index for device in target.devices})
   hours = (config.total_steps * train["estimated_step_seconds"] / 3600
            if train["estimated_step_seconds"] and config.total_steps > 0 else None)
   return {
       "slice": target.name, "devices": target.num_devices, "chips": target.chips,
-      "cores": target.cores, "device_kind": target.devices[0].device_kind,
+      "cores": target.cores, "hosts": hosts, "device_kind": target.devices[0].device_kind,
       "mesh": dict(mesh.shape), "model": config.model_name, "num_classes": num_classes,
       "image_size": config.pp.crop, "dtype": config.dtype, "batch": config.batch,
       "accum_steps": config.accum_steps, "per_device_batch": config.batch // parallel,
       "per_device_micro_batch": config.batch // config.accum_steps // parallel,
       "batch_eval": config.batch_eval, "per_device_eval_batch": config.batch_eval // parallel,
+      "per_host_batch": config.batch // hosts,
+      # What each host's input pipeline must deliver to keep up (not checked here).
+      "needed_img_per_sec_per_host": (train["estimated_img_per_sec"] / hosts
+                                      if train["estimated_img_per_sec"] else None),
       "hbm_bytes_per_device": target.hbm_bytes_per_device,
       "peak_tflops_per_device": (target.peak_flops_per_device / 1e12
                                  if target.peak_flops_per_device else None),
