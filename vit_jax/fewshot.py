@@ -12,11 +12,11 @@ import jax
 import ml_collections
 from absl import flags
 
-from vit_jax import cli, config_defaults, sharding
+from vit_jax import cli, config_defaults, sharding, storage
 from vit_jax.checkpoints import hub, npz
 from vit_jax.data import pipeline
 from vit_jax.evaluators import fewshot as probes
-from vit_jax.runs import fs, outputs
+from vit_jax.runs import outputs
 
 KIND = "fewshot"  # the writer's name in --json's no-clobber stamp (vit_jax.runs.outputs)
 
@@ -84,8 +84,8 @@ def main(argv, flag_values=flags.FLAGS):
   report = run(flag_values)
   print(format_table(report, parse_shots(flag_values.shots)))
   if flag_values.json:  # stamped: a rerun may replace it, nothing else is replaced
-    fs.write_atomic(flag_values.json, json.dumps({**outputs.written_by(KIND), **report},
-                                                 indent=2))
+    storage.write_atomic(flag_values.json, json.dumps({**outputs.written_by(KIND), **report},
+                                                      indent=2))
 
 
 def define_flags(flag_values=flags.FLAGS) -> None:

@@ -19,10 +19,10 @@ import jax
 import numpy as np
 from absl import flags, logging
 
-from vit_jax import cli, download, errors
+from vit_jax import cli, download, errors, storage
 from vit_jax.checkpoints import formats, hub, npz, released
 from vit_jax.models import vit
-from vit_jax.runs import fs, outputs
+from vit_jax.runs import outputs
 
 IMAGENET_LABELS_URL = "https://storage.googleapis.com/bit_models/ilsvrc2012_wordnet_lemmas.txt"
 IMAGENET_CLASSES = 1000
@@ -243,7 +243,7 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
     else:
       print(format_prediction(image, top_classes(probabilities[None], top_k)[0], names))
   if flag_values.json:
-    fs.write_atomic(flag_values.json, json.dumps(records, indent=1, ensure_ascii=False) + "\n")
+    storage.write_atomic(flag_values.json, json.dumps(records, indent=1, ensure_ascii=False) + "\n")
     print(f"wrote {len(records)} predictions ({'sigmoid scores' if multi_label else 'softmax'})"
           f" to {flag_values.json}")
 

@@ -18,12 +18,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 from absl import flags
 
-from vit_jax import cli, predict
+from vit_jax import cli, predict, storage
 from vit_jax.checkpoints import hub, npz
 from vit_jax.models import introspect
 from vit_jax.models import posemb as posemb_lib
 from vit_jax.models import vit, zoo
-from vit_jax.runs import fs, outputs
+from vit_jax.runs import outputs
 
 FLAGS = flags.FLAGS
 KIND = "visualize"  # the writer's name in --out's no-clobber marker (vit_jax.runs.outputs)
@@ -62,7 +62,7 @@ def _save(fig, path: str) -> str:
   buffer = io.BytesIO()
   fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
   plt.close(fig)
-  fs.write_atomic(path, buffer.getvalue())
+  storage.write_atomic(path, buffer.getvalue())
   return path
 
 
@@ -142,7 +142,7 @@ def plot_attention_distance(distance: np.ndarray, path: str) -> str:
 def write_figures(module: vit.VisionTransformer, params, images: np.ndarray,
                   names: Sequence[str], out_dir: str) -> List[str]:
   """The four figures for `images` ([B, S, S, 3] in [-1, 1]) into out_dir; their paths."""
-  fs.makedirs(out_dir)
+  storage.makedirs(out_dir)
   has_cls = introspect.has_class_token(module)
   side = zoo.token_grid(module, images.shape[1]), zoo.token_grid(module, images.shape[2])
   stride = zoo.model_stride(module)
@@ -154,7 +154,7 @@ def write_figures(module: vit.VisionTransformer, params, images: np.ndarray,
                                      side, has_cls)  # at the input's grid, as the model does
             if module.posemb == "learn"
             else posemb_lib.sincos_2d_with_cls(side, module.hidden_size, has_cls))
-  path = lambda name: fs.join(out_dir, name)
+  path = lambda name: storage.join(out_dir, name)
   return [
       plot_rollout(images, maps, names, stride, path("attention_rollout.png")),
       plot_filters(components, explained, what, path("embedding_filters.png")),

@@ -28,10 +28,10 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 from flax import traverse_util
 
-from vit_jax import errors
+from vit_jax import errors, storage
 from vit_jax.checkpoints import formats, hf_layout, npz, timm_layout, torch_layout
 from vit_jax.models import posemb, vit, zoo
-from vit_jax.runs import fs, outputs
+from vit_jax.runs import outputs
 
 TARGETS = ("npz", "timm", "hf")
 PRE_LOGITS = ("drop", "pooler")
@@ -161,14 +161,14 @@ def _handle_pre_logits(source: Source, flat: Dict[str, np.ndarray], to: str,
 
 
 def _write_json(value: Any, path: str) -> None:
-  fs.write_atomic(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+  storage.write_atomic(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
 
 
 def write_safetensors(state: Dict[str, np.ndarray], path: str,
                       metadata: Optional[Dict[str, str]] = None) -> None:
   from safetensors.numpy import save  # pylint: disable=import-outside-toplevel
   arrays = {k: np.ascontiguousarray(v, np.float32) for k, v in sorted(state.items())}
-  fs.write_atomic(path, save(arrays, metadata={"format": "pt", **(metadata or {})}))
+  storage.write_atomic(path, save(arrays, metadata={"format": "pt", **(metadata or {})}))
 
 
 def _call(function: str, *args, **kwargs) -> str:

@@ -29,10 +29,9 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from vit_jax import console, errors
+from vit_jax import console, errors, storage
 from vit_jax.checkpoints import (formats, hf_layout, hub_table, npz_layout, released,
                                  timm_layout, transfer)
-from vit_jax.runs import fs
 
 HUB_PREFIX = "hf-hub:"
 HUB_DIR = "hf-hub"  # DIR/hf-hub/ORG/NAME.npz for hf-hub: names
@@ -273,8 +272,8 @@ def fetch_repo(repo: str, dest: str, *, original: bool, differs: Optional[str] =
   }
   arrays = io.BytesIO()
   np.savez(arrays, **flat)
-  fs.write_atomic(provenance_path(dest), json.dumps(provenance, indent=1) + "\n")
-  fs.write_atomic(dest, arrays.getvalue())  # last: a complete .npz has its provenance
+  storage.write_atomic(provenance_path(dest), json.dumps(provenance, indent=1) + "\n")
+  storage.write_atomic(dest, arrays.getvalue())  # last: a complete .npz has its provenance
   if verbose:
     print(f"{repo} -> {dest}", file=sys.stderr)
   return dest

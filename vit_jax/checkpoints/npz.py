@@ -19,7 +19,7 @@ import ml_dtypes
 import numpy as np
 from flax import traverse_util
 
-from vit_jax import console, errors
+from vit_jax import console, errors, storage
 from vit_jax.checkpoints import class_names as class_names_lib
 from vit_jax.checkpoints import formats, hub, npz_layout, released
 from vit_jax.checkpoints.class_names import (  # pylint: disable=unused-import
@@ -29,7 +29,6 @@ from vit_jax.checkpoints.npz_checks import (  # pylint: disable=unused-import
     check_image_size, expected_shapes, native_image_size, nonfinite_arrays, side_pair)
 from vit_jax.models import patch_resize, posemb
 from vit_jax.models import vit, zoo
-from vit_jax.runs import fs
 
 POSEMB_KEY = npz_layout.POSEMB
 _DOWNLOAD_HINT = "fetch a released file with: python -m vit_jax.download imagenet21k/ViT-B_16"
@@ -156,10 +155,10 @@ def save_npz(params: Any, path: str, *, class_names: Optional[Sequence[str]] = N
                                                    multi_label)
   path = os.fspath(path)
   if sidecar is not None:  # first: the .npz appearing is what finishes a run
-    fs.write_atomic(class_names_lib.sidecar_path(path), sidecar)
-  fs.write_atomic(path, data)
+    storage.write_atomic(class_names_lib.sidecar_path(path), sidecar)
+  storage.write_atomic(path, data)
   if sidecar is None:  # an earlier file's long list must not be read as this file's
-    fs.remove(class_names_lib.sidecar_path(path))
+    storage.remove(class_names_lib.sidecar_path(path))
 
 
 def _not_square(path: str) -> CheckpointError:

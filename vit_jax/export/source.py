@@ -10,10 +10,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax import errors
+from vit_jax import errors, storage
 from vit_jax.checkpoints import hub, npz
 from vit_jax.models import vit, zoo
-from vit_jax.runs import fs
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # What StableHLO and SavedModel exports are lowered for (lowering needs no such device);
@@ -142,7 +141,7 @@ def sha256(path: str) -> str:
 def _file_functions(path: str):
   """(isdir, walk, open) for `path`: the os module's for local paths, tf.io.gfile's for
   URLs (gs://, as load_npz reads them), whose import costs seconds."""
-  if not fs.is_url(path):
+  if not storage.is_url(path):
     return os.path.isdir, os.walk, open
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   return tf.io.gfile.isdir, tf.io.gfile.walk, tf.io.gfile.GFile

@@ -1,6 +1,6 @@
 """The files a run leaves in its workdir besides checkpoints and metrics: config.json,
 parameters.txt, and at the end params.npz and final_metrics.json (which also tell a rerun
-that the run has finished), each written whole and atomically (runs/fs.py), so a kill never
+that the run has finished), each written whole and atomically (runs/storage.py), so a kill never
 leaves a truncated file that a rerun would then fail to read; and the no-clobber rule of
 every command that writes a folder or a file the user names (convert, visualize --out,
 fewshot --json, vtab, export).
@@ -24,9 +24,8 @@ import numpy as np
 from clu import parameter_overview
 from flax import traverse_util
 
-from vit_jax import errors
+from vit_jax import errors, storage
 from vit_jax.checkpoints import npz
-from vit_jax.runs import fs
 from vit_jax.console import log
 
 PARAMS = "params.npz"
@@ -41,11 +40,11 @@ PARAMETER_TABLE = "parameters.txt"
 def finished_results(workdir: str, latest_step: Optional[int],
                      total_steps: int) -> Optional[Dict[str, float]]:
   """The final metrics of a run that already completed in `workdir`, else None."""
-  final = fs.join(workdir, FINAL_METRICS)
-  if (latest_step is None or latest_step < total_steps or not fs.exists(final)
-      or not fs.exists(fs.join(workdir, PARAMS))):
+  final = storage.join(workdir, FINAL_METRICS)
+  if (latest_step is None or latest_step < total_steps or not storage.exists(final)
+      or not storage.exists(storage.join(workdir, PARAMS))):
     return None
-  return json.loads(fs.read_text(final))
+  return json.loads(storage.read_text(final))
 
 
 def changed_keys(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list:
@@ -63,10 +62,10 @@ def changed_keys(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "
 def changed_since_start(config, workdir: str) -> list:
   """Dotted names of the config entries that differ from the run's config.json (none when
   it has none)."""
-  path = fs.join(workdir, CONFIG)
-  if not fs.exists(path):
+  path = storage.join(workdir, CONFIG)
+  if not storage.exists(path):
     return []
-  return changed_keys(json.loads(fs.read_text(path)),
+  return changed_keys(json.loads(storage.read_text(path)),
                       json.loads(config.to_json_best_effort(indent=2, sort_keys=True)))
 
 
@@ -74,15 +73,15 @@ def save_config(config, workdir: str, resume_step: Optional[int]) -> None:
   """config.json at the start; a resumed run with changed settings keeps it and writes
   config.resumed-<step>.json next to it, naming the changes."""
   text = config.to_json_best_effort(indent=2, sort_keys=True)
-  path = fs.join(workdir, CONFIG)
-  if resume_step is not None and fs.exists(path):
+  path = storage.join(workdir, CONFIG)
+  if resume_step is not None and storage.exists(path):
     changed = changed_since_start(config, workdir)
     if not changed:
       return
-    path = fs.join(workdir, f"config.resumed-{resume_step}.json")
+    path = storage.join(workdir, f"config.resumed-{resume_step}.json")
     log.warning("resuming with changed settings (%s); the original %s is kept, this run's "
                 "config is in %s", ", ".join(changed), CONFIG, path)
-  fs.write_atomic(path, text)
+  storage.write_atomic(path, text)
 
 
 def write_parameter_table(params, workdir: str,
@@ -95,7 +94,8 @@ def write_parameter_table(params, workdir: str,
   rows = [row_type(name, value.shape, int(np.prod(value.shape)), float(jnp.mean(value)),
                    float(jnp.std(value)), *(column[name] for column in columns.values()))
           for name, value in traverse_util.flatten_dict(params, sep="/").items()]
-  fs.write_atomic(fs.join(workdir, PARAMETER_TABLE), parameter_overview.make_table(rows) + "\n")
+  storage.write_atomic(storage.join(workdir, PARAMETER_TABLE),
+                       parameter_overview.make_table(rows) + "\n")
   return sum(int(np.prod(p.shape)) for p in jax.tree.leaves(params))
 
 
@@ -103,9 +103,9 @@ def write_final(params: Any, eval_metrics: Dict[str, Any], workdir: str,
                 class_names: Optional[Sequence[str]] = None, multi_label: bool = False) -> None:
   """params.npz (released layout, with the head's class names and multi-label flag when
   given) and final_metrics.json, each atomic, written last."""
-  npz.save_npz(params, fs.join(workdir, PARAMS), class_names=class_names,
+  npz.save_npz(params, storage.join(workdir, PARAMS), class_names=class_names,
                multi_label=multi_label)
-  fs.write_atomic(fs.join(workdir, FINAL_METRICS), json.dumps(eval_metrics, indent=2))
+  storage.write_atomic(storage.join(workdir, FINAL_METRICS), json.dumps(eval_metrics, indent=2))
 
 
 class OutputExistsError(errors.InvalidInput):
@@ -121,9 +121,9 @@ def written_by(kind: str) -> Dict[str, str]:
 def _stamp_of(path: str) -> Optional[str]:
   """The "written_by" of a JSON file (a marker, a result file); None for anything else."""
   try:
-    if not fs.isfile(path) or (not fs.is_url(path) and os.path.getsize(path) > 1 << 20):
+    if not storage.isfile(path) or (not storage.is_url(path) and os.path.getsize(path) > 1 << 20):
       return None  # no stamp of ours is that large
-    value = json.loads(fs.read_bytes(path))
+    value = json.loads(storage.read_bytes(path))
   except (OSError, ValueError):
     return None
   return value.get("written_by") if isinstance(value, dict) else None
@@ -132,7 +132,7 @@ def _stamp_of(path: str) -> Optional[str]:
 def _check_parents(path: str) -> None:
   """A path under an existing file cannot be created: say so instead of [Errno 17]/[20]
   (object stores have no such paths)."""
-  if fs.is_url(path):
+  if storage.is_url(path):
     return
   parent = os.path.dirname(os.path.abspath(path))
   while not os.path.exists(parent) and os.path.dirname(parent) != parent:
@@ -152,13 +152,13 @@ def check_output_dir(path: str, kind: str, overwrite: bool = False) -> None:
   `overwrite`; writes nothing (call it before slow work, then claim_output_dir)."""
   path = os.fspath(path)
   _check_parents(path)
-  if fs.isfile(path):
+  if storage.isfile(path):
     raise OutputExistsError(f"{path} is a file, not a folder: name a new folder for the "
                             f"output of vit_jax.{kind}")
   if overwrite:
     return
-  entries = [name for name in fs.listdir(path) if name != MARKER]
-  owner = _stamp_of(fs.join(path, MARKER))
+  entries = [name for name in storage.listdir(path) if name != MARKER]
+  owner = _stamp_of(storage.join(path, MARKER))
   if entries and owner != written_by(kind)["written_by"]:
     what = f"the output of {owner}" if owner else f"files it did not write ({_listing(entries)})"
     raise OutputExistsError(f"{path} already holds {what}: name a new folder for vit_jax.{kind}"
@@ -170,10 +170,10 @@ def claim_output_dir(path: str, kind: str, overwrite: bool = False) -> str:
   check_output_dir; returns the path."""
   check_output_dir(path, kind, overwrite)
   path = os.fspath(path)
-  fs.makedirs(path)
-  marker = fs.join(path, MARKER)
+  storage.makedirs(path)
+  marker = storage.join(path, MARKER)
   if _stamp_of(marker) != written_by(kind)["written_by"]:
-    fs.write_atomic(marker, json.dumps(written_by(kind)))
+    storage.write_atomic(marker, json.dumps(written_by(kind)))
   return path
 
 
@@ -182,8 +182,8 @@ def claim_output_file(path: str, kind: str, overwrite: bool = False) -> None:
   written_by(kind) (write yours with that stamp), or `overwrite`."""
   path = os.fspath(path)
   _check_parents(path)
-  if fs.isdir(path):
+  if storage.isdir(path):
     raise OutputExistsError(f"{path} is a folder, not a file: name the file to write")
-  if fs.exists(path) and not overwrite and _stamp_of(path) != written_by(kind)["written_by"]:
+  if storage.exists(path) and not overwrite and _stamp_of(path) != written_by(kind)["written_by"]:
     raise OutputExistsError(f"{path} already exists and vit_jax.{kind} did not write it: "
                             "name a new file, or pass --overwrite to replace it")
