@@ -74,7 +74,7 @@ def checkpoint_steps(workdir):
 
 def snapshot(workdir):
   """Every object under a gs:// workdir with its generation: any rewrite changes it."""
-  filesystem, key = storage._url_fs(workdir)  # pylint: disable=protected-access
+  filesystem, key = storage.url_filesystem(workdir)
   filesystem.invalidate_cache()
   return {path: info.get("generation") for path, info in
           filesystem.find(key, detail=True).items()}

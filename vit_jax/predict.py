@@ -2,7 +2,7 @@
 
 CHECKPOINT is a path, a gs:// URL, FAMILY/NAME, a released name or hf-hub:ORG/NAME (released
 and Hub names are fetched into checkpoints/ first: see checkpoints/README.md);
-images are local paths or tf.io.gfile URLs. Each image is preprocessed exactly like
+images are local paths or URLs (gs://, https://). Each image is preprocessed exactly like
 evaluation (bilinear resize to the checkpoint's own resolution, scaled to [-1, 1]); batches
 have a fixed shape, so the one jitted function compiles once however many images there are.
 Prints the top-k classes per image with softmax probabilities (sigmoid scores for a
@@ -19,10 +19,9 @@ import jax
 import numpy as np
 from absl import flags, logging
 
-from vit_jax import cli, download, errors, storage
+from vit_jax import cli, download, errors, no_clobber, storage
 from vit_jax.checkpoints import formats, hub, npz, released
 from vit_jax.models import vit
-from vit_jax.runs import outputs
 
 IMAGENET_LABELS_URL = "https://storage.googleapis.com/bit_models/ilsvrc2012_wordnet_lemmas.txt"
 IMAGENET_CLASSES = 1000
@@ -52,11 +51,13 @@ def load_image(path: str, image_size) -> np.ndarray:
   import tensorflow as tf  # only reading files needs it: --help and usage mistakes are fast
   from vit_jax.data import preprocess  # pylint: disable=import-outside-toplevel (imports tf)
   try:
-    with tf.io.gfile.GFile(path, "rb") as f:
-      encoded = f.read()
-    return preprocess.eval_resize(preprocess.decode_image(encoded), image_size).numpy()
-  except tf.errors.NotFoundError:
+    encoded = storage.read_bytes(path)
+  except FileNotFoundError:
     raise ImageError(f"image not found: {path}") from None
+  except OSError as e:
+    raise ImageError(f"cannot read image {path}: {e.strerror or e}") from None
+  try:
+    return preprocess.eval_resize(preprocess.decode_image(encoded), image_size).numpy()
   except tf.errors.OpError as e:
     raise ImageError(f"cannot read image {path}: {_tf_message(e)}") from None
 
@@ -124,12 +125,10 @@ def json_record(path: str, probabilities: np.ndarray, top_k: int, names: Optiona
 
 def read_labels(path: str) -> List[str]:
   """One class name per line."""
-  import tensorflow as tf  # only reading files needs it
   try:
-    with tf.io.gfile.GFile(path, "r") as f:
-      return [line.strip() for line in f.read().splitlines()]
-  except tf.errors.OpError as e:
-    raise errors.InvalidInput(f"cannot read labels {path}: {_tf_message(e)}") from None
+    return [line.strip() for line in storage.read_text(path).splitlines()]
+  except OSError as e:
+    raise errors.InvalidInput(f"cannot read labels {path}: {e.strerror or e}") from None
   except UnicodeDecodeError as e:
     raise errors.InvalidInput(f"--labels={path} is not UTF-8 text (byte {e.start}: "
                               f"{e.reason}): pass a text file with one class name per "
@@ -224,7 +223,7 @@ def image_arguments(argv: Sequence[str]) -> List[str]:
 def main(argv, flag_values: flags.FlagValues = FLAGS):
   image_paths = image_arguments(argv)
   if flag_values.json:  # before the slow load: an existing file is not clobbered
-    outputs.claim_output_file(flag_values.json, "predict", flag_values.overwrite)
+    no_clobber.claim_output_file(flag_values.json, "predict", flag_values.overwrite)
   path = hub.resolve(flag_values.checkpoint)  # released and hf-hub: names: fetched first
   module, params, image_size = npz.load_for_inference(
       path, flag_values.image_size, allow_nonfinite=flag_values.allow_nonfinite)
@@ -266,7 +265,7 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                       **define)
   flags.DEFINE_float("threshold", 0.5, "Multi-label checkpoints: the --json labels are the "
                      "classes scored at least this.", lower_bound=0, upper_bound=1, **define)
-  flags.DEFINE_boolean("overwrite", False, outputs.OVERWRITE_HELP, **define)
+  flags.DEFINE_boolean("overwrite", False, no_clobber.OVERWRITE_HELP, **define)
   flags.mark_flag_as_required("checkpoint", flag_values=flag_values)
 
 

@@ -18,12 +18,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 from absl import flags
 
-from vit_jax import cli, predict, storage
+from vit_jax import cli, no_clobber, predict, storage
 from vit_jax.checkpoints import hub, npz
 from vit_jax.models import introspect
 from vit_jax.models import posemb as posemb_lib
 from vit_jax.models import vit, zoo
-from vit_jax.runs import outputs
 
 FLAGS = flags.FLAGS
 KIND = "visualize"  # the writer's name in --out's no-clobber marker (vit_jax.runs.outputs)
@@ -41,7 +40,7 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                cli.image_size_help(npz.IMAGE_SIZE_HELP), flag_values=flag_values)
   flags.DEFINE_boolean("allow_nonfinite", False, npz.ALLOW_NONFINITE_HELP,
                        flag_values=flag_values)
-  flags.DEFINE_boolean("overwrite", False, outputs.OVERWRITE_HELP, flag_values=flag_values)
+  flags.DEFINE_boolean("overwrite", False, no_clobber.OVERWRITE_HELP, flag_values=flag_values)
   for name in ("checkpoint", "out"):
     flags.mark_flag_as_required(name, flag_values=flag_values)
 
@@ -168,12 +167,12 @@ def write_figures(module: vit.VisionTransformer, params, images: np.ndarray,
 @cli.command
 def main(argv):
   image_paths = predict.image_arguments(argv)
-  outputs.check_output_dir(FLAGS.out, KIND, FLAGS.overwrite)  # before the slow part
+  no_clobber.check_output_dir(FLAGS.out, KIND, FLAGS.overwrite)  # before the slow part
   module, params, image_size = npz.load_for_inference(
       FLAGS.checkpoint, FLAGS.image_size, allow_nonfinite=FLAGS.allow_nonfinite)
   images = np.stack([predict.load_image(p, image_size) for p in image_paths])
   names = [os.path.basename(p) for p in image_paths]
-  outputs.claim_output_dir(FLAGS.out, KIND, FLAGS.overwrite)
+  no_clobber.claim_output_dir(FLAGS.out, KIND, FLAGS.overwrite)
   written = write_figures(module, params, images, names, FLAGS.out)
   for path in written:
     print(path)

@@ -137,7 +137,7 @@ def endpoint() -> str:
 
 def _sha256(path: str) -> str:
   digest = hashlib.sha256()
-  with open(path, "rb") as f:
+  with storage.open_read(path) as f:
     while chunk := f.read(transfer.CHUNK_BYTES):
       digest.update(chunk)
   return digest.hexdigest()

@@ -1,22 +1,11 @@
 """The files a run leaves in its workdir besides checkpoints and metrics: config.json,
 parameters.txt, and at the end params.npz and final_metrics.json (which also tell a rerun
-that the run has finished), each written whole and atomically (runs/storage.py), so a kill never
-leaves a truncated file that a rerun would then fail to read; and the no-clobber rule of
-every command that writes a folder or a file the user names (convert, visualize --out,
-fewshot --json, vtab, export).
-
-No clobbering: a writer creates a new folder, or writes into an empty one or one that holds
-its own marker (MARKER, {"written_by": "vit_jax.<kind>"}) from an earlier run of the same
-command; anything else (a training workdir, someone's model folder, another command's
-output) is refused in one line unless the user passes --overwrite. A destination file is
-written if absent, or over a JSON file stamped with the same "written_by", else refused
-the same way. A path below an existing file is refused in one line, not as [Errno 17].
-"""
+that the run has finished), each written whole and atomically (vit_jax/storage.py), so a
+kill never leaves a truncated file that a rerun would then fail to read."""
 
 import dataclasses
 import json
-import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -24,14 +13,11 @@ import numpy as np
 from clu import parameter_overview
 from flax import traverse_util
 
-from vit_jax import errors, storage
+from vit_jax import storage
 from vit_jax.checkpoints import npz
 from vit_jax.console import log
 
 PARAMS = "params.npz"
-MARKER = ".vit_jax-output.json"
-OVERWRITE_HELP = ("Write into an existing folder, or over an existing file, that this "
-                  "command did not create (refused by default: nothing is clobbered).")
 FINAL_METRICS = "final_metrics.json"
 CONFIG = "config.json"
 PARAMETER_TABLE = "parameters.txt"
@@ -106,84 +92,3 @@ def write_final(params: Any, eval_metrics: Dict[str, Any], workdir: str,
   npz.save_npz(params, storage.join(workdir, PARAMS), class_names=class_names,
                multi_label=multi_label)
   storage.write_atomic(storage.join(workdir, FINAL_METRICS), json.dumps(eval_metrics, indent=2))
-
-
-class OutputExistsError(errors.InvalidInput):
-  """A destination that holds something this command did not write; one line naming the
-  path, what is there and --overwrite."""
-
-
-def written_by(kind: str) -> Dict[str, str]:
-  """The stamp a writer of `kind` ("convert", "fewshot", ...) puts in its marker or JSON."""
-  return {"written_by": f"vit_jax.{kind}"}
-
-
-def _stamp_of(path: str) -> Optional[str]:
-  """The "written_by" of a JSON file (a marker, a result file); None for anything else."""
-  try:
-    if not storage.isfile(path) or (not storage.is_url(path) and os.path.getsize(path) > 1 << 20):
-      return None  # no stamp of ours is that large
-    value = json.loads(storage.read_bytes(path))
-  except (OSError, ValueError):
-    return None
-  return value.get("written_by") if isinstance(value, dict) else None
-
-
-def _check_parents(path: str) -> None:
-  """A path under an existing file cannot be created: say so instead of [Errno 17]/[20]
-  (object stores have no such paths)."""
-  if storage.is_url(path):
-    return
-  parent = os.path.dirname(os.path.abspath(path))
-  while not os.path.exists(parent) and os.path.dirname(parent) != parent:
-    parent = os.path.dirname(parent)
-  if not os.path.isdir(parent):
-    raise OutputExistsError(f"cannot write {path}: {parent} is a file, not a folder; pick "
-                            "another path")
-
-
-def _listing(names: List[str]) -> str:
-  names = sorted(names)
-  return ", ".join(names[:3]) + (f" (+{len(names) - 3} more)" if len(names) > 3 else "")
-
-
-def check_output_dir(path: str, kind: str, overwrite: bool = False) -> None:
-  """Raises OutputExistsError unless `path` is new, empty, our `kind`'s earlier output, or
-  `overwrite`; writes nothing (call it before slow work, then claim_output_dir)."""
-  path = os.fspath(path)
-  _check_parents(path)
-  if storage.isfile(path):
-    raise OutputExistsError(f"{path} is a file, not a folder: name a new folder for the "
-                            f"output of vit_jax.{kind}")
-  if overwrite:
-    return
-  entries = [name for name in storage.listdir(path) if name != MARKER]
-  owner = _stamp_of(storage.join(path, MARKER))
-  if entries and owner != written_by(kind)["written_by"]:
-    what = f"the output of {owner}" if owner else f"files it did not write ({_listing(entries)})"
-    raise OutputExistsError(f"{path} already holds {what}: name a new folder for vit_jax.{kind}"
-                            ", or pass --overwrite to write into it")
-
-
-def claim_output_dir(path: str, kind: str, overwrite: bool = False) -> str:
-  """The folder `path`, created if missing and marked as `kind`'s output, after
-  check_output_dir; returns the path."""
-  check_output_dir(path, kind, overwrite)
-  path = os.fspath(path)
-  storage.makedirs(path)
-  marker = storage.join(path, MARKER)
-  if _stamp_of(marker) != written_by(kind)["written_by"]:
-    storage.write_atomic(marker, json.dumps(written_by(kind)))
-  return path
-
-
-def claim_output_file(path: str, kind: str, overwrite: bool = False) -> None:
-  """Raises OutputExistsError unless the file `path` is absent, a JSON file stamped
-  written_by(kind) (write yours with that stamp), or `overwrite`."""
-  path = os.fspath(path)
-  _check_parents(path)
-  if storage.isdir(path):
-    raise OutputExistsError(f"{path} is a folder, not a file: name the file to write")
-  if storage.exists(path) and not overwrite and _stamp_of(path) != written_by(kind)["written_by"]:
-    raise OutputExistsError(f"{path} already exists and vit_jax.{kind} did not write it: "
-                            "name a new file, or pass --overwrite to replace it")

@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import ml_collections
 
-from vit_jax import config_defaults, errors, storage
+from vit_jax import config_defaults, errors, no_clobber, storage
 from vit_jax.checkpoints import hub, npz
 from vit_jax.console import log
 from vit_jax.data import vtab as tasks_lib
@@ -357,7 +357,7 @@ def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, chec
   if select not in SELECTIONS:
     raise errors.InvalidInput(f"unknown selection {select!r}; use one of {', '.join(SELECTIONS)}")
   runs = resolve_tasks(specs)
-  outputs.claim_output_dir(workdir, KIND, overwrite)
+  no_clobber.claim_output_dir(workdir, KIND, overwrite)
   runner = Runner(base, checkpoint, workdir, overrides, model_settings(checkpoint), train_fn)
   log.info("VTAB-1k: %d task(s) from %s in %s%s", len(runs), checkpoint, workdir,
            " with the lr/schedule sweep" if sweep else "")

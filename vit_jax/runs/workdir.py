@@ -112,16 +112,6 @@ def _boot_time() -> Optional[float]:
     return None
 
 
-def pid_alive(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:  # another user's live process
-    return True
-  return True
-
-
 def _readable(holder: dict) -> bool:
   return "host" in holder and "pid" in holder
 
@@ -166,7 +156,7 @@ class WorkdirLock:
       return now - holder.get("heartbeat", 0) > UNREADABLE_AFTER_S
     if holder.get("host") == socket.gethostname():
       pid = int(holder["pid"])
-      if not pid_alive(pid):
+      if not storage.pid_alive(pid):
         return True
       start, boot = _process_start_time(pid), _boot_time()
       if start is not None and boot is not None and "started" in holder:
