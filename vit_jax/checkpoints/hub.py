@@ -12,7 +12,8 @@ into a local path, in this order:
      checked against the Hub's sha256, converted into the released layout by
      vit_jax.checkpoints.formats and written atomically to DIR/FAMILY/FILE.npz with
      DIR/FAMILY/FILE.provenance.json beside it;
-  3. the bucket, for users whose credentials still open it.
+  3. the bucket itself, read anonymously over HTTPS (vit_jax.checkpoints.transfer; no
+     credentials are used), which names the closure when it answers 403.
 `hf-hub:ORG/NAME` names any Hub ViT (kept as DIR/hf-hub/ORG/NAME.npz); architectures that
 vit_jax does not compute exactly are refused, naming what they are.
 """
