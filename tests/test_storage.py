@@ -1,13 +1,25 @@
 """The storage layer, on a local disk and on the Cloud Storage emulator."""
 
+import ast
 import os
+import pathlib
 import signal
 import subprocess
 import sys
 
+import jax
+import numpy as np
 import pytest
 
-from vit_jax import storage
+from conftest import REPO, init_params, tiny_model
+from vit_jax import load_npz, predict, read_class_names, save_npz, storage
+
+# Where a file is opened other than through vit_jax.storage, and why.
+NOT_THROUGH_STORAGE = {
+    "vit_jax/storage.py": "the storage layer itself",
+    "vit_jax/platforms.py": "reads /sys (the PCI bus), a kernel interface, not a file of data",
+    "vit_jax/runs/workdir.py": "reads /proc (a lock holder's start time), a kernel interface",
+}
 
 
 def test_write_atomic_replaces_whole_files_with_the_umask_mode_and_no_leftovers(tmp_path):
@@ -19,6 +31,15 @@ def test_write_atomic_replaces_whole_files_with_the_umask_mode_and_no_leftovers(
   umask = os.umask(0)
   os.umask(umask)
   assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_atomic_file_leaves_neither_temporary_file_nor_new_folders(tmp_path):
+  dest = tmp_path / "a" / "b" / "f.npz"
+  with pytest.raises(RuntimeError):
+    with storage.atomic_file(str(dest)) as out:
+      out.write(b"partial")
+      raise RuntimeError("disk full")
+  assert os.listdir(tmp_path) == []
 
 
 def test_a_kill_during_write_atomic_leaves_the_old_file(tmp_path):
@@ -100,3 +121,42 @@ def test_create_exclusive_and_generation_preconditions_on_gcs(gcs):
   assert storage.read_text(path) == "mine"
   storage.remove_generation(path, storage.generation(path))
   assert not storage.exists(path)
+
+
+def test_a_checkpoint_its_class_names_and_a_labels_file_load_from_gs(gcs, tmp_path):
+  """load_npz, read_class_names and predict's --labels read gs:// through the storage layer
+  (the client the emulator serves), the same bytes as from a local disk."""
+  params = init_params(tiny_model(num_classes=3))
+  names = ["cat", "dog", "émeu"]
+  url, labels = f"gs://{gcs.bucket}/run/params.npz", f"gs://{gcs.bucket}/labels.txt"
+  save_npz(params, url, class_names=names)
+  save_npz(params, str(tmp_path / "params.npz"), class_names=names)
+  storage.write_atomic(labels, "".join(f"{name}\n" for name in names))
+  _, loaded = load_npz(url)
+  _, local = load_npz(str(tmp_path / "params.npz"))
+  assert all(jax.tree.leaves(jax.tree.map(np.array_equal, loaded, local)))
+  assert read_class_names(url) == names and predict.read_labels(labels) == names
+  with pytest.raises(FileNotFoundError, match=f"^checkpoint not found: gs://{gcs.bucket}/no"):
+    load_npz(f"gs://{gcs.bucket}/no.npz")
+
+
+def file_access_outside_storage(path: pathlib.Path) -> list:
+  """Calls of the builtin open() and of anything under `gfile` in a module's code (not
+  its docstrings), as 'line: call'."""
+  found = []
+  for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    if isinstance(node, ast.Call):
+      name = ast.unparse(node.func)
+      if name == "open" or "gfile" in name.split("."):
+        found.append(f"{node.lineno}: {name}(...)")
+  return found
+
+
+def test_files_are_opened_only_through_the_storage_layer():
+  """A reader that opens files itself skips what the storage layer guarantees (gs://
+  through the client the emulator tests, atomic writes, one-line errors)."""
+  package = pathlib.Path(REPO)
+  opened = {str(path.relative_to(package)): calls
+            for path in sorted((package / "vit_jax").rglob("*.py"))
+            if (calls := file_access_outside_storage(path))}
+  assert set(opened) == set(NOT_THROUGH_STORAGE), opened

@@ -12,7 +12,6 @@ checkpoint a multi-label run saved), or writes them as JSON for scripts (--json)
 import json
 import os
 import re
-import urllib.request
 from typing import Iterator, List, Optional, Sequence, Tuple
 
 import jax
@@ -139,12 +138,12 @@ def imagenet_labels_path() -> str:
   return os.path.join(cache_dir(), os.path.basename(IMAGENET_LABELS_URL))
 
 
-def imagenet_labels(urlopen=urllib.request.urlopen) -> Optional[List[str]]:
+def imagenet_labels() -> Optional[List[str]]:
   """The ImageNet class names, fetched once into the cache; None (and a warning) offline."""
   path = imagenet_labels_path()
   if not os.path.exists(path):
     try:
-      download.fetch(IMAGENET_LABELS_URL, path, urlopen=urlopen, verbose=False)
+      download.fetch(IMAGENET_LABELS_URL, path, verbose=False)
     except download.DownloadError as e:
       logging.warning("no ImageNet class names, showing class indices: %s", e)
       return None
@@ -165,7 +164,6 @@ def stored_class_names(checkpoint_path: Optional[str]) -> Optional[List[str]]:
 
 
 def class_names(num_classes: int, labels_path: Optional[str] = None,
-                urlopen=urllib.request.urlopen,
                 checkpoint_path: Optional[str] = None) -> Optional[List[str]]:
   """Names from --labels, else those saved with the checkpoint (a folder-trained run's),
   else ImageNet's for a 1000-way head, else None (indices)."""
@@ -175,7 +173,7 @@ def class_names(num_classes: int, labels_path: Optional[str] = None,
   elif stored is not None and len(stored) == num_classes:
     return stored
   elif num_classes == IMAGENET_CLASSES:
-    names = imagenet_labels(urlopen)
+    names = imagenet_labels()
   else:
     return None
   if names is not None and len(names) != num_classes:

@@ -59,7 +59,7 @@ def _store_errors(function: F) -> F:
       return function(path, *args, **kwargs)
     except _ANSWERS:
       raise
-    except (OSError, TimeoutError, *_client_errors()) as e:
+    except (OSError, TimeoutError, *client_errors()) as e:
       raise unavailable(path, e) from None
 
   return wrapped  # type: ignore[return-value]
@@ -87,7 +87,8 @@ def _protocol(path: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _client_errors() -> tuple:
+def client_errors() -> tuple:
+  """The HTTP client's own exceptions (fsspec's http and gcsfs let them through)."""
   try:
     import aiohttp  # pylint: disable=import-outside-toplevel
     return (aiohttp.ClientError,)
@@ -170,7 +171,7 @@ def atomic_file(path: str) -> Iterator[BinaryIO]:
   os.makedirs(directory, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
   try:
-    with os.fdopen(fd, "wb") as f:
+    with os.fdopen(fd, "w+b") as f:  # readable too: fetch checks what it got
       yield f
       f.flush()
       os.fsync(f.fileno())

@@ -291,8 +291,7 @@ def offline() -> bool:
   return flag or constants.is_offline_mode()
 
 
-def fetch_released(url: str, dest: str, *, force: bool = False, verbose: bool = True,
-                   urlopen: Optional[transfer.UrlOpener] = None) -> str:
+def fetch_released(url: str, dest: str, *, force: bool = False, verbose: bool = True) -> str:
   """Bucket file `url` into DEST: from its mirrors in order, else from the bucket."""
   path = released.bucket_path(url)
   failures = []
@@ -310,8 +309,7 @@ def fetch_released(url: str, dest: str, *, force: bool = False, verbose: bool = 
     raise HubError(f"cannot fetch {path}: {'; '.join(failures)}; HF_HUB_OFFLINE is set, so "
                    f"the bucket was not tried")
   try:
-    kwargs = {"urlopen": urlopen} if urlopen else {}
-    transfer.fetch(url, dest, verbose=verbose, **kwargs)
+    transfer.fetch(url, dest, verbose=verbose)
   except transfer.DownloadError as e:
     raise HubError(f"cannot fetch {path}: {'; '.join(failures + [str(e)])}") from None
   return dest
