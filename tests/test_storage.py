@@ -98,6 +98,14 @@ def test_the_same_calls_on_gcs(gcs):
   assert not storage.exists(f"{root}/b/a/config.json")
   with pytest.raises(ValueError, match="written whole"):
     storage.open_append(f"{root}/metrics.jsonl")
+  with pytest.raises(RuntimeError):
+    with storage.atomic_file(f"{root}/streamed.npz") as out:
+      out.write(b"partial")
+      raise RuntimeError("connection lost")
+  assert not storage.exists(f"{root}/streamed.npz")  # nothing uploaded
+  with storage.atomic_file(f"{root}/streamed.npz") as out:
+    out.write(b"whole")
+  assert storage.read_bytes(f"{root}/streamed.npz") == b"whole"
 
 
 @pytest.mark.parametrize("ending", [b"\r", b"\n", b"\r\n", b"\n--==0==", b""])

@@ -259,7 +259,7 @@ class Checkpointer:
   def _storage_errors_as_one_line(self, step: int):
     try:
       yield
-    except fs.StorageUnavailable:
+    except storage.StorageUnavailable:
       raise
     except Exception as e:  # orbax wraps ENOSPC in ValueError/OSError/XlaRuntimeError
       if any(sign in str(e) for sign in _DISK_FULL_SIGNS):
