@@ -17,7 +17,7 @@ from vit_jax.checkpoints import hub, npz
 from vit_jax.data import pipeline
 from vit_jax.evaluators import fewshot as probes
 
-KIND = "fewshot"  # the writer's name in --json's no-clobber stamp (vit_jax.runs.outputs)
+KIND = "fewshot"  # the writer's name in --json's no-clobber stamp (vit_jax.no_clobber)
 
 def data_config(dataset: str, crop, train_split: str = "train", eval_split: str = "test",
                 tfds_data_dir: Optional[str] = None) -> ml_collections.ConfigDict:

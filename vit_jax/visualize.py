@@ -25,7 +25,7 @@ from vit_jax.models import posemb as posemb_lib
 from vit_jax.models import vit, zoo
 
 FLAGS = flags.FLAGS
-KIND = "visualize"  # the writer's name in --out's no-clobber marker (vit_jax.runs.outputs)
+KIND = "visualize"  # the writer's name in --out's no-clobber marker (vit_jax.no_clobber)
 NUM_COMPONENTS = 28  # as in the paper's Fig. 7 (left)
 DPI = 100
 

@@ -35,7 +35,7 @@ from vit_jax.models import posemb, vit, zoo
 TARGETS = ("npz", "timm", "hf")
 PRE_LOGITS = ("drop", "pooler")
 WEIGHTS = "model.safetensors"
-KIND = "convert"  # the writer's name in the no-clobber markers (vit_jax.runs.outputs)
+KIND = "convert"  # the writer's name in the no-clobber markers (vit_jax.no_clobber)
 NORMALIZE = dict(mean=[0.5, 0.5, 0.5], std=[0.5, 0.5, 0.5])  # (x - 127.5) / 127.5 on [0, 1]
 
 
@@ -259,7 +259,7 @@ def convert(src: str, dst: str, *, to: Optional[str] = None, model_name: Optiona
   resized (align-corners bilinear, as for fine-tuning) or, for sincos2d, computed for it.
   patch_size: the written model's (default: the source's), its kernel PI-resized (FlexiViT).
   dst must be new, or an earlier conversion's output, unless overwrite (see
-  vit_jax.runs.outputs: a run's workdir or someone's model folder is never clobbered).
+  vit_jax.no_clobber: a run's workdir or someone's model folder is never clobbered).
 
   Raises ConversionError, npz.CheckpointError or no_clobber.OutputExistsError (one line) for
   what cannot be converted faithfully, read at all, or written without clobbering.

@@ -34,7 +34,7 @@ from vit_jax.objectives import classification
 from vit_jax.runs import outputs
 from vit_jax.runs import workdir as workdir_lib
 
-KIND = "vtab"  # the writer's name in WORKDIR's no-clobber marker (vit_jax.runs.outputs)
+KIND = "vtab"  # the writer's name in WORKDIR's no-clobber marker (vit_jax.no_clobber)
 SWEEP_LRS = (0.001, 0.01)
 SWEEP_STEPS = (500, 2_500)  # the two schedules: BiT's HyperRule length and the paper's
 SELECTIONS = ("task", "mean")  # best setting per task | one setting, best mean (paper)
@@ -351,7 +351,7 @@ def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, chec
   """Fine-tunes and evaluates every task of `specs`; writes WORKDIR/vtab.json and
   vtab.md and returns the report. `sweep` = (lrs, steps) runs the model selection first.
   `overrides` are the user's --config.KEY values, applied last to every run. WORKDIR must
-  be new, empty or an earlier VTAB run's, unless overwrite (see vit_jax.runs.outputs)."""
+  be new, empty or an earlier VTAB run's, unless overwrite (see vit_jax.no_clobber)."""
   overrides = dict(overrides or {})
   check_overrides(overrides, sweep is not None)
   if select not in SELECTIONS:
