@@ -31,9 +31,10 @@ INSTALL_REQUIRES = [
     "absl-py>=2.1",
     "safetensors>=0.8,<0.9",  # timm / Hugging Face checkpoints (its numpy API: no torch)
     # gs:// workdirs (TPU pods): the run's own files and the lock's create-if-absent
-    # precondition go through fsspec/gcsfs (vit_jax/runs/fs.py); tf.io.gfile has no
-    # preconditions and cannot be pointed at a test endpoint. A hard requirement, not an
-    # extra: a pod job would otherwise fail on every worker only after setup.
+    # precondition go through fsspec/gcsfs (vit_jax/storage.py), as do downloads (its
+    # aiohttp for http(s)://); tf.io.gfile has no preconditions and cannot be pointed at a
+    # test endpoint. A hard requirement, not an extra: a pod job would otherwise fail on
+    # every worker only after setup.
     "gcsfs>=2025.3",
     # Released checkpoints come from their Hugging Face Hub mirrors (the bucket refuses
     # anonymous downloads since 2026-02): its cache, HF_ENDPOINT, HF_HUB_OFFLINE, HF_TOKEN.

@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import urllib.request
 
 import ml_collections
 import numpy as np
@@ -231,14 +230,11 @@ def write_unicode_folder(root):
   return root
 
 
-def serve_from(path):
-  """An urlopen that serves `path` for every URL and records the URLs asked for."""
-  asked = []
-
-  def urlopen(url, timeout):
-    asked.append(url)
-    return urllib.request.urlopen(path.as_uri(), timeout=timeout)
-  return urlopen, asked
+def closed_port() -> int:
+  """A port on 127.0.0.1 that nothing listens on: connections to it are refused."""
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
 
 
 def corrupt_jpeg() -> bytes:

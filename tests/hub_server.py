@@ -1,4 +1,4 @@
-"""A local stand-in for the Hugging Face Hub's file API and for a bucket that says 403.
+"""A local stand-in for the Hugging Face Hub's file API and for a bucket (that says 403).
 
 HubServer answers what huggingface_hub's hf_hub_download asks: HEAD and GET on
 /{org}/{name}/resolve/{revision}/{file} with X-Repo-Commit, ETag (the sha256 of the file,
@@ -53,6 +53,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     if self.server.forbid:
       self._error(403, "Forbidden")
       return
+    if self.path in self.server.files:  # a bucket's object
+      self._serve(self.path, self.server.files[self.path])
+      return
     parts = self.path.split("?")[0].strip("/").split("/")
     if len(parts) < 5 or parts[2] != "resolve":
       self._error(404, "RepoNotFound")
@@ -65,9 +68,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     if filename not in files:
       self._error(404, "EntryNotFound")
       return
-    data = files[filename]
+    self._serve(f"{repo}/{filename}", files[filename])
+
+  def _serve(self, name: str, data: bytes) -> None:
     sha = hashlib.sha256(data).hexdigest()
-    tamper = self.server.tamper.get(f"{repo}/{filename}")
+    tamper = self.server.tamper.get(name)
     if tamper == "altered" and self.command == "GET":
       data = bytes(b ^ 0xFF for b in data[:64]) + data[64:]
     start = 0
@@ -87,18 +92,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 class _Server(http.server.ThreadingHTTPServer):
   daemon_threads = True
   repos: Dict[str, Dict[str, bytes]]
+  files: Dict[str, bytes]
   tamper: Dict[str, str]
   requests: list
   forbid: bool
 
 
 class HubServer:
-  """Serves `repos` ({'org/name': {file: bytes}}) on 127.0.0.1; `forbid=True` answers 403
-  to everything (the closed bucket)."""
+  """Serves `repos` ({'org/name': {file: bytes}}) and `files` ({'/bucket/path': bytes}, a
+  bucket's objects) on 127.0.0.1; `forbid=True` answers 403 to everything (the closed
+  bucket)."""
 
   def __init__(self, repos: Optional[Dict[str, Dict[str, bytes]]] = None, forbid=False):
     self.server = _Server(("127.0.0.1", 0), _Handler)
-    self.server.repos, self.server.tamper = dict(repos or {}), {}
+    self.server.repos, self.server.files, self.server.tamper = dict(repos or {}), {}, {}
     self.server.requests, self.server.forbid = [], forbid
     self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
     self.thread.start()
@@ -110,6 +117,10 @@ class HubServer:
   @property
   def repos(self) -> Dict[str, Dict[str, bytes]]:
     return self.server.repos
+
+  @property
+  def files(self) -> Dict[str, bytes]:
+    return self.server.files
 
   @property
   def tamper(self) -> Dict[str, str]:
@@ -248,4 +259,5 @@ def use_servers(hub_site: HubServer, bucket: HubServer, tmp_path, monkeypatch):
   for server in (hub_site, bucket):
     server.requests.clear()
     server.tamper.clear()
+    server.files.clear()
   return hub_site, bucket

@@ -7,9 +7,8 @@ import jax
 import pytest
 from absl import flags
 
-from vit_jax import benchmark, cli, throughput
+from vit_jax import benchmark, cli, storage, throughput
 from vit_jax.models import zoo
-from vit_jax.runs import fs
 
 
 def run_command(*args):
@@ -175,6 +174,6 @@ def test_json_rows_go_to_a_gs_file_without_appends(gcs, capsys, monkeypatch):
   monkeypatch.setattr(benchmark, "SUITE", [("ViT-L_16", "train", 384), ("ViT-B_16", "infer", 224)])
   out = f"gs://{gcs.bucket}/bench/suite.jsonl"
   run_command("--suite", "--batch=2", f"--json={out}")
-  rows = [json.loads(line) for line in fs.read_text(out).splitlines()]
+  rows = [json.loads(line) for line in storage.read_text(out).splitlines()]
   assert [(row["model"], row["error"]) for row in rows] == [("ViT-L_16", "out of memory"),
                                                             ("ViT-B_16", "out of memory")]

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from conftest import RELEASED_FIXTURES, REPO
-from helpers import serve_from
 from vit_jax import download
 from vit_jax.checkpoints import hub
 
@@ -33,14 +32,17 @@ def test_released_name_from_the_mirror_once_unless_forced(hub_site_and_bucket, c
   assert len(hub_site.requests) > asked
 
 
-def test_the_bucket_is_last_for_users_it_still_serves(hub_site_and_bucket, tmp_path):
-  """No mirror answers for ViT-L/16: the bucket (an opener standing in for credentials
-  that still open it) serves the file."""
+def test_the_bucket_is_tried_last_over_anonymous_https(hub_site_and_bucket, tmp_path,
+                                                        monkeypatch):
+  """No mirror answers for ViT-L/16: the bucket, should it serve anonymous downloads
+  again, does."""
+  _, bucket = hub_site_and_bucket
+  monkeypatch.setattr(bucket.server, "forbid", False)
   source = tmp_path / "L16.npz"
   np.savez(source, w=np.zeros(3, np.float32))
-  urlopen, asked = serve_from(source)
-  path = download.download("imagenet21k/ViT-L_16", "ck", urlopen=urlopen, verbose=False)
-  assert asked == [f"{os.environ['STORAGE_EMULATOR_HOST']}/vit_models/imagenet21k/ViT-L_16.npz"]
+  bucket.files["/vit_models/imagenet21k/ViT-L_16.npz"] = source.read_bytes()
+  path = download.download("imagenet21k/ViT-L_16", "ck", verbose=False)
+  assert "GET /vit_models/imagenet21k/ViT-L_16.npz" in bucket.requests
   assert open(path, "rb").read() == source.read_bytes()
 
 

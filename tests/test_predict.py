@@ -4,7 +4,6 @@ through the command's flags and vit_jax.cli's endings (helpers.run_in_process)."
 
 import json
 import os
-import urllib.error
 
 import jax
 import numpy as np
@@ -13,8 +12,10 @@ from PIL import Image
 
 import fork_server
 from conftest import REPO, RELEASED_FIXTURES, random_params, tiny_model
-from helpers import run_in_process, serve_from, subprocess_env
+from helpers import closed_port, run_in_process, subprocess_env
+from hub_server import HubServer
 from vit_jax import load_npz, predict, save_npz
+from vit_jax.checkpoints import released
 
 
 @pytest.fixture
@@ -63,15 +64,19 @@ def test_labels_file_and_imagenet_names_fetched_once(tmp_path, monkeypatch, capl
     predict.class_names(10, str(labels))
   assert predict.class_names(10) is None  # not ImageNet: class indices
 
-  def offline(url, timeout):
-    raise urllib.error.URLError(OSError(101, "Network is unreachable"))
-  assert predict.class_names(1000, urlopen=offline) is None
-  assert "no ImageNet class names" in caplog.text and predict.IMAGENET_LABELS_URL in caplog.text
-
-  urlopen, asked = serve_from(labels)
-  assert predict.class_names(1000, urlopen=urlopen)[0] == "name 0"
-  assert predict.class_names(1000, urlopen=urlopen)[0] == "name 0"
-  assert asked == [predict.IMAGENET_LABELS_URL]  # fetched once, then read from the cache
+  server = HubServer()  # storage.googleapis.com's stand-in, not serving yet
+  try:
+    monkeypatch.setenv(released.EMULATOR_ENV, f"127.0.0.1:{closed_port()}")
+    assert predict.class_names(1000) is None
+    assert "no ImageNet class names" in caplog.text and "cannot reach" in caplog.text
+    monkeypatch.setenv(released.EMULATOR_ENV, server.url)
+    server.files["/bit_models/ilsvrc2012_wordnet_lemmas.txt"] = labels.read_bytes()
+    assert predict.class_names(1000)[0] == "name 0"
+    assert predict.class_names(1000)[0] == "name 0"
+    assert [request for request in server.requests if request.startswith("GET")] == [
+        "GET /bit_models/ilsvrc2012_wordnet_lemmas.txt"]  # once, then read from the cache
+  finally:
+    server.close()
   assert os.listdir(tmp_path / "cache" / "vit_jax") == ["ilsvrc2012_wordnet_lemmas.txt"]
 
 

@@ -18,9 +18,8 @@ import gcs_emulator
 import helpers
 from conftest import REPO
 from helpers import read_metrics, run_in_process
-from vit_jax import main
+from vit_jax import main, storage
 from vit_jax.data import device_batches
-from vit_jax.runs import fs
 
 pytestmark = pytest.mark.long
 
@@ -62,20 +61,20 @@ def wait_for(predicate, process, timeout=240):
 
 
 def params(workdir):
-  with np.load(io.BytesIO(fs.read_bytes(fs.join(workdir, "params.npz")))) as f:
+  with np.load(io.BytesIO(storage.read_bytes(storage.join(workdir, "params.npz")))) as f:
     return {k: f[k] for k in f.files}
 
 
 def checkpoint_steps(workdir):
   """Steps whose checkpoint is complete (orbax's commit marker on object stores)."""
-  folder = fs.join(workdir, "checkpoints")
-  return sorted(int(name) for name in fs.listdir(folder) if name.isdigit() and
-                fs.exists(fs.join(folder, name, "commit_success.txt")))
+  folder = storage.join(workdir, "checkpoints")
+  return sorted(int(name) for name in storage.listdir(folder) if name.isdigit() and
+                storage.exists(storage.join(folder, name, "commit_success.txt")))
 
 
 def snapshot(workdir):
   """Every object under a gs:// workdir with its generation: any rewrite changes it."""
-  filesystem, key = fs._url_fs(workdir)  # pylint: disable=protected-access
+  filesystem, key = storage.url_filesystem(workdir)
   filesystem.invalidate_cache()
   return {path: info.get("generation") for path, info in
           filesystem.find(key, detail=True).items()}
@@ -134,8 +133,8 @@ def reference(gcs, logs):
 
 def test_a_gs_run_matches_a_local_run_and_a_finished_rerun_writes_nothing(reference):
   local, remote = reference
-  assert layout(fs.listdir(remote)) == layout(os.listdir(local))
-  assert "run.lock" not in fs.listdir(remote) and "metrics.parts" not in fs.listdir(remote)
+  assert layout(storage.listdir(remote)) == layout(os.listdir(local))
+  assert not {"run.lock", "metrics.parts"} & set(storage.listdir(remote))
   assert checkpoint_steps(remote) == [6, 8]  # retention: the last two of four
   assert sorted(int(n) for n in os.listdir(os.path.join(local, "checkpoints"))) == [6, 8]
   ours, theirs = params(remote), params(local)
@@ -145,7 +144,8 @@ def test_a_gs_run_matches_a_local_run_and_a_finished_rerun_writes_nothing(refere
   strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMINGS} for r in rows]
   assert strip(read_metrics(remote)) == strip(read_metrics(local))
   for name in ("config.json", "final_metrics.json", "parameters.txt"):
-    assert fs.read_text(fs.join(remote, name)) == fs.read_text(os.path.join(local, name)), name
+    assert (storage.read_text(storage.join(remote, name))
+            == storage.read_text(os.path.join(local, name))), name
 
   before = snapshot(remote)
   rerun = run_here(remote)
@@ -173,15 +173,15 @@ def test_sigkill_then_rerun_resumes_exactly_and_a_live_run_is_not_shared(gcs, re
   assert "is in use by another run" in errors[0] and f"pid {run.pid}," in errors[0]
 
   *_, usable, damaged = checkpoint_steps(workdir)
-  fs.write_atomic(fs.join(workdir, "checkpoints", str(damaged), "default", "manifest.ocdbt"),
-                  b"garbage")
+  storage.write_atomic(
+      storage.join(workdir, "checkpoints", str(damaged), "default", "manifest.ocdbt"), b"garbage")
   resumed = run_here(workdir)  # the rerun of the killed command (a process's end is not
   code, log = resumed.returncode, resumed.stderr  # what it is about): here
   assert code == 0, log[-3000:]
   assert f"checkpoint {damaged} cannot be used" in log and damaged < 8
   assert f"resumed from step {usable} " in log
-  assert [name.split("-")[0] for name in fs.listdir(fs.join(workdir, "damaged_checkpoints"))
-          ] == [str(damaged)]
+  damaged_folder = storage.join(workdir, "damaged_checkpoints")
+  assert [name.split("-")[0] for name in storage.listdir(damaged_folder)] == [str(damaged)]
   assert [r["step"] for r in read_metrics(workdir) if "train/loss" in r] == list(range(2, 9, 2))
   expected = params(reference[0])
   resumed = params(workdir)
@@ -199,7 +199,7 @@ def test_two_processes_with_four_devices_share_one_gs_workdir(gcs, logs):
   assert [code for code, _ in results] == [0, 0], results[0][1][-3000:] + results[1][1][-3000:]
   assert checkpoint_steps(workdir) == [3, 6]
   assert [r["step"] for r in read_metrics(workdir) if "train/loss" in r] == [2, 4, 6]
-  assert "run.lock" not in fs.listdir(workdir) and "params.npz" in fs.listdir(workdir)
+  assert "run.lock" not in storage.listdir(workdir) and "params.npz" in storage.listdir(workdir)
 
 
 def test_a_store_that_goes_away_fails_in_one_line_then_sigterm_saves_on_the_bucket(

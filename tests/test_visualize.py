@@ -8,8 +8,7 @@ from absl import flags
 from PIL import Image
 
 from conftest import RELEASED_FIXTURES, init_params, tiny_model
-from vit_jax import save_npz, visualize
-from vit_jax.runs import fs
+from vit_jax import save_npz, storage, visualize
 
 FIGURES = ["attention_rollout.png", "embedding_filters.png", "position_similarity.png",
            "attention_distance.png"]
@@ -171,4 +170,4 @@ def test_command_writes_the_figures_to_a_gs_folder(run, image, gcs):
   assert code == 0, stderr
   assert stdout.split() == [f"{out}/{name}" for name in FIGURES]
   for name in FIGURES:
-    assert fs.read_bytes(f"{out}/{name}").startswith(b"\x89PNG")
+    assert storage.read_bytes(f"{out}/{name}").startswith(b"\x89PNG")

@@ -15,9 +15,9 @@ from PIL import Image
 
 from conftest import REPO, init_params, tiny_model
 from helpers import read_metrics, write_image
-from vit_jax import cli, save_npz, train
+from vit_jax import cli, no_clobber, save_npz, storage, train
 from vit_jax import vtab as command
-from vit_jax.runs import fs, outputs, vtab
+from vit_jax.runs import vtab
 
 FOLDERS = {"alpha": 0, "beta": 3, "gamma": 6}  # folder -> test images with the wrong label
 TINY = {"batch": 16, "batch_eval": 16, "total_steps": 4, "accum_steps": 1, "pp.crop": 16,
@@ -224,7 +224,7 @@ def test_the_workdir_must_be_new_or_a_vtab_run(tmp_path):
   run = lambda **kw: vtab.run_benchmark(vtab.base_config(), ["dtd"], checkpoint="ViT-B_16",
                                         workdir=str(tmp_path / "w"),
                                         train_fn=fake_training({"dtd": 0.5}, []), **kw)
-  with pytest.raises(outputs.OutputExistsError, match="holds files it did not write"):
+  with pytest.raises(no_clobber.OutputExistsError, match="holds files it did not write"):
     run()
   assert (tmp_path / "w" / "vtab.md").read_text() == "my notes"
   run(overwrite=True)
@@ -368,5 +368,5 @@ def test_a_gs_workdir_gets_the_report_and_a_rerun_reads_it_back(gcs):
     report = vtab.run_benchmark(vtab.base_config(), ["dtd"], checkpoint="ViT-B_16",
                                 workdir=workdir, train_fn=fake_training({"dtd": 0.5}, calls))
   assert [call["workdir"] for call in calls] == [f"{workdir}/dtd"] * 2
-  assert json.loads(fs.read_text(f"{workdir}/vtab.json")) == json.loads(json.dumps(report))
-  assert "dtd" in fs.read_text(f"{workdir}/vtab.md")
+  assert json.loads(storage.read_text(f"{workdir}/vtab.json")) == json.loads(json.dumps(report))
+  assert "dtd" in storage.read_text(f"{workdir}/vtab.md")

@@ -32,9 +32,8 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from vit_jax import cli, errors, objectives, sharding, throughput
+from vit_jax import cli, errors, objectives, sharding, storage, throughput
 from vit_jax.models import attention, vit, zoo
-from vit_jax.runs import fs
 
 __doc__ += "\nmodels (--model):\n" + textwrap.fill(  # in --help: absl's wrap splits ViT-|L_16
     ", ".join(zoo.RELEASED), width=90, break_on_hyphens=False, initial_indent="  ",
@@ -170,7 +169,7 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   except errors.UserError as e:
     raise cli.UsageError(cli.one_line(e)) from None
   mode, steps, json_path = flag_values.mode, flag_values.steps, flag_values.json
-  if json_path and fs.isdir(json_path):  # found before the whole benchmark, not after
+  if json_path and storage.isdir(json_path):  # found before the whole benchmark, not after
     raise cli.UsageError(f"--json={json_path} is a directory: pass the path of a file "
                          "(created if missing, rows appended)")
   peak = flag_values.peak_tflops * 1e12 if flag_values.peak_tflops else None
@@ -218,8 +217,8 @@ def run_and_print(measure_fn, key: dict, json_path: Optional[str]) -> None:
   else:
     print(format_row(result), flush=True)
   if json_path:
-    earlier = fs.read_text(json_path) if fs.exists(json_path) else ""  # no appends on
-    fs.write_atomic(json_path, earlier + json.dumps(result) + "\n")     # object stores
+    earlier = storage.read_text(json_path) if storage.exists(json_path) else ""  # no appends on
+    storage.write_atomic(json_path, earlier + json.dumps(result) + "\n")     # object stores
 
 
 def describe_config(config: ml_collections.ConfigDict, mode: str) -> str:

@@ -80,8 +80,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.flexi_patch_sizes = ()
   config.model.flexi_export_patch_size = ml_collections.FieldReference(None, field_type=int)
   config.dtype = "float32"  # compute dtype: float32 | bfloat16 (params stay float32)
-  # Released checkpoint to start from: local path, gs:// URL, `FAMILY/NAME` or a
-  # released name (resolved to gs://vit_models/imagenet21k/NAME.npz). None: from scratch.
+  # Checkpoint to start from: local path, gs:// URL, `FAMILY/NAME`, hf-hub:ORG/NAME or a
+  # bare released name (ViT-B_16): its ImageNet-21k file, imagenet21k/NAME or for seven
+  # models an AugReg one (checkpoints/released.py), fetched from its Hugging Face Hub
+  # mirror into checkpoints/ on first use (checkpoints/hub.py). None: from scratch.
   config.pretrained = ml_collections.FieldReference(None, field_type=str)
   # A pretrained file with NaN/Inf weights is refused (naming the arrays); True loads it.
   config.allow_nonfinite_pretrained = False

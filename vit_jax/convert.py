@@ -13,9 +13,8 @@ conversion's output): anything else is refused unless --overwrite.
 
 from absl import flags
 
-from vit_jax import cli
+from vit_jax import cli, no_clobber
 from vit_jax.checkpoints import convert, hub
-from vit_jax.runs import outputs
 
 FLAGS = flags.FLAGS
 
@@ -51,7 +50,7 @@ def define_flags(flag_values=flags.FLAGS) -> None:
                     "layer, which timm and ViTForImageClassification lack: drop (it and the "
                     "head: a feature extractor) or pooler (hf only: ViTModel's pooler is that "
                     "layer). Default: refuse.", **define)
-  flags.DEFINE_boolean("overwrite", False, outputs.OVERWRITE_HELP, **define)
+  flags.DEFINE_boolean("overwrite", False, no_clobber.OVERWRITE_HELP, **define)
 
 
 if __name__ == "__main__":

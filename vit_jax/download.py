@@ -13,17 +13,16 @@ ever get the final name.
 
 import os
 import sys
-import urllib.request
 
 from absl import flags
 
 from vit_jax import cli
 from vit_jax.checkpoints import hub, released
-from vit_jax.checkpoints.transfer import DownloadError, UrlOpener, fetch  # noqa: F401  (API)
+from vit_jax.checkpoints.transfer import DownloadError, fetch  # noqa: F401  (API)
 
 
 def download(name_or_url: str, directory: str = released.LOCAL_DIR, *, force: bool = False,
-             urlopen: UrlOpener = urllib.request.urlopen, verbose: bool = True) -> str:
+             verbose: bool = True) -> str:
   """Fetches a checkpoint into DIRECTORY (see the module docstring) unless it is there;
   returns its path. Raises InvalidInput for a name that is none, OSError for a failed fetch."""
   text = str(name_or_url)
@@ -41,8 +40,8 @@ def download(name_or_url: str, directory: str = released.LOCAL_DIR, *, force: bo
   if url.startswith(hub.HUB_PREFIX):
     return hub.resolve(url, directory, force=force, verbose=verbose)
   if released.is_bucket_url(url):
-    return hub.fetch_released(url, dest, force=force, verbose=verbose, urlopen=urlopen)
-  return fetch(url, dest, urlopen=urlopen, verbose=verbose)
+    return hub.fetch_released(url, dest, force=force, verbose=verbose)
+  return fetch(url, dest, verbose=verbose)
 
 
 @cli.command

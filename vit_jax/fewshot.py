@@ -12,13 +12,12 @@ import jax
 import ml_collections
 from absl import flags
 
-from vit_jax import cli, config_defaults, sharding
+from vit_jax import cli, config_defaults, no_clobber, sharding, storage
 from vit_jax.checkpoints import hub, npz
 from vit_jax.data import pipeline
 from vit_jax.evaluators import fewshot as probes
-from vit_jax.runs import fs, outputs
 
-KIND = "fewshot"  # the writer's name in --json's no-clobber stamp (vit_jax.runs.outputs)
+KIND = "fewshot"  # the writer's name in --json's no-clobber stamp (vit_jax.no_clobber)
 
 def data_config(dataset: str, crop, train_split: str = "train", eval_split: str = "test",
                 tfds_data_dir: Optional[str] = None) -> ml_collections.ConfigDict:
@@ -80,12 +79,12 @@ def main(argv, flag_values=flags.FLAGS):
   cli.no_arguments(argv)
   cli.keep_tensorflow_off_accelerators()
   if flag_values.json:  # before the slow part
-    outputs.claim_output_file(flag_values.json, KIND, flag_values.overwrite)
+    no_clobber.claim_output_file(flag_values.json, KIND, flag_values.overwrite)
   report = run(flag_values)
   print(format_table(report, parse_shots(flag_values.shots)))
   if flag_values.json:  # stamped: a rerun may replace it, nothing else is replaced
-    fs.write_atomic(flag_values.json, json.dumps({**outputs.written_by(KIND), **report},
-                                                 indent=2))
+    storage.write_atomic(flag_values.json, json.dumps({**no_clobber.written_by(KIND), **report},
+                                                      indent=2))
 
 
 def define_flags(flag_values=flags.FLAGS) -> None:
@@ -110,7 +109,7 @@ def define_flags(flag_values=flags.FLAGS) -> None:
   flags.DEFINE_string("eval_split", "test", "TFDS split to measure accuracy on.", **define)
   flags.DEFINE_string("tfds_data_dir", None, "TFDS data directory.", **define)
   flags.DEFINE_string("json", None, "Also write the report to this JSON file.", **define)
-  flags.DEFINE_boolean("overwrite", False, outputs.OVERWRITE_HELP, **define)
+  flags.DEFINE_boolean("overwrite", False, no_clobber.OVERWRITE_HELP, **define)
   flags.mark_flags_as_required(["checkpoint", "dataset"], flag_values=flag_values)
 
 

@@ -175,8 +175,8 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   report["notes"] = [ESTIMATE_NOTE if target.is_tpu else NO_ESTIMATE_NOTE]
   print(format_report(report), flush=True)
   if flag_values.json:
-    from vit_jax.runs import fs  # pylint: disable=import-outside-toplevel
-    fs.write_atomic(flag_values.json, json.dumps(report, indent=1) + "\n")
+    from vit_jax import storage  # pylint: disable=import-outside-toplevel
+    storage.write_atomic(flag_values.json, json.dumps(report, indent=1) + "\n")
   if not report["fits"]:
     print(f"error: {does_not_fit_line(report)}", file=sys.stderr)
     sys.exit(DOES_NOT_FIT_EXIT_CODE)

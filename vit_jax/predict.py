@@ -2,7 +2,7 @@
 
 CHECKPOINT is a path, a gs:// URL, FAMILY/NAME, a released name or hf-hub:ORG/NAME (released
 and Hub names are fetched into checkpoints/ first: see checkpoints/README.md);
-images are local paths or tf.io.gfile URLs. Each image is preprocessed exactly like
+images are local paths or URLs (gs://, https://). Each image is preprocessed exactly like
 evaluation (bilinear resize to the checkpoint's own resolution, scaled to [-1, 1]); batches
 have a fixed shape, so the one jitted function compiles once however many images there are.
 Prints the top-k classes per image with softmax probabilities (sigmoid scores for a
@@ -12,17 +12,15 @@ checkpoint a multi-label run saved), or writes them as JSON for scripts (--json)
 import json
 import os
 import re
-import urllib.request
 from typing import Iterator, List, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
 from absl import flags, logging
 
-from vit_jax import cli, download, errors
+from vit_jax import cli, download, errors, no_clobber, storage
 from vit_jax.checkpoints import formats, hub, npz, released
 from vit_jax.models import vit
-from vit_jax.runs import fs, outputs
 
 IMAGENET_LABELS_URL = "https://storage.googleapis.com/bit_models/ilsvrc2012_wordnet_lemmas.txt"
 IMAGENET_CLASSES = 1000
@@ -52,11 +50,13 @@ def load_image(path: str, image_size) -> np.ndarray:
   import tensorflow as tf  # only reading files needs it: --help and usage mistakes are fast
   from vit_jax.data import preprocess  # pylint: disable=import-outside-toplevel (imports tf)
   try:
-    with tf.io.gfile.GFile(path, "rb") as f:
-      encoded = f.read()
-    return preprocess.eval_resize(preprocess.decode_image(encoded), image_size).numpy()
-  except tf.errors.NotFoundError:
+    encoded = storage.read_bytes(path)
+  except FileNotFoundError:
     raise ImageError(f"image not found: {path}") from None
+  except OSError as e:
+    raise ImageError(f"cannot read image {path}: {e.strerror or e}") from None
+  try:
+    return preprocess.eval_resize(preprocess.decode_image(encoded), image_size).numpy()
   except tf.errors.OpError as e:
     raise ImageError(f"cannot read image {path}: {_tf_message(e)}") from None
 
@@ -124,12 +124,10 @@ def json_record(path: str, probabilities: np.ndarray, top_k: int, names: Optiona
 
 def read_labels(path: str) -> List[str]:
   """One class name per line."""
-  import tensorflow as tf  # only reading files needs it
   try:
-    with tf.io.gfile.GFile(path, "r") as f:
-      return [line.strip() for line in f.read().splitlines()]
-  except tf.errors.OpError as e:
-    raise errors.InvalidInput(f"cannot read labels {path}: {_tf_message(e)}") from None
+    return [line.strip() for line in storage.read_text(path).splitlines()]
+  except OSError as e:
+    raise errors.InvalidInput(f"cannot read labels {path}: {e.strerror or e}") from None
   except UnicodeDecodeError as e:
     raise errors.InvalidInput(f"--labels={path} is not UTF-8 text (byte {e.start}: "
                               f"{e.reason}): pass a text file with one class name per "
@@ -140,12 +138,12 @@ def imagenet_labels_path() -> str:
   return os.path.join(cache_dir(), os.path.basename(IMAGENET_LABELS_URL))
 
 
-def imagenet_labels(urlopen=urllib.request.urlopen) -> Optional[List[str]]:
+def imagenet_labels() -> Optional[List[str]]:
   """The ImageNet class names, fetched once into the cache; None (and a warning) offline."""
   path = imagenet_labels_path()
   if not os.path.exists(path):
     try:
-      download.fetch(IMAGENET_LABELS_URL, path, urlopen=urlopen, verbose=False)
+      download.fetch(IMAGENET_LABELS_URL, path, verbose=False)
     except download.DownloadError as e:
       logging.warning("no ImageNet class names, showing class indices: %s", e)
       return None
@@ -166,7 +164,6 @@ def stored_class_names(checkpoint_path: Optional[str]) -> Optional[List[str]]:
 
 
 def class_names(num_classes: int, labels_path: Optional[str] = None,
-                urlopen=urllib.request.urlopen,
                 checkpoint_path: Optional[str] = None) -> Optional[List[str]]:
   """Names from --labels, else those saved with the checkpoint (a folder-trained run's),
   else ImageNet's for a 1000-way head, else None (indices)."""
@@ -176,7 +173,7 @@ def class_names(num_classes: int, labels_path: Optional[str] = None,
   elif stored is not None and len(stored) == num_classes:
     return stored
   elif num_classes == IMAGENET_CLASSES:
-    names = imagenet_labels(urlopen)
+    names = imagenet_labels()
   else:
     return None
   if names is not None and len(names) != num_classes:
@@ -224,7 +221,7 @@ def image_arguments(argv: Sequence[str]) -> List[str]:
 def main(argv, flag_values: flags.FlagValues = FLAGS):
   image_paths = image_arguments(argv)
   if flag_values.json:  # before the slow load: an existing file is not clobbered
-    outputs.claim_output_file(flag_values.json, "predict", flag_values.overwrite)
+    no_clobber.claim_output_file(flag_values.json, "predict", flag_values.overwrite)
   path = hub.resolve(flag_values.checkpoint)  # released and hf-hub: names: fetched first
   module, params, image_size = npz.load_for_inference(
       path, flag_values.image_size, allow_nonfinite=flag_values.allow_nonfinite)
@@ -243,7 +240,7 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
     else:
       print(format_prediction(image, top_classes(probabilities[None], top_k)[0], names))
   if flag_values.json:
-    fs.write_atomic(flag_values.json, json.dumps(records, indent=1, ensure_ascii=False) + "\n")
+    storage.write_atomic(flag_values.json, json.dumps(records, indent=1, ensure_ascii=False) + "\n")
     print(f"wrote {len(records)} predictions ({'sigmoid scores' if multi_label else 'softmax'})"
           f" to {flag_values.json}")
 
@@ -266,7 +263,7 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                       **define)
   flags.DEFINE_float("threshold", 0.5, "Multi-label checkpoints: the --json labels are the "
                      "classes scored at least this.", lower_bound=0, upper_bound=1, **define)
-  flags.DEFINE_boolean("overwrite", False, outputs.OVERWRITE_HELP, **define)
+  flags.DEFINE_boolean("overwrite", False, no_clobber.OVERWRITE_HELP, **define)
   flags.mark_flag_as_required("checkpoint", flag_values=flag_values)
 
 

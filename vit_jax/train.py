@@ -16,14 +16,14 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from vit_jax import config_checks, errors, lora, objectives, optim, param_groups, sharding
+from vit_jax import config_checks, errors, lora, objectives, optim, param_groups, sharding, storage
 from vit_jax import trainer
 from vit_jax import evaluators as evaluators_lib
 from vit_jax.checkpoints import formats, hub, released, train_state
 from vit_jax.console import log
 from vit_jax.data import device_batches, pipeline, splits
 from vit_jax.models import attention, zoo
-from vit_jax.runs import class_report, dataset_record, fs, metrics, outputs, preemption
+from vit_jax.runs import class_report, dataset_record, metrics, outputs, preemption
 from vit_jax.runs import workdir as workdir_lib
 
 
@@ -238,7 +238,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
       num_params = outputs.write_parameter_table(state.params, workdir, columns)
       log.info("%s (table in %s)", param_groups.trained_summary(columns, state.params,
                                                                 state.opt_state),
-               fs.join(workdir, outputs.PARAMETER_TABLE))
+               storage.join(workdir, outputs.PARAMETER_TABLE))
       writer.write_hparams({"num_params": num_params})
 
   # --- Loop -------------------------------------------------------------------------------
@@ -320,7 +320,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
     final_params, adapters = lora.export(sharding.to_host(state.params), final_params, config,
                                          class_names)
     if is_main:
-      lora.save_adapters(adapters, fs.join(workdir, lora.ADAPTERS))
+      lora.save_adapters(adapters, storage.join(workdir, lora.ADAPTERS))
   final_params = objective.export_params(final_params)
   if is_main:
     outputs.write_final(final_params, eval_metrics, workdir, class_names,

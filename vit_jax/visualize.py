@@ -18,15 +18,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 from absl import flags
 
-from vit_jax import cli, predict
+from vit_jax import cli, no_clobber, predict, storage
 from vit_jax.checkpoints import hub, npz
 from vit_jax.models import introspect
 from vit_jax.models import posemb as posemb_lib
 from vit_jax.models import vit, zoo
-from vit_jax.runs import fs, outputs
 
 FLAGS = flags.FLAGS
-KIND = "visualize"  # the writer's name in --out's no-clobber marker (vit_jax.runs.outputs)
+KIND = "visualize"  # the writer's name in --out's no-clobber marker (vit_jax.no_clobber)
 NUM_COMPONENTS = 28  # as in the paper's Fig. 7 (left)
 DPI = 100
 
@@ -41,7 +40,7 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                cli.image_size_help(npz.IMAGE_SIZE_HELP), flag_values=flag_values)
   flags.DEFINE_boolean("allow_nonfinite", False, npz.ALLOW_NONFINITE_HELP,
                        flag_values=flag_values)
-  flags.DEFINE_boolean("overwrite", False, outputs.OVERWRITE_HELP, flag_values=flag_values)
+  flags.DEFINE_boolean("overwrite", False, no_clobber.OVERWRITE_HELP, flag_values=flag_values)
   for name in ("checkpoint", "out"):
     flags.mark_flag_as_required(name, flag_values=flag_values)
 
@@ -62,7 +61,7 @@ def _save(fig, path: str) -> str:
   buffer = io.BytesIO()
   fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
   plt.close(fig)
-  fs.write_atomic(path, buffer.getvalue())
+  storage.write_atomic(path, buffer.getvalue())
   return path
 
 
@@ -142,7 +141,7 @@ def plot_attention_distance(distance: np.ndarray, path: str) -> str:
 def write_figures(module: vit.VisionTransformer, params, images: np.ndarray,
                   names: Sequence[str], out_dir: str) -> List[str]:
   """The four figures for `images` ([B, S, S, 3] in [-1, 1]) into out_dir; their paths."""
-  fs.makedirs(out_dir)
+  storage.makedirs(out_dir)
   has_cls = introspect.has_class_token(module)
   side = zoo.token_grid(module, images.shape[1]), zoo.token_grid(module, images.shape[2])
   stride = zoo.model_stride(module)
@@ -154,7 +153,7 @@ def write_figures(module: vit.VisionTransformer, params, images: np.ndarray,
                                      side, has_cls)  # at the input's grid, as the model does
             if module.posemb == "learn"
             else posemb_lib.sincos_2d_with_cls(side, module.hidden_size, has_cls))
-  path = lambda name: fs.join(out_dir, name)
+  path = lambda name: storage.join(out_dir, name)
   return [
       plot_rollout(images, maps, names, stride, path("attention_rollout.png")),
       plot_filters(components, explained, what, path("embedding_filters.png")),
@@ -168,12 +167,12 @@ def write_figures(module: vit.VisionTransformer, params, images: np.ndarray,
 @cli.command
 def main(argv):
   image_paths = predict.image_arguments(argv)
-  outputs.check_output_dir(FLAGS.out, KIND, FLAGS.overwrite)  # before the slow part
+  no_clobber.check_output_dir(FLAGS.out, KIND, FLAGS.overwrite)  # before the slow part
   module, params, image_size = npz.load_for_inference(
       FLAGS.checkpoint, FLAGS.image_size, allow_nonfinite=FLAGS.allow_nonfinite)
   images = np.stack([predict.load_image(p, image_size) for p in image_paths])
   names = [os.path.basename(p) for p in image_paths]
-  outputs.claim_output_dir(FLAGS.out, KIND, FLAGS.overwrite)
+  no_clobber.claim_output_dir(FLAGS.out, KIND, FLAGS.overwrite)
   written = write_figures(module, params, images, names, FLAGS.out)
   for path in written:
     print(path)

@@ -12,10 +12,10 @@ command resumes: finished runs are skipped. The runs are in vit_jax.runs.vtab.
 from absl import flags
 from ml_collections import config_flags
 
-from vit_jax import cli, console, errors
+from vit_jax import cli, console, errors, no_clobber
 from vit_jax.checkpoints import hub
 from vit_jax.data import vtab as tasks_lib
-from vit_jax.runs import outputs, vtab
+from vit_jax.runs import vtab
 
 
 @cli.command
@@ -73,7 +73,7 @@ def define_flags(flag_values=flags.FLAGS) -> None:
   flags.DEFINE_enum("sweep_select", "mean", vtab.SELECTIONS, "mean: the setting with the "
                     "best mean val200 accuracy, for all tasks (the paper's choice); task: the "
                     "best setting per task.", **define)
-  flags.DEFINE_boolean("overwrite", False, outputs.OVERWRITE_HELP + " For --workdir: one "
+  flags.DEFINE_boolean("overwrite", False, no_clobber.OVERWRITE_HELP + " For --workdir: one "
                        "that holds no earlier VTAB run.", **define)
   flags.mark_flags_as_required(["checkpoint", "workdir"], flag_values=flag_values)
 

@@ -23,7 +23,7 @@ from safetensors.numpy import load_file, save_file
 from conftest import REPO, TINY, init_params, random_params, tiny_model
 from helpers import run_in_process
 from interop_files import IMAGE, images, logits, shapes, tiny_file
-from vit_jax import CheckpointError, load_npz, read_class_names, save_npz
+from vit_jax import CheckpointError, load_npz, no_clobber, read_class_names, save_npz
 from vit_jax import convert as convert_command
 from vit_jax.checkpoints import convert, timm_layout, torch_layout
 from vit_jax.models import zoo
@@ -270,7 +270,7 @@ def test_command(tmp_path):
   assert "config.json is a file, not a folder" in refused.stderr
   convert.convert(src, tmp_path / "hf", to="hf")  # its own earlier output: rewritten
   convert.convert(src, tmp_path / "copy.npz")
-  with pytest.raises(outputs.OutputExistsError, match="copy.npz already exists"):
+  with pytest.raises(no_clobber.OutputExistsError, match="copy.npz already exists"):
     convert.convert(src, tmp_path / "copy.npz")
   convert.convert(src, tmp_path / "copy.npz", overwrite=True)
   convert.convert(src, workdir, to="hf", overwrite=True)

@@ -1,19 +1,20 @@
-"""URL -> file, atomically, offline (file:// through an injected opener, loopback HTTP)."""
+"""URL -> file, atomically, against real servers on 127.0.0.1: a plain HTTP server, and
+the bucket stand-in of tests/hub_server.py as the storage host (STORAGE_EMULATOR_HOST)."""
 
 import functools
 import http.server
 import os
-import socket
 import threading
-import urllib.error
 
 import numpy as np
 import pytest
 
-from helpers import serve_from
-from vit_jax.checkpoints import transfer
+from helpers import closed_port
+from hub_server import HubServer
+from vit_jax.checkpoints import released, transfer
 
 BUCKET_FILE = "gs://vit_models/imagenet21k/ViT-B_16.npz"
+BUCKET_PATH = "/vit_models/imagenet21k/ViT-B_16.npz"
 
 
 @pytest.fixture
@@ -30,12 +31,21 @@ def small_chunks(monkeypatch):
   monkeypatch.setattr(transfer, "CHUNK_BYTES", 1 << 16)
 
 
-def test_bucket_file_over_https_atomically_with_progress(tmp_path, npz_file, small_chunks,
-                                                         capsys):
-  urlopen, asked = serve_from(npz_file)
+@pytest.fixture
+def bucket(monkeypatch):
+  """The public bucket's HTTPS host, on 127.0.0.1."""
+  server = HubServer()
+  monkeypatch.setenv(released.EMULATOR_ENV, server.url)
+  yield server
+  server.close()
+
+
+def test_bucket_file_over_https_atomically_with_progress(tmp_path, npz_file, bucket,
+                                                         small_chunks, capsys):
+  bucket.files[BUCKET_PATH] = npz_file.read_bytes()
   dest = str(tmp_path / "ck" / "imagenet21k" / "ViT-B_16.npz")
-  assert transfer.fetch(BUCKET_FILE, dest, urlopen=urlopen) == dest
-  assert asked == ["https://storage.googleapis.com/vit_models/imagenet21k/ViT-B_16.npz"]
+  assert transfer.fetch(BUCKET_FILE, dest) == dest
+  assert f"GET {BUCKET_PATH}" in bucket.requests  # anonymous HTTPS, not the gs:// client
   assert open(dest, "rb").read() == npz_file.read_bytes()
   assert os.listdir(tmp_path / "ck" / "imagenet21k") == ["ViT-B_16.npz"]  # no temporary left
   umask = os.umask(0)
@@ -47,7 +57,7 @@ def test_bucket_file_over_https_atomically_with_progress(tmp_path, npz_file, sma
 
 @pytest.fixture
 def loopback_server(npz_file):
-  """An HTTP server on 127.0.0.1 serving npz_file's folder; yields its base URL."""
+  """Python's own HTTP server (no Range requests) on 127.0.0.1 serving npz_file's folder."""
   handler = functools.partial(http.server.SimpleHTTPRequestHandler,
                               directory=str(npz_file.parent))
   handler.log_message = lambda *args: None
@@ -63,16 +73,10 @@ def test_loopback_http_and_a_404(tmp_path, npz_file, loopback_server, small_chun
   dest = str(tmp_path / "ck" / "ViT-B_16.npz")
   transfer.fetch(f"{loopback_server}/ViT-B_16.npz", dest, verbose=False)
   assert open(dest, "rb").read() == npz_file.read_bytes()
-  with pytest.raises(transfer.DownloadError, match="HTTP 404"):
+  with pytest.raises(transfer.DownloadError, match="HTTP 404 File not found"):
     transfer.fetch(f"{loopback_server}/nope.npz", str(tmp_path / "ck" / "nope.npz"),
                    verbose=False)
   assert sorted(os.listdir(tmp_path / "ck")) == ["ViT-B_16.npz"]
-
-
-def closed_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
 
 
 def test_unreachable_url_is_one_clear_error_and_leaves_no_folder(tmp_path):
@@ -84,51 +88,23 @@ def test_unreachable_url_is_one_clear_error_and_leaves_no_folder(tmp_path):
   assert os.listdir(tmp_path) == []  # the folders it had to create are gone again
 
 
-def test_offline_dns_failure_is_one_clear_error(tmp_path):
-  def offline(url, timeout):
-    raise urllib.error.URLError(socket.gaierror(-3, "Temporary failure in name resolution"))
-  with pytest.raises(transfer.DownloadError, match="cannot reach https://storage.googleapis."
-                     "com/vit_models/sam/ViT-B_16.npz: the network is unreachable"):
-    transfer.fetch("gs://vit_models/sam/ViT-B_16.npz", str(tmp_path / "x.npz"), urlopen=offline,
-                   verbose=False)
-
-
-def test_the_closed_bucket_says_so(tmp_path):
-  def forbidden(url, timeout):
-    raise urllib.error.HTTPError(url, 403, "Forbidden", {}, None)
+def test_the_closed_bucket_says_so(tmp_path, bucket, monkeypatch):
+  monkeypatch.setattr(bucket.server, "forbid", True)
   with pytest.raises(transfer.BucketClosed, match="^gs://vit_models refuses anonymous "
-                     "downloads since February 2026 \\(HTTP 403 for https://storage"):
-    transfer.fetch(BUCKET_FILE, str(tmp_path / "x.npz"), urlopen=forbidden, verbose=False)
+                     f"downloads since February 2026 \\(HTTP 403 for {bucket.url}"):
+    transfer.fetch(BUCKET_FILE, str(tmp_path / "x.npz"), verbose=False)
 
 
-def truncated(path, keep):
-  """An urlopen whose body stops after `keep` bytes although Content-Length says more."""
-  class Response:
-    headers = {"Content-Length": str(path.stat().st_size)}
-
-    def __init__(self):
-      self.body = open(path, "rb")
-
-    def read(self, size):
-      return self.body.read(max(0, min(size, keep - self.body.tell())))
-
-    def __enter__(self):
-      return self
-
-    def __exit__(self, *exc):
-      self.body.close()
-  return lambda url, timeout: Response()
-
-
-def test_truncated_or_non_npz_downloads_leave_nothing(tmp_path, npz_file):
+def test_truncated_or_non_npz_downloads_leave_nothing(tmp_path, npz_file, bucket):
   dest = tmp_path / "ck" / "imagenet21k"
   dest.mkdir(parents=True)
-  with pytest.raises(transfer.DownloadError, match="incomplete: 1000 of"):
-    transfer.fetch(BUCKET_FILE, str(dest / "ViT-B_16.npz"), urlopen=truncated(npz_file, 1000),
-                   verbose=False)
-  html = tmp_path / "login.html"
-  html.write_text("<html>please log in</html>")
+  bucket.files[BUCKET_PATH] = npz_file.read_bytes()
+  bucket.tamper[BUCKET_PATH] = "truncated"  # the connection closes half-way
+  with pytest.raises(transfer.DownloadError, match=f"^download of {bucket.url}{BUCKET_PATH} "
+                     "was interrupted: .*not completed"):
+    transfer.fetch(BUCKET_FILE, str(dest / "ViT-B_16.npz"), verbose=False)
+  bucket.tamper.clear()
+  bucket.files[BUCKET_PATH] = b"<html>please log in</html>"
   with pytest.raises(transfer.DownloadError, match="did not send an .npz file"):
-    transfer.fetch(BUCKET_FILE, str(dest / "ViT-B_16.npz"), urlopen=serve_from(html)[0],
-                   verbose=False)
+    transfer.fetch(BUCKET_FILE, str(dest / "ViT-B_16.npz"), verbose=False)
   assert os.listdir(dest) == []

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from vit_jax.export import output
-from vit_jax.runs.outputs import OutputExistsError
+from vit_jax.no_clobber import OutputExistsError
 
 
 def test_failure_leaves_nothing_and_keeps_the_old_out(tmp_path):
@@ -16,7 +16,7 @@ def test_failure_leaves_nothing_and_keeps_the_old_out(tmp_path):
   out.mkdir()
   (out / "model").write_text("old")
   with pytest.raises(RuntimeError):
-    with output.staged(str(out), overwrite=True) as staging:
+    with output.staged(str(out)) as staging:
       (tmp_path / staging / "model").write_text("half")
       raise RuntimeError("verification failed")
   assert (out / "model").read_text() == "old"
@@ -25,11 +25,11 @@ def test_failure_leaves_nothing_and_keeps_the_old_out(tmp_path):
 
 def test_success_replaces_out_only_with_overwrite(tmp_path):
   out = tmp_path / "nested" / "out"
-  with output.staged(str(out), overwrite=False) as staging:
+  with output.staged(str(out)) as staging:
     (tmp_path / staging / "model").write_text("new")
   assert (out / "model").read_text() == "new"
   output.check_writable(str(out), overwrite=False)  # an earlier export: replaced
-  with output.staged(str(out), overwrite=False) as staging:
+  with output.staged(str(out)) as staging:
     (tmp_path / staging / "other").write_text("newer")
   assert sorted(os.listdir(out)) == [".vit_jax-output.json", "other"]
   assert sorted(os.listdir(out.parent)) == ["out"]
@@ -57,6 +57,6 @@ def test_a_killed_exports_staging_folders_go_on_the_next_export(tmp_path):
     (tmp_path / stale / "model").mkdir(parents=True)
   live = tmp_path / f".out.partial-{os.getpid()}-xyz"
   live.mkdir()
-  with output.staged(str(tmp_path / "out"), overwrite=False) as staging:
+  with output.staged(str(tmp_path / "out")) as staging:
     (tmp_path / staging / "model").write_text("new")
   assert sorted(os.listdir(tmp_path)) == [live.name, "out"]

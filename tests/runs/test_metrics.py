@@ -3,7 +3,8 @@
 import json
 import os
 
-from vit_jax.runs import fs, metrics, outputs
+from vit_jax import storage
+from vit_jax.runs import metrics, outputs
 
 
 def test_jsonl_and_tensorboard(tmp_path):
@@ -86,28 +87,29 @@ def test_on_object_stores_each_write_is_one_small_object_merged_once(gcs, tmp_pa
   writer = metrics.create_writer(workdir, is_main_process=True)
   for step in (0, 10, 20, 30):
     writer.write_scalars(step, {"train/loss": float(step)})
-  parts = [f"{workdir}/{metrics.PARTS}/{name}" for name in fs.listdir(f"{workdir}/{metrics.PARTS}")]
-  assert [fs.read_text(part).count("\n") for part in parts] == [1, 1, 1, 1]
+  folder = f"{workdir}/{metrics.PARTS}"
+  parts = [f"{folder}/{name}" for name in storage.listdir(folder)]
+  assert [storage.read_text(part).count("\n") for part in parts] == [1, 1, 1, 1]
   assert [row["step"] for row in metrics.read_rows(workdir)] == [0, 10, 20, 30]
-  assert not fs.exists(f"{workdir}/metrics.jsonl")
+  assert not storage.exists(f"{workdir}/metrics.jsonl")
 
   # SIGKILLed here (no close); the rerun resumes from the checkpoint of step 20.
   writer = metrics.create_writer(workdir, is_main_process=True, resume_step=20)
   writer.write_scalars(30, {"train/loss": -30.0})
   writer.close()
-  rows = [json.loads(l) for l in fs.read_text(f"{workdir}/metrics.jsonl").splitlines()]
+  rows = [json.loads(l) for l in storage.read_text(f"{workdir}/metrics.jsonl").splitlines()]
   assert [(r["step"], r["train/loss"]) for r in rows] == [(0, 0.0), (10, 10.0), (20, 20.0),
                                                            (30, -30.0)]
   assert metrics.read_rows(workdir) == rows
-  assert fs.read_text(f"{workdir}/metrics.superseded.jsonl").splitlines() == [
+  assert storage.read_text(f"{workdir}/metrics.superseded.jsonl").splitlines() == [
       '{"step": 30, "train/loss": 30.0}']
-  assert fs.listdir(f"{workdir}/{metrics.PARTS}") == []
+  assert storage.listdir(f"{workdir}/{metrics.PARTS}") == []
 
-  events = [name for name in fs.listdir(workdir) if name.startswith("events.out.tfevents")]
+  events = [name for name in storage.listdir(workdir) if name.startswith("events.out.tfevents")]
   assert len(events) == 5
   scalars = []
   for name in events:
-    (tmp_path / name).write_bytes(fs.read_bytes(f"{workdir}/{name}"))
+    (tmp_path / name).write_bytes(storage.read_bytes(f"{workdir}/{name}"))
     for record in event_file_loader.RawEventFileLoader(str(tmp_path / name)).Load():
       event = event_pb2.Event.FromString(record)
       scalars += [(event.step, value.tag, value.simple_value) for value in event.summary.value]

@@ -9,11 +9,12 @@ import time
 
 import pytest
 
-from vit_jax.runs import fs, workdir
+from vit_jax import storage
+from vit_jax.runs import workdir
 
 HOLD_LOCK = """
 import sys, time
-from vit_jax.runs import fs, workdir
+from vit_jax.runs import workdir
 lock = workdir.WorkdirLock(sys.argv[1]).acquire()
 print("held", flush=True)
 time.sleep(120)
@@ -130,12 +131,12 @@ def test_gcs_workdirs_lock_like_local_ones(gcs):
   with pytest.raises(workdir.WorkdirError, match=f"in use by another run .*pid {os.getpid()},"):
     workdir.WorkdirLock(root).acquire()
   lock.release()
-  assert not fs.exists(f"{root}/{workdir.LOCK_NAME}")
+  assert not storage.exists(f"{root}/{workdir.LOCK_NAME}")
   dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                         capture_output=True, text=True, check=True).stdout.strip()
-  fs.write_atomic(f"{root}/{workdir.LOCK_NAME}", json.dumps(
+  storage.write_atomic(f"{root}/{workdir.LOCK_NAME}", json.dumps(
       {"host": socket.gethostname(), "pid": int(dead), "started": time.time() - 5}))
   workdir.WorkdirLock(root).acquire().release()  # a dead holder on this host: taken over
-  fs.write_atomic(f"{root}/results.txt", "keep me")
+  storage.write_atomic(f"{root}/results.txt", "keep me")
   with pytest.raises(workdir.WorkdirError, match="is an object, not a folder"):
     workdir.prepare(f"{root}/results.txt")

@@ -22,7 +22,7 @@ import os
 import zipfile
 from typing import List, Optional, Sequence
 
-from vit_jax import errors
+from vit_jax import errors, storage
 
 COMMENT_LIMIT = 0xFFFF  # the zip format's 16-bit comment length
 SIDECAR_SUFFIX = ".classes.json"
@@ -68,16 +68,9 @@ def sidecar_path(path: str) -> str:
   return path + SIDECAR_SUFFIX
 
 
-def _open(path: str):
-  if "://" in path:
-    import tensorflow as tf  # only URLs need it
-    return tf.io.gfile.GFile(path, "rb")
-  return open(path, "rb")
-
-
 def _read_sidecar(path: str) -> Optional[dict]:
   try:
-    with _open(sidecar_path(path)) as f:
+    with storage.open_read(sidecar_path(path)) as f:
       return _decode(f.read())
   except Exception:  # pylint: disable=broad-except  # absent (any filesystem): no names
     return None
@@ -106,7 +99,7 @@ def read_head_record(path: str) -> Optional[dict]:
   read_class_names)."""
   path = os.fsdecode(path)  # str, bytes or a path object
   try:
-    with _open(path) as f:
+    with storage.open_read(path) as f:
       comment = zipfile.ZipFile(f).comment
   except zipfile.BadZipFile:
     raise errors.InvalidInput(f"{path} is not a valid .npz (not a zip archive): it carries "

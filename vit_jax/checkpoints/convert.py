@@ -28,15 +28,14 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 from flax import traverse_util
 
-from vit_jax import errors
+from vit_jax import errors, no_clobber, storage
 from vit_jax.checkpoints import formats, hf_layout, npz, timm_layout, torch_layout
 from vit_jax.models import posemb, vit, zoo
-from vit_jax.runs import fs, outputs
 
 TARGETS = ("npz", "timm", "hf")
 PRE_LOGITS = ("drop", "pooler")
 WEIGHTS = "model.safetensors"
-KIND = "convert"  # the writer's name in the no-clobber markers (vit_jax.runs.outputs)
+KIND = "convert"  # the writer's name in the no-clobber markers (vit_jax.no_clobber)
 NORMALIZE = dict(mean=[0.5, 0.5, 0.5], std=[0.5, 0.5, 0.5])  # (x - 127.5) / 127.5 on [0, 1]
 
 
@@ -161,14 +160,14 @@ def _handle_pre_logits(source: Source, flat: Dict[str, np.ndarray], to: str,
 
 
 def _write_json(value: Any, path: str) -> None:
-  fs.write_atomic(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+  storage.write_atomic(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
 
 
 def write_safetensors(state: Dict[str, np.ndarray], path: str,
                       metadata: Optional[Dict[str, str]] = None) -> None:
   from safetensors.numpy import save  # pylint: disable=import-outside-toplevel
   arrays = {k: np.ascontiguousarray(v, np.float32) for k, v in sorted(state.items())}
-  fs.write_atomic(path, save(arrays, metadata={"format": "pt", **(metadata or {})}))
+  storage.write_atomic(path, save(arrays, metadata={"format": "pt", **(metadata or {})}))
 
 
 def _call(function: str, *args, **kwargs) -> str:
@@ -260,18 +259,18 @@ def convert(src: str, dst: str, *, to: Optional[str] = None, model_name: Optiona
   resized (align-corners bilinear, as for fine-tuning) or, for sincos2d, computed for it.
   patch_size: the written model's (default: the source's), its kernel PI-resized (FlexiViT).
   dst must be new, or an earlier conversion's output, unless overwrite (see
-  vit_jax.runs.outputs: a run's workdir or someone's model folder is never clobbered).
+  vit_jax.no_clobber: a run's workdir or someone's model folder is never clobbered).
 
-  Raises ConversionError, npz.CheckpointError or outputs.OutputExistsError (one line) for
+  Raises ConversionError, npz.CheckpointError or no_clobber.OutputExistsError (one line) for
   what cannot be converted faithfully, read at all, or written without clobbering.
   """
   to = target_of(os.fspath(dst), to)
   src, dst = os.fspath(src), os.fspath(dst)
   one_file = writes_one_file(dst, to)
   if one_file:
-    outputs.claim_output_file(dst, KIND, overwrite)
+    no_clobber.claim_output_file(dst, KIND, overwrite)
   else:
-    outputs.check_output_dir(dst, KIND, overwrite)
+    no_clobber.check_output_dir(dst, KIND, overwrite)
   source = read_source(src, model_name, image_size, patch_size)
   lines = [f"read {src}: {source.summary()}"]
   names = _class_names(src, source)
@@ -282,7 +281,7 @@ def convert(src: str, dst: str, *, to: Optional[str] = None, model_name: Optiona
                  class_names=names, multi_label=multi_label)
     return lines + [f"wrote {dst} (released .npz layout)"]
   if not one_file:
-    outputs.claim_output_dir(dst, KIND, overwrite)
+    no_clobber.claim_output_dir(dst, KIND, overwrite)
   flat, classes, notes = _handle_pre_logits(source, _with_table(source), to, pre_logits, src)
   if source.architecture.posemb == "sincos2d":
     notes.append("the sincos2d position embedding was written as a table (for "

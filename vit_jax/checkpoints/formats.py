@@ -24,7 +24,7 @@ from typing import Any, Dict, Tuple
 import ml_dtypes
 import numpy as np
 
-from vit_jax import console, errors
+from vit_jax import console, errors, storage
 from vit_jax.checkpoints import (config_consistency, hf_layout, npz_layout, timm_layout,
                                  torch_layout, transfer)
 
@@ -123,8 +123,7 @@ def _read_flax_msgpack(path: str) -> Flat:
   params) as the PyTorch-named state dict that the safetensors route reads, values exact."""
   from flax import serialization, traverse_util  # pylint: disable=import-outside-toplevel
   try:
-    with open(path, "rb") as f:
-      tree = serialization.msgpack_restore(f.read())
+    tree = serialization.msgpack_restore(storage.read_bytes(path))
   except (OSError, ValueError, TypeError) as e:
     raise FormatError(f"is not a readable flax_model.msgpack file ({transfer.one_line(e)}); "
                       "the file is truncated or corrupt: download it again") from None
@@ -139,8 +138,7 @@ def _read_flax_msgpack(path: str) -> Flat:
 
 def _read_weights(path: str) -> Tuple[Flat, Dict[str, str]]:
   if path.endswith(".index.json"):  # sharded: {"weight_map": {key: shard file}}
-    with open(path, encoding="utf-8") as f:
-      shards = sorted(set(json.load(f).get("weight_map", {}).values()))
+    shards = sorted(set(json.loads(storage.read_text(path)).get("weight_map", {}).values()))
     state, metadata = {}, {}
     for shard in shards:
       part, metadata = _read_weights(os.path.join(os.path.dirname(path), shard))
@@ -156,8 +154,7 @@ def _read_weights(path: str) -> Tuple[Flat, Dict[str, str]]:
 def read_config(path: str) -> Dict[str, Any]:
   """A timm / Hugging Face config.json as a dict, or one FormatError line."""
   try:
-    with open(path, encoding="utf-8") as f:
-      config = json.load(f)
+    config = json.loads(storage.read_text(path))
   except (OSError, ValueError) as e:
     raise FormatError(f"{path} is not a readable JSON config ({e})") from None
   if not isinstance(config, dict):

@@ -12,7 +12,8 @@ into a local path, in this order:
      checked against the Hub's sha256, converted into the released layout by
      vit_jax.checkpoints.formats and written atomically to DIR/FAMILY/FILE.npz with
      DIR/FAMILY/FILE.provenance.json beside it;
-  3. the bucket, for users whose credentials still open it.
+  3. the bucket itself, read anonymously over HTTPS (vit_jax.checkpoints.transfer; no
+     credentials are used), which names the closure when it answers 403.
 `hf-hub:ORG/NAME` names any Hub ViT (kept as DIR/hf-hub/ORG/NAME.npz); architectures that
 vit_jax does not compute exactly are refused, naming what they are.
 """
@@ -29,10 +30,9 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from vit_jax import console, errors
+from vit_jax import console, errors, storage
 from vit_jax.checkpoints import (formats, hf_layout, hub_table, npz_layout, released,
                                  timm_layout, transfer)
-from vit_jax.runs import fs
 
 HUB_PREFIX = "hf-hub:"
 HUB_DIR = "hf-hub"  # DIR/hf-hub/ORG/NAME.npz for hf-hub: names
@@ -138,7 +138,7 @@ def endpoint() -> str:
 
 def _sha256(path: str) -> str:
   digest = hashlib.sha256()
-  with open(path, "rb") as f:
+  with storage.open_read(path) as f:
     while chunk := f.read(transfer.CHUNK_BYTES):
       digest.update(chunk)
   return digest.hexdigest()
@@ -273,8 +273,8 @@ def fetch_repo(repo: str, dest: str, *, original: bool, differs: Optional[str] =
   }
   arrays = io.BytesIO()
   np.savez(arrays, **flat)
-  fs.write_atomic(provenance_path(dest), json.dumps(provenance, indent=1) + "\n")
-  fs.write_atomic(dest, arrays.getvalue())  # last: a complete .npz has its provenance
+  storage.write_atomic(provenance_path(dest), json.dumps(provenance, indent=1) + "\n")
+  storage.write_atomic(dest, arrays.getvalue())  # last: a complete .npz has its provenance
   if verbose:
     print(f"{repo} -> {dest}", file=sys.stderr)
   return dest
@@ -291,8 +291,7 @@ def offline() -> bool:
   return flag or constants.is_offline_mode()
 
 
-def fetch_released(url: str, dest: str, *, force: bool = False, verbose: bool = True,
-                   urlopen: Optional[transfer.UrlOpener] = None) -> str:
+def fetch_released(url: str, dest: str, *, force: bool = False, verbose: bool = True) -> str:
   """Bucket file `url` into DEST: from its mirrors in order, else from the bucket."""
   path = released.bucket_path(url)
   failures = []
@@ -310,8 +309,7 @@ def fetch_released(url: str, dest: str, *, force: bool = False, verbose: bool = 
     raise HubError(f"cannot fetch {path}: {'; '.join(failures)}; HF_HUB_OFFLINE is set, so "
                    f"the bucket was not tried")
   try:
-    kwargs = {"urlopen": urlopen} if urlopen else {}
-    transfer.fetch(url, dest, verbose=verbose, **kwargs)
+    transfer.fetch(url, dest, verbose=verbose)
   except transfer.DownloadError as e:
     raise HubError(f"cannot fetch {path}: {'; '.join(failures + [str(e)])}") from None
   return dest

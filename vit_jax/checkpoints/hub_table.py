@@ -20,6 +20,7 @@ import os
 import re
 from typing import Any, Dict, List
 
+from vit_jax import storage
 from vit_jax.models import zoo
 
 TABLE = os.path.join(os.path.dirname(__file__), "hub_mirrors.json")
@@ -175,14 +176,11 @@ def build(timm) -> Dict[str, Any]:
 
 
 def load() -> Dict[str, Any]:
-  with open(TABLE, encoding="utf-8") as f:
-    return json.load(f)
+  return json.loads(storage.read_text(TABLE))
 
 
 def write(table: Dict[str, Any], path: str = TABLE) -> None:
-  with open(path, "w", encoding="utf-8") as f:
-    json.dump(table, f, indent=1, sort_keys=True)
-    f.write("\n")
+  storage.write_atomic(path, json.dumps(table, indent=1, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Released .npz checkpoints <-> (module, params).
 
-Files are read from local paths or any URL tf.io.gfile understands (gs://...), are
+Files are read from local paths or URLs (gs://, https://) through vit_jax.storage, are
 never unpickled, and are validated key by key against the module they build, so a
 wrong file fails with one line that names the problem instead of producing junk.
 timm and Hugging Face checkpoints (`.safetensors`, `.pth`/`.bin`, model folders) are read
@@ -19,9 +19,9 @@ import ml_dtypes
 import numpy as np
 from flax import traverse_util
 
-from vit_jax import console, errors
+from vit_jax import console, errors, storage
 from vit_jax.checkpoints import class_names as class_names_lib
-from vit_jax.checkpoints import formats, hub, npz_layout, released
+from vit_jax.checkpoints import formats, hub, npz_layout
 from vit_jax.checkpoints.class_names import (  # pylint: disable=unused-import
     read_class_names, read_multi_label)
 from vit_jax.checkpoints.npz_checks import (  # pylint: disable=unused-import
@@ -29,7 +29,6 @@ from vit_jax.checkpoints.npz_checks import (  # pylint: disable=unused-import
     check_image_size, expected_shapes, native_image_size, nonfinite_arrays, side_pair)
 from vit_jax.models import patch_resize, posemb
 from vit_jax.models import vit, zoo
-from vit_jax.runs import fs
 
 POSEMB_KEY = npz_layout.POSEMB
 _DOWNLOAD_HINT = "fetch a released file with: python -m vit_jax.download imagenet21k/ViT-B_16"
@@ -50,27 +49,20 @@ def _directory_hint(path: str) -> str:
 
 
 def _read_bytes(path: str) -> bytes:
-  if not released.has_scheme(path):
-    if not os.path.exists(path):
-      raise FileNotFoundError(f"checkpoint not found: {path} (check the path, or {_DOWNLOAD_HINT})")
-    if os.path.isdir(path):
-      raise CheckpointError(f"{path} is a directory, not an .npz checkpoint: "
-                            f"{_directory_hint(path)}")
-    try:
-      with open(path, "rb") as f:
-        return f.read()
-    except OSError as e:
-      raise CheckpointError(f"cannot read {path}: {e.strerror} (check the path and its "
-                            "permissions)") from None
-  import tensorflow as tf  # only URLs need it; it costs seconds to import.
+  url = storage.is_url(path)
+  if not url and not os.path.exists(path):
+    raise FileNotFoundError(f"checkpoint not found: {path} (check the path, or {_DOWNLOAD_HINT})")
+  if not url and os.path.isdir(path):
+    raise CheckpointError(f"{path} is a directory, not an .npz checkpoint: "
+                          f"{_directory_hint(path)}")
   try:
-    with tf.io.gfile.GFile(path, "rb") as f:
-      return f.read()
-  except tf.errors.NotFoundError:
+    return storage.read_bytes(path)
+  except FileNotFoundError:
     raise FileNotFoundError(f"checkpoint not found: {path} (check the URL)") from None
-  except tf.errors.OpError as e:
-    raise CheckpointError(f"cannot read {path}: {e.message.splitlines()[0]} "
-                          "(check the URL, your network and credentials)") from None
+  except OSError as e:
+    fix = "the URL, your network and credentials" if url else "the path and its permissions"
+    raise CheckpointError(f"cannot read {path}: {e.strerror or str(e).splitlines()[0]} "
+                          f"(check {fix})") from None
 
 
 def _upcast_half_precision(arrays: Dict[str, np.ndarray], path: str) -> Dict[str, np.ndarray]:
@@ -156,10 +148,10 @@ def save_npz(params: Any, path: str, *, class_names: Optional[Sequence[str]] = N
                                                    multi_label)
   path = os.fspath(path)
   if sidecar is not None:  # first: the .npz appearing is what finishes a run
-    fs.write_atomic(class_names_lib.sidecar_path(path), sidecar)
-  fs.write_atomic(path, data)
+    storage.write_atomic(class_names_lib.sidecar_path(path), sidecar)
+  storage.write_atomic(path, data)
   if sidecar is None:  # an earlier file's long list must not be read as this file's
-    fs.remove(class_names_lib.sidecar_path(path))
+    storage.remove(class_names_lib.sidecar_path(path))
 
 
 def _not_square(path: str) -> CheckpointError:
@@ -280,7 +272,7 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
   """Loads a released-format .npz as (module, params).
 
   Args:
-    path: local path or tf.io.gfile URL (gs://vit_models/...) of an .npz; or a local
+    path: local path or URL (gs://my-bucket/run/params.npz) of an .npz; or a local
       timm / Hugging Face `.safetensors` or `.pth`/`.bin` file, or model folder (see
       vit_jax.checkpoints.formats).
     image_size: input side (or (h, w)) to build for; the position embedding is

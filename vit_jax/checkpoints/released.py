@@ -131,9 +131,17 @@ def _https_root() -> str:
   return (host if "://" in host else f"http://{host}").rstrip("/") + "/"
 
 
+def is_public(url: str) -> bool:
+  """Read anonymously over HTTPS: gs://vit_models, and any file on storage.googleapis.com."""
+  return str(url).startswith((BUCKET + "/", _HTTPS_ROOT))
+
+
 def https_url(url: str) -> str:
   """gs://bucket/path -> https://storage.googleapis.com/bucket/path: no gcloud needed
-  ($STORAGE_EMULATOR_HOST, when set, in place of storage.googleapis.com)."""
+  ($STORAGE_EMULATOR_HOST, when set, in place of storage.googleapis.com, also for URLs
+  that name it)."""
+  if url.startswith(_HTTPS_ROOT):
+    return _https_root() + url[len(_HTTPS_ROOT):]
   if not url.startswith("gs://"):
     return url
   return _https_root() + urllib.parse.quote(url[len("gs://"):], safe="/+")

@@ -22,9 +22,8 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
-from vit_jax import console, errors
+from vit_jax import console, errors, storage
 from vit_jax.console import log
-from vit_jax.runs import fs
 
 
 class CheckpointRestoreError(errors.UserError, RuntimeError):
@@ -146,9 +145,9 @@ class Checkpointer:
   """
 
   def __init__(self, workdir: str, *, keep: int = 2):
-    root = workdir if fs.is_url(workdir) else os.path.abspath(workdir)
-    self.directory = fs.join(root, "checkpoints")
-    self.damaged_directory = fs.join(root, "damaged_checkpoints")
+    root = workdir if storage.is_url(workdir) else os.path.abspath(workdir)
+    self.directory = storage.join(root, "checkpoints")
+    self.damaged_directory = storage.join(root, "damaged_checkpoints")
     self._keep = keep
     self._manager: Optional[ocp.CheckpointManager] = None
     self._pending_step = 0  # the step of the save in flight, for error messages
@@ -163,7 +162,7 @@ class Checkpointer:
 
   def all_steps(self) -> List[int]:
     """Steps of the complete checkpoints, oldest first."""
-    if self._manager is None and not fs.isdir(self.directory):
+    if self._manager is None and not storage.isdir(self.directory):
       return []
     return sorted(self._open().all_steps())
 
@@ -216,8 +215,8 @@ class Checkpointer:
     if jax.process_index() == 0:
       stamp = time.strftime("%Y%m%d-%H%M%S")
       for step in steps:  # object stores copy, then delete: a kill leaves both, never none
-        fs.move(fs.join(self.directory, str(step)),
-                fs.join(self.damaged_directory, f"{step}-{stamp}"))
+        storage.move(storage.join(self.directory, str(step)),
+                     storage.join(self.damaged_directory, f"{step}-{stamp}"))
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices("vit_jax: damaged checkpoints set aside")
     self.close()  # the next use re-reads the steps
@@ -242,7 +241,7 @@ class Checkpointer:
   def _check_space(self, step: int, state: Any) -> None:
     """Refuses a save that cannot fit, before orbax fails half-way in a background thread
     (the previous checkpoints stay intact either way)."""
-    free = fs.free_bytes(self.directory)
+    free = storage.free_bytes(self.directory)
     if free is None:  # object stores have no free space to run out of
       return
     needed = _SPACE_MARGIN * sum(x.nbytes for x in jax.tree.leaves(state)) + _SPACE_SLACK_BYTES
@@ -260,13 +259,13 @@ class Checkpointer:
   def _storage_errors_as_one_line(self, step: int):
     try:
       yield
-    except fs.StorageUnavailable:
+    except storage.StorageUnavailable:
       raise
     except Exception as e:  # orbax wraps ENOSPC in ValueError/OSError/XlaRuntimeError
       if any(sign in str(e) for sign in _DISK_FULL_SIGNS):
         raise DiskFullError(self._disk_full_message(step, "No space left on device")) from None
-      if fs.is_url(self.directory) and any(sign in str(e) for sign in _UNREACHABLE_SIGNS):
-        raise fs.unavailable(self.directory, e) from None
+      if storage.is_url(self.directory) and any(sign in str(e) for sign in _UNREACHABLE_SIGNS):
+        raise storage.unavailable(self.directory, e) from None
       raise
 
   def wait(self) -> None:
@@ -285,4 +284,4 @@ class Checkpointer:
     """The store stopped answering: a save in flight cannot finish (tensorstore would
     retry its writes for many minutes), and is never committed, so the previous
     checkpoints are what a rerun resumes from."""
-    return fs.connection_lost(self.directory)
+    return storage.connection_lost(self.directory)

@@ -9,7 +9,7 @@ from typing import List, Tuple
 
 import numpy as np
 
-from vit_jax import errors
+from vit_jax import errors, storage
 from vit_jax.console import log
 from vit_jax.data.splits import CorruptImageError, IndexedSplit
 
@@ -28,7 +28,7 @@ def check_image_file(path: str) -> None:
   naming itself, rather than hours into training."""
   try:
     size = os.path.getsize(path)
-    with open(path, "rb") as f:
+    with storage.open_read(path) as f:
       head = f.read(24)
       f.seek(max(0, size - _TAIL_BYTES))
       tail = f.read()

@@ -10,12 +10,13 @@ not in the folder, images in the folder that the file does not list, corrupt ima
 """
 
 import csv
+import io
 import os
 from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from vit_jax import errors
+from vit_jax import errors, storage
 from vit_jax.data import image_folder
 from vit_jax.data.splits import IndexedSplit
 
@@ -42,8 +43,7 @@ def read_labels_file(split_dir: str) -> Dict[str, List[str]]:
     raise errors.InvalidInput(f"{split_dir} has no {LABELS_FILE}; add one with the header "
                               f"row 'path,labels' and a row per image")
   try:
-    with open(path, newline="", encoding="utf-8") as f:
-      rows = list(csv.reader(f))
+    rows = list(csv.reader(io.StringIO(storage.read_text(path), newline="")))
   except (OSError, UnicodeDecodeError, csv.Error) as e:
     raise errors.InvalidInput(f"cannot read {path}: {e}; write it as UTF-8 CSV") from None
   if not rows or [cell.strip() for cell in rows[0]] != HEADER:

@@ -11,7 +11,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from vit_jax import errors
+from vit_jax import errors, storage
 from vit_jax.data import fingerprint
 from vit_jax.data.splits import IndexedSplit, StreamingSplit, image_and_label
 
@@ -105,7 +105,7 @@ def _download_and_prepare(builder, manual_dir: Optional[str]) -> None:
   import tensorflow_datasets as tfds
   if _instructions(builder):
     manual = os.path.expanduser(manual_dir or _default_manual_dir(builder))
-    if not tf.io.gfile.isdir(manual) or not tf.io.gfile.listdir(manual):  # gs:// too
+    if not storage.isdir(manual) or not storage.listdir(manual):  # gs:// too
       raise FileNotFoundError(
           f"TFDS dataset {builder.name} needs files downloaded by hand: "
           f"{_instructions(builder)} Put them in {manual} (or set config.tfds_manual_dir to "

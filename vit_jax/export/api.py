@@ -106,7 +106,7 @@ def export(checkpoint: str, out: str, *, to: str, image_size: Optional[npz.Image
                                   "float32" if dtype == "float16" else dtype)
   log(f"read {checkpoint}: {source.model_name}, {source.module.num_classes} classes, "
       f"{source.image_size[0]}x{source.image_size[1]} px")
-  with output.staged(out, overwrite) as staging:
+  with output.staged(out) as staging:
     files, signature = fmt.write(source, options, staging)
     inputs, reference = verification_batch(source, options)
     difference = source_lib.relative_difference(fmt.run(staging, inputs), reference)

@@ -8,6 +8,7 @@ from typing import Any, Dict
 
 import jax
 
+from vit_jax import storage
 from vit_jax.export import source as source_lib
 
 FILE = "metadata.json"
@@ -52,6 +53,5 @@ def describe(source: source_lib.Source, *, fmt: str, files: Dict[str, str],
 
 
 def write(metadata: Dict[str, Any], directory: str) -> None:
-  with open(os.path.join(directory, FILE), "w", encoding="utf-8") as f:
-    json.dump(metadata, f, indent=2, ensure_ascii=False)
-    f.write("\n")
+  storage.write_atomic(os.path.join(directory, FILE),
+                       json.dumps(metadata, indent=2, ensure_ascii=False) + "\n")

@@ -10,10 +10,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax import errors
+from vit_jax import errors, storage
 from vit_jax.checkpoints import hub, npz
 from vit_jax.models import vit, zoo
-from vit_jax.runs import fs
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # What StableHLO and SavedModel exports are lowered for (lowering needs no such device);
@@ -127,29 +126,19 @@ def relative_difference(ours: np.ndarray, reference: np.ndarray) -> float:
 
 def sha256(path: str) -> str:
   """Of the file, or of a model folder's files (names and bytes, in sorted order)."""
-  isdir, walk, open_file = _file_functions(path)
   digest = hashlib.sha256()
-  if isdir(path):
-    for root, _, files in sorted(walk(path)):
+  if storage.isdir(path):  # a local model folder: formats reads no other
+    for root, _, files in sorted(os.walk(path)):
       for name in sorted(files):
         digest.update(os.path.relpath(os.path.join(root, name), path).encode() + b"\0")
-        _update(digest, open_file, os.path.join(root, name))
+        _update(digest, os.path.join(root, name))
   else:
-    _update(digest, open_file, path)
+    _update(digest, path)
   return digest.hexdigest()
 
 
-def _file_functions(path: str):
-  """(isdir, walk, open) for `path`: the os module's for local paths, tf.io.gfile's for
-  URLs (gs://, as load_npz reads them), whose import costs seconds."""
-  if not fs.is_url(path):
-    return os.path.isdir, os.walk, open
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  return tf.io.gfile.isdir, tf.io.gfile.walk, tf.io.gfile.GFile
-
-
-def _update(digest, open_file, path: str) -> None:
-  with open_file(path, "rb") as f:
+def _update(digest, path: str) -> None:
+  with storage.open_read(path) as f:
     while chunk := f.read(1 << 22):
       digest.update(chunk)
 
@@ -159,8 +148,7 @@ def imagenet_wordnet_ids() -> List[str]:
   (so they are there offline)."""
   import tensorflow_datasets as tfds
   path = os.path.join(os.path.dirname(tfds.__file__), "datasets", "imagenet2012", "labels.txt")
-  with open(path, encoding="utf-8") as f:
-    return f.read().split()
+  return storage.read_text(path).split()
 
 
 def class_names(source: Source) -> Dict[str, Any]:

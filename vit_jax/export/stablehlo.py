@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vit_jax import storage
 from vit_jax.export import source as source_lib
 
 FILE = "model.stablehlo"
@@ -34,8 +35,7 @@ def write(source: source_lib.Source, options, directory: str) -> Tuple[Dict, Dic
   exported = jax.export.export(jax.jit(source.logits_fn()),
                                platforms=source_lib.PLATFORMS)(
       input_spec(options.batch, source.image_size))
-  with open(os.path.join(directory, FILE), "wb") as f:
-    f.write(exported.serialize())
+  storage.write_atomic(os.path.join(directory, FILE), bytes(exported.serialize()))
   signature = {"inputs": {"images": {"shape": [options.batch, *source.image_size, 3],
                                      "dtype": "float32"}},
                "outputs": {"logits": {"shape": [options.batch, source.module.num_classes],
@@ -46,8 +46,7 @@ def write(source: source_lib.Source, options, directory: str) -> Tuple[Dict, Dic
 
 
 def load(directory: str) -> jax.export.Exported:
-  with open(os.path.join(directory, FILE), "rb") as f:
-    return jax.export.deserialize(bytearray(f.read()))
+  return jax.export.deserialize(bytearray(storage.read_bytes(os.path.join(directory, FILE))))
 
 
 def run(directory: str, images: np.ndarray) -> np.ndarray:

@@ -19,6 +19,7 @@ import tensorflow as tf
 from ai_edge_litert import __version__ as litert_version
 from ai_edge_litert.interpreter import Interpreter
 
+from vit_jax import storage
 from vit_jax.export import saved_model
 from vit_jax.export import source as source_lib
 
@@ -53,8 +54,8 @@ def convert(source: source_lib.Source, batch: int, float16_weights: bool) -> byt
 
 
 def write(source: source_lib.Source, options, directory: str) -> Tuple[Dict, Dict[str, Any]]:
-  with open(os.path.join(directory, FILE), "wb") as f:
-    f.write(convert(source, options.batch, options.dtype == "float16"))
+  storage.write_atomic(os.path.join(directory, FILE),
+                       convert(source, options.batch, options.dtype == "float16"))
   classes = source.module.num_classes
   signature = {"name": saved_model.SIGNATURE,
                "inputs": {"images": {"shape": [options.batch, *source.image_size, 3],

@@ -27,9 +27,8 @@ import ml_collections
 import numpy as np
 from flax import traverse_util
 
-from vit_jax import errors, param_groups
+from vit_jax import errors, param_groups, storage
 from vit_jax.models import vit
-from vit_jax.runs import fs
 
 A, B = "lora_a", "lora_b"
 ADAPTERS = "adapters.npz"
@@ -236,4 +235,4 @@ def class_names(adapters: Flat):
 def save_adapters(adapters: Flat, path: str) -> None:
   buffer = io.BytesIO()
   np.savez(buffer, **adapters)
-  fs.write_atomic(path, buffer.getvalue())
+  storage.write_atomic(path, buffer.getvalue())

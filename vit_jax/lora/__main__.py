@@ -8,9 +8,8 @@ adapters.npz, bit for bit (see vit_jax.lora.merge).
 from absl import flags
 from flax import traverse_util
 
-from vit_jax import cli, errors, lora
+from vit_jax import cli, errors, lora, no_clobber
 from vit_jax.checkpoints import hub, npz
-from vit_jax.runs import outputs
 
 FLAGS = flags.FLAGS
 
@@ -21,7 +20,7 @@ def main(argv, flag_values=FLAGS):
     raise cli.UsageError("pass BASE, ADAPTERS and OUT, e.g. python -m vit_jax.lora "
                          "ViT-B_16 workdir/adapters.npz merged.npz")
   base, adapters, out = hub.resolve(argv[1]), argv[2], argv[3]
-  outputs.claim_output_file(out, "lora", flag_values.overwrite)
+  no_clobber.claim_output_file(out, "lora", flag_values.overwrite)
   arrays = npz.read_npz(adapters)
   if lora.SETTINGS not in arrays:
     raise errors.InvalidInput(f"{adapters} holds no {lora.SETTINGS}: pass the adapters.npz "
@@ -34,7 +33,7 @@ def main(argv, flag_values=FLAGS):
 
 def define_flags(flag_values=flags.FLAGS) -> None:
   """The command's flags; not defined on import, so importers' flags stay their own."""
-  flags.DEFINE_boolean("overwrite", False, outputs.OVERWRITE_HELP, flag_values=flag_values)
+  flags.DEFINE_boolean("overwrite", False, no_clobber.OVERWRITE_HELP, flag_values=flag_values)
 
 
 if __name__ == "__main__":

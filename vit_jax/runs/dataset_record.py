@@ -16,10 +16,9 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Sequence
 
-from vit_jax import errors
+from vit_jax import errors, storage
 from vit_jax.console import log
 from vit_jax.data import fingerprint
-from vit_jax.runs import fs
 
 RECORD = "dataset.json"
 _SHOWN = 4  # changes listed in the one-line error
@@ -52,18 +51,18 @@ def describe(config, info, fingerprints: Dict[str, Any]) -> Dict[str, Any]:
 
 def read(workdir: str) -> Optional[Dict[str, Any]]:
   """The workdir's record; None if it has none (a run from before records existed)."""
-  path = fs.join(workdir, RECORD)
-  if not fs.exists(path):
+  path = storage.join(workdir, RECORD)
+  if not storage.exists(path):
     return None
   try:
-    return json.loads(fs.read_text(path))
+    return json.loads(storage.read_text(path))
   except ValueError:
     raise errors.InvalidInput(f"{path} is damaged (not JSON): restore it from a backup, or "
                               "delete it to resume without checking the class list") from None
 
 
 def write(workdir: str, record: Dict[str, Any]) -> None:
-  fs.write_atomic(fs.join(workdir, RECORD), json.dumps(record, indent=2, sort_keys=True))
+  storage.write_atomic(storage.join(workdir, RECORD), json.dumps(record, indent=2, sort_keys=True))
 
 
 def _names(names: Sequence[str]) -> str:

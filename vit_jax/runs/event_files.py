@@ -4,7 +4,7 @@ TensorFlow's summary writer appends to one event file, which an object store can
 imitate by uploading the whole file again at every flush (a cost that grows with the run),
 and it goes through tf.io.gfile, whose GCS client cannot be pointed at any other endpoint
 (so no test could see it). Here every write becomes its own small event file, uploaded
-once through runs/fs.py: TensorBoard reads all `events.out.tfevents.*` files of a folder
+once through runs/storage.py: TensorBoard reads all `events.out.tfevents.*` files of a folder
 in name order, so the sequence numbers keep the steps in order. Local workdirs keep clu's
 TensorFlow writer.
 """
@@ -19,7 +19,7 @@ from typing import Any, Mapping
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer import record_writer
 
-from vit_jax.runs import fs
+from vit_jax import storage
 from vit_jax.runs.scalar_writer import ScalarWriter
 
 _WRITERS = itertools.count()
@@ -45,8 +45,8 @@ class SegmentedEventWriter(ScalarWriter):
     for event in events:
       records.write(event.SerializeToString())
     self._sequence += 1
-    fs.write_atomic(fs.join(self._logdir, f"{self._prefix}.{self._sequence:06d}.v2"),
-                    buffer.getvalue())
+    storage.write_atomic(storage.join(self._logdir, f"{self._prefix}.{self._sequence:06d}.v2"),
+                         buffer.getvalue())
 
   def write_scalars(self, step: int, scalars: Mapping[str, Any]):
     values = [summary_pb2.Summary.Value(tag=name, simple_value=float(value))

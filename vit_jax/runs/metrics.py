@@ -12,8 +12,9 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from clu import metric_writers
 
+from vit_jax import storage
 from vit_jax.console import log
-from vit_jax.runs import event_files, fs, outputs
+from vit_jax.runs import event_files, outputs
 from vit_jax.runs.scalar_writer import ScalarWriter
 
 
@@ -30,21 +31,23 @@ def _step_of(line: str) -> Optional[int]:
 
 
 def _lines(path: str) -> List[str]:
-  return [line for line in fs.read_text(path).splitlines() if line.strip()] if fs.exists(
-      path) else []
+  if not storage.exists(path):
+    return []
+  return [line for line in storage.read_text(path).splitlines() if line.strip()]
 
 
 def _part_paths(workdir: str) -> List[str]:
-  return [fs.join(workdir, PARTS, name) for name in fs.listdir(fs.join(workdir, PARTS))]
+  folder = storage.join(workdir, PARTS)
+  return [storage.join(folder, name) for name in storage.listdir(folder)]
 
 
 def _all_lines(workdir: str) -> Tuple[List[str], List[str]]:
   """(every row line in step order, the part objects they came from). Parts at or below
   the last step of metrics.jsonl were already merged into it (by a close that was
   interrupted before deleting them) and are skipped."""
-  lines = _lines(fs.join(workdir, METRICS))
+  lines = _lines(storage.join(workdir, METRICS))
   merged_up_to = max((s for s in map(_step_of, lines) if s is not None), default=-1)
-  parts = _part_paths(workdir) if fs.is_url(workdir) else []
+  parts = _part_paths(workdir) if storage.is_url(workdir) else []
   for part in parts:  # names sort by step, then by write order
     lines += [line for line in _lines(part) if (_step_of(line) or 0) > merged_up_to]
   return lines, parts
@@ -57,9 +60,9 @@ def read_rows(workdir: str) -> List[Dict[str, Any]]:
 
 
 def _rewrite(workdir: str, lines: List[str], parts: List[str]) -> None:
-  fs.write_atomic(fs.join(workdir, METRICS), "".join(line + "\n" for line in lines))
+  storage.write_atomic(storage.join(workdir, METRICS), "".join(line + "\n" for line in lines))
   for part in parts:  # after the merged file is complete: a kill in between loses nothing
-    fs.remove(part)
+    storage.remove(part)
 
 
 def supersede_rows_after(workdir: str, step: Optional[int]) -> None:
@@ -75,8 +78,8 @@ def supersede_rows_after(workdir: str, step: Optional[int]) -> None:
   if not moved and not parts:
     return
   if moved:
-    superseded = fs.join(workdir, SUPERSEDED)
-    fs.write_atomic(superseded, "".join(line + "\n" for line in _lines(superseded) + moved))
+    superseded = storage.join(workdir, SUPERSEDED)
+    storage.write_atomic(superseded, "".join(line + "\n" for line in _lines(superseded) + moved))
     log.info("moved %d metrics.jsonl row(s) past step %d (from before the restart) to %s",
              len(moved), step or 0, superseded)
   _rewrite(workdir, keep, parts)
@@ -92,7 +95,8 @@ class JsonlWriter(ScalarWriter):
 
   def __init__(self, workdir: str):
     self._workdir = workdir
-    self._file = None if fs.is_url(workdir) else fs.open_append(fs.join(workdir, METRICS))
+    self._file = (None if storage.is_url(workdir)
+                  else storage.open_append(storage.join(workdir, METRICS)))
     self._sequence = 0
 
   def _write(self, step: int, values: Mapping[str, Any]) -> None:
@@ -102,8 +106,8 @@ class JsonlWriter(ScalarWriter):
       self._file.flush()
       return
     self._sequence += 1
-    fs.write_atomic(fs.join(self._workdir, PARTS, f"{int(step):010d}-{self._sequence:06d}.jsonl"),
-                    line)
+    name = f"{int(step):010d}-{self._sequence:06d}.jsonl"
+    storage.write_atomic(storage.join(self._workdir, PARTS, name), line)
   def write_scalars(self, step, scalars):
     self._write(step, {name: float(value) for name, value in scalars.items()})
 
@@ -132,9 +136,9 @@ def create_writer(workdir: str, *, is_main_process: bool,
   supersede_rows_after."""
   if not is_main_process:
     return metric_writers.MultiWriter([])
-  fs.makedirs(workdir)
+  storage.makedirs(workdir)
   supersede_rows_after(workdir, resume_step)
-  if fs.is_url(workdir):
+  if storage.is_url(workdir):
     tensorboard = metric_writers.MultiWriter([metric_writers.LoggingWriter(),
                                               event_files.SegmentedEventWriter(workdir)])
   else:
@@ -208,8 +212,8 @@ def final_summary(*, workdir: str, steps: tuple, seconds: float, img_per_sec: Op
       *[f"    {name}: accuracy {eval_metrics[f'eval/{name}/accuracy']:.4f} on "
         f"{int(eval_metrics[f'eval/{name}/examples'])} examples"
         for name in _eval_set_names(eval_metrics)],
-      f"  params:      {fs.join(workdir, outputs.PARAMS)}",
-      f"  metrics:     {fs.join(workdir, METRICS)} (final: {outputs.FINAL_METRICS})",
+      f"  params:      {storage.join(workdir, outputs.PARAMS)}",
+      f"  metrics:     {storage.join(workdir, METRICS)} (final: {outputs.FINAL_METRICS})",
       f"  tensorboard: tensorboard --logdir={shlex.quote(workdir)}",
       f"  checkpoints: {checkpoint_dir} (steps "
       f"{', '.join(map(str, checkpoint_steps))})",

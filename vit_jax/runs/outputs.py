@@ -1,22 +1,11 @@
 """The files a run leaves in its workdir besides checkpoints and metrics: config.json,
 parameters.txt, and at the end params.npz and final_metrics.json (which also tell a rerun
-that the run has finished), each written whole and atomically (runs/fs.py), so a kill never
-leaves a truncated file that a rerun would then fail to read; and the no-clobber rule of
-every command that writes a folder or a file the user names (convert, visualize --out,
-fewshot --json, vtab, export).
-
-No clobbering: a writer creates a new folder, or writes into an empty one or one that holds
-its own marker (MARKER, {"written_by": "vit_jax.<kind>"}) from an earlier run of the same
-command; anything else (a training workdir, someone's model folder, another command's
-output) is refused in one line unless the user passes --overwrite. A destination file is
-written if absent, or over a JSON file stamped with the same "written_by", else refused
-the same way. A path below an existing file is refused in one line, not as [Errno 17].
-"""
+that the run has finished), each written whole and atomically (vit_jax/storage.py), so a
+kill never leaves a truncated file that a rerun would then fail to read."""
 
 import dataclasses
 import json
-import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -24,15 +13,11 @@ import numpy as np
 from clu import parameter_overview
 from flax import traverse_util
 
-from vit_jax import errors
+from vit_jax import storage
 from vit_jax.checkpoints import npz
-from vit_jax.runs import fs
 from vit_jax.console import log
 
 PARAMS = "params.npz"
-MARKER = ".vit_jax-output.json"
-OVERWRITE_HELP = ("Write into an existing folder, or over an existing file, that this "
-                  "command did not create (refused by default: nothing is clobbered).")
 FINAL_METRICS = "final_metrics.json"
 CONFIG = "config.json"
 PARAMETER_TABLE = "parameters.txt"
@@ -41,11 +26,11 @@ PARAMETER_TABLE = "parameters.txt"
 def finished_results(workdir: str, latest_step: Optional[int],
                      total_steps: int) -> Optional[Dict[str, float]]:
   """The final metrics of a run that already completed in `workdir`, else None."""
-  final = fs.join(workdir, FINAL_METRICS)
-  if (latest_step is None or latest_step < total_steps or not fs.exists(final)
-      or not fs.exists(fs.join(workdir, PARAMS))):
+  final = storage.join(workdir, FINAL_METRICS)
+  if (latest_step is None or latest_step < total_steps or not storage.exists(final)
+      or not storage.exists(storage.join(workdir, PARAMS))):
     return None
-  return json.loads(fs.read_text(final))
+  return json.loads(storage.read_text(final))
 
 
 def changed_keys(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list:
@@ -63,10 +48,10 @@ def changed_keys(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "
 def changed_since_start(config, workdir: str) -> list:
   """Dotted names of the config entries that differ from the run's config.json (none when
   it has none)."""
-  path = fs.join(workdir, CONFIG)
-  if not fs.exists(path):
+  path = storage.join(workdir, CONFIG)
+  if not storage.exists(path):
     return []
-  return changed_keys(json.loads(fs.read_text(path)),
+  return changed_keys(json.loads(storage.read_text(path)),
                       json.loads(config.to_json_best_effort(indent=2, sort_keys=True)))
 
 
@@ -74,15 +59,15 @@ def save_config(config, workdir: str, resume_step: Optional[int]) -> None:
   """config.json at the start; a resumed run with changed settings keeps it and writes
   config.resumed-<step>.json next to it, naming the changes."""
   text = config.to_json_best_effort(indent=2, sort_keys=True)
-  path = fs.join(workdir, CONFIG)
-  if resume_step is not None and fs.exists(path):
+  path = storage.join(workdir, CONFIG)
+  if resume_step is not None and storage.exists(path):
     changed = changed_since_start(config, workdir)
     if not changed:
       return
-    path = fs.join(workdir, f"config.resumed-{resume_step}.json")
+    path = storage.join(workdir, f"config.resumed-{resume_step}.json")
     log.warning("resuming with changed settings (%s); the original %s is kept, this run's "
                 "config is in %s", ", ".join(changed), CONFIG, path)
-  fs.write_atomic(path, text)
+  storage.write_atomic(path, text)
 
 
 def write_parameter_table(params, workdir: str,
@@ -95,7 +80,8 @@ def write_parameter_table(params, workdir: str,
   rows = [row_type(name, value.shape, int(np.prod(value.shape)), float(jnp.mean(value)),
                    float(jnp.std(value)), *(column[name] for column in columns.values()))
           for name, value in traverse_util.flatten_dict(params, sep="/").items()]
-  fs.write_atomic(fs.join(workdir, PARAMETER_TABLE), parameter_overview.make_table(rows) + "\n")
+  storage.write_atomic(storage.join(workdir, PARAMETER_TABLE),
+                       parameter_overview.make_table(rows) + "\n")
   return sum(int(np.prod(p.shape)) for p in jax.tree.leaves(params))
 
 
@@ -103,87 +89,6 @@ def write_final(params: Any, eval_metrics: Dict[str, Any], workdir: str,
                 class_names: Optional[Sequence[str]] = None, multi_label: bool = False) -> None:
   """params.npz (released layout, with the head's class names and multi-label flag when
   given) and final_metrics.json, each atomic, written last."""
-  npz.save_npz(params, fs.join(workdir, PARAMS), class_names=class_names,
+  npz.save_npz(params, storage.join(workdir, PARAMS), class_names=class_names,
                multi_label=multi_label)
-  fs.write_atomic(fs.join(workdir, FINAL_METRICS), json.dumps(eval_metrics, indent=2))
-
-
-class OutputExistsError(errors.InvalidInput):
-  """A destination that holds something this command did not write; one line naming the
-  path, what is there and --overwrite."""
-
-
-def written_by(kind: str) -> Dict[str, str]:
-  """The stamp a writer of `kind` ("convert", "fewshot", ...) puts in its marker or JSON."""
-  return {"written_by": f"vit_jax.{kind}"}
-
-
-def _stamp_of(path: str) -> Optional[str]:
-  """The "written_by" of a JSON file (a marker, a result file); None for anything else."""
-  try:
-    if not fs.isfile(path) or (not fs.is_url(path) and os.path.getsize(path) > 1 << 20):
-      return None  # no stamp of ours is that large
-    value = json.loads(fs.read_bytes(path))
-  except (OSError, ValueError):
-    return None
-  return value.get("written_by") if isinstance(value, dict) else None
-
-
-def _check_parents(path: str) -> None:
-  """A path under an existing file cannot be created: say so instead of [Errno 17]/[20]
-  (object stores have no such paths)."""
-  if fs.is_url(path):
-    return
-  parent = os.path.dirname(os.path.abspath(path))
-  while not os.path.exists(parent) and os.path.dirname(parent) != parent:
-    parent = os.path.dirname(parent)
-  if not os.path.isdir(parent):
-    raise OutputExistsError(f"cannot write {path}: {parent} is a file, not a folder; pick "
-                            "another path")
-
-
-def _listing(names: List[str]) -> str:
-  names = sorted(names)
-  return ", ".join(names[:3]) + (f" (+{len(names) - 3} more)" if len(names) > 3 else "")
-
-
-def check_output_dir(path: str, kind: str, overwrite: bool = False) -> None:
-  """Raises OutputExistsError unless `path` is new, empty, our `kind`'s earlier output, or
-  `overwrite`; writes nothing (call it before slow work, then claim_output_dir)."""
-  path = os.fspath(path)
-  _check_parents(path)
-  if fs.isfile(path):
-    raise OutputExistsError(f"{path} is a file, not a folder: name a new folder for the "
-                            f"output of vit_jax.{kind}")
-  if overwrite:
-    return
-  entries = [name for name in fs.listdir(path) if name != MARKER]
-  owner = _stamp_of(fs.join(path, MARKER))
-  if entries and owner != written_by(kind)["written_by"]:
-    what = f"the output of {owner}" if owner else f"files it did not write ({_listing(entries)})"
-    raise OutputExistsError(f"{path} already holds {what}: name a new folder for vit_jax.{kind}"
-                            ", or pass --overwrite to write into it")
-
-
-def claim_output_dir(path: str, kind: str, overwrite: bool = False) -> str:
-  """The folder `path`, created if missing and marked as `kind`'s output, after
-  check_output_dir; returns the path."""
-  check_output_dir(path, kind, overwrite)
-  path = os.fspath(path)
-  fs.makedirs(path)
-  marker = fs.join(path, MARKER)
-  if _stamp_of(marker) != written_by(kind)["written_by"]:
-    fs.write_atomic(marker, json.dumps(written_by(kind)))
-  return path
-
-
-def claim_output_file(path: str, kind: str, overwrite: bool = False) -> None:
-  """Raises OutputExistsError unless the file `path` is absent, a JSON file stamped
-  written_by(kind) (write yours with that stamp), or `overwrite`."""
-  path = os.fspath(path)
-  _check_parents(path)
-  if fs.isdir(path):
-    raise OutputExistsError(f"{path} is a folder, not a file: name the file to write")
-  if fs.exists(path) and not overwrite and _stamp_of(path) != written_by(kind)["written_by"]:
-    raise OutputExistsError(f"{path} already exists and vit_jax.{kind} did not write it: "
-                            "name a new file, or pass --overwrite to replace it")
+  storage.write_atomic(storage.join(workdir, FINAL_METRICS), json.dumps(eval_metrics, indent=2))

@@ -25,16 +25,16 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import ml_collections
 
-from vit_jax import config_defaults, errors
+from vit_jax import config_defaults, errors, no_clobber, storage
 from vit_jax.checkpoints import hub, npz
 from vit_jax.console import log
 from vit_jax.data import vtab as tasks_lib
 from vit_jax.models import zoo
 from vit_jax.objectives import classification
-from vit_jax.runs import fs, outputs
+from vit_jax.runs import outputs
 from vit_jax.runs import workdir as workdir_lib
 
-KIND = "vtab"  # the writer's name in WORKDIR's no-clobber marker (vit_jax.runs.outputs)
+KIND = "vtab"  # the writer's name in WORKDIR's no-clobber marker (vit_jax.no_clobber)
 SWEEP_LRS = (0.001, 0.01)
 SWEEP_STEPS = (500, 2_500)  # the two schedules: BiT's HyperRule length and the paper's
 SELECTIONS = ("task", "mean")  # best setting per task | one setting, best mean (paper)
@@ -179,14 +179,14 @@ def task_config(base: ml_collections.ConfigDict, run: TaskRun, *, checkpoint: st
 
 def _read_json(path: str) -> Optional[dict]:
   try:
-    return json.loads(fs.read_text(path))
+    return json.loads(storage.read_text(path))
   except (OSError, ValueError):
     return None
 
 
 def changed_settings(workdir: str, config: ml_collections.ConfigDict) -> Optional[List[str]]:
   """The config keys in which the run in `workdir` differs from `config` (None: no run)."""
-  saved = _read_json(fs.join(workdir, outputs.CONFIG))
+  saved = _read_json(storage.join(workdir, outputs.CONFIG))
   if saved is None:
     return None
   return outputs.changed_keys(saved, json.loads(config.to_json_best_effort(sort_keys=True)))
@@ -195,8 +195,8 @@ def changed_settings(workdir: str, config: ml_collections.ConfigDict) -> Optiona
 def finished_metrics(workdir: str) -> Optional[dict]:
   """The final metrics of a run that finished in `workdir` (its settings are checked
   separately, see changed_settings)."""
-  final = _read_json(fs.join(workdir, outputs.FINAL_METRICS))
-  if final is None or not fs.exists(fs.join(workdir, outputs.PARAMS)):
+  final = _read_json(storage.join(workdir, outputs.FINAL_METRICS))
+  if final is None or not storage.exists(storage.join(workdir, outputs.PARAMS)):
     return None
   return final
 
@@ -207,12 +207,12 @@ def set_aside(workdir: str) -> str:
   that run's results, or resume it, under other settings. Nothing is deleted; a live run
   in the folder (its lock) is refused."""
   with workdir_lib.WorkdirLock(workdir):
-    parent = fs.join(workdir, SUPERSEDED)
-    dest = fs.join(parent, str(len(fs.listdir(parent)) + 1))
-    fs.makedirs(dest)
-    for name in fs.listdir(workdir):
+    parent = storage.join(workdir, SUPERSEDED)
+    dest = storage.join(parent, str(len(storage.listdir(parent)) + 1))
+    storage.makedirs(dest)
+    for name in storage.listdir(workdir):
       if name not in (SWEEP_DIR, SUPERSEDED, workdir_lib.LOCK_NAME):
-        fs.move(fs.join(workdir, name), fs.join(dest, name))
+        storage.move(storage.join(workdir, name), storage.join(dest, name))
   return dest
 
 
@@ -351,13 +351,13 @@ def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, chec
   """Fine-tunes and evaluates every task of `specs`; writes WORKDIR/vtab.json and
   vtab.md and returns the report. `sweep` = (lrs, steps) runs the model selection first.
   `overrides` are the user's --config.KEY values, applied last to every run. WORKDIR must
-  be new, empty or an earlier VTAB run's, unless overwrite (see vit_jax.runs.outputs)."""
+  be new, empty or an earlier VTAB run's, unless overwrite (see vit_jax.no_clobber)."""
   overrides = dict(overrides or {})
   check_overrides(overrides, sweep is not None)
   if select not in SELECTIONS:
     raise errors.InvalidInput(f"unknown selection {select!r}; use one of {', '.join(SELECTIONS)}")
   runs = resolve_tasks(specs)
-  outputs.claim_output_dir(workdir, KIND, overwrite)
+  no_clobber.claim_output_dir(workdir, KIND, overwrite)
   runner = Runner(base, checkpoint, workdir, overrides, model_settings(checkpoint), train_fn)
   log.info("VTAB-1k: %d task(s) from %s in %s%s", len(runs), checkpoint, workdir,
            " with the lr/schedule sweep" if sweep else "")
@@ -371,7 +371,7 @@ def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, chec
       val[run.name] = {}
       for lr, steps in grid:
         name = setting_name(lr, steps)
-        result, _ = runner(run, fs.join(workdir, run.name, SWEEP_DIR, name), lr=lr,
+        result, _ = runner(run, storage.join(workdir, run.name, SWEEP_DIR, name), lr=lr,
                            steps=steps, splits=("train800", "val200"), what=f"sweep {name}")
         val[run.name][name] = result["eval/accuracy"]
     by_name = {setting_name(lr, steps): (lr, steps) for lr, steps in grid}
@@ -383,12 +383,12 @@ def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, chec
   for i, run in enumerate(runs, 1):
     lr, steps = chosen[run.name]
     log.info("task %d of %d: %s (%s)", i, len(runs), run.name, run.group)
-    result, config = runner(run, fs.join(workdir, run.name), lr=lr, steps=steps,
+    result, config = runner(run, storage.join(workdir, run.name), lr=lr, steps=steps,
                             splits=tasks_lib.DEFAULT_SPLITS, what="final run")
     results[run.name] = {"group": run.group, "dataset": run.dataset, **_top1(result),
                          **tasks_lib.task_version(run.dataset, config.tfds_data_dir),
                          "base_lr": config.base_lr, "total_steps": config.total_steps,
-                         "workdir": fs.join(workdir, run.name)}
+                         "workdir": storage.join(workdir, run.name)}
     if sweep is not None:
       results[run.name]["val200"] = val[run.name]
   report = {"checkpoint": checkpoint,
@@ -400,5 +400,5 @@ def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, chec
 
 
 def write_report(report: Mapping[str, Any], workdir: str) -> None:
-  fs.write_atomic(fs.join(workdir, REPORT_JSON), json.dumps(report, indent=2))
-  fs.write_atomic(fs.join(workdir, REPORT_MD), format_table(report))
+  storage.write_atomic(storage.join(workdir, REPORT_JSON), json.dumps(report, indent=2))
+  storage.write_atomic(storage.join(workdir, REPORT_MD), format_table(report))

@@ -10,7 +10,7 @@ run takes it over:
   * another host: stale when its heartbeat (the file's mtime, touched every
     HEARTBEAT_S by the holder) is older than STALE_AFTER_S.
 The workdir may be a local path or an object-store URL (gs://): everything here goes
-through runs/fs.py. On GCS the lock is created with the precondition "no live object"
+through runs/storage.py. On GCS the lock is created with the precondition "no live object"
 and a stale one is deleted only at the generation that was judged stale, so of two runs
 racing for it exactly one wins, as with O_EXCL and rename on a local disk.
 """
@@ -27,9 +27,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from vit_jax.runs import fs
-
-from vit_jax import errors
+from vit_jax import errors, storage
 
 LOCK_NAME = "run.lock"
 HEARTBEAT_S = 15.0
@@ -51,13 +49,13 @@ def _prepare_url(workdir: str) -> bool:
   the workdir is not an object. Writability shows when the lock is created."""
   bucket = "/".join(workdir.split("/")[:3])  # gs://BUCKET
   try:
-    if not fs.exists(bucket):
+    if not storage.exists(bucket):
       raise WorkdirError(f"--workdir={workdir}: the bucket {bucket} does not exist (or this "
                          "account cannot see it): create it or fix the name")
-    if fs.isfile(workdir):
+    if storage.isfile(workdir):
       raise WorkdirError(f"--workdir={workdir} is an object, not a folder: pass a prefix "
                          "that holds no object of that name")
-    return not fs.isdir(workdir)
+    return not storage.isdir(workdir)
   except (OSError, ValueError) as e:  # auth, unknown bucket, unreachable endpoint
     raise WorkdirError(f"cannot use --workdir={workdir}: {' '.join(str(e).split())[:300]}; "
                        "check the bucket name and your credentials (gcloud auth "
@@ -69,7 +67,7 @@ def prepare(workdir: str) -> bool:
 
   Returns whether it was created (so a run that fails early can remove it again).
   """
-  if fs.is_url(workdir):
+  if storage.is_url(workdir):
     return _prepare_url(workdir)
   path_max = os.pathconf("/", "PC_PATH_MAX")
   if len(os.fsencode(os.path.abspath(workdir))) + LONGEST_INSIDE > path_max:
@@ -93,7 +91,7 @@ def prepare(workdir: str) -> bool:
 
 def remove_if_empty(workdir: str) -> None:
   """Undoes prepare() for a run that failed before writing anything."""
-  fs.remove_empty_dir(workdir)
+  storage.remove_empty_dir(workdir)
 
 
 def _process_start_time(pid: int) -> Optional[float]:
@@ -114,16 +112,6 @@ def _boot_time() -> Optional[float]:
     return None
 
 
-def pid_alive(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:  # another user's live process
-    return True
-  return True
-
-
 def _readable(holder: dict) -> bool:
   return "host" in holder and "pid" in holder
 
@@ -141,7 +129,7 @@ class WorkdirLock:
   """Exclusive use of a workdir by one job; `release()` (or the context) gives it back."""
 
   def __init__(self, workdir: str):
-    self.path = fs.join(workdir, LOCK_NAME)
+    self.path = storage.join(workdir, LOCK_NAME)
     self.workdir = workdir
     self._stop = threading.Event()
     self._heartbeat: Optional[threading.Thread] = None
@@ -150,10 +138,10 @@ class WorkdirLock:
   def _holder(self) -> Optional[dict]:
     """The lock's record plus its heartbeat time (None: no lock); `generation` on GCS."""
     try:
-      version = fs.generation(self.path)
-      heartbeat = fs.modified_time(self.path)
+      version = storage.generation(self.path)
+      heartbeat = storage.modified_time(self.path)
       try:
-        holder = json.loads(fs.read_text(self.path))
+        holder = json.loads(storage.read_text(self.path))
       except ValueError:  # half-written by a holder killed while creating it (local)
         holder = {}
     except FileNotFoundError:
@@ -168,7 +156,7 @@ class WorkdirLock:
       return now - holder.get("heartbeat", 0) > UNREADABLE_AFTER_S
     if holder.get("host") == socket.gethostname():
       pid = int(holder["pid"])
-      if not pid_alive(pid):
+      if not storage.pid_alive(pid):
         return True
       start, boot = _process_start_time(pid), _boot_time()
       if start is not None and boot is not None and "started" in holder:
@@ -181,7 +169,7 @@ class WorkdirLock:
     record = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
                          "started": time.time()})
     for _ in range(3):
-      if not fs.create_exclusive(self.path, record):
+      if not storage.create_exclusive(self.path, record):
         holder = self._holder()
         if holder is None:
           continue  # released meanwhile
@@ -204,20 +192,20 @@ class WorkdirLock:
     for it only one removal takes effect (local: a rename; GCS: a delete conditional on
     the stale generation), and only one create then succeeds."""
     if holder.get("generation") is not None:
-      fs.remove_generation(self.path, holder["generation"])
+      storage.remove_generation(self.path, holder["generation"])
       return
     aside = f"{self.path}.stale-{os.getpid()}"
     try:
-      fs.move(self.path, aside)
+      storage.move(self.path, aside)
     except FileNotFoundError:
       return
-    fs.remove(aside)
+    storage.remove(aside)
 
   def _beat(self) -> None:
     while not self._stop.wait(HEARTBEAT_S):
       try:
         if self._is_ours(self._holder()):  # never renew a lock another run took over
-          fs.touch(self.path)
+          storage.touch(self.path)
       except OSError:
         pass
 
@@ -231,12 +219,12 @@ class WorkdirLock:
     if not self._held:
       return
     self._stop.set()
-    if not fs.connection_lost(self.path):  # else a beat may be in the client's retries
+    if not storage.connection_lost(self.path):  # else a beat may be in the client's retries
       self._heartbeat.join()               # (~30 s), and the removal below fails at once
     self._held = False
     try:
       if self._is_ours(self._holder()):
-        fs.remove(self.path)
+        storage.remove(self.path)
     except OSError:  # the store went away: the lock expires (same host: at once, its pid is
       pass           # gone; other hosts: after STALE_AFTER_S), the error that ended the run shows
 
@@ -250,7 +238,7 @@ class WorkdirLock:
 def check_outside(workdir: str, dataset: str) -> None:
   """A workdir inside an image folder's tree would be read as a class of images (and was
   blamed as a class folder without images): refused before anything is created."""
-  if fs.is_url(workdir) or not isinstance(dataset, str) or not os.path.isdir(dataset):
+  if storage.is_url(workdir) or not isinstance(dataset, str) or not os.path.isdir(dataset):
     return
   root = os.path.realpath(dataset)
   if os.path.commonpath([root, os.path.realpath(workdir)]) == root:

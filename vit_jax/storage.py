@@ -1,26 +1,25 @@
-"""The run's own files, on a local disk or an object store (`gs://...`), through one API.
-
-Every module that writes into a workdir or an output folder goes through here, so the same
-guarantees hold wherever the run writes:
-  * `write_atomic(path, data)` replaces a whole file at once: readers see the old file or
-    the new one, never a truncated mix (local: a temporary file in the same folder, fsync,
-    rename; object stores: one upload, which the store publishes only when complete);
+"""Every read and write of a file or URL in vit_jax, local or remote, through one API, so
+the same guarantees hold wherever a file lives:
+  * `write_atomic` / `atomic_file` replace a whole file at once: readers see the old file
+    or the new one, never a truncated mix (local: a temporary file in the same folder,
+    fsync, rename; object stores: one upload, which the store publishes only complete);
   * `create_exclusive(path, data)` creates a file only if it does not exist yet (local:
     O_EXCL; GCS: an upload with the precondition "generation 0", i.e. no live object);
   * directories exist implicitly on object stores: `makedirs` is a no-op there and
     `isdir` means "some object lies under this prefix".
-
-URLs go through fsspec (`gcsfs` for gs://, and any other protocol fsspec knows), not
-`tf.io.gfile`: TensorFlow's GCS client cannot be pointed at another endpoint, gcsfs honours
-STORAGE_EMULATOR_HOST, so what the tests run against the emulator is the production path.
+URLs go through fsspec (gcsfs for gs://, aiohttp for http(s)://, any protocol it knows),
+not tf.io.gfile: TensorFlow's GCS client cannot be pointed at another endpoint, gcsfs
+honours STORAGE_EMULATOR_HOST, so what the tests run against the emulator is the
+production path (tests/test_storage.py checks that nothing else opens files).
 """
 
+import contextlib
 import functools
 import logging
 import os
 import shutil
 import tempfile
-from typing import Callable, Dict, List, Optional, TypeVar, Union
+from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, TypeVar, Union
 
 import fsspec
 
@@ -34,6 +33,8 @@ for _protocol in ("gs", "gcs"):
   fsspec.config.conf.setdefault(_protocol, {}).setdefault("use_listings_cache", False)
 
 Data = Union[str, bytes]
+HTTP = ("http", "https")
+TIMEOUT_S = 60
 F = TypeVar("F", bound=Callable)
 _ANSWERS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError,
             PermissionError)  # what the store said, as opposed to not answering at all
@@ -58,7 +59,7 @@ def _store_errors(function: F) -> F:
       return function(path, *args, **kwargs)
     except _ANSWERS:
       raise
-    except (OSError, TimeoutError, *_client_errors()) as e:
+    except (OSError, TimeoutError, *client_errors()) as e:
       raise unavailable(path, e) from None
 
   return wrapped  # type: ignore[return-value]
@@ -86,12 +87,18 @@ def _protocol(path: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _client_errors() -> tuple:
+def client_errors() -> tuple:
+  """The HTTP client's own exceptions (fsspec's http and gcsfs let them through)."""
   try:
     import aiohttp  # pylint: disable=import-outside-toplevel
     return (aiohttp.ClientError,)
   except ImportError:
     return ()
+
+
+def _http_timeout():
+  import aiohttp  # pylint: disable=import-outside-toplevel  # fsspec's http client
+  return aiohttp.ClientTimeout(sock_connect=TIMEOUT_S, sock_read=TIMEOUT_S)
 
 
 def is_url(path: str) -> bool:
@@ -109,15 +116,17 @@ def _filesystem(protocol: str):
   if not console.verbose_requested():  # it logs a traceback per failed retry series
     for name in ("fsspec", "gcsfs"):
       logging.getLogger(name).setLevel(logging.CRITICAL)
+  # Like urllib's timeout: per blocking network operation, not for a whole download.
+  timeout = {"client_kwargs": {"timeout": _http_timeout()}} if protocol in HTTP else {}
   try:
-    return fsspec.filesystem(protocol)
+    return fsspec.filesystem(protocol, **timeout)
   except (ImportError, ValueError) as e:
     raise OSError(f"cannot open {protocol}:// paths ({' '.join(str(e).split())}); for gs:// "
                   "install gcsfs (pip install gcsfs)") from None
 
 
-def _url_fs(path: str):
-  """(filesystem, path as that filesystem names it) for a URL."""
+def url_filesystem(path: str):
+  """(fsspec filesystem, path as it names it) for a URL: the one client of every scheme."""
   fs = _filesystem(_protocol(path))
   return fs, fs._strip_protocol(str(path))  # pylint: disable=protected-access
 
@@ -126,33 +135,73 @@ def _as_bytes(data: Data) -> bytes:
   return data.encode("utf-8") if isinstance(data, str) else data
 
 
-@_store_errors
 def write_atomic(path: str, data: Data) -> None:
-  """Writes the whole of `path` (str: UTF-8 text) so that no reader, and no kill at any
-  moment, sees a partial file; creates missing parent folders."""
-  payload = _as_bytes(data)
+  """Writes the whole of `path` (str: UTF-8 text) at once: see atomic_file."""
   if is_url(path):
-    fs, key = _url_fs(path)
-    fs.pipe_file(key, payload)
+    _upload(path, _as_bytes(data))
+    return
+  with atomic_file(path) as f:
+    f.write(_as_bytes(data))
+
+
+@_store_errors
+def _upload(path: str, payload: bytes) -> None:
+  fs, key = url_filesystem(path)
+  fs.pipe_file(key, payload)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str) -> Iterator[BinaryIO]:
+  """Yields a binary file whose bytes become `path` when the block ends without error, so
+  that no reader, and no kill at any moment, sees a partial file; on an error nothing is
+  left, not even the parent folders it had to create. Local: a temporary file beside
+  `path`, fsync, rename; object stores: one upload at the end, which the store publishes
+  only when complete."""
+  if is_url(path):
+    with tempfile.TemporaryFile() as buffer:
+      yield buffer
+      buffer.seek(0)
+      _upload(path, buffer.read())
     return
   directory = os.path.dirname(os.path.abspath(path))
+  created, missing = [], directory  # the folders makedirs creates, deepest first
+  while not os.path.exists(missing):
+    created.append(missing)
+    missing = os.path.dirname(missing)
   os.makedirs(directory, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
   try:
-    with os.fdopen(fd, "wb") as f:
-      f.write(payload)
+    with os.fdopen(fd, "w+b") as f:  # readable too: fetch checks what it got
+      yield f
       f.flush()
       os.fsync(f.fileno())
-    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would stay on the result
+    os.chmod(tmp, 0o666 & ~umask())  # mkstemp's 0600 would stay on the result
     os.replace(tmp, path)
   except BaseException:
     if os.path.exists(tmp):
       os.unlink(tmp)
+    for folder in created:  # deepest first; stops at one that something else filled
+      try:
+        os.rmdir(folder)
+      except OSError:
+        break
     raise
 
 
+def pid_alive(pid: int) -> bool:
+  """Whether process `pid` of this host still runs (a writer's or a lock holder's)."""
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # another user's live process
+    return True
+  return True
+
+
 @functools.lru_cache(maxsize=None)
-def _umask() -> int:
+def umask() -> int:
+  """The process's file-creation mask (read once: reading it means setting it)."""
   mask = os.umask(0)
   os.umask(mask)
   return mask
@@ -163,7 +212,7 @@ def create_exclusive(path: str, data: Data) -> bool:
   """Creates `path` holding `data` only if nothing is there; False if something is."""
   payload = _as_bytes(data)
   if is_url(path):
-    fs, key = _url_fs(path)
+    fs, key = url_filesystem(path)
     if fs.exists(key):  # stores that ignore the precondition still refuse a visible file
       return False
     try:
@@ -192,7 +241,7 @@ def open_append(path: str):
 @_store_errors
 def read_bytes(path: str) -> bytes:
   if is_url(path):
-    fs, key = _url_fs(path)
+    fs, key = url_filesystem(path)
     return fs.cat_file(key)
   with open(path, "rb") as f:
     return f.read()
@@ -200,6 +249,16 @@ def read_bytes(path: str) -> bytes:
 
 def read_text(path: str) -> str:
   return read_bytes(path).decode("utf-8")
+
+
+@_store_errors
+def open_read(path: str) -> BinaryIO:
+  """A binary file to read with seeks (a zip's directory without its arrays, a stream
+  hashed chunk by chunk)."""
+  if is_url(path):
+    fs, key = url_filesystem(path)
+    return fs.open(key, "rb")
+  return open(path, "rb")
 
 
 def _probe(name: str):
@@ -210,7 +269,7 @@ def _probe(name: str):
   @_store_errors
   def probe(path: str) -> bool:
     if is_url(path):
-      fs, key = _url_fs(path)
+      fs, key = url_filesystem(path)
       fs.invalidate_cache(key)
       return getattr(fs, name)(key)
     return local(path)
@@ -234,7 +293,7 @@ def makedirs(path: str) -> None:
 def listdir(path: str) -> List[str]:
   """Names directly under `path` (files and folders), sorted; [] if there is none."""
   if is_url(path):
-    fs, key = _url_fs(path)
+    fs, key = url_filesystem(path)
     fs.invalidate_cache(key)
     try:
       return sorted(os.path.basename(p.rstrip("/")) for p in fs.ls(key, detail=False))
@@ -250,7 +309,7 @@ def listdir(path: str) -> List[str]:
 def modified_time(path: str) -> float:
   """Seconds since the epoch of the last write (an object's upload time on stores)."""
   if is_url(path):
-    fs, key = _url_fs(path)
+    fs, key = url_filesystem(path)
     fs.invalidate_cache(key)
     return fs.modified(key).timestamp()
   return os.path.getmtime(path)
@@ -261,7 +320,7 @@ def remove(path: str) -> None:
   """Deletes a file; missing is fine."""
   try:
     if is_url(path):
-      fs, key = _url_fs(path)
+      fs, key = url_filesystem(path)
       fs.rm_file(key)
       fs.invalidate_cache(key)
     else:
@@ -275,7 +334,7 @@ def generation(path: str) -> Optional[str]:
   """The version of a GCS object (changes with every upload); None elsewhere."""
   if not str(path).startswith("gs://"):
     return None
-  fs, key = _url_fs(path)
+  fs, key = url_filesystem(path)
   fs.invalidate_cache(key)
   return str(fs.info(key).get("generation"))
 
@@ -284,7 +343,7 @@ def generation(path: str) -> Optional[str]:
 def remove_generation(path: str, version: str) -> None:
   """Deletes a GCS object only if it is still at `version` (a newer upload, e.g. another
   run's lock, survives); missing or already replaced is fine."""
-  fs, key = _url_fs(path)
+  fs, key = url_filesystem(path)
   bucket, name, _ = fs.split_path(key)
   try:
     fs.call("DELETE", "b/{}/o/{}", bucket, name, ifGenerationMatch=version)
@@ -317,8 +376,8 @@ def move(source: str, dest: str) -> None:
   moved by the store or copied then deleted, so a kill half-way leaves every object in one
   place or both, never none)."""
   if is_url(source):
-    fs, key = _url_fs(source)
-    _, dest_key = _url_fs(dest)
+    fs, key = url_filesystem(source)
+    _, dest_key = url_filesystem(dest)
     fs.mv(key, dest_key, recursive=True)
     fs.invalidate_cache()
     return
