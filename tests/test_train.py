@@ -21,7 +21,7 @@ from conftest import RELEASED_FIXTURES
 from helpers import corrupt_jpeg, demo_config, read_metrics, sigterm_at_step
 from vit_jax import config_defaults as common
 from vit_jax import errors, load_npz, read_class_names, save_npz, sharding, train, trainer
-from vit_jax.checkpoints import train_state
+from vit_jax.runs import train_state
 from vit_jax.data import device_batches, pipeline, splits
 from vit_jax.evaluators import classification
 from vit_jax.runs import workdir as workdir_lib

@@ -3,7 +3,7 @@
 import json
 import os
 
-from vit_jax.runs import fs, metrics, outputs
+from vit_jax.runs import files, fs, metrics
 
 
 def test_jsonl_and_tensorboard(tmp_path):
@@ -61,8 +61,8 @@ def test_final_summary_names_the_result_and_every_output():
   assert summary.splitlines()[:2] == [
       "done: trained steps 5-10 of 10 in 1m15s, 1,234 img/s after compilation",
       "  eval accuracy 0.9000, loss 0.2500 on 300 examples"]
-  assert f"params:      /w/{outputs.PARAMS}" in summary
-  assert f"metrics:     /w/{metrics.METRICS} (final: {outputs.FINAL_METRICS})" in summary
+  assert f"params:      /w/{files.PARAMS}" in summary
+  assert f"metrics:     /w/{files.METRICS} (final: {files.FINAL_METRICS})" in summary
   assert summary.endswith("checkpoints: /w/ckpt (steps 8, 10)")
   spaced = metrics.final_summary(
       workdir="/path/my run", steps=(4, 10), seconds=75, img_per_sec=None,
@@ -86,7 +86,8 @@ def test_on_object_stores_each_write_is_one_small_object_merged_once(gcs, tmp_pa
   writer = metrics.create_writer(workdir, is_main_process=True)
   for step in (0, 10, 20, 30):
     writer.write_scalars(step, {"train/loss": float(step)})
-  parts = [f"{workdir}/{metrics.PARTS}/{name}" for name in fs.listdir(f"{workdir}/{metrics.PARTS}")]
+  folder = f"{workdir}/{files.METRIC_PARTS}"
+  parts = [f"{folder}/{name}" for name in fs.listdir(folder)]
   assert [fs.read_text(part).count("\n") for part in parts] == [1, 1, 1, 1]
   assert [row["step"] for row in metrics.read_rows(workdir)] == [0, 10, 20, 30]
   assert not fs.exists(f"{workdir}/metrics.jsonl")
@@ -101,7 +102,7 @@ def test_on_object_stores_each_write_is_one_small_object_merged_once(gcs, tmp_pa
   assert metrics.read_rows(workdir) == rows
   assert fs.read_text(f"{workdir}/metrics.superseded.jsonl").splitlines() == [
       '{"step": 30, "train/loss": 30.0}']
-  assert fs.listdir(f"{workdir}/{metrics.PARTS}") == []
+  assert fs.listdir(f"{workdir}/{files.METRIC_PARTS}") == []
 
   events = [name for name in fs.listdir(workdir) if name.startswith("events.out.tfevents")]
   assert len(events) == 5

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vit_jax.checkpoints import train_state
+from vit_jax.runs import train_state
 
 
 def state(value=1.0):

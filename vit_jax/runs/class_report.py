@@ -11,10 +11,8 @@ import json
 from typing import Dict, Mapping
 
 from vit_jax.evaluators.per_class import ClassReport
-from vit_jax.runs import confusion_plot, fs
+from vit_jax.runs import confusion_plot, files, fs
 
-PER_CLASS = "per_class_metrics.json"
-CONFUSION_PNG = "confusion_matrix.png"
 PRIMARY = "eval"  # the reports key of the primary set's report on the evaluated params
 
 
@@ -29,13 +27,13 @@ def record(workdir: str, writer, step: int, reports: Mapping[str, ClassReport]) 
   """Writes this evaluation's per-class results (main process only; nothing if none)."""
   if not reports:
     return
-  fs.write_atomic(fs.join(workdir, PER_CLASS), _to_json(step, reports))
+  fs.write_atomic(fs.join(workdir, files.PER_CLASS), _to_json(step, reports))
   primary = reports.get(PRIMARY)
   if primary is None or primary.confusion is None:
     return
   title = next(key for key, report in reports.items() if report is primary and key != PRIMARY)
   rgb = confusion_plot.draw(primary.confusion, primary.class_names, f"{title}, step {step}")
-  fs.write_atomic(fs.join(workdir, CONFUSION_PNG), confusion_plot.png_bytes(rgb))
+  fs.write_atomic(fs.join(workdir, files.CONFUSION_PNG), confusion_plot.png_bytes(rgb))
   writer.write_images(step, {f"{PRIMARY}/confusion_matrix": rgb[None]})
 
 

@@ -13,13 +13,10 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from clu import metric_writers
 
 from vit_jax.console import log
-from vit_jax.runs import event_files, fs, outputs
+from vit_jax.runs import event_files, files, fs
 from vit_jax.runs.scalar_writer import ScalarWriter
 
 
-METRICS = "metrics.jsonl"
-SUPERSEDED = "metrics.superseded.jsonl"
-PARTS = "metrics.parts"  # object stores only: one object per write until the run closes
 
 
 def _step_of(line: str) -> Optional[int]:
@@ -35,14 +32,15 @@ def _lines(path: str) -> List[str]:
 
 
 def _part_paths(workdir: str) -> List[str]:
-  return [fs.join(workdir, PARTS, name) for name in fs.listdir(fs.join(workdir, PARTS))]
+  parts = fs.join(workdir, files.METRIC_PARTS)
+  return [fs.join(parts, name) for name in fs.listdir(parts)]
 
 
 def _all_lines(workdir: str) -> Tuple[List[str], List[str]]:
   """(every row line in step order, the part objects they came from). Parts at or below
   the last step of metrics.jsonl were already merged into it (by a close that was
   interrupted before deleting them) and are skipped."""
-  lines = _lines(fs.join(workdir, METRICS))
+  lines = _lines(fs.join(workdir, files.METRICS))
   merged_up_to = max((s for s in map(_step_of, lines) if s is not None), default=-1)
   parts = _part_paths(workdir) if fs.is_url(workdir) else []
   for part in parts:  # names sort by step, then by write order
@@ -57,7 +55,7 @@ def read_rows(workdir: str) -> List[Dict[str, Any]]:
 
 
 def _rewrite(workdir: str, lines: List[str], parts: List[str]) -> None:
-  fs.write_atomic(fs.join(workdir, METRICS), "".join(line + "\n" for line in lines))
+  fs.write_atomic(fs.join(workdir, files.METRICS), "".join(line + "\n" for line in lines))
   for part in parts:  # after the merged file is complete: a kill in between loses nothing
     fs.remove(part)
 
@@ -75,7 +73,7 @@ def supersede_rows_after(workdir: str, step: Optional[int]) -> None:
   if not moved and not parts:
     return
   if moved:
-    superseded = fs.join(workdir, SUPERSEDED)
+    superseded = fs.join(workdir, files.SUPERSEDED_METRICS)
     fs.write_atomic(superseded, "".join(line + "\n" for line in _lines(superseded) + moved))
     log.info("moved %d metrics.jsonl row(s) past step %d (from before the restart) to %s",
              len(moved), step or 0, superseded)
@@ -92,7 +90,7 @@ class JsonlWriter(ScalarWriter):
 
   def __init__(self, workdir: str):
     self._workdir = workdir
-    self._file = None if fs.is_url(workdir) else fs.open_append(fs.join(workdir, METRICS))
+    self._file = None if fs.is_url(workdir) else fs.open_append(fs.join(workdir, files.METRICS))
     self._sequence = 0
 
   def _write(self, step: int, values: Mapping[str, Any]) -> None:
@@ -102,8 +100,8 @@ class JsonlWriter(ScalarWriter):
       self._file.flush()
       return
     self._sequence += 1
-    fs.write_atomic(fs.join(self._workdir, PARTS, f"{int(step):010d}-{self._sequence:06d}.jsonl"),
-                    line)
+    fs.write_atomic(fs.join(self._workdir, files.METRIC_PARTS,
+                            f"{int(step):010d}-{self._sequence:06d}.jsonl"), line)
   def write_scalars(self, step, scalars):
     self._write(step, {name: float(value) for name, value in scalars.items()})
 
@@ -208,8 +206,8 @@ def final_summary(*, workdir: str, steps: tuple, seconds: float, img_per_sec: Op
       *[f"    {name}: accuracy {eval_metrics[f'eval/{name}/accuracy']:.4f} on "
         f"{int(eval_metrics[f'eval/{name}/examples'])} examples"
         for name in _eval_set_names(eval_metrics)],
-      f"  params:      {fs.join(workdir, outputs.PARAMS)}",
-      f"  metrics:     {fs.join(workdir, METRICS)} (final: {outputs.FINAL_METRICS})",
+      f"  params:      {fs.join(workdir, files.PARAMS)}",
+      f"  metrics:     {fs.join(workdir, files.METRICS)} (final: {files.FINAL_METRICS})",
       f"  tensorboard: tensorboard --logdir={shlex.quote(workdir)}",
       f"  checkpoints: {checkpoint_dir} (steps "
       f"{', '.join(map(str, checkpoint_steps))})",

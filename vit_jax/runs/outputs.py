@@ -26,24 +26,20 @@ from flax import traverse_util
 
 from vit_jax import errors
 from vit_jax.checkpoints import npz
-from vit_jax.runs import fs
+from vit_jax.runs import files, fs
 from vit_jax.console import log
 
-PARAMS = "params.npz"
 MARKER = ".vit_jax-output.json"
 OVERWRITE_HELP = ("Write into an existing folder, or over an existing file, that this "
                   "command did not create (refused by default: nothing is clobbered).")
-FINAL_METRICS = "final_metrics.json"
-CONFIG = "config.json"
-PARAMETER_TABLE = "parameters.txt"
 
 
 def finished_results(workdir: str, latest_step: Optional[int],
                      total_steps: int) -> Optional[Dict[str, float]]:
   """The final metrics of a run that already completed in `workdir`, else None."""
-  final = fs.join(workdir, FINAL_METRICS)
+  final = fs.join(workdir, files.FINAL_METRICS)
   if (latest_step is None or latest_step < total_steps or not fs.exists(final)
-      or not fs.exists(fs.join(workdir, PARAMS))):
+      or not fs.exists(fs.join(workdir, files.PARAMS))):
     return None
   return json.loads(fs.read_text(final))
 
@@ -63,7 +59,7 @@ def changed_keys(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "
 def changed_since_start(config, workdir: str) -> list:
   """Dotted names of the config entries that differ from the run's config.json (none when
   it has none)."""
-  path = fs.join(workdir, CONFIG)
+  path = fs.join(workdir, files.CONFIG)
   if not fs.exists(path):
     return []
   return changed_keys(json.loads(fs.read_text(path)),
@@ -74,14 +70,14 @@ def save_config(config, workdir: str, resume_step: Optional[int]) -> None:
   """config.json at the start; a resumed run with changed settings keeps it and writes
   config.resumed-<step>.json next to it, naming the changes."""
   text = config.to_json_best_effort(indent=2, sort_keys=True)
-  path = fs.join(workdir, CONFIG)
+  path = fs.join(workdir, files.CONFIG)
   if resume_step is not None and fs.exists(path):
     changed = changed_since_start(config, workdir)
     if not changed:
       return
-    path = fs.join(workdir, f"config.resumed-{resume_step}.json")
+    path = fs.join(workdir, files.resumed_config(resume_step))
     log.warning("resuming with changed settings (%s); the original %s is kept, this run's "
-                "config is in %s", ", ".join(changed), CONFIG, path)
+                "config is in %s", ", ".join(changed), files.CONFIG, path)
   fs.write_atomic(path, text)
 
 
@@ -95,7 +91,8 @@ def write_parameter_table(params, workdir: str,
   rows = [row_type(name, value.shape, int(np.prod(value.shape)), float(jnp.mean(value)),
                    float(jnp.std(value)), *(column[name] for column in columns.values()))
           for name, value in traverse_util.flatten_dict(params, sep="/").items()]
-  fs.write_atomic(fs.join(workdir, PARAMETER_TABLE), parameter_overview.make_table(rows) + "\n")
+  fs.write_atomic(fs.join(workdir, files.PARAMETER_TABLE),
+                  parameter_overview.make_table(rows) + "\n")
   return sum(int(np.prod(p.shape)) for p in jax.tree.leaves(params))
 
 
@@ -103,9 +100,9 @@ def write_final(params: Any, eval_metrics: Dict[str, Any], workdir: str,
                 class_names: Optional[Sequence[str]] = None, multi_label: bool = False) -> None:
   """params.npz (released layout, with the head's class names and multi-label flag when
   given) and final_metrics.json, each atomic, written last."""
-  npz.save_npz(params, fs.join(workdir, PARAMS), class_names=class_names,
+  npz.save_npz(params, fs.join(workdir, files.PARAMS), class_names=class_names,
                multi_label=multi_label)
-  fs.write_atomic(fs.join(workdir, FINAL_METRICS), json.dumps(eval_metrics, indent=2))
+  fs.write_atomic(fs.join(workdir, files.FINAL_METRICS), json.dumps(eval_metrics, indent=2))
 
 
 class OutputExistsError(errors.InvalidInput):

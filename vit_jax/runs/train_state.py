@@ -24,7 +24,7 @@ from jax.experimental import multihost_utils
 
 from vit_jax import console, errors
 from vit_jax.console import log
-from vit_jax.runs import fs
+from vit_jax.runs import files, fs
 
 
 class CheckpointRestoreError(errors.UserError, RuntimeError):
@@ -147,8 +147,8 @@ class Checkpointer:
 
   def __init__(self, workdir: str, *, keep: int = 2):
     root = workdir if fs.is_url(workdir) else os.path.abspath(workdir)
-    self.directory = fs.join(root, "checkpoints")
-    self.damaged_directory = fs.join(root, "damaged_checkpoints")
+    self.directory = fs.join(root, files.CHECKPOINTS)
+    self.damaged_directory = fs.join(root, files.DAMAGED_CHECKPOINTS)
     self._keep = keep
     self._manager: Optional[ocp.CheckpointManager] = None
     self._pending_step = 0  # the step of the save in flight, for error messages

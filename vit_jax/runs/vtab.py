@@ -31,7 +31,7 @@ from vit_jax.console import log
 from vit_jax.data import vtab as tasks_lib
 from vit_jax.models import zoo
 from vit_jax.objectives import classification
-from vit_jax.runs import fs, outputs
+from vit_jax.runs import files, fs, outputs
 from vit_jax.runs import workdir as workdir_lib
 
 KIND = "vtab"  # the writer's name in WORKDIR's no-clobber marker (vit_jax.runs.outputs)
@@ -186,7 +186,7 @@ def _read_json(path: str) -> Optional[dict]:
 
 def changed_settings(workdir: str, config: ml_collections.ConfigDict) -> Optional[List[str]]:
   """The config keys in which the run in `workdir` differs from `config` (None: no run)."""
-  saved = _read_json(fs.join(workdir, outputs.CONFIG))
+  saved = _read_json(fs.join(workdir, files.CONFIG))
   if saved is None:
     return None
   return outputs.changed_keys(saved, json.loads(config.to_json_best_effort(sort_keys=True)))
@@ -195,8 +195,8 @@ def changed_settings(workdir: str, config: ml_collections.ConfigDict) -> Optiona
 def finished_metrics(workdir: str) -> Optional[dict]:
   """The final metrics of a run that finished in `workdir` (its settings are checked
   separately, see changed_settings)."""
-  final = _read_json(fs.join(workdir, outputs.FINAL_METRICS))
-  if final is None or not fs.exists(fs.join(workdir, outputs.PARAMS)):
+  final = _read_json(fs.join(workdir, files.FINAL_METRICS))
+  if final is None or not fs.exists(fs.join(workdir, files.PARAMS)):
     return None
   return final
 
@@ -211,7 +211,7 @@ def set_aside(workdir: str) -> str:
     dest = fs.join(parent, str(len(fs.listdir(parent)) + 1))
     fs.makedirs(dest)
     for name in fs.listdir(workdir):
-      if name not in (SWEEP_DIR, SUPERSEDED, workdir_lib.LOCK_NAME):
+      if name not in (SWEEP_DIR, SUPERSEDED, files.LOCK):
         fs.move(fs.join(workdir, name), fs.join(dest, name))
   return dest
 

@@ -27,11 +27,10 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from vit_jax.runs import fs
+from vit_jax.runs import files, fs
 
 from vit_jax import errors
 
-LOCK_NAME = "run.lock"
 HEARTBEAT_S = 15.0
 STALE_AFTER_S = 90.0  # six missed heartbeats: a restarted job waits at most this long
 # A lock with no readable holder (empty or cut short: its writer died creating it, or the
@@ -141,7 +140,7 @@ class WorkdirLock:
   """Exclusive use of a workdir by one job; `release()` (or the context) gives it back."""
 
   def __init__(self, workdir: str):
-    self.path = fs.join(workdir, LOCK_NAME)
+    self.path = fs.join(workdir, files.LOCK)
     self.workdir = workdir
     self._stop = threading.Event()
     self._heartbeat: Optional[threading.Thread] = None
