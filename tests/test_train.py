@@ -267,6 +267,16 @@ def test_a_failure_after_the_checks_removes_the_workdir_it_created(tmp_path):
   assert not workdir.exists()
 
 
+def test_preprocessing_is_refused_before_the_workdir_lock(tmp_path):
+  """A bad config.pp names itself, not the lock another job holds (the static gate runs
+  before any lock or download)."""
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  with workdir_lib.WorkdirLock(str(workdir)):
+    with pytest.raises(ValueError, match="unknown config.pp.preset='incept'; choose one of"):
+      train.train_and_evaluate(demo_config(pp=dict(preset="incept")), str(workdir))
+
+
 def test_a_second_run_on_a_busy_workdir_is_refused(tmp_path):
   workdir = tmp_path / "run"
   workdir.mkdir()

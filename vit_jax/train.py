@@ -17,7 +17,7 @@ import ml_collections
 import numpy as np
 
 from vit_jax import config_checks, errors, lora, objectives, optim, param_groups, sharding
-from vit_jax import trainer
+from vit_jax import train_step, trainer
 from vit_jax import evaluators as evaluators_lib
 from vit_jax.checkpoints import formats, hub, released
 from vit_jax.console import log
@@ -118,8 +118,10 @@ def write_train_metrics(writer, step: int, step_metrics: dict,
   writer.write_scalars(step, values)
 
 
-def check_pretrained(config) -> None:
-  """A missing local pretrained file fails now, not after the data is read."""
+def resolve_pretrained(config) -> None:
+  """Resolves config.pretrained now, downloading a released or hf-hub: name not yet in
+  checkpoints/, so that a missing file or an unreachable server fails before the data is
+  read (loading it later resolves to the same file)."""
   if config.pretrained is None:
     return
   path = hub.resolve(config.pretrained)  # fetches a released file not yet in checkpoints/
@@ -134,26 +136,25 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   """Everything about the config that can be refused without reading data, then the
   pretrained file (fetched if it is a released name not yet downloaded)."""
   check_static(config, mesh)
-  check_pretrained(config)
+  resolve_pretrained(config)
 
 
 def check_static(config: ml_collections.ConfigDict, mesh) -> None:
-  """Everything about the config that can be refused without reading data or files
-  (vit_jax.plan checks a config for a slice with it too)."""
+  """Everything about the config that can be refused without reading data or files, each
+  key by its owner, before any lock, download or write (vit_jax.plan checks a config for a
+  slice with it too)."""
   config_checks.normalize(config)
   config_checks.check(config)
-  evaluators_lib.check_all(config)
-  objectives.get(config).check(config)
-  sharding.check_config_batches(config, mesh)
-  optim.check_choices(config)
+  optim.check(config)
+  train_step.check(config)
   param_groups.check(config)
   lora.check(config)
-  try:
-    module = zoo.model_from_config(config, num_classes=1)
-  except (TypeError, errors.InvalidInput) as e:  # an unknown or out-of-range config.model.*
-    raise errors.InvalidInput(f"config.model: {e}") from None
+  objectives.get(config).check(config)
+  evaluators_lib.check_all(config)
+  sharding.check_config_batches(config, mesh)
+  module = zoo.check_config(config)
   sharding.check_tensor_parallel(module.num_heads, module.mlp_dim, mesh)
-  pipeline.check_crop(config, zoo.model_stride(module))
+  pipeline.check(config, zoo.model_stride(module))
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
