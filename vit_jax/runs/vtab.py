@@ -31,7 +31,7 @@ from vit_jax.console import log
 from vit_jax.data import vtab as tasks_lib
 from vit_jax.models import zoo
 from vit_jax.objectives import classification
-from vit_jax.runs import files, fs, outputs
+from vit_jax.runs import files, fs, outputs, vtab_report
 from vit_jax.runs import workdir as workdir_lib
 
 KIND = "vtab"  # the writer's name in WORKDIR's no-clobber marker (vit_jax.runs.outputs)
@@ -44,9 +44,6 @@ RUNNER_KEYS = ("dataset", "train_split", "eval_split", "pretrained")
 SWEEP_DIR = "sweep"  # WORKDIR/<task>/sweep/<setting>/: the sweep's runs
 SUPERSEDED = "superseded"  # WORKDIR/<task>/superseded/<n>/: runs of earlier settings
 SWEPT_KEYS = ("base_lr", "total_steps")  # with a sweep: --sweep_lrs and --sweep_steps
-REPORT_JSON, REPORT_MD = "vtab.json", "vtab.md"
-GROUP_TITLES = {"natural": "Natural", "specialized": "Specialized",
-                "structured": "Structured", tasks_lib.CUSTOM_GROUP: "Custom"}
 BASE_MODEL = "ViT-Ti_16"  # the base name of a checkpoint whose architecture is not released
 
 
@@ -281,62 +278,6 @@ def select_settings(val: Mapping[str, Mapping[str, float]], mode: str) -> Dict[s
   return {task: best for task in val}
 
 
-def _mean(values: Sequence[float]) -> float:
-  return sum(values) / len(values)
-
-
-def summarize(runs: Sequence[TaskRun], results: Mapping[str, dict]) -> Dict[str, Any]:
-  """Group means over the tasks run in each group and the mean over all tasks run
-  (custom tasks count in the mean, in no VTAB group)."""
-  groups = {}
-  for group in (*tasks_lib.GROUPS, tasks_lib.CUSTOM_GROUP):
-    members = [run.name for run in runs if run.group == group]
-    if members:
-      groups[group] = {"mean": _mean([results[name]["top1"] for name in members]),
-                       "tasks": len(members)}
-      if group != tasks_lib.CUSTOM_GROUP:
-        groups[group]["of"] = len(tasks_lib.group_tasks(group))
-  return {"groups": groups, "mean": _mean([results[run.name]["top1"] for run in runs]),
-          "num_tasks": len(runs)}
-
-
-def _tasks(count: int) -> str:
-  return f"{count} task{'' if count == 1 else 's'}"
-
-
-def _version(task: Mapping[str, Any]) -> str:
-  """The TFDS version a task read, marked where it is not the benchmark's."""
-  if "tfds_version" not in task:
-    return "(image directory)"
-  if "version_note" in task:
-    return f"{task['tfds_version']} (benchmark: {task['reference_version']})"
-  return task["tfds_version"]
-
-
-def format_table(report: Mapping[str, Any]) -> str:
-  """Markdown: tasks grouped as the paper reports VTAB, each group's mean, the mean."""
-  sweep = report["sweep"]
-  lines = [f"VTAB-1k: `{report['checkpoint']}` fine-tuned on train800val200, top-1 on test"
-           + (f"; settings chosen on val200 ({sweep['select']})" if sweep else "") + ".", "",
-           "| Group | Task | Top-1 (%) | lr | steps | TFDS version |",
-           "|---|---|---:|---:|---:|---|"]
-  tasks = report["tasks"]
-  for group, summary in report["groups"].items():
-    title = GROUP_TITLES[group]
-    for name, task in tasks.items():
-      if task["group"] == group:
-        lines.append(f"| {title} | {name} | {100 * task['top1']:.2f} | {task['base_lr']:g} "
-                     f"| {task['total_steps']} | {_version(task)} |")
-    count = (f"{summary['tasks']} of {summary['of']} tasks" if "of" in summary
-             else f"{_tasks(summary['tasks'])}, in no VTAB group")
-    lines.append(f"| **{title} mean** | {count} | **{100 * summary['mean']:.2f}** | | | |")
-  custom = report["groups"].get(tasks_lib.CUSTOM_GROUP)
-  included = f", {custom['tasks']} custom included" if custom else ""
-  lines.append(f"| **Mean** | {_tasks(report['num_tasks'])}{included} | "
-               f"**{100 * report['mean']:.2f}** | | | |")
-  return "\n".join(lines) + "\n"
-
-
 def _top1(result: Mapping[str, float]) -> Dict[str, float]:
   return {"top1": result["eval/accuracy"], "loss": result["eval/loss"],
           "examples": int(result["eval/examples"])}
@@ -394,11 +335,6 @@ def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, chec
   report = {"checkpoint": checkpoint,
             "sweep": {"lrs": list(sweep[0]), "steps": list(sweep[1]), "select": select}
                      if sweep else None,
-            "tasks": results, **summarize(runs, results)}
-  write_report(report, workdir)
+            "tasks": results, **vtab_report.summarize(runs, results)}
+  vtab_report.write(report, workdir)
   return report
-
-
-def write_report(report: Mapping[str, Any], workdir: str) -> None:
-  fs.write_atomic(fs.join(workdir, REPORT_JSON), json.dumps(report, indent=2))
-  fs.write_atomic(fs.join(workdir, REPORT_MD), format_table(report))
