@@ -114,7 +114,8 @@ def check_resume(workdir: str, record: Dict[str, Any], *, step: int,
     raise DataChangedError(
         f"the data of {record['source']} changed since this run started in {workdir} "
         f"({files.DATASET_RECORD}): "
-        f"{'; '.join(f'{k} split: {v}' for k, v in relabelling.items())}; restore it, use a new --workdir, or pass --config.allow_data_change=True to resume on it")
+        f"{'; '.join(f'{k} split: {v}' for k, v in relabelling.items())}; restore it, use a "
+        "new --workdir, or pass --config.allow_data_change=True to resume on it")
   identity = [f"{key} {saved.get(key)} -> {record[key]}" for key in
               ("source", "train_split", "eval_split", "num_train", "num_eval")
               if saved.get(key) != record[key]]
