@@ -92,7 +92,7 @@ class Dataset:
     """This process's rows of the global batches of steps start_step .. num_steps - 1:
     {'image': float32 [B/P, crop, crop, 3], 'label': int32 [B/P]} (multi-label data:
     multi-hot [B/P, num_classes]; with MixUp, 'label' is float32 [B/P, num_classes])."""
-    rows = _rows_per_process(batch_size, process_count)  # MixUp's even rows: check
+    rows = _rows_per_process(batch_size, process_count)  # MixUp's even rows: see check()
     def augment(position, data, label):
       image = self._augment(self._payload(self.train, data), order.example_seed(seed, position))
       return {"image": image, "label": label, "position": position}
