@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import ml_collections
 import numpy as np
@@ -171,6 +172,18 @@ def sigterm_at_step(step):
     streams.append(original(iterator, sharding, size))
     return with_sigterm(streams[0]) if len(streams) == 1 else streams[-1]
   return prefetch
+
+
+def wait_for(predicate, process=None, timeout=240, details=lambda: ""):
+  """Polls `predicate` until it holds: a running job's progress shows only in its files.
+  Fails once `timeout` seconds pass, or at once when `process` (if given) has ended first,
+  with details() (e.g. the job's output) in the message."""
+  deadline = time.monotonic() + timeout
+  while not predicate():
+    ended = process is not None and process.poll() is not None
+    assert not ended and time.monotonic() < deadline, (
+        f"{'the job ended' if ended else f'not reached in {timeout} s'}: {details()}")
+    time.sleep(0.2)
 
 
 def read_metrics(workdir):

@@ -1,5 +1,7 @@
-"""The package's import graph (read from the source, nothing imported): no cycles, and
-nothing below the command layer imports vit_jax.train."""
+"""The package's import graph, read from the source (nothing imported), against the five
+floors the code is built in: a module imports only from its own floor or below, units
+(a package, or a module at the top of vit_jax) import each other without cycles, and only
+commands import the loop (vit_jax.train)."""
 
 import ast
 import pathlib
@@ -7,52 +9,121 @@ import pathlib
 from conftest import REPO
 
 PACKAGE = pathlib.Path(REPO) / "vit_jax"
-# python -m vit_jax.<command>: the only modules that may import vit_jax.train.
-COMMANDS = {f"vit_jax.{name}" for name in ("main", "predict", "fewshot", "visualize", "vtab",
-                                           "download", "convert", "benchmark", "export",
-                                           "plan")}
+BASE, MODELS_DATA, CHECKPOINTS, LIBRARY, TOP = range(5)
+FLOOR_NAMES = ("base", "models and data", "checkpoints", "training library",
+               "loop and commands")
+# Unit (a package or module, relative to vit_jax) -> floor. A module belongs to the longest
+# unit its name starts with; a command (a module with a __main__ entry, found below) that
+# no row names itself is on the top floor.
+FLOORS = {
+    "errors": BASE, "console": BASE,
+    # The storage layer: every file and URL read or written; what a command may write over.
+    "storage": BASE, "no_clobber": BASE,
+    "platforms": BASE,  # which JAX platforms start: before anything starts a backend
+    "config_checks": BASE,  # the run's counts and the rules every owner refuses a value by
+    "runs.files": BASE,  # the workdir's file names: a leaf, so any owner may name them
+    "models": MODELS_DATA, "data": MODELS_DATA,
+    "checkpoints": CHECKPOINTS,  # released weights and their formats
+    # Maintainer's command that rebuilds the Hub table checkpoints.hub reads.
+    "checkpoints.hub_table": CHECKPOINTS,
+    "optim": LIBRARY, "param_groups": LIBRARY, "lora": LIBRARY, "sharding": LIBRARY,
+    "objectives": LIBRARY, "train_step": LIBRARY, "trainer": LIBRARY,
+    "evaluators": LIBRARY, "runs": LIBRARY, "config_defaults": LIBRARY,
+    "tpu_slices": LIBRARY, "planner": LIBRARY, "fit_search": LIBRARY, "throughput": LIBRARY,
+    "train": TOP, "cli": TOP,
+    "export": TOP,  # the export command's own package
+    "": TOP,  # vit_jax/__init__.py: the public API (create_model, load_npz, save_npz)
+}
+LOOP = "train"
 
 
 def module_name(path: pathlib.Path) -> str:
-  parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+  """The name relative to vit_jax ("" for vit_jax/__init__.py)."""
+  parts = path.relative_to(PACKAGE).with_suffix("").parts
   return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports_of(path: pathlib.Path, modules) -> set:
+def imports_of(tree: ast.Module, modules) -> set:
   """The vit_jax modules a file imports, at any depth of its code."""
   found = set()
-  for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+  for node in ast.walk(tree):
     if isinstance(node, ast.Import):
       found.update(alias.name for alias in node.names)
     elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
       found.update(f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules
                    else node.module for alias in node.names)
-  return {name for name in found if name in modules}
+  return {name.removeprefix("vit_jax").removeprefix(".") for name in found if name in modules}
 
 
-def import_graph():
-  paths = {module_name(path): path for path in PACKAGE.rglob("*.py")}
-  return {name: imports_of(path, paths) - {name} for name, path in paths.items()}
+def has_main_entry(path: pathlib.Path, tree: ast.Module) -> bool:
+  """`python -m` runs it: a __main__.py, or `if __name__ == "__main__":` at the top level."""
+  return path.name == "__main__.py" or any(
+      isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+      and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__"
+      for node in tree.body)
 
 
-def test_nothing_below_the_commands_imports_train():
-  importers = sorted(name for name, imported in import_graph().items()
-                     if "vit_jax.train" in imported
-                     and name not in COMMANDS and name != "vit_jax")
-  assert not importers, f"{importers} import vit_jax.train from below the command layer"
+def read_package():
+  """(the import graph {module: modules it imports}, the commands)."""
+  trees = {module_name(path): (path, ast.parse(path.read_text(encoding="utf-8")))
+           for path in PACKAGE.rglob("*.py")}
+  full_names = {f"vit_jax.{name}".rstrip(".") for name in trees}
+  graph = {name: imports_of(tree, full_names) - {name} for name, (_, tree) in trees.items()}
+  commands = {name for name, (path, tree) in trees.items() if has_main_entry(path, tree)}
+  return graph, commands
 
 
-def test_no_import_cycles():
-  graph = import_graph()
-  # A package's __init__ importing its own submodules is not a cycle in any useful sense.
-  edges = {name: {m for m in imported if not (name.startswith(m + ".") and
-                                              graph.get(m) is not None)}
-           for name, imported in graph.items()}
+GRAPH, COMMANDS = read_package()
+
+
+def unit_of(module: str):
+  """The FLOORS row a module belongs to; a command no row names is its own unit; None for a
+  module no row places."""
+  if module in FLOORS:
+    return module
+  if module in COMMANDS:
+    return module
+  rows = [row for row in FLOORS if row and module.startswith(row + ".")]
+  return max(rows, key=len) if rows else None
+
+
+def floor_of(module: str) -> int:
+  unit = unit_of(module)
+  return FLOORS.get(unit, TOP)
+
+
+def test_every_module_has_a_floor_and_every_row_a_module():
+  assert not sorted(m for m in GRAPH if unit_of(m) is None), "modules on no floor (FLOORS)"
+  assert not sorted(set(FLOORS) - set(GRAPH)), "FLOORS rows naming no module or package"
+
+
+def test_the_commands_are_found():
+  """The derivation finds python -m vit_jax.<command>'s modules (and not its libraries)."""
+  assert {"main", "predict", "export.__main__", "lora.__main__"} <= COMMANDS
+  assert not {"train", "cli", "export.api", "lora"} & COMMANDS
+
+
+def test_nothing_imports_from_a_floor_above():
+  upward = sorted(f"{module} ({FLOOR_NAMES[floor_of(module)]}) -> {imported} "
+                  f"({FLOOR_NAMES[floor_of(imported)]})"
+                  for module, imports in GRAPH.items() for imported in imports
+                  if floor_of(imported) > floor_of(module))
+  assert not upward, "imports from a floor above: " + "; ".join(upward)
+
+
+def test_only_commands_import_the_loop():
+  importers = sorted(name for name, imports in GRAPH.items()
+                     if LOOP in imports and name not in COMMANDS)
+  assert not importers, f"{importers} import vit_jax.{LOOP}; only commands may"
+
+
+def find_cycles(edges) -> list:
+  """Every cycle a depth-first walk meets (enough to show one per tangle)."""
   state, cycles = {}, []
 
   def visit(node, stack):
     state[node] = "open"
-    for nxt in sorted(edges[node]):
+    for nxt in sorted(edges.get(node, ())):
       if state.get(nxt) == "open":
         cycles.append(stack[stack.index(nxt):] + [nxt])
       elif nxt not in state:
@@ -62,4 +133,22 @@ def test_no_import_cycles():
   for node in sorted(edges):
     if node not in state:
       visit(node, [node])
-  assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+  return [" -> ".join(name or "vit_jax" for name in cycle) for cycle in cycles]
+
+
+def test_no_import_cycles_between_modules():
+  # A package's __init__ importing its own submodules is not a cycle in any useful sense.
+  edges = {name: {m for m in imports if not name.startswith(m + ".")}
+           for name, imports in GRAPH.items()}
+  cycles = find_cycles(edges)
+  assert not cycles, "import cycles: " + "; ".join(cycles)
+
+
+def test_no_import_cycles_between_units():
+  edges = {}
+  for module, imports in GRAPH.items():
+    edges.setdefault(unit_of(module), set()).update(
+        unit_of(m) for m in imports
+        if unit_of(m) != unit_of(module))
+  cycles = find_cycles(edges)
+  assert not cycles, "import cycles between packages: " + "; ".join(cycles)

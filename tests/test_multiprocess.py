@@ -12,7 +12,7 @@ import pytest
 import fork_server
 from conftest import REPO
 from helpers import (assert_params_close, demo_args, demo_config, free_port, load_params,
-                     read_metrics, subprocess_env)
+                     read_metrics, subprocess_env, wait_for)
 from vit_jax import train
 
 pytestmark = pytest.mark.long  # real-process runs: start first (conftest)
@@ -67,10 +67,8 @@ def test_a_dead_peer_stops_the_survivor(tmp_path):
                     "--num_processes=2", f"--process_id={i}", "--heartbeat_timeout=10",
                     "--config.progress_every=1", "--config.checkpoint_every=1")
              for i in range(2)]
-  deadline = time.time() + 300
-  while not any("train/loss" in row for row in read_metrics(workdir)):
-    assert time.time() < deadline and workers[0].poll() is None, output(workdir, "0")[-3000:]
-    time.sleep(0.2)
+  wait_for(lambda: any("train/loss" in row for row in read_metrics(workdir)), workers[0],
+           timeout=300, details=lambda: output(workdir, "0")[-3000:])
   workers[1].kill()
   killed_at = time.time()
   code = workers[0].wait(timeout=120)

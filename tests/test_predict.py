@@ -209,7 +209,7 @@ def test_predict_command_loads_nonfinite_weights_when_allowed(images, tiny_check
             "(attention memory grows with their square): use at most 2048 px")])
 def test_predict_command_checks_the_image_size_against_the_model(images, size, message):
   """The two sizes reported broken (a reshape error, an OOM reported as an unreadable image);
-  non-multiples of the stride: test_visualize and test_npz, same npz.load_for_inference."""
+  non-multiples of the stride: test_visualize and test_npz, same hub.load_for_inference."""
   failed = predict_command(f"--checkpoint={RELEASED_FIXTURES / 'vit-ti16.npz'}",
                            f"--image_size={size}", images["rgb"])
   assert one_error_line(failed) == f"error: {message}"

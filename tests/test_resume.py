@@ -21,7 +21,7 @@ import fork_server
 
 from conftest import REPO
 from helpers import (demo_args, demo_config, read_metrics, run_in_process, split_runs,
-                     subprocess_env)
+                     subprocess_env, wait_for)
 from vit_jax import main, train
 
 pytestmark = pytest.mark.long  # real-process runs: start first (conftest)
@@ -53,15 +53,6 @@ def run_here(workdir, **settings):
   return done.returncode, done.stdout + done.stderr
 
 
-def wait_for(predicate, timeout=240):
-  deadline = time.time() + timeout
-  while time.time() < deadline:
-    if predicate():
-      return
-    time.sleep(0.2)
-  raise TimeoutError("condition not reached")
-
-
 def press_ctrl_c(process):
   """Sends SIGINT and returns once the kernel has delivered it: two signals pending at the
   same time merge into one, so a second press must wait for the first to arrive."""
@@ -90,7 +81,7 @@ def trained_steps(workdir):
 def test_a_second_run_is_refused_and_sigterm_saves_the_current_step(tmp_path):
   workdir = str(tmp_path / "run")
   process = start_main(workdir, **UNTIL_STOPPED)
-  wait_for(lambda: trained_steps(workdir) >= 3)
+  wait_for(lambda: trained_steps(workdir) >= 3, process)
   # The same workdir from a second process (this one), with another config: refused,
   # nothing touched.
   config_before = open(os.path.join(workdir, "config.json")).read()
@@ -111,7 +102,7 @@ def test_a_second_run_is_refused_and_sigterm_saves_the_current_step(tmp_path):
 def test_ctrl_c_saves_the_current_step_and_a_second_one_aborts_at_once(tmp_path, caplog):
   workdir = str(tmp_path / "run")
   process = start_main(workdir, **UNTIL_STOPPED)
-  wait_for(lambda: trained_steps(workdir) >= 3)
+  wait_for(lambda: trained_steps(workdir) >= 3, process)
   press_ctrl_c(process)
   code, output = finish(process, workdir)
   assert code == 130, output[-2000:]
@@ -137,7 +128,7 @@ def test_ctrl_c_saves_the_current_step_and_a_second_one_aborts_at_once(tmp_path,
   assert checkpoint_steps(workdir) == steps
 
   process = start_main(workdir, **UNTIL_STOPPED)
-  wait_for(lambda: trained_steps(workdir) >= steps[0] + 2)  # resumed
+  wait_for(lambda: trained_steps(workdir) >= steps[0] + 2, process)  # resumed
   press_ctrl_c(process)
   press_ctrl_c(process)  # a second press, before the first one's save can end
   started = time.time()
@@ -153,7 +144,7 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path):
   common = dict(**SHORT, checkpoint_every=4)
   reference_dir, killed_dir = str(tmp_path / "reference"), str(tmp_path / "killed")
   killed = start_main(killed_dir, **common)
-  wait_for(lambda: checkpoint_steps(killed_dir) or killed.poll() is not None)
+  wait_for(lambda: checkpoint_steps(killed_dir), killed)
   killed.kill()
   killed.wait()
   # The uninterrupted run, in this process: the same job and programs as the command

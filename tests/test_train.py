@@ -21,7 +21,7 @@ from conftest import RELEASED_FIXTURES
 from helpers import corrupt_jpeg, demo_config, read_metrics, sigterm_at_step
 from vit_jax import config_defaults as common
 from vit_jax import errors, load_npz, read_class_names, save_npz, sharding, train, trainer
-from vit_jax.checkpoints import train_state
+from vit_jax.runs import train_state
 from vit_jax.data import device_batches, pipeline, splits
 from vit_jax.evaluators import classification
 from vit_jax.runs import workdir as workdir_lib
@@ -265,6 +265,16 @@ def test_a_failure_after_the_checks_removes_the_workdir_it_created(tmp_path):
   with pytest.raises(ValueError):
     train.train_and_evaluate(demo_config(dataset=str(tmp_path)), str(workdir))  # no train/
   assert not workdir.exists()
+
+
+def test_preprocessing_is_refused_before_the_workdir_lock(tmp_path):
+  """A bad config.pp names itself, not the lock another job holds (the static gate runs
+  before any lock or download)."""
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  with workdir_lib.WorkdirLock(str(workdir)):
+    with pytest.raises(ValueError, match="unknown config.pp.preset='incept'; choose one of"):
+      train.train_and_evaluate(demo_config(pp=dict(preset="incept")), str(workdir))
 
 
 def test_a_second_run_on_a_busy_workdir_is_refused(tmp_path):

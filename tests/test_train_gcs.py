@@ -17,7 +17,7 @@ import fork_server
 import gcs_emulator
 import helpers
 from conftest import REPO
-from helpers import read_metrics, run_in_process
+from helpers import read_metrics, run_in_process, wait_for
 from vit_jax import main, storage
 from vit_jax.data import device_batches
 
@@ -51,13 +51,6 @@ def output(tag):
 def finish(process, tag, timeout=400):
   process.wait(timeout=timeout)
   return process.returncode, output(tag)
-
-
-def wait_for(predicate, process, timeout=240):
-  deadline = time.time() + timeout
-  while not predicate():
-    assert process.poll() is None and time.time() < deadline, "the run ended or stalled"
-    time.sleep(0.3)
 
 
 def params(workdir):

@@ -1,9 +1,13 @@
 """Config values that cannot work, refused before anything slow runs or anything is written.
 
 A zero or negative count used to surface late (`checkpoint_every=0` after a 23 s compile)
-or not at all (`total_steps=0` "succeeded" with an untrained params.npz), so every count
-and every named choice is checked here, first, with one line naming the key and the fix.
+or not at all (`total_steps=0` "succeeded" with an untrained params.npz), so each owner of a
+key (optim, train_step, the model zoo, the pipeline, ...) checks it first, with one line
+naming the key and the fix. Here: the rules they share (a named choice, a fraction) and the
+run's own keys (counts, seed, "no pretrained checkpoint"), which only the loop reads.
 """
+
+from typing import Mapping, Sequence, Union
 
 import ml_collections
 
@@ -54,18 +58,13 @@ def check_fraction(name: str, value, hint: str) -> None:
     raise errors.InvalidInput(f"{name}={value!r} must be in [0, 1): {hint}")
 
 
-def check_polyak(config: ml_collections.ConfigDict) -> None:
-  check_fraction("config.polyak_decay", config.get("polyak_decay", 0.0),
-                 "0 turns Polyak averaging off, the paper used 0.9999")
-
-
-def check_choices(config: ml_collections.ConfigDict) -> None:
-  """Named choices that would otherwise fail deep inside model or optimizer code."""
-  for key in ("dtype", "optim_dtype"):
-    if config[key] not in DTYPES:
-      raise errors.InvalidInput(
-          f"unknown config.{key}={config[key]!r}; choose one of "
-          f"{', '.join(DTYPES)}")
+def config_choice(table: Union[Mapping, Sequence[str]], key: str, value):
+  """table[value] for config.<key> = value (`value` itself where `table` is a list of
+  names), or a one-line error naming the choices: a name that would otherwise fail deep
+  inside model, loss or optimizer code."""
+  if value not in table:
+    raise errors.InvalidInput(f"unknown config.{key}={value!r}; choose one of {', '.join(table)}")
+  return table[value] if isinstance(table, Mapping) else value
 
 
 # What a command line can say for "no pretrained checkpoint": absl passes the text on.
@@ -85,7 +84,6 @@ def check_seed(config: ml_collections.ConfigDict) -> None:
 
 
 def check(config: ml_collections.ConfigDict) -> None:
+  """The run's own keys: its counts and its seed."""
   check_counts(config)
   check_seed(config)
-  check_choices(config)
-  check_polyak(config)

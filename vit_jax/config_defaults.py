@@ -13,6 +13,7 @@ vision_transformer configs where they exist.
 import ml_collections
 
 from vit_jax import config_checks
+from vit_jax.data import VTAB_PREFIX
 from vit_jax.models import zoo
 
 # name -> (train split, eval split, total steps). Train splits hold out the paper's dev
@@ -38,7 +39,6 @@ EVAL_PRESETS = {
 }
 # VTAB-1k tasks ('vtab/<task>', see vit_jax.data.vtab): the paper's setting for all 19
 # (App. B.1.1): train on the 1,000 examples, evaluate on test, lr 0.01, 2,500 steps.
-VTAB_PREFIX = "vtab/"
 VTAB_PRESET = ("train800val200", "test", 2_500)
 VTAB_LR = 0.01
 # Few-shot probes: big_vision's ridge. Features are O(1) per dimension, so a feature vector's

@@ -48,7 +48,7 @@ def format_table(report: Dict[str, Any], shots: Sequence[int]) -> str:
 def run(flag_values) -> Dict[str, Any]:
   """Loads, extracts features, fits the probes; returns the report the command prints."""
   shots = parse_shots(flag_values.shots)
-  module, params, image_size = npz.load_for_inference(
+  module, params, image_size = hub.load_for_inference(
       flag_values.checkpoint, flag_values.image_size,
       allow_nonfinite=flag_values.allow_nonfinite)
   crop = image_size[0] if image_size[0] == image_size[1] else image_size

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from vit_jax import errors, param_groups
+from vit_jax import config_checks, errors, param_groups
 
 # decay_type -> lr after warm-up as a function of (base_lr, progress in [0, 1], linear_end).
 _DECAYS: Dict[str, Callable] = {
@@ -32,18 +32,12 @@ _DECAYS: Dict[str, Callable] = {
 _DECAYED_NAMES = ("kernel",)
 
 
-def config_choice(table: Dict, key: str, value: str):
-  """table[value] for config.<key> = value, or a one-line ValueError naming the choices."""
-  if value not in table:
-    raise errors.InvalidInput(f"unknown config.{key}={value!r}; choose one of {', '.join(table)}")
-  return table[value]
-
-
-def check_choices(config: ml_collections.ConfigDict) -> None:
-  """Unknown optimizer or decay names, and values that train on without learning (a
-  negative clip norm reverses every gradient), fail before any data is read."""
-  config_choice(_OPTIMIZERS, "optimizer", config.optimizer)
-  config_choice(_DECAYS, "decay_type", config.decay_type)
+def check(config: ml_collections.ConfigDict) -> None:
+  """Unknown optimizer, decay or buffer dtype names, and values that train on without
+  learning (a negative clip norm reverses every gradient), fail before any data is read."""
+  config_checks.config_choice(_OPTIMIZERS, "optimizer", config.optimizer)
+  config_checks.config_choice(_DECAYS, "decay_type", config.decay_type)
+  config_checks.config_choice(config_checks.DTYPES, "optim_dtype", config.optim_dtype)
   _check_range(config, "base_lr", 0.0, math.inf,
                ">= 0 (0 leaves the weights as they start; the paper fine-tuned with 0.003-0.06)")
   _check_range(config, "grad_norm_clip", 0.0, math.inf,
@@ -77,7 +71,7 @@ def make_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
       linear:    lr = warm * (linear_end + (base_lr - linear_end) * (1 - p))  (-> linear_end)
       constant:  lr = base_lr * warm
   """
-  decay = config_choice(_DECAYS, "decay_type", config.decay_type)
+  decay = config_checks.config_choice(_DECAYS, "decay_type", config.decay_type)
   base, warmup, total = config.base_lr, config.warmup_steps, config.total_steps
   end = config.get("linear_end", 1e-5)
   decay_steps = max(total - warmup, 1)  # total == warmup: decay is a step at the end
@@ -122,7 +116,7 @@ def make_optimizer(config: ml_collections.ConfigDict,
   trained group only, and each update is finally scaled by its parameter's multiplier.
   Without them the chain is exactly the plain one (same state, same numbers).
   """
-  direction = config_choice(_OPTIMIZERS, "optimizer", config.optimizer)
+  direction = config_checks.config_choice(_OPTIMIZERS, "optimizer", config.optimizer)
   clip = [optax.clip_by_global_norm(config.grad_norm_clip)] if config.grad_norm_clip else []
   rule = [direction(config, jnp.dtype(config.optim_dtype))]
   if config.weight_decay:

@@ -27,7 +27,6 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 
 from vit_jax import (errors, lora, objectives, platforms, sharding, tpu_slices, trainer,
                      train_step)

@@ -68,7 +68,7 @@ def score_batches(module: vit.VisionTransformer, params, image_paths: Sequence[s
   for a multi-label head each class's own sigmoid score.
 
   image_size (a side or (height, width)) defaults to the checkpoint's own resolution; at
-  another the model resizes its position embedding (see npz.load_for_inference).
+  another the model resizes its position embedding (see hub.load_for_inference).
   The last batch is padded, so every batch has one shape and the model compiles once.
   """
   height, width = npz.side_pair(image_size or npz.native_image_size(module, params))
@@ -223,7 +223,7 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   if flag_values.json:  # before the slow load: an existing file is not clobbered
     no_clobber.claim_output_file(flag_values.json, "predict", flag_values.overwrite)
   path = hub.resolve(flag_values.checkpoint)  # released and hf-hub: names: fetched first
-  module, params, image_size = npz.load_for_inference(
+  module, params, image_size = hub.load_for_inference(
       path, flag_values.image_size, allow_nonfinite=flag_values.allow_nonfinite)
   check_trained_head(params, flag_values.checkpoint)
   names = class_names(module.num_classes, flag_values.labels, checkpoint_path=path)

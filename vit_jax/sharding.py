@@ -156,14 +156,9 @@ FSDP_MIN_SIZE = 2**16  # smaller tensors cost more to gather than they save
 
 
 def path_name(path: Tuple[Any, ...]) -> str:
-  """'/'-joined names of a pytree path (dict keys, attributes, sequence indices)."""
-  parts = []
-  for entry in path:
-    for attribute in ("key", "name", "idx"):
-      if hasattr(entry, attribute):
-        parts.append(str(getattr(entry, attribute)))
-        break
-  return "/".join(parts)
+  """'/'-joined names of a pytree path (dict keys, attributes, sequence indices): the
+  names the partition rules and vit_jax.param_groups' regexes match."""
+  return jax.tree_util.keystr(path, simple=True, separator="/")
 
 
 def partition_spec(name: str, shape: Sequence[int], axis_sizes: Mapping[str, int]) -> P:

@@ -17,13 +17,14 @@ import ml_collections
 import numpy as np
 
 from vit_jax import config_checks, errors, lora, objectives, optim, param_groups, sharding, storage
-from vit_jax import trainer
+from vit_jax import train_step, trainer
 from vit_jax import evaluators as evaluators_lib
-from vit_jax.checkpoints import formats, hub, released, train_state
+from vit_jax.checkpoints import formats, hub, released
 from vit_jax.console import log
 from vit_jax.data import device_batches, pipeline, splits
 from vit_jax.models import attention, zoo
-from vit_jax.runs import class_report, dataset_record, metrics, outputs, preemption
+from vit_jax.runs import class_report, dataset_record, files, metrics, outputs
+from vit_jax.runs import preemption, train_state
 from vit_jax.runs import workdir as workdir_lib
 
 
@@ -117,8 +118,10 @@ def write_train_metrics(writer, step: int, step_metrics: dict,
   writer.write_scalars(step, values)
 
 
-def check_pretrained(config) -> None:
-  """A missing local pretrained file fails now, not after the data is read."""
+def resolve_pretrained(config) -> None:
+  """Resolves config.pretrained now, downloading a released or hf-hub: name not yet in
+  checkpoints/, so that a missing file or an unreachable server fails before the data is
+  read (loading it later resolves to the same file)."""
   if config.pretrained is None:
     return
   path = hub.resolve(config.pretrained)  # fetches a released file not yet in checkpoints/
@@ -133,27 +136,26 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   """Everything about the config that can be refused without reading data, then the
   pretrained file (fetched if it is a released name not yet downloaded)."""
   check_static(config, mesh)
-  check_pretrained(config)
+  resolve_pretrained(config)
 
 
 def check_static(config: ml_collections.ConfigDict, mesh) -> None:
-  """Everything about the config that can be refused without reading data or files
-  (vit_jax.plan checks a config for a slice with it too)."""
+  """Everything about the config that can be refused without reading data or files, each
+  key by its owner, before any lock, download or write (vit_jax.plan checks a config for a
+  slice with it too)."""
   config_checks.normalize(config)
   config_checks.check(config)
-  evaluators_lib.check_all(config)
-  objectives.get(config).check(config)
-  sharding.check_config_batches(config, mesh)
-  optim.check_choices(config)
+  optim.check(config)
+  train_step.check(config)
   param_groups.check(config)
   lora.check(config)
-  try:
-    module = zoo.model_from_config(config, num_classes=1)
-  except (TypeError, errors.InvalidInput) as e:  # an unknown or out-of-range config.model.*
-    raise errors.InvalidInput(f"config.model: {e}") from None
+  objectives.get(config).check(config)
+  evaluators_lib.check_all(config)
+  sharding.check_config_batches(config, mesh)
+  module = zoo.check_config(config)
   sharding.check_tensor_parallel(module.num_heads, module.mlp_dim, mesh)
   attention.check_runs_on(config.model.attention_impl, mesh.devices.flat[0].platform)
-  pipeline.check_crop(config, zoo.model_stride(module))
+  pipeline.check(config, zoo.model_stride(module))
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
@@ -190,7 +192,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   if finished is not None:
     log.info("already finished at step %d; results in %s (%s, %s, %s): pass a larger "
              "--config.total_steps to train on, or use a new --workdir", latest_step, workdir,
-             outputs.PARAMS, metrics.METRICS, outputs.FINAL_METRICS)
+             files.PARAMS, files.METRICS, files.FINAL_METRICS)
     return finished
   record = dataset_record.describe(config, dataset.info, dataset.fingerprints())
   changed_record = None
@@ -217,7 +219,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
       if not changed:
         raise
       raise train_state.CheckpointRestoreError(
-          f"{e}; changed since the run started ({outputs.CONFIG}): "
+          f"{e}; changed since the run started ({files.CONFIG}): "
           f"{', '.join(changed)}") from None
     log.info("resumed from step %d (checkpoint in %s)", resume_step, checkpointer.directory)
   elif host_params is not None:
@@ -238,7 +240,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
       num_params = outputs.write_parameter_table(state.params, workdir, columns)
       log.info("%s (table in %s)", param_groups.trained_summary(columns, state.params,
                                                                 state.opt_state),
-               storage.join(workdir, outputs.PARAMETER_TABLE))
+               storage.join(workdir, files.PARAMETER_TABLE))
       writer.write_hparams({"num_params": num_params})
 
   # --- Loop -------------------------------------------------------------------------------

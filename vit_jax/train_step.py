@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from vit_jax import errors, optim
+from vit_jax import config_checks, errors, optim
 
 
 @flax.struct.dataclass
@@ -37,6 +37,12 @@ def create_train_state(params, optimizer: optax.GradientTransformation, *,
   return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                     opt_state=optimizer.init(params),
                     polyak=jax.tree.map(jnp.copy, params) if polyak else None)
+
+
+def check(config: ml_collections.ConfigDict) -> None:
+  """A Polyak decay of 1 or more never moves the average off the initial params."""
+  config_checks.check_fraction("config.polyak_decay", config.get("polyak_decay", 0.0),
+                               "0 turns Polyak averaging off, the paper used 0.9999")
 
 
 def polyak_update(average, params, decay: float):

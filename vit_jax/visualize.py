@@ -168,7 +168,7 @@ def write_figures(module: vit.VisionTransformer, params, images: np.ndarray,
 def main(argv):
   image_paths = predict.image_arguments(argv)
   no_clobber.check_output_dir(FLAGS.out, KIND, FLAGS.overwrite)  # before the slow part
-  module, params, image_size = npz.load_for_inference(
+  module, params, image_size = hub.load_for_inference(
       FLAGS.checkpoint, FLAGS.image_size, allow_nonfinite=FLAGS.allow_nonfinite)
   images = np.stack([predict.load_image(p, image_size) for p in image_paths])
   names = [os.path.basename(p) for p in image_paths]

@@ -15,7 +15,7 @@ from ml_collections import config_flags
 from vit_jax import cli, console, errors, no_clobber
 from vit_jax.checkpoints import hub
 from vit_jax.data import vtab as tasks_lib
-from vit_jax.runs import vtab
+from vit_jax.runs import vtab, vtab_report
 
 
 @cli.command
@@ -48,7 +48,7 @@ def main(argv, flag_values=flags.FLAGS):
   except vtab.Preempted as e:
     console.log.warning("%s", e)
     return
-  print(vtab.format_table(report), end="")
+  print(vtab_report.format_table(report), end="")
 
 
 def define_flags(flag_values=flags.FLAGS) -> None:

@@ -227,7 +227,7 @@ def test_http_urls_are_downloaded_first(hub_site_and_bucket):
 
 
 def test_load_for_inference_takes_released_and_hub_names(hub_site_and_bucket):
-  module, params, size = npz.load_for_inference("ViT-Ti_16")
+  module, params, size = hub.load_for_inference("ViT-Ti_16")
   assert size == (224, 224) and module.num_classes == 10
   with np.load(RELEASED_FIXTURES / "vit-ti16.npz") as want:
     np.testing.assert_array_equal(params["head"]["kernel"], want["head/kernel"])

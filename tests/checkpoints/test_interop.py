@@ -312,10 +312,10 @@ def test_training_accepts_model_folders_as_pretrained(tmp_path):
   import ml_collections  # pylint: disable=import-outside-toplevel
   from vit_jax import train  # pylint: disable=import-outside-toplevel
   convert.convert(tiny_file(tmp_path), tmp_path / "hf", to="hf")
-  train.check_pretrained(ml_collections.ConfigDict({"pretrained": str(tmp_path / "hf")}))
+  train.resolve_pretrained(ml_collections.ConfigDict({"pretrained": str(tmp_path / "hf")}))
   (tmp_path / "empty").mkdir()
   with pytest.raises(FileNotFoundError, match="a directory, not an .npz file or a model folder"):
-    train.check_pretrained(ml_collections.ConfigDict({"pretrained": str(tmp_path / "empty")}))
+    train.resolve_pretrained(ml_collections.ConfigDict({"pretrained": str(tmp_path / "empty")}))
 
 
 def test_pytorch_files_without_pytorch_say_how_to_read_them(tmp_path, monkeypatch):

@@ -26,13 +26,14 @@ import json
 import os
 import re
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from vit_jax import console, errors, storage
-from vit_jax.checkpoints import (formats, hf_layout, hub_table, npz_layout, released,
+from vit_jax.checkpoints import (formats, hf_layout, hub_table, npz, npz_layout, released,
                                  timm_layout, transfer)
+from vit_jax.models import vit
 
 HUB_PREFIX = "hf-hub:"
 HUB_DIR = "hf-hub"  # DIR/hf-hub/ORG/NAME.npz for hf-hub: names
@@ -354,3 +355,22 @@ def resolve(name_or_url: str, local_dir: str = released.LOCAL_DIR, *, force: boo
                               f"vit_jax.download {text} --dir={local_dir}, then pass the "
                               "path it prints")
   return target
+
+
+def load_for_inference(checkpoint: str, image_size: Optional[npz.ImageSize] = None, *,
+                       allow_nonfinite: bool = False
+                       ) -> Tuple[vit.VisionTransformer, Dict[str, Any], Tuple[int, int]]:
+  """(module, params, (height, width)) for the predict, visualize, fewshot and export
+  commands.
+
+  checkpoint is anything resolve accepts (released names and hf-hub: names are
+  fetched into checkpoints/ first). The params keep the file's grid: at another
+  image_size (a side or (height, width), each a multiple of the model's stride: a command
+  has no reason to drop pixels) the model resizes its position embedding in the forward
+  pass, as npz.load_npz(image_size=) would (the same bits). None means the checkpoint's own.
+  """
+  module, params = npz.load_npz(resolve(checkpoint), allow_nonfinite=allow_nonfinite)
+  if image_size is None:
+    return module, params, npz.side_pair(npz.native_image_size(module, params))
+  npz.check_image_size(module, image_size, strict=True)
+  return module, params, npz.side_pair(image_size)

@@ -21,7 +21,7 @@ from flax import traverse_util
 
 from vit_jax import console, errors, storage
 from vit_jax.checkpoints import class_names as class_names_lib
-from vit_jax.checkpoints import formats, hub, npz_layout
+from vit_jax.checkpoints import formats, npz_layout
 from vit_jax.checkpoints.class_names import (  # pylint: disable=unused-import
     read_class_names, read_multi_label)
 from vit_jax.checkpoints.npz_checks import (  # pylint: disable=unused-import
@@ -358,22 +358,3 @@ IMAGE_SIZE_HELP = ("default: the checkpoint's own. Another size (each side a mul
                    "model's stride) resizes the position embedding inside the model.")
 ALLOW_NONFINITE_HELP = ("Load a checkpoint even if some weights are NaN or Inf (refused by "
                         "default: they make every output NaN).")
-
-
-def load_for_inference(checkpoint: str, image_size: Optional[ImageSize] = None, *,
-                       allow_nonfinite: bool = False
-                       ) -> Tuple[vit.VisionTransformer, Dict[str, Any], Tuple[int, int]]:
-  """(module, params, (height, width)) for the predict, visualize, fewshot and export
-  commands.
-
-  checkpoint is anything hub.resolve accepts (released names and hf-hub: names are
-  fetched into checkpoints/ first). The params keep the file's grid: at another
-  image_size (a side or (height, width), each a multiple of the model's stride: a command
-  has no reason to drop pixels) the model resizes its position embedding in the forward
-  pass, as load_npz(image_size=) would (the same bits). None means the checkpoint's own.
-  """
-  module, params = load_npz(hub.resolve(checkpoint), allow_nonfinite=allow_nonfinite)
-  if image_size is None:
-    return module, params, side_pair(native_image_size(module, params))
-  check_image_size(module, image_size, strict=True)
-  return module, params, side_pair(image_size)

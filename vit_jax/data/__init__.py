@@ -1,2 +1,6 @@
 """Input: where examples come from (sources), how they are preprocessed, and the
 pipeline that turns them into global device batches."""
+
+# How config.dataset names a VTAB-1k task ('vtab/<task>', vit_jax.data.vtab). Here, not in
+# vtab.py, so that the config defaults tell a task without importing TensorFlow.
+VTAB_PREFIX = "vtab/"

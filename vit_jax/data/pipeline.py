@@ -92,7 +92,7 @@ class Dataset:
     """This process's rows of the global batches of steps start_step .. num_steps - 1:
     {'image': float32 [B/P, crop, crop, 3], 'label': int32 [B/P]} (multi-label data:
     multi-hot [B/P, num_classes]; with MixUp, 'label' is float32 [B/P, num_classes])."""
-    rows = _rows_per_process(batch_size, process_count)  # MixUp's even rows: check_crop
+    rows = _rows_per_process(batch_size, process_count)  # MixUp's even rows: see check()
     def augment(position, data, label):
       image = self._augment(self._payload(self.train, data), order.example_seed(seed, position))
       return {"image": image, "label": label, "position": position}
@@ -215,7 +215,7 @@ class Dataset:
     return examples.concatenate(padding), -(-longest // rows)
 
 
-def _check_pp(pp) -> None:
+def check_pp(pp) -> None:
   """Preprocessing settings that cannot work fail here, before any data is read."""
   if pp.preset not in preprocess.PRESETS:
     raise errors.InvalidInput(
@@ -231,10 +231,12 @@ def _check_pp(pp) -> None:
     raise errors.InvalidInput(f"config.pp.mixup_alpha={pp.mixup_alpha} must be >= 0 (0 = off)")
 
 
-def check_crop(config, stride: int) -> None:
-  """Before any data is read or workdir written: a crop the model's stride divides (pp.crop=0
-  trained, then blamed the images; 18 px on 4 px patches dropped pixels unsaid), and MixUp's
-  pairs of rows in each process's batch."""
+def check(config, stride: int) -> None:
+  """Before any data is read, workdir locked or checkpoint fetched: the preprocessing keys
+  (check_pp), a crop the model's stride divides (pp.crop=0 trained, then blamed the images;
+  18 px on 4 px patches dropped pixels unsaid), and MixUp's pairs of rows in each process's
+  batch."""
+  check_pp(config.pp)
   crop = config.pp.crop
   if not isinstance(crop, int) or crop < stride or crop % stride:
     lower = crop // stride * stride if isinstance(crop, int) else 0
@@ -258,7 +260,7 @@ def open_dataset(config) -> Dataset:
   tfds_download, shuffle_buffer and pp.{preset, crop, resize, flip, mixup_alpha};
   the splits apply to TFDS only (default 'train' / 'test').
   """
-  _check_pp(config.pp)
+  check_pp(config.pp)
   train, eval_split, class_names = registry.open_source(config)
   return Dataset(train, eval_split, class_names, config.pp, config.shuffle_buffer)
 
@@ -266,7 +268,7 @@ def open_dataset(config) -> Dataset:
 def open_eval_dataset(config, dataset: str, split: str, label_feature: str = "label") -> Dataset:
   """An evaluation-only Dataset (eval_batches only) of `dataset`'s `split`, with the
   eval preprocessing of config.pp; see registry.open_eval_source."""
-  _check_pp(config.pp)
+  check_pp(config.pp)
   eval_split, class_names = registry.open_eval_source(dataset, split, config, label_feature)
   return Dataset(None, eval_split, class_names, config.pp, config.shuffle_buffer)
 

@@ -32,12 +32,12 @@ from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from vit_jax import config_defaults, errors
+from vit_jax import errors
 from vit_jax.console import log
+from vit_jax.data import VTAB_PREFIX as PREFIX
 from vit_jax.data import image_folder, tfds_source
 from vit_jax.data.splits import IndexedSplit
 
-PREFIX = config_defaults.VTAB_PREFIX
 GROUPS = ("natural", "specialized", "structured")
 CUSTOM_GROUP = "custom"  # image directories: in the overall mean, in no VTAB group
 SPLITS = ("train800", "val200", "train800val200", "test")

@@ -93,11 +93,11 @@ _jitted_apply = jax.jit(_apply, static_argnums=0)
 def load_source(checkpoint: str, image_size: Optional[npz.ImageSize], dtype: str) -> Source:
   """The checkpoint loaded as load_npz does, run at image_size (a side or (height, width),
   multiples of the stride; the model resizes its position embedding, see
-  npz.load_for_inference);
+  hub.load_for_inference);
   raises an errors.UserError (one line: CheckpointError, ExportError, ...) for what cannot
   be read or exported."""
   path = hub.resolve(checkpoint)  # a released or hf-hub: name is fetched first
-  module, params, size = npz.load_for_inference(path, image_size)
+  module, params, size = hub.load_for_inference(path, image_size)
   weight_bytes = sum(np.asarray(p).nbytes for p in jax.tree.leaves(params))
   if weight_bytes > MAX_WEIGHT_BYTES:
     raise ExportError(f"{checkpoint}: {weight_bytes / 2**30:.1f} GiB of weights do not fit "

@@ -144,6 +144,16 @@ def config_overrides(config) -> dict:
   return {**overrides, "dtype": jnp.dtype(config.dtype)}
 
 
+def check_config(config) -> vit.VisionTransformer:
+  """The model a training config builds (with a 1-class head), or one line naming the
+  config.dtype or config.model value that cannot build it, before any data is read."""
+  config_checks.config_choice(config_checks.DTYPES, "dtype", config.dtype)
+  try:
+    return model_from_config(config, num_classes=1)
+  except (TypeError, errors.InvalidInput) as e:  # an unknown or out-of-range config.model.*
+    raise errors.InvalidInput(f"config.model: {e}") from None
+
+
 def model_from_config(config, num_classes: int) -> vit.VisionTransformer:
   """The model a training config builds from scratch (what the main job trains)."""
   return create_model(config.model_name, num_classes=num_classes,

@@ -15,7 +15,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from vit_jax import config_checks, errors, optim
+from vit_jax import config_checks, errors
 from vit_jax.console import log
 from vit_jax.checkpoints import hub, npz
 from vit_jax.models import vit, zoo
@@ -132,7 +132,7 @@ def make_loss_fn(config: ml_collections.ConfigDict) -> Callable[[jax.Array, Any]
   t <- (1 - s) t + s / K, whichever the loss.
   """
   name = loss_name(config)
-  loss = optim.config_choice(_LOSSES, "loss", name)
+  loss = config_checks.config_choice(_LOSSES, "loss", name)
   smoothing = config.label_smoothing
   weights = config.get("class_weights")
   if weights is not None:
@@ -217,7 +217,7 @@ class Classification:
     config_checks.check_fraction("config.label_smoothing", config.label_smoothing,
                                  "the share of each target spread over all classes; 0 = off")
     if config.loss != AUTO:
-      optim.config_choice(_LOSSES, "loss", config.loss)
+      config_checks.config_choice(_LOSSES, "loss", config.loss)
     check_class_weights(config)
     threshold = config.get("threshold", 0.5)
     if not 0.0 <= threshold <= 1.0:

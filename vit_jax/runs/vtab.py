@@ -31,7 +31,7 @@ from vit_jax.console import log
 from vit_jax.data import vtab as tasks_lib
 from vit_jax.models import zoo
 from vit_jax.objectives import classification
-from vit_jax.runs import outputs
+from vit_jax.runs import files, outputs, vtab_report
 from vit_jax.runs import workdir as workdir_lib
 
 KIND = "vtab"  # the writer's name in WORKDIR's no-clobber marker (vit_jax.no_clobber)
@@ -44,9 +44,6 @@ RUNNER_KEYS = ("dataset", "train_split", "eval_split", "pretrained")
 SWEEP_DIR = "sweep"  # WORKDIR/<task>/sweep/<setting>/: the sweep's runs
 SUPERSEDED = "superseded"  # WORKDIR/<task>/superseded/<n>/: runs of earlier settings
 SWEPT_KEYS = ("base_lr", "total_steps")  # with a sweep: --sweep_lrs and --sweep_steps
-REPORT_JSON, REPORT_MD = "vtab.json", "vtab.md"
-GROUP_TITLES = {"natural": "Natural", "specialized": "Specialized",
-                "structured": "Structured", tasks_lib.CUSTOM_GROUP: "Custom"}
 BASE_MODEL = "ViT-Ti_16"  # the base name of a checkpoint whose architecture is not released
 
 
@@ -186,7 +183,7 @@ def _read_json(path: str) -> Optional[dict]:
 
 def changed_settings(workdir: str, config: ml_collections.ConfigDict) -> Optional[List[str]]:
   """The config keys in which the run in `workdir` differs from `config` (None: no run)."""
-  saved = _read_json(storage.join(workdir, outputs.CONFIG))
+  saved = _read_json(storage.join(workdir, files.CONFIG))
   if saved is None:
     return None
   return outputs.changed_keys(saved, json.loads(config.to_json_best_effort(sort_keys=True)))
@@ -195,8 +192,8 @@ def changed_settings(workdir: str, config: ml_collections.ConfigDict) -> Optiona
 def finished_metrics(workdir: str) -> Optional[dict]:
   """The final metrics of a run that finished in `workdir` (its settings are checked
   separately, see changed_settings)."""
-  final = _read_json(storage.join(workdir, outputs.FINAL_METRICS))
-  if final is None or not storage.exists(storage.join(workdir, outputs.PARAMS)):
+  final = _read_json(storage.join(workdir, files.FINAL_METRICS))
+  if final is None or not storage.exists(storage.join(workdir, files.PARAMS)):
     return None
   return final
 
@@ -211,7 +208,7 @@ def set_aside(workdir: str) -> str:
     dest = storage.join(parent, str(len(storage.listdir(parent)) + 1))
     storage.makedirs(dest)
     for name in storage.listdir(workdir):
-      if name not in (SWEEP_DIR, SUPERSEDED, workdir_lib.LOCK_NAME):
+      if name not in (SWEEP_DIR, SUPERSEDED, files.LOCK):
         storage.move(storage.join(workdir, name), storage.join(dest, name))
   return dest
 
@@ -281,62 +278,6 @@ def select_settings(val: Mapping[str, Mapping[str, float]], mode: str) -> Dict[s
   return {task: best for task in val}
 
 
-def _mean(values: Sequence[float]) -> float:
-  return sum(values) / len(values)
-
-
-def summarize(runs: Sequence[TaskRun], results: Mapping[str, dict]) -> Dict[str, Any]:
-  """Group means over the tasks run in each group and the mean over all tasks run
-  (custom tasks count in the mean, in no VTAB group)."""
-  groups = {}
-  for group in (*tasks_lib.GROUPS, tasks_lib.CUSTOM_GROUP):
-    members = [run.name for run in runs if run.group == group]
-    if members:
-      groups[group] = {"mean": _mean([results[name]["top1"] for name in members]),
-                       "tasks": len(members)}
-      if group != tasks_lib.CUSTOM_GROUP:
-        groups[group]["of"] = len(tasks_lib.group_tasks(group))
-  return {"groups": groups, "mean": _mean([results[run.name]["top1"] for run in runs]),
-          "num_tasks": len(runs)}
-
-
-def _tasks(count: int) -> str:
-  return f"{count} task{'' if count == 1 else 's'}"
-
-
-def _version(task: Mapping[str, Any]) -> str:
-  """The TFDS version a task read, marked where it is not the benchmark's."""
-  if "tfds_version" not in task:
-    return "(image directory)"
-  if "version_note" in task:
-    return f"{task['tfds_version']} (benchmark: {task['reference_version']})"
-  return task["tfds_version"]
-
-
-def format_table(report: Mapping[str, Any]) -> str:
-  """Markdown: tasks grouped as the paper reports VTAB, each group's mean, the mean."""
-  sweep = report["sweep"]
-  lines = [f"VTAB-1k: `{report['checkpoint']}` fine-tuned on train800val200, top-1 on test"
-           + (f"; settings chosen on val200 ({sweep['select']})" if sweep else "") + ".", "",
-           "| Group | Task | Top-1 (%) | lr | steps | TFDS version |",
-           "|---|---|---:|---:|---:|---|"]
-  tasks = report["tasks"]
-  for group, summary in report["groups"].items():
-    title = GROUP_TITLES[group]
-    for name, task in tasks.items():
-      if task["group"] == group:
-        lines.append(f"| {title} | {name} | {100 * task['top1']:.2f} | {task['base_lr']:g} "
-                     f"| {task['total_steps']} | {_version(task)} |")
-    count = (f"{summary['tasks']} of {summary['of']} tasks" if "of" in summary
-             else f"{_tasks(summary['tasks'])}, in no VTAB group")
-    lines.append(f"| **{title} mean** | {count} | **{100 * summary['mean']:.2f}** | | | |")
-  custom = report["groups"].get(tasks_lib.CUSTOM_GROUP)
-  included = f", {custom['tasks']} custom included" if custom else ""
-  lines.append(f"| **Mean** | {_tasks(report['num_tasks'])}{included} | "
-               f"**{100 * report['mean']:.2f}** | | | |")
-  return "\n".join(lines) + "\n"
-
-
 def _top1(result: Mapping[str, float]) -> Dict[str, float]:
   return {"top1": result["eval/accuracy"], "loss": result["eval/loss"],
           "examples": int(result["eval/examples"])}
@@ -394,11 +335,6 @@ def run_benchmark(base: ml_collections.ConfigDict, specs: Sequence[str], *, chec
   report = {"checkpoint": checkpoint,
             "sweep": {"lrs": list(sweep[0]), "steps": list(sweep[1]), "select": select}
                      if sweep else None,
-            "tasks": results, **summarize(runs, results)}
-  write_report(report, workdir)
+            "tasks": results, **vtab_report.summarize(runs, results)}
+  vtab_report.write(report, workdir)
   return report
-
-
-def write_report(report: Mapping[str, Any], workdir: str) -> None:
-  storage.write_atomic(storage.join(workdir, REPORT_JSON), json.dumps(report, indent=2))
-  storage.write_atomic(storage.join(workdir, REPORT_MD), format_table(report))

@@ -27,9 +27,10 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from vit_jax.runs import files
+
 from vit_jax import errors, storage
 
-LOCK_NAME = "run.lock"
 HEARTBEAT_S = 15.0
 STALE_AFTER_S = 90.0  # six missed heartbeats: a restarted job waits at most this long
 # A lock with no readable holder (empty or cut short: its writer died creating it, or the
@@ -129,7 +130,7 @@ class WorkdirLock:
   """Exclusive use of a workdir by one job; `release()` (or the context) gives it back."""
 
   def __init__(self, workdir: str):
-    self.path = storage.join(workdir, LOCK_NAME)
+    self.path = storage.join(workdir, files.LOCK)
     self.workdir = workdir
     self._stop = threading.Event()
     self._heartbeat: Optional[threading.Thread] = None

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vit_jax.checkpoints import train_state
+from vit_jax.runs import train_state
 
 
 def state(value=1.0):
@@ -173,12 +173,25 @@ def test_train_states_keep_one_layout_with_or_without_the_polyak_average(tmp_pat
 def test_a_failed_restore_leaves_no_read_running(tmp_path, monkeypatch):
   """orbax stops a restore at the first failed read; the reads of the other arrays must
   finish before its event loop closes, not land later on a closed loop (which Python
-  reports as exceptions it had to ignore)."""
+  reports as exceptions it had to ignore): every task a restore started is done when it
+  returns, so nothing can call back into its closed loop afterwards."""
+  import asyncio
   import gc
   import sys
-  import time
-  ignored = []
+  ignored, tasks = [], []
   monkeypatch.setattr(sys, "unraisablehook", ignored.append)
+  policy = train_state._FinishingReadsPolicy  # pylint: disable=protected-access
+  make_loop = policy.new_event_loop
+
+  def recording_loop(self):
+    """The loop the restore gets, keeping its tasks (a pending one could be collected)."""
+    loop = make_loop(self)
+    loop.set_task_factory(
+        lambda loop, coro, **kwargs: tasks.append(asyncio.Task(coro, loop=loop, **kwargs))
+        or tasks[-1])
+    return loop
+
+  monkeypatch.setattr(policy, "new_event_loop", recording_loop)
   checkpointer = train_state.Checkpointer(str(tmp_path))
   many = {"step": jnp.array(3), "params": {f"w{i}": jnp.full((64, 64), 1.0) for i in range(16)}}
   checkpointer.save(7, many)
@@ -189,6 +202,6 @@ def test_a_failed_restore_leaves_no_read_running(tmp_path, monkeypatch):
     with pytest.raises(train_state.CheckpointRestoreError, match="cannot resume from"):
       checkpointer.restore(wrong)
   checkpointer.close()
-  time.sleep(0.5)  # time for reads still in flight to call back
+  assert tasks and all(task.done() for task in tasks)
   gc.collect()
   assert not ignored, [str(u.exc_value) for u in ignored]
