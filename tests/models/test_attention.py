@@ -1,13 +1,12 @@
 """The attention kernels: backend choice, cuDNN's even-token padding and its unpadded
 inference route, checked against the softmax definition."""
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from attention_cases import attention_inputs, softmax_attention, values_and_grads
 from vit_jax.models import attention, vit
 
 
@@ -21,16 +20,6 @@ def test_dot_product_picks_cudnn_flash_attention_only_where_it_runs(monkeypatch)
   assert attention.attention_backend("xla", jnp.bfloat16) == "xla"
 
 
-def attention_inputs(tokens, dtype=jnp.float32):
-  return [jax.random.normal(jax.random.PRNGKey(i), (2, tokens, 3, 8), dtype) for i in range(3)]
-
-
-def softmax_attention(query, key, value):
-  weights = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", query, key) / np.sqrt(query.shape[-1]),
-                           axis=-1)
-  return jnp.einsum("bhqk,bkhd->bqhd", weights, value)
-
-
 @pytest.mark.parametrize("tokens", [17, 18])
 def test_padding_to_even_tokens_computes_the_same_attention(tokens):
   """The cuDNN route pads odd token counts and masks the pad; check that route on XLA."""
@@ -41,16 +30,6 @@ def test_padding_to_even_tokens_computes_the_same_attention(tokens):
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
   for got, want in zip(got_grads, want_grads):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def values_and_grads(attention_fn, reference_fn, inputs):
-  """Both attentions' outputs and the gradients of sum(sin(output)) for q, k and v, in
-  one compiled program (op by op, each of the many small ops would compile on its own)."""
-  def value_and_grads(f):
-    loss = lambda *qkv: jnp.sum(jnp.sin(f(*qkv)))
-    return f(*inputs), jax.grad(loss, argnums=(0, 1, 2))(*inputs)
-  return value_and_grads(attention_fn), value_and_grads(reference_fn)
 
 
 @pytest.mark.parametrize("tokens", [17, 18])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from jax.experimental.pallas import tpu as pltpu
 
-from test_attention import attention_inputs, softmax_attention, values_and_grads
+from attention_cases import attention_inputs, softmax_attention, values_and_grads
 from vit_jax import errors, planner, sharding
 from vit_jax.models import attention, pallas_attention, vit
 
@@ -67,9 +67,16 @@ def test_pallas_is_refused_off_tpu_in_one_line():
   attention.check_runs_on("dot_product", "cpu")
 
 
-def test_the_traced_mesh_names_the_platform():
-  mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
+@pytest.mark.parametrize("tpu,dtype,inference,want", [
+    ("v3-8", jnp.float32, True, "pallas"), ("v3-8", jnp.float32, False, "xla"),
+    ("v3-8", jnp.bfloat16, True, "xla"),  # Mosaic: no bfloat16 matmuls on v2/v3
+    ("v5e-8", jnp.bfloat16, True, "pallas"), ("v5e-8", jnp.bfloat16, False, "xla")])
+def test_dot_product_on_a_tpu_mesh_picks_pallas_for_inference(tpu, dtype, inference, want):
+  """Resolved for the mesh the step is traced on (vit_jax.plan traces TPU steps here)."""
+  pytest.importorskip("libtpu", reason="compile-only TPU devices need libtpu (the test extra)")
+  mesh = sharding.make_mesh({"data": -1}, devices=planner.tpu_target(tpu).devices)
   seen = []
-  jax.eval_shape(sharding.on_mesh(mesh, lambda x: seen.append(attention.traced_platform())
-                                  or x), 1.0)
-  assert seen == [jax.devices()[0].platform]
+  pick = lambda x: seen.append(attention.attention_backend("dot_product", dtype, inference))
+  jax.eval_shape(sharding.on_mesh(mesh, lambda x: pick(x) or x), 1.0)
+  assert seen == [want]
+  assert attention.attention_backend("dot_product", dtype, inference) in ("xla", "cudnn")

@@ -167,7 +167,8 @@ def feature_function(module, mesh: jax.sharding.Mesh, param_shardings: Any):
     x = module.apply({"params": params}, batch["image"], representation=True)
     return x, batch["label"], batch["mask"]
 
-  return jax.jit(features, in_shardings=(param_shardings, batch_sharding),
+  return jax.jit(sharding.on_mesh(mesh, features),
+                 in_shardings=(param_shardings, batch_sharding),
                  out_shardings=batch_sharding)
 
 

@@ -3,7 +3,7 @@
 even-token padding that its backward pass needs; Pallas flash attention on TPUs)."""
 
 import functools
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import flax.linen as nn
 import jax
@@ -20,20 +20,36 @@ ATTENTION_IMPLS = ("softmax", "dot_product", "xla", "cudnn", "pallas")
 FLASH_DTYPES = (jnp.bfloat16, jnp.float16)
 
 
-def traced_platform() -> str:
-  """The platform a program is being traced for: the traced mesh's (vit_jax.sharding.on_mesh;
-  vit_jax.plan traces TPU programs on a CPU machine), else this process's default."""
+# Mosaic has no bfloat16 matmul operands on these chips (E2001): the kernel runs in float32.
+PALLAS_FLOAT32_ONLY = ("TPU v2", "TPU v3")
+
+
+def traced_device() -> Tuple[str, str]:
+  """(platform, device kind) a program is being traced for: the traced mesh's
+  (vit_jax.sharding.on_mesh; vit_jax.plan traces TPU programs on a CPU machine), else this
+  process's default."""
   mesh = jax.sharding.get_abstract_mesh()
-  return jax.default_backend() if mesh.empty else mesh.abstract_device.platform
+  if mesh.empty:
+    return jax.default_backend(), jax.devices()[0].device_kind
+  return mesh.abstract_device.platform, mesh.abstract_device.device_kind
 
 
-def attention_backend(impl: str, dtype: Any, platform: Optional[str] = None) -> str:
-  """The kernel behind `impl` ('dot_product' resolved here: jax.nn.dot_product_attention's
-  own default is XLA even on GPUs, which leaves cuDNN's flash kernels unused)."""
+def attention_backend(impl: str, dtype: Any, inference: bool = False) -> str:
+  """The kernel behind `impl`, 'dot_product' resolved here: cuDNN's flash attention on GPUs
+  (jax.nn.dot_product_attention's own default is XLA even there); on TPUs the Pallas kernel
+  for inference, XLA for training. vit_jax.plan on a v3-8 (benchmarks/RESULTS.md): Pallas
+  estimated the eval steps of L/16 at 512 px, B/8 and H/14 1.5-2.3x faster in 40-73% less
+  memory, while in training its opaque backward cost H/14 30% more memory than XLA's
+  rematerialised attention (no longer fitting)."""
   if impl != "dot_product":
     return impl
-  flash = (platform or traced_platform()) == "gpu" and jnp.dtype(dtype) in FLASH_DTYPES
-  return "cudnn" if flash else "xla"
+  platform, kind = traced_device()
+  if platform == "gpu" and jnp.dtype(dtype) in FLASH_DTYPES:
+    return "cudnn"
+  if platform == "tpu" and inference and (jnp.dtype(dtype) == jnp.float32
+                                          or kind not in PALLAS_FLOAT32_ONLY):
+    return "pallas"
+  return "xla"
 
 
 def check_runs_on(impl: str, platform: str) -> None:
@@ -135,7 +151,8 @@ class SelfAttention(nn.Module):
         self.dropout_rate > 0 and not deterministic) or inputs_kv is not None
     if self.attention_impl != "softmax" and not needs_weights:
       mixed = fused_attention(query, key, value,
-                              attention_backend(self.attention_impl, self.dtype),
+                              attention_backend(self.attention_impl, self.dtype,
+                                                inference=deterministic),
                               pad_for_gradients_only=deterministic and self.unpadded_inference)
     else:
       query = query / jnp.sqrt(head_dim).astype(self.dtype)
