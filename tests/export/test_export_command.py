@@ -60,7 +60,7 @@ def stop_while_holding(process, lock, timeout=300):
   deadline = time.time() + timeout
   while f"(pid {process.pid})" not in (lock.read_text() if lock.exists() else ""):
     assert process.poll() is None and time.time() < deadline, process.communicate()
-    time.sleep(0.05)
+    time.sleep(0.005)
   process.send_signal(signal.SIGSTOP)
 
 
