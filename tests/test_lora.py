@@ -144,6 +144,10 @@ def test_merge_takes_what_the_run_used_from_a_released_style_base():
   for name, value in flat(merged).items():
     np.testing.assert_array_equal(rebuilt[name], value, err_msg=name)
   assert lora.class_names(adapters) == list("abcde")
+  for damaged in ("{not json", '{"base": [], "rank": 0, "alpha": 1.0}'):
+    with pytest.raises(errors.InvalidInput, match="the adapters' lora/settings entry is "
+                       "damaged .*: pass the adapters.npz that a LoRA run wrote"):
+      lora.merge(base, {**adapters, lora.SETTINGS: np.array(damaged)})
   del base["Transformer/encoderblock_1/MlpBlock_3/Dense_1/kernel"]
   with pytest.raises(errors.InvalidInput, match="the base checkpoint has no Transformer/"
                      "encoderblock_1/MlpBlock_3/Dense_1/kernel: pass the checkpoint"):
@@ -158,6 +162,10 @@ def test_merge_takes_what_the_run_used_from_a_released_style_base():
     (dict(rank=0, dropout=0.1, targets=lora.DEFAULT_TARGETS),
      "config.lora.dropout=0.1 is set but LoRA is off"),
     (dict(rank=-1), "config.lora.rank=-1 must be a whole number >= 0"),
+    (dict(alpha=float("nan")), "config.lora.alpha=nan must be > 0 and finite"),  # diverged
+    (dict(alpha=float("inf")), "config.lora.alpha=inf must be > 0 and finite"),
+    (dict(dropout=None), "config.lora.dropout=None must be in [0, 1)"),
+    (dict(targets=None), "config.lora.targets=None is not a regular expression"),
 ])
 def test_bad_settings_are_one_line(overrides, message):
   config = lora_config()

@@ -32,7 +32,7 @@ import ml_collections
 import numpy as np
 from flax import traverse_util
 
-from vit_jax import errors, param_groups
+from vit_jax import config_checks, errors, param_groups
 from vit_jax.models import vit
 from vit_jax.runs import fs
 
@@ -81,17 +81,17 @@ def check(config: ml_collections.ConfigDict) -> None:
   if rank == 0 and lora.targets != DEFAULT_TARGETS:
     raise errors.InvalidInput(f"config.lora.targets={lora.targets!r} is set but LoRA is off "
                               "(config.lora.rank=0): set a rank >= 1, e.g. 8")
-  if not 0 <= lora.dropout < 1:
-    raise errors.InvalidInput(f"config.lora.dropout={lora.dropout} must be in [0, 1): the "
-                              "probability of dropping an input of the adapter path")
+  config_checks.check_fraction("config.lora.dropout", lora.dropout, "the probability of "
+                               "dropping an input of the adapter path; 0 = off")
   if rank == 0 and lora.dropout:
     raise errors.InvalidInput(f"config.lora.dropout={lora.dropout} is set but LoRA is off "
                               "(config.lora.rank=0): set a rank >= 1, e.g. 8")
-  if lora.alpha is not None and lora.alpha <= 0:
-    raise errors.InvalidInput(f"config.lora.alpha={lora.alpha} must be > 0 (None: the rank)")
+  if lora.alpha is not None and not 0 < lora.alpha < math.inf:  # nan too: it diverged
+    raise errors.InvalidInput(f"config.lora.alpha={lora.alpha} must be > 0 and finite (None: "
+                              "the rank)")
   try:
     re.compile(lora.targets)
-  except re.error as e:
+  except (re.error, TypeError) as e:
     raise errors.InvalidInput(f"config.lora.targets={lora.targets!r} is not a regular "
                               f"expression ({e})") from None
 
@@ -237,7 +237,7 @@ def merge(base: Flat, adapters: Flat) -> Flat:
   """The merged released-layout params from a base checkpoint's arrays and adapters.npz's:
   the base arrays the run used, the adapters' head (and position embedding) in place of the
   base's, every adapted kernel plus scale * A @ B."""
-  meta = json.loads(str(adapters[SETTINGS]))
+  meta = _settings_of(adapters)
   flat = {}
   for name in meta["base"]:
     if name not in base:
@@ -256,8 +256,20 @@ def merge(base: Flat, adapters: Flat) -> Flat:
   return {name: np.asarray(value, np.float32) for name, value in merged_arrays.items()}
 
 
+def _settings_of(adapters: Flat) -> Dict[str, Any]:
+  """adapters.npz's settings entry, or one line saying that it is not a LoRA run's."""
+  try:
+    meta = json.loads(str(adapters[SETTINGS]))
+    if not (isinstance(meta["base"], list) and meta["rank"] >= 1 and meta["alpha"] > 0):
+      raise ValueError(f"rank {meta['rank']}, alpha {meta['alpha']}")
+    return meta
+  except (KeyError, TypeError, ValueError) as e:
+    raise errors.InvalidInput(f"the adapters' {SETTINGS} entry is damaged ({e}): pass the "
+                              "adapters.npz that a LoRA run wrote") from None
+
+
 def class_names(adapters: Flat):
-  return json.loads(str(adapters[SETTINGS]))["class_names"]
+  return _settings_of(adapters)["class_names"]
 
 
 def save_adapters(adapters: Flat, path: str) -> None:
