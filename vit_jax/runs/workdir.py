@@ -300,8 +300,10 @@ def _unwritable_because(workdir: str) -> Optional[str]:
 
 def _paths_named(error: BaseException, workdir: str) -> List[str]:
   """The paths under `workdir` that `error` and the errors it was raised from name."""
-  found, pattern = [], re.escape(os.path.abspath(workdir)) + r"""[^\s"',:;()\[\]]*"""
-  while error is not None:
+  pattern = re.escape(os.path.abspath(workdir)) + r"""[^\s"',:;()\[\]]*"""
+  found, seen = [], set()
+  while error is not None and id(error) not in seen:  # a chain can loop back on itself
+    seen.add(id(error))
     found += [str(error.filename)] if getattr(error, "filename", None) else []
     found += re.findall(pattern, str(error))
     error = error.__cause__ or error.__context__
