@@ -1,7 +1,8 @@
 """LoRA adapters (vit_jax.lora): step 0 is the base model, merged kernels move by rank <= r,
-only adapters and the head train, adapters shard like their kernels, and a run on an
-8-device mesh (data, fsdp and tensor axes) resumes exactly and writes a params.npz that
-`python -m vit_jax.lora` rebuilds from the base checkpoint bit for bit."""
+only adapters and the head train, adapters shard like their kernels, adapter dropout trains
+the adapter path and evaluates merged, and a run on an 8-device mesh (data, fsdp and tensor
+axes, adapter dropout) resumes exactly and writes a params.npz that `python -m vit_jax.lora`
+rebuilds from the base checkpoint bit for bit."""
 
 import os
 import subprocess
@@ -84,6 +85,37 @@ def test_training_moves_kernels_by_rank_at_most_r_and_only_adapters_and_head(sca
   assert state_sizes == trained  # sgd momentum: one buffer per trained parameter
 
 
+def test_adapter_dropout_trains_the_adapter_path_and_evaluates_the_merged_model():
+  """dropout > 0: training computes x W + scale * dropout(x) A B, the same masks for the
+  same key; evaluation is the merged model, bit for bit. dropout 0 trains on the merged
+  kernels, as before."""
+  model, images = tiny_model(5), make_batch()["image"]
+  params = jax.tree.map(lambda x: x + 0.01, lora.with_adapters(init_params(model),
+                                                               lora_config()))  # B != 0
+  merged = model.apply({"params": lora.merged(params, lora.settings(lora_config()))}, images)
+  apply = lambda dropout, train, key=0: lora.wrap(model, lora_config(
+      lora=dict(rank=RANK, alpha=4.0, dropout=dropout, targets=MLP_TOO))).apply(
+          {"params": params}, images, train=train, rngs={"dropout": jax.random.PRNGKey(key)})
+  np.testing.assert_array_equal(apply(0.0, train=True), merged)
+  np.testing.assert_array_equal(apply(0.5, train=False), merged)
+  np.testing.assert_allclose(apply(1e-9, train=True), merged, atol=1e-4)  # the same function
+  dropped = apply(0.5, train=True)
+  np.testing.assert_array_equal(dropped, apply(0.5, train=True))
+  assert np.abs(dropped - apply(0.5, train=True, key=1)).max() > 0.1
+  config = lora_config(grad_norm_clip=0.0, lora=dict(rank=RANK, alpha=4.0, dropout=0.5,
+                                                     targets=MLP_TOO))
+  optimizer = optim.make_optimizer(config, lora.trained_regex(config))
+  step = jax.jit(classification_step(lora.wrap(model, config), optimizer, config))
+  start = train_step.create_train_state(params, optimizer)
+  state, metrics = step(start, make_batch(), jax.random.PRNGKey(1))
+  again, _ = step(start, make_batch(), jax.random.PRNGKey(1))
+  assert np.isfinite(metrics["loss"])
+  for name, value in flat(state.params).items():
+    np.testing.assert_array_equal(value, flat(again.params)[name])  # resumes exactly
+    trains = name.endswith((lora.A, lora.B)) or name.startswith("head/")
+    assert trains != np.array_equal(value, flat(params)[name]), name
+
+
 def test_adapters_are_split_over_tensor_like_their_kernels():
   sizes = {"data": 2, "fsdp": 1, "tensor": 2}
   block = "Transformer/encoderblock_0/"
@@ -113,6 +145,10 @@ def test_merge_takes_what_the_run_used_from_a_released_style_base():
   for name, value in flat(merged).items():
     np.testing.assert_array_equal(rebuilt[name], value, err_msg=name)
   assert lora.class_names(adapters) == list("abcde")
+  for damaged in ("{not json", '{"base": [], "rank": 0, "alpha": 1.0}'):
+    with pytest.raises(errors.InvalidInput, match="the adapters' lora/settings entry is "
+                       "damaged .*: pass the adapters.npz that a LoRA run wrote"):
+      lora.merge(base, {**adapters, lora.SETTINGS: np.array(damaged)})
   del base["Transformer/encoderblock_1/MlpBlock_3/Dense_1/kernel"]
   with pytest.raises(errors.InvalidInput, match="the base checkpoint has no Transformer/"
                      "encoderblock_1/MlpBlock_3/Dense_1/kernel: pass the checkpoint"):
@@ -122,8 +158,15 @@ def test_merge_takes_what_the_run_used_from_a_released_style_base():
 @pytest.mark.parametrize("overrides, message", [
     (dict(rank=0, targets="query/kernel$"), "config.lora.targets='query/kernel$' is set but "
      "LoRA is off (config.lora.rank=0)"),
-    (dict(dropout=0.1), "config.lora.dropout=0.1 is not supported"),
+    (dict(dropout=-0.1), "config.lora.dropout=-0.1 must be in [0, 1)"),
+    (dict(dropout=1.0), "config.lora.dropout=1.0 must be in [0, 1)"),
+    (dict(rank=0, dropout=0.1, targets=lora.DEFAULT_TARGETS),
+     "config.lora.dropout=0.1 is set but LoRA is off"),
     (dict(rank=-1), "config.lora.rank=-1 must be a whole number >= 0"),
+    (dict(alpha=float("nan")), "config.lora.alpha=nan must be > 0 and finite"),  # diverged
+    (dict(alpha=float("inf")), "config.lora.alpha=inf must be > 0 and finite"),
+    (dict(dropout=None), "config.lora.dropout=None must be in [0, 1)"),
+    (dict(targets=None), "config.lora.targets=None is not a regular expression"),
 ])
 def test_bad_settings_are_one_line(overrides, message):
   config = lora_config()
@@ -152,8 +195,8 @@ def test_targets_and_ranks_that_cannot_work_are_one_line(overrides, message):
 # On 8 devices, data 2 x fsdp 2 x tensor 2, from the shared demo run's params.npz:
 # 6 steps at once, and 3 steps then a rerun to 6 that resumes from the checkpoint at 3.
 MESH = ["--config.mesh.data=2", "--config.mesh.fsdp=2", "--config.mesh.tensor=2"]
-LORA = [f"--config.lora.rank={RANK}", "--config.lora.alpha=4.0", "--config.eval_every=6",
-        "--config.checkpoint_every=3"]
+LORA = [f"--config.lora.rank={RANK}", "--config.lora.alpha=4.0", "--config.lora.dropout=0.1",
+        "--config.eval_every=6", "--config.checkpoint_every=3"]
 
 
 @pytest.fixture(name="mesh_runs", scope="module")

@@ -122,11 +122,24 @@ def test_regex_that_matches_nothing_is_one_line(overrides, message):
   assert "Transformer/encoderblock_" in str(caught.value)
 
 
+def test_a_freeze_that_leaves_nothing_to_train_is_one_line():
+  """It ended well, having learned nothing; frozen until a step, it trains from then on."""
+  params = init_params(tiny_model(5))
+  with pytest.raises(errors.InvalidInput, match=r"config.freeze='\.' freezes every "
+                     "parameter: nothing would train; narrow it"):
+    param_groups.labels(params, make_config(freeze="."))
+  later = param_groups.labels(params, make_config(freeze=".", freeze_steps=3))
+  assert set(jax.tree.leaves(later)) == {param_groups.LATER}
+
+
 @pytest.mark.parametrize("overrides, message", [
     (dict(layer_decay=0.0), "config.layer_decay=0.0 must be in (0, 1]"),
     (dict(freeze_steps=5), "config.freeze_steps=5 needs config.freeze set"),
     (dict(freeze="(", lr_mults=()), "config.freeze='(' is not a regular expression"),
     (dict(lr_mults=(("head", -1.0),)), "must be >= 0"),
+    (dict(lr_mults=(("head", float("nan")),)), "config.lr_mults['head']=nan must be >= 0 and "
+     "finite"),
+    (dict(lr_mults=(("head", float("inf")),)), "config.lr_mults['head']=inf must be >= 0"),
 ])
 def test_bad_settings_are_refused_in_one_line(overrides, message):
   config = make_config(layer_decay=1.0, lr_mults=(), freeze="", freeze_steps=None)

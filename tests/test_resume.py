@@ -20,9 +20,10 @@ import pytest
 import fork_server
 
 from conftest import REPO
-from helpers import (demo_args, demo_config, read_metrics, run_in_process, split_runs,
-                     subprocess_env, wait_for)
+from helpers import (demo_args, demo_config, read_metrics, run_in_process, sigterm_at_step,
+                     split_runs, subprocess_env, wait_for)
 from vit_jax import main, train
+from vit_jax.data import device_batches
 
 pytestmark = pytest.mark.long  # real-process runs: start first (conftest)
 
@@ -162,20 +163,35 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path):
                                atol=1e-7, err_msg=key)
 
 
-def run_in_tiny_filesystem(workdir, runs, size="5m"):
+def start_in_private_mount(output, runs, size_or_folder):
   """`runs` of the main job one after another in one process (helpers.run_in_one_process),
-  with a fresh tmpfs of `size` mounted at /mnt in a private mount namespace (works
-  unprivileged where user namespaces are enabled): a child of the fork server
-  (tests/private_tmpfs.py), so the process start imports no TensorFlow. Its output."""
+  with a fresh tmpfs of that size, or the folder, mounted at /mnt in a private mount
+  namespace (works unprivileged where user namespaces are enabled): a child of the fork
+  server (tests/private_tmpfs.py), so the process start imports no TensorFlow. Its output
+  goes to the file `output`."""
   unshare = shutil.which("unshare")
   if unshare is None or subprocess.run(
       [unshare, "--user", "--map-root-user", "--mount", "true"], capture_output=True).returncode:
     pytest.skip("cannot create a private mount namespace (unshare) to fill a disk")
-  output = f"{workdir}.log"
-  process = fork_server.start(["private_tmpfs", size, "vit_jax.main", json.dumps(runs)],
-                              subprocess_env(), REPO / "tests", output)
-  process.wait(timeout=600)
-  return open(output).read()
+  return fork_server.start(["private_tmpfs", size_or_folder, "vit_jax.main", json.dumps(runs)],
+                           subprocess_env(), REPO / "tests", output)
+
+
+def run_in_tiny_filesystem(workdir, runs, size="5m"):
+  """start_in_private_mount with a tmpfs of `size`, to its end. Its output."""
+  start_in_private_mount(f"{workdir}.log", runs, size).wait(timeout=600)
+  return open(f"{workdir}.log").read()
+
+
+def turn_read_only(pid, stage):
+  """/mnt of the mount namespace of `pid` read-only, as a disk that the kernel remounts
+  read-only after an error: a mount with files open for writing cannot be made read-only
+  (EBUSY), so a read-only bind of it, made on the empty folder `stage`, is moved over it;
+  what the process opens from now on is refused with EROFS."""
+  stage.mkdir()
+  subprocess.run(["nsenter", f"--target={pid}", "--user", "--mount", "--preserve-credentials",
+                  "sh", "-ec", f"mount --bind /mnt {stage}; mount -o remount,bind,ro {stage}; "
+                  f"mount --move {stage} /mnt"], check=True)
 
 
 def test_a_full_disk_keeps_the_last_checkpoint_and_says_so_in_one_line(tmp_path):
@@ -197,3 +213,30 @@ def test_a_full_disk_keeps_the_last_checkpoint_and_says_so_in_one_line(tmp_path)
   # ... and nothing half-written lies under a step name.
   assert checkpoints == [str(s) for s in range(max(2, last - 2), last + 1, 2)]
   assert f"resumed from step {last}" in second_run and second_code == 1, second_run[-3000:]
+
+
+def test_a_workdir_turned_read_only_mid_run_is_one_line_and_a_rerun_resumes(tmp_path,
+                                                                            monkeypatch):
+  disk, settings = tmp_path / "disk", {**UNTIL_STOPPED, "checkpoint_every": 2}
+  disk.mkdir()
+  run = [*demo_args(**DEMO, **settings), "--workdir=/mnt/run"]
+  process = start_in_private_mount(tmp_path / "run.log", [run], str(disk))
+  wait_for(lambda: checkpoint_steps(disk / "run") or process.poll() is not None)
+  turn_read_only(process.pid, tmp_path / "stage")
+  process.wait(timeout=300)
+  [(code, _, out)] = split_runs(open(tmp_path / "run.log").read())
+  assert code == 1 and "Traceback" not in out, out[-3000:]
+  match = re.fullmatch(  # the run's last words, after its progress lines
+      r"error: --workdir=/mnt/run stopped taking writes mid-run \(writing /mnt/run/\S+: "
+      r"Read-only file system\): make it writable again \(remount its disk read-write, or "
+      r"restore its permissions\), then rerun the same command to resume from the intact "
+      r"checkpoint of step (\d+)", out.splitlines()[-1])
+  assert match, out[-3000:]
+  last = int(match.group(1))
+  assert last == checkpoint_steps(disk / "run")[-1]
+  # Writable again (the folder itself never was read-only): the same command resumes; a
+  # SIGTERM before its second step ends it there.
+  monkeypatch.setattr(device_batches, "prefetch_to_device", sigterm_at_step(2))
+  code, out = run_here(disk / "run", **settings)
+  assert code == 0 and f"resumed from step {last}" in out, out[-3000:]
+  assert checkpoint_steps(disk / "run")[-1] == last + 2

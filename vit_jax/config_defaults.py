@@ -155,6 +155,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.freeze_steps = ml_collections.FieldReference(None, field_type=int)
   # LoRA (vit_jax/lora.py): rank 0 = off; frozen base, trained low-rank adapters and head;
   # params.npz holds the merged weights, adapters.npz the adapters. alpha None = rank.
+  # dropout: of the adapter path's input, in training only (the paper's); in [0, 1).
   # MLP too: --config.lora.targets='(MultiHeadDotProductAttention_1/(query|key|value|out)
   # |MlpBlock_3/Dense_[01])/kernel$' (one line, no space).
   config.lora = ml_collections.ConfigDict()

@@ -7,10 +7,12 @@ marker (MARKER, {"written_by": "vit_jax.<kind>"}) from an earlier run of the sam
 anything else (a training workdir, someone's model folder, another command's output) is
 refused in one line unless the user passes --overwrite. A destination file is written if
 absent, or over a JSON file stamped with the same "written_by", else refused the same way.
-A path below an existing file is refused in one line, not as [Errno 17].
+A path below an existing file is refused in one line, not as [Errno 17]. One process at a
+time writes a local destination (sole_writer).
 """
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -27,6 +29,47 @@ OVERWRITE_HELP = ("Write into an existing folder, or over an existing file, that
 class OutputExistsError(errors.InvalidInput):
   """A destination that holds something this command did not write; one line naming the
   path, what is there and --overwrite."""
+
+
+class OutputBusyError(errors.InvalidInput):
+  """A destination that another process is writing right now."""
+
+
+@contextlib.contextmanager
+def sole_writer(path: str, kind: str) -> Iterator[None]:
+  """Holds the local `path` for this process while it writes it (the whole command: a
+  second one fails at once, before its slow work), or raises OutputBusyError. Without it
+  two commands writing one destination both end well and both say they wrote it, while
+  one replaced the other's files (or mixed them). An flock on `.NAME.lock` beside it: the
+  kernel releases it when its holder dies, so a SIGKILLed writer never blocks the next."""
+  if storage.is_url(path):  # object stores have no locks; each file there is still atomic
+    yield
+    return
+  _check_parents(path)
+  path = os.path.abspath(path)
+  lock = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.lock")
+  os.makedirs(os.path.dirname(lock), exist_ok=True)
+  while True:
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+      os.close(fd)
+      raise OutputBusyError(f"{path} is being written by {holder} right now: wait until it "
+                            f"ends (then rerun to replace its output, or use it) or name "
+                            f"another destination for vit_jax.{kind}") from None
+    if os.path.exists(lock) and os.stat(lock).st_ino == os.fstat(fd).st_ino:
+      break  # else its holder removed it between our open and flock: take a fresh one
+    os.close(fd)
+  try:
+    os.ftruncate(fd, 0)
+    os.write(fd, f"vit_jax.{kind} (pid {os.getpid()})".encode())
+    yield
+  finally:
+    with contextlib.suppress(OSError):  # left behind, it is taken over by the next writer
+      os.remove(lock)  # before the flock goes: a waiter that opened it then retries
+    os.close(fd)
 
 
 def written_by(kind: str) -> Dict[str, str]:

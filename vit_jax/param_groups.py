@@ -14,6 +14,7 @@ Fine-tuning controls of the field, applied inside the optax chain (vit_jax.optim
 A regex that matches no parameter is refused in one line naming it.
 """
 
+import math
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -75,9 +76,9 @@ def check(config: ml_collections.ConfigDict) -> None:
                               "0.65-0.85 is usual)")
   for regex, mult in lr_mult_pairs(config):
     _compile(regex, "lr_mults")
-    if mult < 0:
-      raise errors.InvalidInput(f"config.lr_mults[{regex!r}]={mult} must be >= 0 (freeze "
-                                "parameters with config.freeze)")
+    if not 0 <= mult < math.inf:  # nan and inf diverged at the first step
+      raise errors.InvalidInput(f"config.lr_mults[{regex!r}]={mult} must be >= 0 and finite "
+                                "(freeze parameters with config.freeze)")
   _compile(freeze_regex(config), "freeze")
   steps = config.get("freeze_steps")
   if steps is not None and (not freeze_regex(config) or not isinstance(steps, int)
@@ -154,7 +155,13 @@ def labels(params, config: ml_collections.ConfigDict, trained_regex: str = ""):
     if trained_regex and not re.search(trained_regex, name):
       return FROZEN
     return group if frozen and re.search(frozen, name) else TRAIN
-  return jax.tree_util.tree_map_with_path(label, params)
+  groups = jax.tree_util.tree_map_with_path(label, params)
+  if frozen and set(jax.tree.leaves(groups)) == {FROZEN}:  # would end well, learning nothing
+    trained = " LoRA would train" if trained_regex else ""
+    raise errors.InvalidInput(
+        f"config.freeze={frozen!r} freezes every parameter{trained}: nothing would train; "
+        "narrow it (a linear probe freezes all but the head: '^(?!head/)')")
+  return groups
 
 
 def scale_by_multipliers(config: ml_collections.ConfigDict) -> optax.GradientTransformation:

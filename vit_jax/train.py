@@ -178,11 +178,12 @@ def _train_in_workdir(config, workdir: str, mesh, started: float) -> Dict[str, f
   config_checks.check_warmup_fits(config)
   is_main = jax.process_index() == 0
   checkpointer = train_state.Checkpointer(workdir, keep=config.keep_checkpoints)
-  try:
-    return _run(config, workdir, mesh, started, dataset, checkpointer, is_main)
-  finally:  # pending async saves complete even when training fails
-    checkpointer.wait()
-    checkpointer.close()
+  with workdir_lib.writes_checked(workdir, checkpointer.saved_steps):
+    try:
+      return _run(config, workdir, mesh, started, dataset, checkpointer, is_main)
+    finally:  # pending async saves complete even when training fails
+      checkpointer.wait()
+      checkpointer.close()
 
 
 def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,

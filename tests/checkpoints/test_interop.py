@@ -276,6 +276,29 @@ def test_command(tmp_path):
   convert.convert(src, workdir, to="hf", overwrite=True)
 
 
+def test_a_conversion_into_a_destination_being_written_fails_at_once(tmp_path):
+  """Another process holds DST (a real flock, util-linux's flock(1) standing in for a
+  conversion that is still writing); once SIGKILL ends it, its lock holds nothing back."""
+  src, dst, lock = tiny_file(tmp_path), tmp_path / "hf", tmp_path / ".hf.lock"
+  lock.touch()
+  holder = subprocess.Popen(["flock", "--exclusive", "--no-fork", str(lock), "sleep", "60"])
+  try:
+    while not subprocess.run(["flock", "--nonblock", str(lock), "true"]).returncode:
+      assert holder.poll() is None
+    refused = run_in_process(convert_command, src, dst, "--to=hf")
+  finally:
+    holder.kill()
+    holder.wait()
+  assert refused.returncode == 1 and refused.stderr == (
+      f"error: {dst} is being written by another process right now: wait until it ends (then "
+      "rerun to replace its output, or use it) or name another destination for "
+      "vit_jax.convert\n")
+  assert not dst.exists()
+  done = run_in_process(convert_command, src, dst, "--to=hf")
+  assert done.returncode == 0 and (dst / "config.json").exists(), done.stderr
+  assert sorted(os.listdir(tmp_path)) == ["hf", src.name]
+
+
 @pytest.mark.parametrize("dst, to, message", [
     ("out.NPZ", None, None),  # suffixes in any case
     ("w.SafeTensors", None, None),

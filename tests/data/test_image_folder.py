@@ -1,9 +1,11 @@
 """Image folders: the up-front checks (missing folders, empty or unknown classes, corrupt,
 unreadable or looping entries) and the eval split's folder."""
 
+import io
 import os
 
 import pytest
+from PIL import Image
 
 from helpers import make_config, write_image
 from vit_jax import errors
@@ -67,15 +69,30 @@ def test_a_dangling_link_and_an_unreadable_image_are_named(tmp_path):
       image_folder.directory_source(str(tmp_path))
 
 
+def jpeg_claiming(width, height):
+  """A real JPEG (PIL's, 16x16, with a 40 kB comment before its frame header, as EXIF data
+  would put it) whose frame header is then set to claim width x height."""
+  buffer = io.BytesIO()
+  Image.new("RGB", (16, 16), "red").save(buffer, "JPEG", comment=b"c" * 40_000)
+  data = bytearray(buffer.getvalue())
+  frame = data.index(b"\xff\xc0") + 5  # marker, length, precision; then height, width
+  assert frame > 40_000
+  data[frame:frame + 4] = height.to_bytes(2, "big") + width.to_bytes(2, "big")
+  return bytes(data)
+
+
 def test_images_training_skips_and_huge_ones_are_named(folder, caplog):
   write_image(folder / "train/dog/g.webp", fmt="WEBP")
   write_image(folder / "train/cat/h.BMP", fmt="BMP")
   huge = folder / "train/cat/huge.png"  # a real PNG header: IHDR says 10000 x 10000
   huge.write_bytes(b"\x89PNG\r\n\x1a\n" + (13).to_bytes(4, "big") + b"IHDR"
                    + (10_000).to_bytes(4, "big") * 2 + b"\x08\x02\x00\x00\x00" + b"IEND")
+  bomb = folder / "train/dog/bomb.jpg"  # a decompression bomb: a 16x16 JPEG whose frame
+  bomb.write_bytes(jpeg_claiming(30_000, 20_000))  # header claims 30000 x 20000
   with caplog.at_level("WARNING", logger="vit_jax"):
     image_folder.directory_source(str(folder))
   assert f"image {huge} is 10000x10000 px: decoding it slows every step" in caplog.text
+  assert f"image {bomb} is 30000x20000 px: decoding it slows every step" in caplog.text
   assert (f"{folder / 'train'}: skipping 2 image(s) that training does not read "
           f"({folder / 'train/cat/h.BMP'}, {folder / 'train/dog/g.webp'}): convert them to JPEG "
           "or PNG") in caplog.text

@@ -2,8 +2,10 @@
 OUT; a good run prints what it wrote and the parity it measured."""
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -37,11 +39,29 @@ def runs(checkpoints, tmp_path_factory):
   out = root / "out_good"
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", JAX_PLATFORMS="cpu",
              PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-  done = subprocess.run([sys.executable, "-m", "vit_jax.export", gap, str(out), "--to=stablehlo",
-                         "--batch=dynamic"], cwd=REPO, env=env, text=True, capture_output=True,
-                        timeout=600, check=False)
-  results["good"] = (root, out, done.returncode, done.stdout, done.stderr)
+  good = subprocess.Popen([sys.executable, "-m", "vit_jax.export", gap, str(out),
+                           "--to=stablehlo", "--batch=dynamic"], cwd=REPO, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  # A second export into the same OUT while the first holds it (stopped by SIGSTOP there,
+  # so that it cannot finish meanwhile).
+  stop_while_holding(good, root / ".out_good.lock")
+  try:
+    done = run_in_process(export_command, gap, out, "--to=stablehlo")
+    results["concurrent"] = (root, out, done.returncode, done.stdout, done.stderr)
+  finally:
+    good.send_signal(signal.SIGCONT)
+  stdout, stderr = good.communicate(timeout=600)
+  results["good"] = (root, out, good.returncode, stdout, stderr)
   return results
+
+
+def stop_while_holding(process, lock, timeout=300):
+  """SIGSTOPs `process` once the lock file names it as the writer."""
+  deadline = time.time() + timeout
+  while f"(pid {process.pid})" not in (lock.read_text() if lock.exists() else ""):
+    assert process.poll() is None and time.time() < deadline, process.communicate()
+    time.sleep(0.005)
+  process.send_signal(signal.SIGSTOP)
 
 
 @pytest.mark.parametrize("case, names", [
@@ -59,6 +79,14 @@ def test_bad_input_is_one_line_and_writes_nothing(runs, case, names):
   else:
     assert not os.path.exists(out)
   assert leftovers(root) == [] and stdout.strip() == ""
+
+
+def test_an_export_into_an_out_being_written_fails_and_the_first_one_wins(runs):
+  root, out, code, stdout, stderr = runs["concurrent"]
+  assert code == 1 and stdout == "", stderr
+  assert stderr.startswith(f"error: {out} is being written by vit_jax.export (pid ")
+  assert "right now: wait until it ends" in stderr and len(stderr.splitlines()) == 1
+  assert runs["good"][2] == 0 and os.listdir(root).count(".out_good.lock") == 0
 
 
 def test_good_run_prints_the_parity(runs):

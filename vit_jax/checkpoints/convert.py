@@ -266,25 +266,26 @@ def convert(src: str, dst: str, *, to: Optional[str] = None, model_name: Optiona
   """
   to = target_of(os.fspath(dst), to)
   src, dst = os.fspath(src), os.fspath(dst)
-  one_file = writes_one_file(dst, to)
-  if one_file:
-    no_clobber.claim_output_file(dst, KIND, overwrite)
-  else:
-    no_clobber.check_output_dir(dst, KIND, overwrite)
-  source = read_source(src, model_name, image_size, patch_size)
-  lines = [f"read {src}: {source.summary()}"]
-  names = _class_names(src, source)
-  if to == "npz":  # a multi-label head stays one (only our .npz files record it)
-    multi_label = (names is not None and not formats.is_foreign(src)
-                   and npz.read_multi_label(src))
-    npz.save_npz(traverse_util.unflatten_dict(source.checkpoint.flat, sep="/"), dst,
-                 class_names=names, multi_label=multi_label)
-    return lines + [f"wrote {dst} (released .npz layout)"]
-  if not one_file:
-    no_clobber.claim_output_dir(dst, KIND, overwrite)
-  flat, classes, notes = _handle_pre_logits(source, _with_table(source), to, pre_logits, src)
-  if source.architecture.posemb == "sincos2d":
-    notes.append("the sincos2d position embedding was written as a table (for "
-                 f"{'x'.join(map(str, source.image_size))} px)")
-  writer = write_timm if to == "timm" else write_hf
-  return lines + writer(source, flat, classes, dst, names) + [f"note: {n}" for n in notes]
+  with no_clobber.sole_writer(dst, KIND):  # a concurrent conversion into dst fails here
+    one_file = writes_one_file(dst, to)
+    if one_file:
+      no_clobber.claim_output_file(dst, KIND, overwrite)
+    else:
+      no_clobber.check_output_dir(dst, KIND, overwrite)
+    source = read_source(src, model_name, image_size, patch_size)
+    lines = [f"read {src}: {source.summary()}"]
+    names = _class_names(src, source)
+    if to == "npz":  # a multi-label head stays one (only our .npz files record it)
+      multi_label = (names is not None and not formats.is_foreign(src)
+                     and npz.read_multi_label(src))
+      npz.save_npz(traverse_util.unflatten_dict(source.checkpoint.flat, sep="/"), dst,
+                   class_names=names, multi_label=multi_label)
+      return lines + [f"wrote {dst} (released .npz layout)"]
+    if not one_file:
+      no_clobber.claim_output_dir(dst, KIND, overwrite)
+    flat, classes, notes = _handle_pre_logits(source, _with_table(source), to, pre_logits, src)
+    if source.architecture.posemb == "sincos2d":
+      notes.append("the sincos2d position embedding was written as a table (for "
+                   f"{'x'.join(map(str, source.image_size))} px)")
+    writer = write_timm if to == "timm" else write_hf
+    return lines + writer(source, flat, classes, dst, names) + [f"note: {n}" for n in notes]

@@ -5,7 +5,7 @@ before any training, not hours in."""
 
 import errno
 import os
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -16,11 +16,32 @@ from vit_jax.data.splits import CorruptImageError, IndexedSplit
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 # Images that PIL (and so `predict`) reads but training does not: skipped, with a warning.
 OTHER_IMAGE_EXTENSIONS = (".webp", ".bmp", ".gif", ".tif", ".tiff", ".heic", ".avif")
-# A PNG over this many pixels makes every step that decodes it slow (10000 x 10000 made a
-# run 12x slower), so it is named.
+# An image over this many pixels makes every step that decodes it slow (a 10000 x 10000
+# PNG made a run 12x slower), so it is named.
 LARGE_PIXELS = 40_000_000
 _JPEG_MAGIC, _PNG_MAGIC = b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n"
 _TAIL_BYTES = 64 << 10  # where an image file's end marker must be (trailers allowed)
+# JPEG start-of-frame markers (SOF0-SOF15 but DHT, JPG and DAC): the header with the size.
+_JPEG_FRAMES = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+_JPEG_SCAN = 0xDA
+
+
+def _jpeg_dimensions(f) -> Optional[Tuple[int, int]]:
+  """(width, height) from a JPEG's frame header, found by walking the segments before it
+  (EXIF or a comment can put it tens of KB in; a decompression bomb is a small file whose
+  header claims a huge size): nothing is decoded. None where there is no frame header."""
+  f.seek(2)
+  while True:
+    segment = f.read(4)  # 0xFF, the marker, the segment's length (big-endian, with itself)
+    length = int.from_bytes(segment[2:], "big")
+    if len(segment) < 4 or segment[0] != 0xFF or segment[1] == _JPEG_SCAN or length < 2:
+      return None  # no frame header before the image data, or a damaged file
+    if segment[1] in _JPEG_FRAMES:
+      frame = f.read(5)  # precision, height, width
+      if len(frame) < 5:
+        return None
+      return int.from_bytes(frame[3:5], "big"), int.from_bytes(frame[1:3], "big")
+    f.seek(length - 2, os.SEEK_CUR)
 
 
 def check_image_file(path: str) -> None:
@@ -32,6 +53,7 @@ def check_image_file(path: str) -> None:
       head = f.read(24)
       f.seek(max(0, size - _TAIL_BYTES))
       tail = f.read()
+      dimensions = _jpeg_dimensions(f) if head.startswith(_JPEG_MAGIC) else None
   except OSError as e:  # no permission, or gone since the scan
     raise _unreadable(path, e) from None
   if head.startswith(_JPEG_MAGIC):
@@ -45,10 +67,10 @@ def check_image_file(path: str) -> None:
     raise CorruptImageError(f"corrupt image {path}: truncated (no end marker); replace or "
                             "remove it")
   if head.startswith(_PNG_MAGIC) and len(head) == 24:  # IHDR: width, height (big-endian)
-    width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
-    if width * height > LARGE_PIXELS:
-      log.warning("image %s is %dx%d px: decoding it slows every step that reads it; "
-                  "downscale it (training resizes it to the crop anyway)", path, width, height)
+    dimensions = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+  if dimensions and dimensions[0] * dimensions[1] > LARGE_PIXELS:
+    log.warning("image %s is %dx%d px: decoding it slows every step that reads it; "
+                "downscale it (training resizes it to the crop anyway)", path, *dimensions)
 
 
 def _unreadable(path: str, error: OSError) -> errors.InvalidInput:

@@ -16,6 +16,7 @@ indexed_reader.py). Global device batches: device_batches.py.
 """
 
 import dataclasses
+import math
 from typing import Iterator, List, Optional
 
 import jax
@@ -227,8 +228,9 @@ def check_pp(pp) -> None:
         f"to None for pp.preset={pp.preset!r}")
   if pp.preset == "bit":
     preprocess.bit_resize(pp.crop, pp.resize)
-  if pp.mixup_alpha < 0:
-    raise errors.InvalidInput(f"config.pp.mixup_alpha={pp.mixup_alpha} must be >= 0 (0 = off)")
+  if not 0 <= pp.mixup_alpha < math.inf:  # nan and inf mixed the batch into NaN
+    raise errors.InvalidInput(f"config.pp.mixup_alpha={pp.mixup_alpha} must be >= 0 and "
+                              "finite (0 = off)")
 
 
 def check(config, stride: int) -> None:

@@ -10,7 +10,7 @@ import importlib
 import time
 from typing import Callable, Optional, Union
 
-
+from vit_jax import no_clobber
 from vit_jax.checkpoints import npz
 from vit_jax.export import metadata, output
 from vit_jax.export import source as source_lib
@@ -102,28 +102,29 @@ def export(checkpoint: str, out: str, *, to: str, image_size: Optional[npz.Image
   fmt = format_module(to)
   options = _options(to, fmt, batch, dtype, with_preprocessing)
   output.check_writable(out, overwrite)
-  source = source_lib.load_source(checkpoint, image_size,
-                                  "float32" if dtype == "float16" else dtype)
-  log(f"read {checkpoint}: {source.model_name}, {source.module.num_classes} classes, "
-      f"{source.image_size[0]}x{source.image_size[1]} px")
-  with output.staged(out) as staging:
-    files, signature = fmt.write(source, options, staging)
-    inputs, reference = verification_batch(source, options)
-    difference = source_lib.relative_difference(fmt.run(staging, inputs), reference)
-    tolerance = fmt.TOLERANCE[dtype]
-    if not difference <= tolerance:
-      raise ExportError(f"the {to} export differs from the Flax model by {difference:.2e} "
-                        f"(max relative logit difference; tolerance {tolerance:.0e}): not "
-                        "written")
-    parity = {"max_relative_logit_difference": difference, "tolerance": tolerance,
-              "runtime": fmt.RUNTIME, "reference": f"the Flax model ({source.dtype}, jax CPU)",
-              "batch": len(reference),
-              "inputs": "encoded JPEG images" if with_preprocessing else
-                        f"uniform noise in [-1, 1], seed {source_lib.VERIFY_SEED}"}
-    metadata.write(metadata.describe(
-        source, fmt=to, files=files, signature=signature, parity=parity,
-        batch=options.batch or "dynamic", in_graph_preprocessing=with_preprocessing), staging)
-  return Result(out, to, difference, tolerance, fmt.RUNTIME, time.time() - start)
+  with no_clobber.sole_writer(out, output.KIND):  # a concurrent export into `out` fails here
+    source = source_lib.load_source(checkpoint, image_size,
+                                    "float32" if dtype == "float16" else dtype)
+    log(f"read {checkpoint}: {source.model_name}, {source.module.num_classes} classes, "
+        f"{source.image_size[0]}x{source.image_size[1]} px")
+    with output.staged(out) as staging:
+      files, signature = fmt.write(source, options, staging)
+      inputs, reference = verification_batch(source, options)
+      difference = source_lib.relative_difference(fmt.run(staging, inputs), reference)
+      tolerance = fmt.TOLERANCE[dtype]
+      if not difference <= tolerance:
+        raise ExportError(f"the {to} export differs from the Flax model by {difference:.2e} "
+                          f"(max relative logit difference; tolerance {tolerance:.0e}): not "
+                          "written")
+      parity = {"max_relative_logit_difference": difference, "tolerance": tolerance,
+                "runtime": fmt.RUNTIME, "reference": f"the Flax model ({source.dtype}, jax CPU)",
+                "batch": len(reference),
+                "inputs": "encoded JPEG images" if with_preprocessing else
+                          f"uniform noise in [-1, 1], seed {source_lib.VERIFY_SEED}"}
+      metadata.write(metadata.describe(
+          source, fmt=to, files=files, signature=signature, parity=parity,
+          batch=options.batch or "dynamic", in_graph_preprocessing=with_preprocessing), staging)
+    return Result(out, to, difference, tolerance, fmt.RUNTIME, time.time() - start)
 
 
 def verification_batch(source: source_lib.Source, options: Options):

@@ -7,8 +7,10 @@ computes with W + alpha / rank * A @ B. Only the adapters and the head train (an
 optimizer state, vit_jax.param_groups); adapters are sharded like their kernels (the
 tensor rules of vit_jax.sharding). The adapters are merged into the kernels before every
 apply, not added beside the activations: the model code is untouched and params.npz is the
-released layout; the price is that dropout on the adapter path (config.lora.dropout) is not
-possible, and is refused.
+released layout. Only a training apply with config.lora.dropout > 0 computes the adapter
+path apart, as the paper does, x W + alpha / rank * dropout(x) A B (each adapted Dense's
+call intercepted, flax.linen.intercept_methods); evaluation, predict and params.npz are
+the merged model either way, and dropout 0 trains on the merged kernels as before.
 
 At the end of a run params.npz holds the merged weights and adapters.npz (ADAPTERS) the
 adapters, the trained head and the settings; merge(base, adapters) rebuilds params.npz's
@@ -16,18 +18,21 @@ arrays from the base checkpoint bit for bit (`python -m vit_jax.lora BASE ADAPTE
 """
 
 import dataclasses
+import functools
 import io
 import json
 import math
 import re
 from typing import Any, Dict, Optional, Tuple
 
+import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from flax import traverse_util
 
-from vit_jax import errors, param_groups, storage
+from vit_jax import config_checks, errors, param_groups, storage
 from vit_jax.models import vit
 
 A, B = "lora_a", "lora_b"
@@ -43,6 +48,7 @@ class Settings:
   rank: int
   alpha: float
   targets: str
+  dropout: float = 0.0  # of the adapter path's input, in training
 
   @property
   def scale(self) -> float:
@@ -55,7 +61,7 @@ def settings(config: ml_collections.ConfigDict) -> Optional[Settings]:
   if not lora or not lora.rank:
     return None
   alpha = lora.alpha if lora.alpha is not None else float(lora.rank)
-  return Settings(int(lora.rank), float(alpha), lora.targets)
+  return Settings(int(lora.rank), float(alpha), lora.targets, float(lora.dropout or 0.0))
 
 
 def trained_regex(config: ml_collections.ConfigDict) -> str:
@@ -74,15 +80,17 @@ def check(config: ml_collections.ConfigDict) -> None:
   if rank == 0 and lora.targets != DEFAULT_TARGETS:
     raise errors.InvalidInput(f"config.lora.targets={lora.targets!r} is set but LoRA is off "
                               "(config.lora.rank=0): set a rank >= 1, e.g. 8")
-  if lora.dropout:
-    raise errors.InvalidInput(f"config.lora.dropout={lora.dropout} is not supported: adapters "
-                              "are merged into the kernels each step, so there is no adapter "
-                              "path to drop out; use 0 (model.dropout_rate still applies)")
-  if lora.alpha is not None and lora.alpha <= 0:
-    raise errors.InvalidInput(f"config.lora.alpha={lora.alpha} must be > 0 (None: the rank)")
+  config_checks.check_fraction("config.lora.dropout", lora.dropout, "the probability of "
+                               "dropping an input of the adapter path; 0 = off")
+  if rank == 0 and lora.dropout:
+    raise errors.InvalidInput(f"config.lora.dropout={lora.dropout} is set but LoRA is off "
+                              "(config.lora.rank=0): set a rank >= 1, e.g. 8")
+  if lora.alpha is not None and not 0 < lora.alpha < math.inf:  # nan too: it diverged
+    raise errors.InvalidInput(f"config.lora.alpha={lora.alpha} must be > 0 and finite (None: "
+                              "the rank)")
   try:
     re.compile(lora.targets)
-  except re.error as e:
+  except (re.error, TypeError) as e:
     raise errors.InvalidInput(f"config.lora.targets={lora.targets!r} is not a regular "
                               f"expression ({e})") from None
 
@@ -146,6 +154,22 @@ def merged(params, lora: Settings):
       merged_flat(traverse_util.flatten_dict(params, sep="/"), lora.scale), sep="/")
 
 
+def _adapter_path(lora: Settings, call, args, kwargs, context):
+  """A Dense call whose module holds adapters: x W + scale * dropout(x) A B, with a
+  dropout key from the apply's `dropout` stream (so a rerun draws the same masks); any
+  other call as it is."""
+  outputs = call(*args, **kwargs)
+  adapters = context.module.variables.get("params", {}) if (
+      context.method_name == "__call__") else {}
+  if A not in adapters:
+    return outputs
+  x, a, b = args[0], adapters[A], adapters[B]
+  keep = jax.random.bernoulli(context.module.make_rng("dropout"), 1.0 - lora.dropout, x.shape)
+  x = jnp.where(keep, x / (1.0 - lora.dropout), 0).astype(outputs.dtype)
+  low = jnp.tensordot(x, a.astype(x.dtype), axes=a.ndim - 1)  # the kernel's input dims
+  return outputs + lora.scale * jnp.tensordot(low, b.astype(x.dtype), axes=1)
+
+
 class Merging:
   """A module whose params carry adapters: apply merges them first, init adds them. A thin
   wrapper, not a Flax module, so that the wrapped model's parameter names stay its own
@@ -155,6 +179,9 @@ class Merging:
     self.module, self.lora = module, lora
 
   def apply(self, variables, *args, **kwargs):
+    if self.lora.dropout and kwargs.get("train"):
+      with nn.intercept_methods(functools.partial(_adapter_path, self.lora)):
+        return self.module.apply(variables, *args, **kwargs)
     variables = {**variables, "params": merged(variables["params"], self.lora)}
     return self.module.apply(variables, *args, **kwargs)
 
@@ -209,7 +236,7 @@ def merge(base: Flat, adapters: Flat) -> Flat:
   """The merged released-layout params from a base checkpoint's arrays and adapters.npz's:
   the base arrays the run used, the adapters' head (and position embedding) in place of the
   base's, every adapted kernel plus scale * A @ B."""
-  meta = json.loads(str(adapters[SETTINGS]))
+  meta = _settings_of(adapters)
   flat = {}
   for name in meta["base"]:
     if name not in base:
@@ -228,8 +255,20 @@ def merge(base: Flat, adapters: Flat) -> Flat:
   return {name: np.asarray(value, np.float32) for name, value in merged_arrays.items()}
 
 
+def _settings_of(adapters: Flat) -> Dict[str, Any]:
+  """adapters.npz's settings entry, or one line saying that it is not a LoRA run's."""
+  try:
+    meta = json.loads(str(adapters[SETTINGS]))
+    if not (isinstance(meta["base"], list) and meta["rank"] >= 1 and meta["alpha"] > 0):
+      raise ValueError(f"rank {meta['rank']}, alpha {meta['alpha']}")
+    return meta
+  except (KeyError, TypeError, ValueError) as e:
+    raise errors.InvalidInput(f"the adapters' {SETTINGS} entry is damaged ({e}): pass the "
+                              "adapters.npz that a LoRA run wrote") from None
+
+
 def class_names(adapters: Flat):
-  return json.loads(str(adapters[SETTINGS]))["class_names"]
+  return _settings_of(adapters)["class_names"]
 
 
 def save_adapters(adapters: Flat, path: str) -> None:

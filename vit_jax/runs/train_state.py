@@ -75,11 +75,12 @@ def _silenced_library_logs():
     logging.disable(logging.NOTSET)
 
 
-class _LoopThatFinishesItsReads(asyncio.SelectorEventLoop):
-  """orbax runs a restore in a fresh event loop and closes it as soon as one read fails,
-  while the reads of the other arrays are still in flight: those then complete against a
-  closed loop (a callback into it, a task destroyed while pending). This loop lets them
-  finish (their results or errors are dropped) before it closes."""
+class _LoopThatFinishesItsTasks(asyncio.SelectorEventLoop):
+  """orbax runs a restore (and each save, in a thread of its own) in a fresh event loop and
+  closes it as soon as one read or write fails, while those of the other arrays are still
+  in flight: they then complete against a closed loop (a callback into it, which
+  tensorstore reports with a traceback per array; a task destroyed while pending). This
+  loop lets them finish (their results or errors are dropped) before it closes."""
 
   def close(self):
     pending = [task for task in asyncio.all_tasks(self) if not task.done()]
@@ -88,18 +89,22 @@ class _LoopThatFinishesItsReads(asyncio.SelectorEventLoop):
     super().close()
 
 
-class _FinishingReadsPolicy(asyncio.DefaultEventLoopPolicy):
+class _FinishingTasksPolicy(asyncio.DefaultEventLoopPolicy):
 
   def new_event_loop(self):
-    return _LoopThatFinishesItsReads()
+    return _LoopThatFinishesItsTasks()
 
 
 @contextlib.contextmanager
-def _reads_finish_before_their_loop_closes():
-  """Applies to the loops orbax creates in this thread while restoring (not to a loop
-  already running, as in a notebook, where orbax uses a loop of its own)."""
+def _tasks_finish_before_their_loop_closes():
+  """Applies to the loops orbax creates in any thread meanwhile (not to a loop already
+  running, as in a notebook, where orbax uses a loop of its own). Nests: an inner use (a
+  restore while saves may run) keeps the outer one's."""
   previous = asyncio.get_event_loop_policy()
-  asyncio.set_event_loop_policy(_FinishingReadsPolicy())
+  if isinstance(previous, _FinishingTasksPolicy):
+    yield
+    return
+  asyncio.set_event_loop_policy(_FinishingTasksPolicy())
   try:
     yield
   finally:
@@ -152,9 +157,11 @@ class Checkpointer:
     self._keep = keep
     self._manager: Optional[ocp.CheckpointManager] = None
     self._pending_step = 0  # the step of the save in flight, for error messages
+    self._while_open = contextlib.ExitStack()
 
   def _open(self) -> ocp.CheckpointManager:
     if self._manager is None:
+      self._while_open.enter_context(_tasks_finish_before_their_loop_closes())  # saves'
       self._manager = ocp.CheckpointManager(
           self.directory,
           options=ocp.CheckpointManagerOptions(max_to_keep=self._keep, create=True,
@@ -167,6 +174,12 @@ class Checkpointer:
       return []
     return sorted(self._open().all_steps())
 
+  def saved_steps(self) -> List[int]:
+    """The complete checkpoints on disk now, oldest first (all_steps() is orbax's view,
+    which includes a save in flight or one that failed in the background)."""
+    return sorted(ocp.utils.checkpoint_steps(self.directory)) if storage.isdir(
+        self.directory) else []
+
   def latest_step(self) -> Optional[int]:
     steps = self.all_steps()
     return steps[-1] if steps else None
@@ -175,7 +188,7 @@ class Checkpointer:
     """Restores `step` (default: latest) laid out like `abstract_state`."""
     step = self.latest_step() if step is None else step
     try:
-      with _silenced_library_logs(), _reads_finish_before_their_loop_closes():
+      with _silenced_library_logs(), _tasks_finish_before_their_loop_closes():
         restored = self._open().restore(
             step, args=ocp.args.StandardRestore(_stored_fields(abstract_state)))
       return _rebuilt(abstract_state, restored)
@@ -280,6 +293,7 @@ class Checkpointer:
     if self._manager is not None and not self._store_lost():  # closing waits for saves
       self._manager.close()
     self._manager = None
+    self._while_open.close()
 
   def _store_lost(self) -> bool:
     """The store stopped answering: a save in flight cannot finish (tensorstore would

@@ -18,10 +18,12 @@ racing for it exactly one wins, as with O_EXCL and rename on a local disk.
 import contextlib
 import json
 import os
+import re
 import socket
+import tempfile
 import threading
 import time
-from typing import Optional
+from typing import Callable, List, Optional
 
 import jax
 import numpy as np
@@ -273,3 +275,47 @@ def held_for_this_job(workdir: str):
       lock.release()
     if created:
       remove_if_empty(workdir)
+
+
+def _unwritable_because(workdir: str) -> Optional[str]:
+  """Why a file cannot be created in `workdir` now (a real write, as the run's would be:
+  root ignores permission bits, not a read-only mount), or None when one can."""
+  try:
+    with tempfile.TemporaryFile(dir=workdir):
+      return None
+  except OSError as e:
+    return e.strerror or str(e)
+
+
+def _paths_named(error: BaseException, workdir: str) -> List[str]:
+  """The paths under `workdir` that `error` and the errors it was raised from name."""
+  pattern = re.escape(os.path.abspath(workdir)) + r"""[^\s"',:;()\[\]]*"""
+  found, seen = [], set()
+  while error is not None and id(error) not in seen:  # a chain can loop back on itself
+    seen.add(id(error))
+    found += [str(error.filename)] if getattr(error, "filename", None) else []
+    found += re.findall(pattern, str(error))
+    error = error.__cause__ or error.__context__
+  return found
+
+
+@contextlib.contextmanager
+def writes_checked(workdir: str, saved_steps: Callable[[], List[int]]):
+  """A local workdir that stops taking writes mid-run (its disk turned read-only, its
+  permissions were revoked) fails at whatever writes next (orbax, TensorFlow, numpy), each
+  with its own traceback and words; this names the cause, the file and the fix in one line.
+  `saved_steps`: the complete checkpoints, which a rerun resumes from."""
+  try:
+    yield
+  except Exception as e:  # pylint: disable=broad-except  (any writer may be the first)
+    why = None if storage.is_url(workdir) else _unwritable_because(workdir)
+    if why is None:
+      raise
+    paths = _paths_named(e, workdir)
+    steps = saved_steps()
+    raise WorkdirError(
+        f"--workdir={workdir} stopped taking writes mid-run "
+        f"({f'writing {paths[0]}: ' if paths else ''}{why}): make it writable again (remount its "
+        "disk read-write, or restore its permissions), then rerun the same command to resume "
+        f"from {f'the intact checkpoint of step {steps[-1]}' if steps else 'the start'}"
+    ) from None
