@@ -180,7 +180,7 @@ def test_a_failed_restore_leaves_no_read_running(tmp_path, monkeypatch):
   import sys
   ignored, tasks = [], []
   monkeypatch.setattr(sys, "unraisablehook", ignored.append)
-  policy = train_state._FinishingReadsPolicy  # pylint: disable=protected-access
+  policy = train_state._FinishingTasksPolicy  # pylint: disable=protected-access
   make_loop = policy.new_event_loop
 
   def recording_loop(self):
