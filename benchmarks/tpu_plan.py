@@ -87,32 +87,39 @@ def read_rows(rows_path: str) -> dict:
     return {(row["name"], row["slice"]): row for row in map(json.loads, f)}
 
 
-def _gib(value) -> str:
-  return "-" if value is None else f"{value / 2**30:.2f}"
+def _cell(row: dict) -> str:
+  """One config on one slice: train peak GiB per device, and the estimates where it fits."""
+  if row is None:
+    return "not planned"
+  if "error" in row:
+    return "error: " + row["error"][:60]
+  train = row["train"]
+  peak = train["peak_bytes_per_device"]
+  peak = "-" if peak is None else f"{peak / 2**30:.2f} GiB"
+  if not row["fits"]:
+    step = "train" if not train["fits"] else "eval"
+    return f"**no** ({step}; train {peak})"
+  speed, mfu = train.get("estimated_img_per_sec_per_chip"), train.get("estimated_mfu")
+  return (f"{peak}, {f'{speed:,.0f}' if speed else '-'} img/s/chip, "
+          f"{f'{mfu:.0%}' if mfu else '-'}")
 
 
 def table(rows_path: str) -> str:
-  """The markdown tables of RESULTS.md from the rows."""
+  """The markdown tables of RESULTS.md from the rows: every config (rows) on every slice
+  (columns), then the published runs."""
   rows = read_rows(rows_path)
-  lines = ["| config | slice | train peak GiB/device | eval peak | fits | est. img/s per chip "
-           "| est. MFU |", "|---|---|---|---|---|---|---|"]
-  for (name, tpu), r in sorted(rows.items()):
-    if name.startswith(("paper", "big_vision")):
-      continue
-    if "error" in r:
-      lines.append(f"| {name} | {tpu} | error: {r['error'][:80]} | | | | |")
-      continue
-    train = r["train"]
-    mfu = f"{train['estimated_mfu']:.0%}" if train.get("estimated_mfu") else "-"
-    speed = train.get("estimated_img_per_sec_per_chip")
-    lines.append(f"| {name} | {tpu} | {_gib(train['peak_bytes_per_device'])} | "
-                 f"{_gib(r['eval']['peak_bytes_per_device'])} | "
-                 f"{'yes' if r['fits'] else '**no**'} | {f'{speed:,.0f}' if speed else '-'} "
-                 f"| {mfu} |")
+  configs = sorted({name for name, _ in rows if name.startswith("configs/")})
+  lines = ["| config | " + " | ".join(SLICES) + " |", "|---" * (len(SLICES) + 1) + "|"]
+  for name in configs:
+    cells = [_cell(rows.get((name, tpu))) for tpu in SLICES]
+    pods = [f"{tpu}: {_cell(row)}" for (planned, tpu), row in sorted(rows.items())
+            if planned == name and tpu not in SLICES]  # pre-training configs name a pod
+    label = f"`{os.path.basename(name)}`" + (f" ({'; '.join(pods)})" if pods else "")
+    lines.append(f"| {label} | " + " | ".join(cells) + " |")
   lines += ["", "| published run | slice | est. img/s | est. hours | est. TPU-core-days |",
             "|---|---|---|---|---|"]
   for (name, tpu), r in sorted(rows.items()):
-    if name.startswith(("paper", "big_vision")) and "error" not in r:
+    if not name.startswith("configs/") and "error" not in r:
       lines.append(f"| {name} | {tpu} | {r['train']['estimated_img_per_sec'] or 0:,.0f} | "
                    f"{r['estimated_hours'] or 0:,.1f} | {r['estimated_core_days'] or 0:,.1f} |")
   return "\n".join(lines)
