@@ -3,7 +3,7 @@ extra), and what every released name resolves to."""
 
 import pytest
 
-from test_interop_torch import fixture_timm, fixture_torch  # noqa: F401  # pylint: disable=unused-import
+from torch_libraries import fixture_timm, fixture_torch  # noqa: F401  # pylint: disable=unused-import
 from vit_jax.checkpoints import hub, hub_table, released
 from vit_jax.config_defaults import finetune_config
 from vit_jax.models import zoo

@@ -5,11 +5,7 @@ with another epsilon), their checkpoints come back bit-identical through ours, a
 PyTorch file with pickled objects is refused. Skipped where the libraries do not import;
 test_interop.py checks names, shapes and configs without them."""
 
-import glob
-import importlib.util
 import json
-import os
-import sys
 
 import jax
 import numpy as np
@@ -18,60 +14,11 @@ from safetensors.numpy import load_file
 
 from conftest import TINY, random_params
 from interop_files import IMAGE, images, logits, relative_error, saved, tiny_file
+from torch_libraries import (  # noqa: F401  # pylint: disable=unused-import
+    fixture_timm, fixture_torch, fixture_transformers)
 from vit_jax import CheckpointError, create_model, load_npz
 from vit_jax.checkpoints import convert
 from vit_jax.objectives import flexi
-
-
-def import_or_skip(name):
-  """pytest.importorskip, also for a library that fails as it imports (timm with a
-  torchvision built for another torch raises RuntimeError)."""
-  try:
-    return pytest.importorskip(name)
-  except Exception as e:  # pylint: disable=broad-except
-    pytest.skip(f"{name} does not import: {type(e).__name__}: {e}")
-
-
-@pytest.fixture(name="torch")
-def fixture_torch():
-  # torchvision (which timm imports) imports torch._dynamo, which imports triton if it is
-  # installed (torch's CUDA builds); triton's LLVM crashes the process when TensorFlow,
-  # which other tests in this worker import, is loaded. These tests need neither.
-  if "triton" not in sys.modules:
-    sys.modules["triton"] = None  # `import triton` raises ImportError: torch does without
-  return import_or_skip("torch")
-
-
-_DECLARED_TORCHVISION_OPS = []  # keeps the Library alive: its schemas die with it
-
-
-def declare_missing_torchvision_ops(torch) -> None:
-  """timm imports torchvision, whose PyPI wheels are built against CUDA torch: beside the
-  CPU-only torch (the interop extra) its compiled operators do not load, and its import
-  fails registering fakes for nms and qnms. timm's ViTs never call them, so their schemas
-  are declared here, and only when torchvision's own library cannot load."""
-  spec = importlib.util.find_spec("torchvision")
-  if spec is None or _DECLARED_TORCHVISION_OPS:
-    return
-  library = next(iter(glob.glob(os.path.join(os.path.dirname(spec.origin), "_C*.so"))), None)
-  try:
-    torch.ops.load_library(library)
-  except (OSError, RuntimeError, TypeError):
-    declared = torch.library.Library("torchvision", "DEF")
-    for op in ("nms", "qnms"):
-      declared.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    _DECLARED_TORCHVISION_OPS.append(declared)
-
-
-@pytest.fixture(name="timm")
-def fixture_timm(torch):
-  declare_missing_torchvision_ops(torch)
-  return import_or_skip("timm")
-
-
-@pytest.fixture(name="transformers")
-def fixture_transformers(torch):  # pylint: disable=unused-argument
-  return import_or_skip("transformers")
 
 
 def run_torch(torch, model, x):
