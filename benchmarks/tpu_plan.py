@@ -100,8 +100,9 @@ def _cell(row: dict) -> str:
     step = "train" if not train["fits"] else "eval"
     return f"**no** ({step}; train {peak})"
   speed, mfu = train.get("estimated_img_per_sec_per_chip"), train.get("estimated_mfu")
-  return (f"{peak}, {f'{speed:,.0f}' if speed else '-'} img/s/chip, "
-          f"{f'{mfu:.0%}' if mfu else '-'}")
+  if not speed:
+    return f"{peak}, no time estimate"
+  return f"{peak}, {speed:,.0f} img/s/chip, {f'{mfu:.0%}' if mfu else '-'}"
 
 
 def table(rows_path: str) -> str:

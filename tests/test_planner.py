@@ -113,3 +113,24 @@ def test_without_a_tpu_the_local_devices_are_planned():
   assert 0 < report["train"]["peak_bytes_per_device"] < report["hbm_bytes_per_device"]
   assert report["train"]["estimated_img_per_sec"] is None
   assert report["train"]["gflop_per_image"] > 0 and report["estimated_core_days"] is None
+
+
+class _Analysed:
+  """What a compiled program answers: libtpu 0.0.42's cost analysis as returned."""
+
+  def __init__(self, analysis):
+    self.analysis = analysis
+
+  def cost_analysis(self):
+    return self.analysis
+
+
+def test_a_negative_time_estimate_is_no_estimate():
+  """libtpu prices some float32 programs on v4, v5e and v6e at a negative optimal_seconds
+  (vit_s32.py's train step on a v5e-8: -0.44 s); no img/s, MFU or hours come from it."""
+  negative = planner.cost(_Analysed([{"flops": 2e12, "optimal_seconds": -0.44}]))
+  assert negative == {"flops": 2e12, "bytes": None, "seconds": None}
+  assert planner.cost(_Analysed({"optimal_seconds": 0.5}))["seconds"] == 0.5
+  v5e_8 = planner.tpu_target("v5e-8")
+  speed = planner._speed(negative, 512, None, v5e_8, passes=3)  # pylint: disable=protected-access
+  assert speed["estimated_img_per_sec"] is None and speed["estimated_mfu"] is None

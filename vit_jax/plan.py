@@ -38,6 +38,8 @@ ESTIMATE_NOTE = ("speeds are the TPU compiler's estimates (per-operation rooflin
                  "measurements; the input pipeline and the network are not included")
 NO_ESTIMATE_NOTE = ("XLA estimates time for TPUs only: time this config's step with "
                     "python -m vit_jax.benchmark --config=...")
+NO_TPU_ESTIMATE_NOTE = ("the TPU compiler gave no usable time estimate for these steps "
+                        "(a negative optimal_seconds): memory and FLOPs stand")
 
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
@@ -92,7 +94,8 @@ def format_report(report: Dict[str, Any]) -> str:
                  f"{gib(r['batch_bytes_per_device']):>7} {gib(r.get('temp_bytes')):>13} "
                  f"{gib(r['peak_bytes_per_device']):>7}   {verdict}")
   timed = any(report[step]["estimated_step_seconds"] for step in ("train", "eval"))
-  lines.append(f"compute ({ESTIMATE_NOTE if timed else NO_ESTIMATE_NOTE}):")
+  untimed = NO_TPU_ESTIMATE_NOTE if report["chips"] else NO_ESTIMATE_NOTE
+  lines.append(f"compute ({ESTIMATE_NOTE if timed else untimed}):")
   for step in ("train", "eval"):
     r = report[step]
     if r["estimated_img_per_sec"] is None and r["gflop_per_image"] is None:
@@ -172,7 +175,9 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
     report["suggestions"] = fit_search.search(config, target, report,
                                               flag_values.suggest_budget,
                                               flag_values.max_suggestions)
-  report["notes"] = [ESTIMATE_NOTE if target.is_tpu else NO_ESTIMATE_NOTE]
+  timed = report["train"]["estimated_step_seconds"] or report["eval"]["estimated_step_seconds"]
+  report["notes"] = [ESTIMATE_NOTE if timed else
+                     NO_TPU_ESTIMATE_NOTE if target.is_tpu else NO_ESTIMATE_NOTE]
   print(format_report(report), flush=True)
   if flag_values.json:
     from vit_jax import storage  # pylint: disable=import-outside-toplevel

@@ -158,12 +158,15 @@ def memory(compiled, is_tpu: bool) -> Dict[str, int]:
 
 
 def cost(compiled) -> Dict[str, Optional[float]]:
-  """Per-device FLOPs, bytes accessed and the compiler's time estimate (None if absent)."""
+  """Per-device FLOPs, bytes accessed and the compiler's time estimate (None if absent).
+  libtpu 0.0.42 returns a negative optimal_seconds for some programs on v4, v5e and v6e
+  (float32 fine-tuning steps that it prices well on v2, v3 and v5p): no estimate, then."""
   analysis = compiled.cost_analysis() or {}
   analysis = analysis[0] if isinstance(analysis, list) else analysis
   get = lambda key: float(analysis[key]) if key in analysis else None
+  seconds = get("optimal_seconds")
   return {"flops": get("flops"), "bytes": get("bytes accessed"),
-          "seconds": get("optimal_seconds")}
+          "seconds": seconds if seconds is not None and seconds > 0 else None}
 
 
 def collectives(compiled) -> List[Dict[str, Any]]:
