@@ -136,6 +136,8 @@ def test_a_freeze_that_leaves_nothing_to_train_is_one_line():
     (dict(layer_decay=0.0), "config.layer_decay=0.0 must be in (0, 1]"),
     (dict(freeze_steps=5), "config.freeze_steps=5 needs config.freeze set"),
     (dict(freeze="(", lr_mults=()), "config.freeze='(' is not a regular expression"),
+    (dict(freeze="^Transformer/", freeze_steps=100), "config.freeze_steps=100 is not below "
+     "config.total_steps=100: the frozen parameters would never train"),
     (dict(lr_mults=(("head", -1.0),)), "must be >= 0"),
     (dict(lr_mults=(("head", float("nan")),)), "config.lr_mults['head']=nan must be >= 0 and "
      "finite"),

@@ -145,6 +145,16 @@ def test_hyperrule_steps():
   assert [train.hyperrule_steps(n) for n in (1_000, 50_000, 1_000_000)] == [500, 10_000, 20_000]
 
 
+def test_freeze_steps_past_the_hyperrule_schedule_is_refused():
+  info = pipeline.DatasetInfo(num_classes=10, num_train=1_000, num_eval=100,
+                              class_names=[str(i) for i in range(10)])
+  lp_ft = dict(total_steps=-1, freeze="^Transformer/")
+  assert train.resolve_config(demo_config(**lp_ft, freeze_steps=499), info).total_steps == 500
+  with pytest.raises(errors.InvalidInput, match=r"config.freeze_steps=500 is not below "
+                     r"config.total_steps=500"):
+    train.resolve_config(demo_config(**lp_ft, freeze_steps=500), info)
+
+
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(demo_run, tmp_path):
   workdir = copy_of(demo_run, tmp_path)
   exploding = demo_config(total_steps=12, checkpoint_every=1, progress_every=5,

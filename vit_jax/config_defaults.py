@@ -150,7 +150,8 @@ def get_config() -> ml_collections.ConfigDict:
   # ((regex, multiplier), ...) over parameter paths (parameters.txt); first match wins.
   config.lr_mults = ()
   # Regex of parameters not updated (no optimizer state); '' = none. freeze_steps: they
-  # train from that step on (linear probe then fine-tune); None = frozen for the whole run.
+  # train from that step on, below total_steps (linear probe then fine-tune); None = frozen
+  # for the whole run.
   config.freeze = ""
   config.freeze_steps = ml_collections.FieldReference(None, field_type=int)
   # LoRA (vit_jax/lora.py): rank 0 = off; frozen base, trained low-rank adapters and head;

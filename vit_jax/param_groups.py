@@ -85,6 +85,19 @@ def check(config: ml_collections.ConfigDict) -> None:
                             or steps < 1):
     raise errors.InvalidInput(f"config.freeze_steps={steps!r} needs config.freeze set and "
                               "must be a whole number >= 1 (None: frozen for the whole run)")
+  check_unfreezes(config)
+
+
+def check_unfreezes(config: ml_collections.ConfigDict) -> None:
+  """freeze_steps at or past the run's end would never unfreeze: LP-FT that is only the LP,
+  with the optimizer state of the later phase held for nothing. Checked again once the
+  HyperRule has set total_steps (vit_jax.train.resolve_config)."""
+  steps, total = config.get("freeze_steps"), config.total_steps
+  if steps is not None and total > 0 and steps >= total:
+    raise errors.InvalidInput(
+        f"config.freeze_steps={steps} is not below config.total_steps={total}: the frozen "
+        "parameters would never train; lower it, or leave freeze_steps out to freeze them "
+        "for the whole run")
 
 
 def check_matches(names: Sequence[str], regex: str, key: str) -> None:

@@ -43,6 +43,7 @@ def resolve_config(config: ml_collections.ConfigDict,
       config.total_steps = hyperrule_steps(info.num_train)
     log.info("total_steps=-1: BiT HyperRule gives %d steps for %d training examples",
                  config.total_steps, info.num_train)
+    param_groups.check_unfreezes(config)
   if objectives.get(config).predicts_classes:
     objectives.classification.resolve(config, info)
   return config
