@@ -98,7 +98,8 @@ def _cell(row: dict) -> str:
   peak = "-" if peak is None else f"{peak / 2**30:.2f} GiB"
   if not row["fits"]:
     step = "train" if not train["fits"] else "eval"
-    return f"**no** ({step}; train {peak})"
+    need = row[step]["peak_bytes_per_device"]
+    return f"**no**: its {step} step needs " + ("-" if need is None else f"{need / 2**30:.2f} GiB")
   speed, mfu = train.get("estimated_img_per_sec_per_chip"), train.get("estimated_mfu")
   if not speed:
     return f"{peak}, no time estimate"
