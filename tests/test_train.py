@@ -145,14 +145,15 @@ def test_hyperrule_steps():
   assert [train.hyperrule_steps(n) for n in (1_000, 50_000, 1_000_000)] == [500, 10_000, 20_000]
 
 
-def test_freeze_steps_past_the_hyperrule_schedule_is_refused():
+def test_freeze_steps_past_the_hyperrule_schedule_is_refused(tmp_path):
   info = pipeline.DatasetInfo(num_classes=10, num_train=1_000, num_eval=100,
                               class_names=[str(i) for i in range(10)])
   lp_ft = dict(total_steps=-1, freeze="^Transformer/")
   assert train.resolve_config(demo_config(**lp_ft, freeze_steps=499), info).total_steps == 500
+  # The digits' 1,497 training images: the HyperRule's 500 steps.
   with pytest.raises(errors.InvalidInput, match=r"config.freeze_steps=500 is not below "
                      r"config.total_steps=500"):
-    train.resolve_config(demo_config(**lp_ft, freeze_steps=500), info)
+    train.train_and_evaluate(demo_config(**lp_ft, freeze_steps=500), str(tmp_path / "run"))
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(demo_run, tmp_path):

@@ -91,7 +91,7 @@ def check(config: ml_collections.ConfigDict) -> None:
 def check_unfreezes(config: ml_collections.ConfigDict) -> None:
   """freeze_steps at or past the run's end would never unfreeze: LP-FT that is only the LP,
   with the optimizer state of the later phase held for nothing. Checked again once the
-  HyperRule has set total_steps (vit_jax.train.resolve_config)."""
+  HyperRule has set total_steps (beside vit_jax.config_checks.check_warmup_fits)."""
   steps, total = config.get("freeze_steps"), config.total_steps
   if steps is not None and total > 0 and steps >= total:
     raise errors.InvalidInput(

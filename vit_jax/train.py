@@ -43,7 +43,6 @@ def resolve_config(config: ml_collections.ConfigDict,
       config.total_steps = hyperrule_steps(info.num_train)
     log.info("total_steps=-1: BiT HyperRule gives %d steps for %d training examples",
                  config.total_steps, info.num_train)
-    param_groups.check_unfreezes(config)
   if objectives.get(config).predicts_classes:
     objectives.classification.resolve(config, info)
   return config
@@ -177,6 +176,7 @@ def _train_in_workdir(config, workdir: str, mesh, started: float) -> Dict[str, f
   dataset = pipeline.open_dataset(config)
   config = resolve_config(config, dataset.info)
   config_checks.check_warmup_fits(config)
+  param_groups.check_unfreezes(config)
   is_main = jax.process_index() == 0
   checkpointer = train_state.Checkpointer(workdir, keep=config.keep_checkpoints)
   with workdir_lib.writes_checked(workdir, checkpointer.saved_steps):
