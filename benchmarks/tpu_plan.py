@@ -87,6 +87,10 @@ def read_rows(rows_path: str) -> dict:
     return {(row["name"], row["slice"]): row for row in map(json.loads, f)}
 
 
+def _gib(size) -> str:
+  return "-" if size is None else f"{size / 2**30:.2f} GiB"
+
+
 def _cell(row: dict) -> str:
   """One config on one slice: train peak GiB per device, and the estimates where it fits."""
   if row is None:
@@ -94,12 +98,10 @@ def _cell(row: dict) -> str:
   if "error" in row:
     return "error: " + row["error"][:60]
   train = row["train"]
-  peak = train["peak_bytes_per_device"]
-  peak = "-" if peak is None else f"{peak / 2**30:.2f} GiB"
+  peak = _gib(train["peak_bytes_per_device"])
   if not row["fits"]:
     step = "train" if not train["fits"] else "eval"
-    need = row[step]["peak_bytes_per_device"]
-    return f"**no**: its {step} step needs " + ("-" if need is None else f"{need / 2**30:.2f} GiB")
+    return f"**no**: its {step} step needs {_gib(row[step]['peak_bytes_per_device'])}"
   speed, mfu = train.get("estimated_img_per_sec_per_chip"), train.get("estimated_mfu")
   if not speed:
     return f"{peak}, no time estimate"
