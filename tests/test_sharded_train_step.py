@@ -7,12 +7,17 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from helpers import subprocess_env
 
 LAYOUTS = {"data8": {"data": 8}, "data4_fsdp2": {"data": 4, "fsdp": 2},
            "data2_tensor4": {"data": 2, "tensor": 4}}
 SCANNED = {"data4_fsdp2_scan": LAYOUTS["data4_fsdp2"], "data2_tensor4_scan": LAYOUTS["data2_tensor4"]}
+# FP8 dense layers (vit_jax.models.fp8): its per-tensor scales are global maxima, so a
+# sharded step quantizes as one device does.
+FP8 = {"one_fp8": {"data": 1}, "data4_fsdp2_fp8": LAYOUTS["data4_fsdp2"],
+       "data2_tensor4_fp8": LAYOUTS["data2_tensor4"]}
 
 
 def run_layouts(results_path):
@@ -29,6 +34,7 @@ def run_layouts(results_path):
               num_layers=2)
   module = zoo.create_model("ViT-Ti_16", **tiny)
   scanned = zoo.create_model("ViT-Ti_16", scan_layers=True, **tiny)
+  fp8 = zoo.create_model("ViT-Ti_16", fp8=True, **tiny)
   config = ml_collections.ConfigDict(dict(
       optimizer="sgd", momentum=0.9, optim_dtype="float32", base_lr=0.1, warmup_steps=0,
       total_steps=10, decay_type="cosine", grad_norm_clip=1.0, weight_decay=0.0,
@@ -45,11 +51,11 @@ def run_layouts(results_path):
     return params
   params = jax.device_get(init(rng, batch["image"][:1]))
   results = {}
-  for name, layout in {"one": {"data": 1}, **LAYOUTS, **SCANNED}.items():
-    devices = jax.devices()[:1] if name == "one" else jax.devices()
+  for name, layout in {"one": {"data": 1}, **LAYOUTS, **SCANNED, **FP8}.items():
+    devices = jax.devices()[:1] if name.startswith("one") else jax.devices()
     mesh = sharding.make_mesh(layout, devices)
     scan = name in SCANNED
-    model = scanned if scan else module
+    model = scanned if scan else fp8 if name in FP8 else module
     step = train_step.make_train_step(classification.make_batch_loss(model, config), optimizer,
                                       config)
     layout_params = vit.to_scan_layout(params) if scan else params
@@ -71,13 +77,18 @@ def run_layouts(results_path):
   np.savez(results_path, **results)
 
 
-def test_sharded_layouts_match_one_device(tmp_path):
-  results_path = tmp_path / "results.npz"
+@pytest.fixture(name="results", scope="module")
+def fixture_results(tmp_path_factory):
+  """One step per layout, in one process with 8 devices: {name/loss, ...}."""
+  results_path = tmp_path_factory.mktemp("layouts") / "results.npz"
   out = subprocess.run([sys.executable, __file__, str(results_path)],
                        env=subprocess_env(devices=8), capture_output=True, text=True, timeout=600)
   assert out.returncode == 0, out.stderr[-3000:]
   with np.load(results_path) as saved:
-    results = {key: saved[key] for key in saved.files}
+    return {key: saved[key] for key in saved.files}
+
+
+def test_sharded_layouts_match_one_device(results):
   names = [*LAYOUTS, *SCANNED]
   one_params = [key for key in results if key.startswith("one/params/")]
   assert one_params and all(f"{name}/loss" in results for name in names)
@@ -94,6 +105,18 @@ def test_sharded_layouts_match_one_device(tmp_path):
   # nn.scan-stacked blocks: the depth axis stays whole, the rules shift one dimension.
   assert specs["data4_fsdp2_scan"] == "P(None, None, 'fsdp')"
   assert specs["data2_tensor4_scan"] == "P(None, None, 'tensor')"
+
+
+def test_fp8_step_shards_like_one_device(results):
+  """FP8 on sharded kernels: the loss as on one device (the scales are global), the same
+  parameter shardings, and a first step close to the float32 one (FP8 rounding only)."""
+  for name in FP8:
+    assert np.isfinite(results[f"{name}/loss"])
+    np.testing.assert_allclose(results[f"{name}/loss"], results["one_fp8/loss"], rtol=1e-4,
+                               err_msg=name)
+  assert str(results["data4_fsdp2_fp8/mlp_spec"]) == "P(None, 'fsdp')"
+  assert str(results["data2_tensor4_fp8/mlp_spec"]) == "P(None, 'tensor')"
+  np.testing.assert_allclose(results["one_fp8/loss"], results["one/loss"], rtol=0.05)
 
 
 if __name__ == "__main__":

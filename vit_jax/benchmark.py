@@ -43,7 +43,7 @@ SUITE = [(model, mode, size) for model in ("ViT-Ti_16", "ViT-B_16", "ViT-L_16")
          for size in (224, 384) for mode in ("train", "infer")]
 # Flags that --config replaces (its model, batch, crop, dtype, mesh and fast paths).
 CONFIG_REPLACES = ("model", "batch", "image_size", "dtype", "mesh", "attention",
-                   "padded_inference", "remat", "scan", "suite")
+                   "padded_inference", "remat", "scan", "fp8", "suite")
 
 
 def _number(value: Optional[float], spec: str) -> str:
@@ -118,6 +118,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS, sys_argv=None) -> None:
                     "rematerialisation policy.", **define)
   flags.DEFINE_boolean("scan", False, "nn.scan over the blocks: one compiled block, faster "
                        "compiles.", **define)
+  flags.DEFINE_boolean("fp8", False, "FP8 matmuls in the encoder blocks' dense layers "
+                       "(vit_jax.models.fp8).", **define)
   flags.DEFINE_float("peak_tflops", None, "Device peak TFLOP/s for MFU instead of measuring "
                      "a matmul (0: measure).", lower_bound=0, **define)
   define_config_flag(flag_values, sys_argv)
@@ -184,7 +186,7 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
     return
   batch, dtype = flag_values.batch, flag_values.dtype
   fast_paths = dict(attention_impl=flag_values.attention, remat_policy=flag_values.remat,
-                    scan_layers=flag_values.scan,
+                    scan_layers=flag_values.scan, fp8=flag_values.fp8,
                     unpadded_inference=not flag_values.padded_inference)
   configs = SUITE if flag_values.suite else [(model, mode, flag_values.image_size)]
   print(HEADER)
@@ -228,8 +230,9 @@ def describe_config(config: ml_collections.ConfigDict, mode: str) -> str:
   backend = attention.attention_backend(config.model.attention_impl, jnp.dtype(config.dtype))
   return (f"{config.model_name} {mode}, {batch}, {config.pp.crop} px, {config.dtype}, mesh "
           f"{dict(config.mesh)}, attention {backend}, remat {config.model.remat_policy}, "
-          f"scan {config.model.scan_layers}, optimizer {config.optimizer}, objective "
-          f"{objectives.get(config).name}, polyak_decay {config.polyak_decay:g}")
+          f"scan {config.model.scan_layers}, fp8 {config.model.fp8}, optimizer "
+          f"{config.optimizer}, objective {objectives.get(config).name}, polyak_decay "
+          f"{config.polyak_decay:g}")
 
 
 if __name__ == "__main__":

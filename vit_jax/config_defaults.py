@@ -70,6 +70,9 @@ def get_config() -> ml_collections.ConfigDict:
   # where no gradient is taken (evaluation, prediction): ~3% faster B/16 inference.
   config.model.unpadded_inference = True
   config.model.remat_policy = "none"
+  # FP8 matmuls in the encoder blocks' dense layers (Hopper GPUs run them at twice the bf16
+  # rate; vit_jax.models.fp8): same parameters and checkpoints, FP8 rounding in training.
+  config.model.fp8 = False
   # nn.scan over the blocks: one compiled block (fast compiles for deep models), params
   # stacked (train-state checkpoints too: resume with the same setting); params.npz and
   # load_npz keep the released per-block layout.

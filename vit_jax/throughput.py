@@ -137,7 +137,7 @@ def measure(module: vit.VisionTransformer, mode: str, mesh, batch: int, image_si
       "attention_impl": attention.attention_backend(module.attention_impl, module.dtype),
       "unpadded_inference": module.unpadded_inference,
       "remat_policy": module.remat_policy,
-      "scan_layers": module.scan_layers,
+      "scan_layers": module.scan_layers, "fp8": module.fp8,
       "devices": jax.device_count(), "platform": jax.devices()[0].platform,
       "compile_s": compile_s, "step_s_median": step_s, "step_s_min": min(times, default=None),
       "step_s_max": max(times, default=None), "img_per_sec": img_per_sec,

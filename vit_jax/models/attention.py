@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 from vit_jax import errors
 from vit_jax.models import pallas_attention
+from vit_jax.models.fp8 import dot_general_for
 
 # softmax: explicit einsum + float32 softmax (the reference's math; exposes the weights).
 # xla / cudnn: jax.nn.dot_product_attention with that backend (cudnn = flash attention,
@@ -122,13 +123,14 @@ class SelfAttention(nn.Module):
   when the attention weights are needed (introspection, attention dropout in training).
   With `inputs_kv` the queries come from `x` and the keys and values from `inputs_kv`
   (the MAP head's probe attending to the tokens), always with the explicit softmax.
-  unpadded_inference: see VisionTransformer.
+  unpadded_inference, fp8: see VisionTransformer.
   """
   num_heads: int
   dropout_rate: float = 0.0
   dtype: Any = jnp.float32
   attention_impl: str = "softmax"
   unpadded_inference: bool = True
+  fp8: bool = False
 
   @nn.compact
   def __call__(self, x, *, deterministic: bool, inputs_kv=None):
@@ -139,7 +141,8 @@ class SelfAttention(nn.Module):
     head_dim = hidden // self.num_heads
     projection = lambda name: nn.DenseGeneral(
         (self.num_heads, head_dim), dtype=self.dtype, name=name,
-        kernel_init=nn.initializers.xavier_uniform(), bias_init=nn.initializers.zeros)
+        dot_general=dot_general_for(self.fp8), kernel_init=nn.initializers.xavier_uniform(),
+        bias_init=nn.initializers.zeros)
     if self.attention_impl not in ATTENTION_IMPLS:
       raise errors.InvalidInput(
           f"unknown attention_impl {self.attention_impl!r}; choose one of "
@@ -163,5 +166,5 @@ class SelfAttention(nn.Module):
       mixed = jnp.einsum("bhqk,bkhd->bqhd", weights.astype(self.dtype), value)
     return nn.DenseGeneral(
         hidden, axis=(-2, -1), dtype=self.dtype, name="out",
-        kernel_init=nn.initializers.xavier_uniform(),
+        dot_general=dot_general_for(self.fp8), kernel_init=nn.initializers.xavier_uniform(),
         bias_init=nn.initializers.zeros)(mixed)

@@ -27,6 +27,7 @@ from vit_jax import errors
 from vit_jax.models import attention, patch_resize
 from vit_jax.models import posemb as posemb_lib
 from vit_jax.models import resnet
+from vit_jax.models.fp8 import dot_general_for
 
 LAYER_NORM_EPS = 1e-6
 
@@ -40,11 +41,12 @@ class MlpBlock(nn.Module):
   mlp_dim: int
   dropout_rate: float = 0.0
   dtype: Any = jnp.float32
+  fp8: bool = False
 
   @nn.compact
   def __call__(self, x, *, deterministic: bool):
     dense = lambda features, name: nn.Dense(
-        features, dtype=self.dtype, name=name,
+        features, dtype=self.dtype, name=name, dot_general=dot_general_for(self.fp8),
         kernel_init=nn.initializers.xavier_uniform(),
         bias_init=nn.initializers.normal(stddev=1e-6))
     y = dense(self.mlp_dim, "Dense_0")(x)
@@ -72,6 +74,7 @@ class BlockOptions:
   dtype: Any = jnp.float32
   attention_impl: str = "softmax"
   unpadded_inference: bool = True
+  fp8: bool = False
 
 
 class Encoder1DBlock(nn.Module):
@@ -83,12 +86,12 @@ class Encoder1DBlock(nn.Module):
     o = self.options
     x = layer_norm("LayerNorm_0", o.dtype)(inputs)
     x = attention.SelfAttention(o.num_heads, o.attention_dropout_rate, o.dtype, o.attention_impl,
-                      o.unpadded_inference,
+                      o.unpadded_inference, o.fp8,
                       name="MultiHeadDotProductAttention_1")(x, deterministic=deterministic)
     x = nn.Dropout(o.dropout_rate)(x, deterministic=deterministic)
     x = x + inputs
     y = layer_norm("LayerNorm_2", o.dtype)(x)
-    y = MlpBlock(o.mlp_dim, o.dropout_rate, o.dtype,
+    y = MlpBlock(o.mlp_dim, o.dropout_rate, o.dtype, o.fp8,
                  name="MlpBlock_3")(y, deterministic=deterministic)
     out = x + y
     self.sow("intermediates", "block_output", out)
@@ -284,6 +287,8 @@ class VisionTransformer(nn.Module):
     posemb_grid: grid of the stored learned position embedding when it is not the
       input's at init (FlexiViT's underlying 7x7), or when it is not square. Any input
       size runs: a table of another grid is resized in the forward pass (AddPositionEmbs).
+    fp8: the encoder blocks' dense layers (attention projections, MLP) multiply in FP8
+      (vit_jax.models.fp8: per-tensor scaled e4m3, e5m2 gradients); same parameters.
   """
   num_classes: int
   patch_size: int
@@ -306,6 +311,7 @@ class VisionTransformer(nn.Module):
   scan_layers: bool = False
   kernel_size: Optional[int] = None
   posemb_grid: Optional[Tuple[int, int]] = None
+  fp8: bool = False
 
   @nn.compact
   def __call__(self, images, *, train: bool = False, representation: bool = False):
@@ -352,7 +358,7 @@ class VisionTransformer(nn.Module):
       x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (batch, 1, 1)), x], axis=1)
     options = BlockOptions(self.mlp_dim, self.num_heads, self.dropout_rate,
                            self.attention_dropout_rate, self.dtype, self.attention_impl,
-                           self.unpadded_inference)
+                           self.unpadded_inference, self.fp8)
     return Encoder(self.num_layers, options, self.remat_policy, self.scan_layers, self.posemb,
                    self.posemb_grid, name="Transformer")(x, train=train, grid=grid,
                                        has_cls=self.classifier == "token")
