@@ -131,6 +131,7 @@ def measure(module: vit.VisionTransformer, mode: str, mesh, batch: int, image_si
   device_mib = (memory.argument_size_in_bytes + memory.output_size_in_bytes +
                 memory.temp_size_in_bytes - memory.alias_size_in_bytes) / 2**20
   img_per_sec = batch / step_s if step_s else None
+  measured = (jax.local_devices()[0].memory_stats() or {}).get("peak_bytes_in_use")  # GPU/TPU
   return {
       "model": model_name, "mode": mode, "batch": batch, "image_size": image_size,
       "dtype": dtype,
@@ -147,4 +148,5 @@ def measure(module: vit.VisionTransformer, mode: str, mesh, batch: int, image_si
       "peak_tflops_per_device": peak / 1e12,
       "mfu": flops * img_per_sec / (peak * jax.device_count()) if flops and img_per_sec else None,
       "mib_per_device": device_mib,
+      "peak_mib_measured": measured / 2**20 if measured else None,
   }
