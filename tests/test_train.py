@@ -394,3 +394,18 @@ def test_polyak_averaging_evaluates_exports_and_resumes_exactly(tmp_path, monkey
   assert exported_eval["eval/loss"] == pytest.approx(result["eval/loss"], rel=1e-5)
   last_eval = [r for r in read_metrics(straight) if "eval/loss" in r][-1]
   assert last_eval["eval_raw/loss"] == result["eval_raw/loss"]
+
+
+def test_the_demo_trains_with_fp8_dense_layers_and_writes_the_same_parameters(demo_run,
+                                                                              tmp_path):
+  """config.model.fp8: the main job trains (the loss falls as in float32, FP8 rounding
+  aside) and params.npz has the float32 run's names and shapes."""
+  config = demo_config(total_steps=12, eval_every=12)
+  with config.unlocked():
+    config.model.fp8 = True
+  result = train.train_and_evaluate(config, str(tmp_path / "run"))
+  losses = [row["train/loss"] for row in read_metrics(tmp_path / "run") if "train/loss" in row]
+  assert np.isfinite(result["eval/loss"]) and losses[-1] < losses[0]
+  _, fp8_params = load_npz(tmp_path / "run" / "params.npz")
+  _, params = load_npz(demo_run[0] / "params.npz")
+  assert jax.tree.map(np.shape, fp8_params) == jax.tree.map(np.shape, params)
