@@ -20,7 +20,8 @@ from tensorboard.backend.event_processing import event_accumulator
 from conftest import RELEASED_FIXTURES
 from helpers import corrupt_jpeg, demo_config, read_metrics, sigterm_at_step
 from vit_jax import config_defaults as common
-from vit_jax import errors, load_npz, read_class_names, save_npz, sharding, train, trainer
+from vit_jax import (errors, load_npz, objectives, read_class_names, save_npz, sharding, train,
+                     trainer)
 from vit_jax.runs import train_state
 from vit_jax.data import device_batches, pipeline, splits
 from vit_jax.evaluators import classification
@@ -149,7 +150,8 @@ def test_freeze_steps_past_the_hyperrule_schedule_is_refused(tmp_path):
   info = pipeline.DatasetInfo(num_classes=10, num_train=1_000, num_eval=100,
                               class_names=[str(i) for i in range(10)])
   lp_ft = dict(total_steps=-1, freeze="^Transformer/")
-  assert train.resolve_config(demo_config(**lp_ft, freeze_steps=499), info).total_steps == 500
+  config = demo_config(**lp_ft, freeze_steps=499)
+  assert train.resolve_config(config, info, objectives.get(config)).total_steps == 500
   # The digits' 1,497 training images: the HyperRule's 500 steps.
   with pytest.raises(errors.InvalidInput, match=r"config.freeze_steps=500 is not below "
                      r"config.total_steps=500"):
@@ -266,11 +268,11 @@ def test_bad_config_is_refused_before_anything_is_written(tmp_path, override, me
 @pytest.mark.parametrize("text", ["None", "none", ""])
 def test_pretrained_none_from_the_command_line_means_from_scratch(text):
   config = demo_config(pretrained=text)  # what --config.pretrained=None passes on
-  train.check_config(config, sharding.make_mesh(config.mesh))
+  train.check_config(config, sharding.make_mesh(config.mesh), objectives.get(config))
   assert config.pretrained is None
   config.pretrained = "None.npz"
   with pytest.raises(FileNotFoundError, match="config.pretrained=None.npz: .* not found"):
-    train.check_config(config, sharding.make_mesh(config.mesh))
+    train.check_config(config, sharding.make_mesh(config.mesh), objectives.get(config))
 
 
 def test_a_failure_after_the_checks_removes_the_workdir_it_created(tmp_path):

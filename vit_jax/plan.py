@@ -152,7 +152,7 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   from vit_jax import main as main_command  # pylint: disable=import-outside-toplevel
   main_command.check_dataset_override(flag_values)
   from vit_jax import (  # pylint: disable=import-outside-toplevel
-      errors, fit_search, planner, sharding, train)
+      errors, fit_search, objectives, planner, sharding, train)
   try:
     limit = int(flag_values.hbm_limit_gib * 2**30) if flag_values.hbm_limit_gib else None
     if flag_values.tpu:
@@ -162,7 +162,7 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
       if limit:
         target = dataclasses.replace(target, hbm_bytes_per_device=limit)
     mesh = sharding.make_mesh(config.mesh, devices=target.devices)
-    train.check_static(config, mesh)
+    train.check_static(config, mesh, objectives.get(config))
   except errors.InvalidInput as e:
     raise cli.UsageError(cli.one_line(e)) from None
   console.log.info("compiling the train and eval steps for %s ...", target.name)

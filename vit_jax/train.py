@@ -6,10 +6,11 @@ checked before anything slow (compilation, training) starts, and nothing in the 
 is written until then. A finished run is reported, not repeated.
 """
 
+import dataclasses
 import math
 import os
 import time
-from typing import Dict
+from typing import Any, Dict, Optional
 
 import jax
 import jax.numpy as jnp
@@ -33,8 +34,8 @@ def hyperrule_steps(num_train: int) -> int:
   return 500 if num_train < 20_000 else 10_000 if num_train < 500_000 else 20_000
 
 
-def resolve_config(config: ml_collections.ConfigDict,
-                   info: pipeline.DatasetInfo) -> ml_collections.ConfigDict:
+def resolve_config(config: ml_collections.ConfigDict, info: pipeline.DatasetInfo,
+                   objective: objectives.Objective) -> ml_collections.ConfigDict:
   """A copy with values that depend on the data filled in (total_steps = -1, loss =
   'auto', class_weights = 'balanced')."""
   config = config.copy_and_resolve_references()
@@ -43,7 +44,7 @@ def resolve_config(config: ml_collections.ConfigDict,
       config.total_steps = hyperrule_steps(info.num_train)
     log.info("total_steps=-1: BiT HyperRule gives %d steps for %d training examples",
                  config.total_steps, info.num_train)
-  if objectives.get(config).predicts_classes:
+  if objective.predicts_classes:
     objectives.classification.resolve(config, info)
   return config
 
@@ -132,14 +133,16 @@ def resolve_pretrained(config) -> None:
                             "the path, or fetch a released file with python -m vit_jax.download)")
 
 
-def check_config(config: ml_collections.ConfigDict, mesh) -> None:
+def check_config(config: ml_collections.ConfigDict, mesh,
+                 objective: objectives.Objective) -> None:
   """Everything about the config that can be refused without reading data, then the
   pretrained file (fetched if it is a released name not yet downloaded)."""
-  check_static(config, mesh)
+  check_static(config, mesh, objective)
   resolve_pretrained(config)
 
 
-def check_static(config: ml_collections.ConfigDict, mesh) -> None:
+def check_static(config: ml_collections.ConfigDict, mesh,
+                 objective: objectives.Objective) -> None:
   """Everything about the config that can be refused without reading data or files, each
   key by its owner, before any lock, download or write (vit_jax.plan checks a config for a
   slice with it too)."""
@@ -149,8 +152,8 @@ def check_static(config: ml_collections.ConfigDict, mesh) -> None:
   train_step.check(config)
   param_groups.check(config)
   lora.check(config)
-  objectives.get(config).check(config)
-  evaluators_lib.check_all(config)
+  objective.check(config)
+  evaluators_lib.check_all(config, objective)
   sharding.check_config_batches(config, mesh)
   module = zoo.check_config(config)
   sharding.check_tensor_parallel(module.num_heads, module.mlp_dim, mesh)
@@ -165,113 +168,161 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   """
   started = time.time()
   mesh = sharding.make_mesh(config.mesh)
-  check_config(config, mesh)
+  objective = objectives.get(config)  # the one objective of this run
+  check_config(config, mesh, objective)
   workdir_lib.check_outside(workdir, config.dataset)
   with workdir_lib.held_for_this_job(workdir):
-    return _train_in_workdir(config, workdir, mesh, started)
+    return _train_in_workdir(config, workdir, mesh, objective, started)
 
 
-def _train_in_workdir(config, workdir: str, mesh, started: float) -> Dict[str, float]:
+def _train_in_workdir(config, workdir: str, mesh, objective: objectives.Objective,
+                      started: float) -> Dict[str, float]:
   # --- Checks that read data and files, before anything slow or any write -------------
   dataset = pipeline.open_dataset(config)
-  config = resolve_config(config, dataset.info)
+  config = resolve_config(config, dataset.info, objective)
   config_checks.check_warmup_fits(config)
   param_groups.check_unfreezes(config)
-  is_main = jax.process_index() == 0
   checkpointer = train_state.Checkpointer(workdir, keep=config.keep_checkpoints)
+  job = Job(config, workdir, mesh, objective, dataset, checkpointer,
+            is_main=jax.process_index() == 0, started=started)
   with workdir_lib.writes_checked(workdir, checkpointer.saved_steps):
     try:
-      return _run(config, workdir, mesh, started, dataset, checkpointer, is_main)
+      return _run(job)
     finally:  # pending async saves complete even when training fails
       checkpointer.wait()
       checkpointer.close()
 
 
-def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
-         checkpointer: train_state.Checkpointer, is_main: bool) -> Dict[str, float]:
-  latest_step = checkpointer.latest_step()
-  finished = outputs.finished_results(workdir, latest_step, config.total_steps)
+@dataclasses.dataclass(frozen=True)
+class Job:
+  """What every stage of one run reads: the resolved config, where it writes, what it runs
+  on, its objective (built once), its data and its checkpoints."""
+  config: ml_collections.ConfigDict
+  workdir: str
+  mesh: Any
+  objective: objectives.Objective
+  dataset: pipeline.Dataset
+  checkpointer: train_state.Checkpointer
+  is_main: bool
+  started: float
+
+
+@dataclasses.dataclass
+class LoopEnd:
+  """Where the loop stopped and what its evaluations measured."""
+  state: Any
+  start_step: int
+  progress: metrics.Progress
+  eval_metrics: Dict[str, float]
+  reports: dict
+  preempted_at: Optional[int]
+  interrupted: bool
+
+
+def _run(job: Job) -> Dict[str, float]:
+  latest_step = job.checkpointer.latest_step()
+  finished = outputs.finished_results(job.workdir, latest_step, job.config.total_steps)
   if finished is not None:
     log.info("already finished at step %d; results in %s (%s, %s, %s): pass a larger "
-             "--config.total_steps to train on, or use a new --workdir", latest_step, workdir,
-             files.PARAMS, files.METRICS, files.FINAL_METRICS)
+             "--config.total_steps to train on, or use a new --workdir", latest_step,
+             job.workdir, files.PARAMS, files.METRICS, files.FINAL_METRICS)
     return finished
-  record = dataset_record.describe(config, dataset.info, dataset.fingerprints())
+  record = dataset_record.describe(job.config, job.dataset.info, job.dataset.fingerprints())
   changed_record = None
   if latest_step is not None:  # the labels and examples must be what they were
     changed_record = dataset_record.check_resume(
-        workdir, record, step=latest_step, allow_change=config.allow_data_change)
-  load_pretrained = latest_step is None and config.pretrained is not None
-  objective = objectives.get(config)
-  module, host_params = objective.create_model(config, dataset.info.num_classes,
-                                               load_pretrained=load_pretrained)
-  module = lora.wrap(module, config)  # LoRA: adapters merged into the kernels at every apply
-  evaluators = evaluators_lib.build_all(config, module, mesh, dataset, objective)  # opens data
+        job.workdir, record, step=latest_step, allow_change=job.config.allow_data_change)
+  load_pretrained = latest_step is None and job.config.pretrained is not None
+  module, host_params = job.objective.create_model(job.config, job.dataset.info.num_classes,
+                                                   load_pretrained=load_pretrained)
+  module = lora.wrap(module, job.config)  # LoRA: adapters merged into the kernels at every apply
+  evaluators = evaluators_lib.build_all(job.config, module, job.mesh, job.dataset,
+                                        job.objective)  # opens their data
+  run = trainer.build(job.config, module, job.mesh, job.objective)
+  state, resume_step = _initial_state(job, run, host_params, latest_step)
+  log.info("devices: %s", describe_devices(job.config))  # after a resume that can fail in one line
+  writer = metrics.create_writer(job.workdir, is_main_process=job.is_main,
+                                 resume_step=resume_step)
+  if job.is_main:
+    _write_start_files(job, state, resume_step, record if changed_record is None
+                       else changed_record, changed_record is not None, writer)
+  end = _train_loop(job, run, state, evaluators, writer)
+  return _finish(job, end, evaluators, writer)
 
-  # --- State and compiled step, created directly with their shardings ----------------
-  run = trainer.build(config, module, mesh, objective)
-  state, resume_step = None, None
+
+def _initial_state(job: Job, run: trainer.Trainer, host_params, latest_step):
+  """(state, resume step or None): the latest checkpoint's, the pretrained params', or a
+  fresh init's, created directly with their shardings."""
   if latest_step is not None:
     try:
-      state, resume_step = checkpointer.restore_latest(jax.tree.map(
+      state, resume_step = job.checkpointer.restore_latest(jax.tree.map(
           lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
           run.abstract_state, run.state_shardings))
     except train_state.CheckpointRestoreError as e:  # name what the user changed
-      changed = outputs.changed_since_start(config, workdir)
+      changed = outputs.changed_since_start(job.config, job.workdir)
       if not changed:
         raise
       raise train_state.CheckpointRestoreError(
           f"{e}; changed since the run started ({files.CONFIG}): "
           f"{', '.join(changed)}") from None
-    log.info("resumed from step %d (checkpoint in %s)", resume_step, checkpointer.directory)
-  elif host_params is not None:
-    state = run.from_params(host_params)
-    log.info("starting from pretrained %s", config.pretrained)
-  else:
-    state = run.init(jax.random.PRNGKey(config.seed))
-    log.info("starting from scratch (seed %d)", config.seed)
+    log.info("resumed from step %d (checkpoint in %s)", resume_step, job.checkpointer.directory)
+    return state, resume_step
+  if host_params is not None:
+    log.info("starting from pretrained %s", job.config.pretrained)
+    return run.from_params(host_params), None
+  log.info("starting from scratch (seed %d)", job.config.seed)
+  return run.init(jax.random.PRNGKey(job.config.seed)), None
 
-  log.info("devices: %s", describe_devices(config))  # after a resume that can fail in one line
-  writer = metrics.create_writer(workdir, is_main_process=is_main, resume_step=resume_step)
-  if is_main:
-    outputs.save_config(config, workdir, resume_step)
-    if resume_step is None or changed_record or dataset_record.read(workdir) is None:
-      dataset_record.write(workdir, changed_record or record)
-    if resume_step is None:
-      columns = param_groups.table_columns(state.params, config, lora.trained_regex(config))
-      num_params = outputs.write_parameter_table(state.params, workdir, columns)
-      log.info("%s (table in %s)", param_groups.trained_summary(columns, state.params,
-                                                                state.opt_state),
-               storage.join(workdir, files.PARAMETER_TABLE))
-      writer.write_hparams({"num_params": num_params})
 
-  # --- Loop -------------------------------------------------------------------------------
+def _write_start_files(job: Job, state, resume_step: Optional[int], record: dict,
+                       record_changed: bool, writer) -> None:
+  """config.json, dataset.json (new, changed or missing) and, on a fresh start, the
+  parameter table."""
+  outputs.save_config(job.config, job.workdir, resume_step)
+  if resume_step is None or record_changed or dataset_record.read(job.workdir) is None:
+    dataset_record.write(job.workdir, record)
+  if resume_step is None:
+    columns = param_groups.table_columns(state.params, job.config,
+                                         lora.trained_regex(job.config))
+    num_params = outputs.write_parameter_table(state.params, job.workdir, columns)
+    log.info("%s (table in %s)", param_groups.trained_summary(columns, state.params,
+                                                              state.opt_state),
+             storage.join(job.workdir, files.PARAMETER_TABLE))
+    writer.write_hparams({"num_params": num_params})
+
+
+def _train_loop(job: Job, run: trainer.Trainer, state, evaluators, writer) -> LoopEnd:
+  """Steps to config.total_steps with the periodic logging, evaluations and checkpoints;
+  stops early, checkpointed, on a preemption signal. A bad file met mid-run checkpoints the
+  steps trained so far before its error goes up."""
+  config, checkpointer = job.config, job.checkpointer
   start_step, total_steps = int(state.step), config.total_steps
   if jax.process_count() > 1:
     rows = config.batch // jax.process_count()
     log.info("process %d of %d reads rows [%d, %d) of every global batch of %d",
              jax.process_index(), jax.process_count(), jax.process_index() * rows,
              (jax.process_index() + 1) * rows, config.batch)
-  batch_sharding, replicated = sharding.batch_sharding(mesh), sharding.replicated(mesh)
-  batches = device_batches.prefetch_to_device(dataset.train_batches(
+  batch_sharding, replicated = sharding.batch_sharding(job.mesh), sharding.replicated(job.mesh)
+  batches = device_batches.prefetch_to_device(job.dataset.train_batches(
       batch_size=config.batch, start_step=start_step, num_steps=total_steps, seed=config.seed,
       process_index=jax.process_index(), process_count=jax.process_count()), batch_sharding)
   dropout_rng = sharding.put(jax.random.PRNGKey(config.seed + 1), replicated)
   first_nonfinite = sharding.put(np.zeros((), np.int32), replicated)
-  progress = metrics.Progress(total_steps=total_steps, batch_size=config.batch,
-                              num_devices=jax.device_count())
-  eval_metrics, reports, preempted_at, done_step = {}, {}, None, start_step
+  end = LoopEnd(state, start_step, metrics.Progress(
+      total_steps=total_steps, batch_size=config.batch, num_devices=jax.device_count()),
+                eval_metrics={}, reports={}, preempted_at=None, interrupted=False)
+  done_step = start_step
   watcher = preemption.PreemptionWatcher()
   try:
     for step in range(start_step + 1, total_steps + 1):
       batch = next(batches)
       with jax.transfer_guard("disallow"):  # inputs must already be on the devices
-        state, step_metrics = run.step(state, batch, dropout_rng)
-        first_nonfinite = track_nonfinite(first_nonfinite, state.step, step_metrics)
+        end.state, step_metrics = run.step(end.state, batch, dropout_rng)
+        first_nonfinite = track_nonfinite(first_nonfinite, end.state.step, step_metrics)
       done_step = step
       if step == start_step + 1:
-        jax.block_until_ready(state)
-        progress.update(step)  # the rate clock starts after compilation
+        jax.block_until_ready(end.state)
+        end.progress.update(step)  # the rate clock starts after compilation
       is_checkpoint_step = step % config.checkpoint_every == 0 or step == total_steps
       is_progress_step = step % config.progress_every == 0 or step == total_steps
       preempted = step < total_steps and watcher.should_stop(step)
@@ -280,61 +331,72 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
         check_finite(step, host_metrics, checkpointer, first_nonfinite,
                      clipped=bool(config.grad_norm_clip))
         if is_progress_step:
-          write_train_metrics(writer, step, host_metrics, progress)
+          write_train_metrics(writer, step, host_metrics, end.progress)
       for evaluator in evaluators:
         if evaluator.due(step, total_steps):
-          measured = evaluator.run(state, step)
-          writer.write_scalars(step, measured)
-          eval_metrics.update(measured)
-          reports.update(evaluator.reports)
-          if is_main:
-            class_report.record(workdir, writer, step, evaluator.reports)
+          _evaluate(job, evaluator, end, step, writer)
       if is_checkpoint_step or preempted:
-        checkpointer.save(step, state)
+        checkpointer.save(step, end.state)
       if preempted:
-        preempted_at = step
+        end.preempted_at = step
         break
   except (splits.CorruptImageError, FileNotFoundError):
-    save_before_stopping(checkpointer, done_step, state, start_step)
+    save_before_stopping(checkpointer, done_step, end.state, start_step)
     raise
   finally:
     batches.close()
     watcher.close()
+  end.interrupted = watcher.interrupted
+  return end
 
-  if preempted_at is not None:
+
+def _evaluate(job: Job, evaluator, end: LoopEnd, step: int, writer) -> None:
+  """One evaluator's metrics and per-class reports at `step`, logged and kept."""
+  measured = evaluator.run(end.state, step)
+  writer.write_scalars(step, measured)
+  end.eval_metrics.update(measured)
+  end.reports.update(evaluator.reports)
+  if job.is_main:
+    class_report.record(job.workdir, writer, step, evaluator.reports)
+
+
+def _finish(job: Job, end: LoopEnd, evaluators, writer) -> Dict[str, float]:
+  """A preempted run: its checkpoint named (Ctrl-C raises). A finished one: the final
+  evaluation if none ran at the end, params.npz (and LoRA's adapters.npz), the final
+  metrics and the summary."""
+  config, checkpointer, total_steps = job.config, job.checkpointer, job.config.total_steps
+  if end.preempted_at is not None:
     checkpointer.wait()
     writer.close()
-    saved = (f"saved the checkpoint of step {preempted_at} in {checkpointer.directory}; rerun "
-             "the same command to resume")
-    if watcher.interrupted:  # Ctrl-C: the caller stops too (a command exits 130)
+    saved = (f"saved the checkpoint of step {end.preempted_at} in {checkpointer.directory}; "
+             "rerun the same command to resume")
+    if end.interrupted:  # Ctrl-C: the caller stops too (a command exits 130)
       raise preemption.Interrupted(saved)
     log.warning("preempted: %s", saved)
-    return {"preempted_at_step": preempted_at, **eval_metrics}
-  if not eval_metrics:  # resumed at the end: report the final state anyway
+    return {"preempted_at_step": end.preempted_at, **end.eval_metrics}
+  if not end.eval_metrics:  # resumed at the end: report the final state anyway
     for evaluator in evaluators:
-      eval_metrics.update(evaluator.run(state, total_steps))
-      reports.update(evaluator.reports)
-      if is_main:
-        class_report.record(workdir, writer, total_steps, evaluator.reports)
-  eval_metrics.update(class_report.final_entries(reports))  # the worst classes by name
-  final_params = sharding.to_host(state.eval_params)  # a collective
+      _evaluate(job, evaluator, end, total_steps, writer)
+  eval_metrics = {**end.eval_metrics, **class_report.final_entries(end.reports)}  # worst
+  final_params = sharding.to_host(end.state.eval_params)  # a collective  # classes by name
   # a classifier's head carries the dataset's class names; mpp exports none
-  class_names = dataset.info.class_names if objective.predicts_classes else None
+  class_names = job.dataset.info.class_names if job.objective.predicts_classes else None
   if lora.settings(config):  # params.npz: merged weights; adapters.npz (first) beside it
-    final_params, adapters = lora.export(sharding.to_host(state.params), final_params, config,
-                                         class_names)
-    if is_main:
-      lora.save_adapters(adapters, storage.join(workdir, lora.ADAPTERS))
-  final_params = objective.export_params(final_params)
-  if is_main:
-    outputs.write_final(final_params, eval_metrics, workdir, class_names,
-                        multi_label=dataset.info.multi_label and class_names is not None)
+    final_params, adapters = lora.export(sharding.to_host(end.state.params), final_params,
+                                         config, class_names)
+    if job.is_main:
+      lora.save_adapters(adapters, storage.join(job.workdir, lora.ADAPTERS))
+  final_params = job.objective.export_params(final_params)
+  if job.is_main:
+    outputs.write_final(final_params, eval_metrics, job.workdir, class_names,
+                        multi_label=job.dataset.info.multi_label and class_names is not None)
   writer.flush()
   writer.close()
   checkpointer.wait()
-  if is_main:
+  if job.is_main:
     log.info("%s", metrics.final_summary(
-        workdir=workdir, steps=(start_step, total_steps), seconds=time.time() - started,
-        img_per_sec=progress.mean_img_per_sec(), eval_metrics=eval_metrics,
-        checkpoint_dir=checkpointer.directory, checkpoint_steps=checkpointer.all_steps()))
+        workdir=job.workdir, steps=(end.start_step, total_steps),
+        seconds=time.time() - job.started, img_per_sec=end.progress.mean_img_per_sec(),
+        eval_metrics=eval_metrics, checkpoint_dir=checkpointer.directory,
+        checkpoint_steps=checkpointer.all_steps()))
   return eval_metrics

@@ -263,7 +263,7 @@ def test_paper_config():
       "mean_color", 0.5, 3)
   assert (config.mpp.replace_mask, config.mpp.replace_random, config.mpp.keep) == (0.8, 0.1, 0.1)
   assert not config.evals  # ImageNet's ReaL / V2 sets judge class predictions
-  classification.check(config)
+  classification.check(config, objectives.get(config).predicts_classes)
   digits = load_module("mpp.py").get_config("digits")
   demo = load_module("demo.py").get_config()
   assert digits.model == demo.model and digits.dataset == "digits"

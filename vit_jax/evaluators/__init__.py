@@ -1,7 +1,8 @@
 """What a run measures besides its loss, as plug-ins of one interface.
 
-Every kind is a module with check(config) (refuses settings before anything is read) and
-build(config, module, mesh, dataset, objective) -> an Evaluator or None (nothing asked for).
+Every kind is a module with check(config, predicts_classes) (refuses settings before
+anything is read) and build(config, module, mesh, dataset, objective) -> an Evaluator or None
+(nothing asked for).
 An Evaluator opens and checks its data when built, owns its schedule (`due`), and answers
 `run(state, step)` with named metrics. vit_jax.train loops over them without knowing their
 kinds; a new kind is one module here plus an entry in KINDS.
@@ -34,9 +35,9 @@ class Evaluator(Protocol):
 KINDS = (classification, fewshot)
 
 
-def check_all(config: ml_collections.ConfigDict) -> None:
+def check_all(config: ml_collections.ConfigDict, objective) -> None:
   for kind in KINDS:
-    kind.check(config)
+    kind.check(config, objective.predicts_classes)
 
 
 def build_all(config: ml_collections.ConfigDict, module, mesh, dataset,

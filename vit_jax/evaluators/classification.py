@@ -69,7 +69,7 @@ def own_set_name(config: ml_collections.ConfigDict) -> str:
   return re.sub(r"\W+", "_", config.eval_split.split("[")[0]).strip("_") or "test"
 
 
-def check(config: ml_collections.ConfigDict) -> None:
+def check(config: ml_collections.ConfigDict, predicts_classes: bool) -> None:
   """config.evals / eval_primary mistakes, refused before anything is read."""
   names = [own_set_name(config)]
   for name, spec in config.get("evals", {}).items():
@@ -95,11 +95,10 @@ def check(config: ml_collections.ConfigDict) -> None:
       raise errors.InvalidInput(
           f"{where}.metric={metric!r} is not one of "
           f"{', '.join(LABEL_FEATURES)}")
-    objective = objectives.get(config)
-    if metric == "real" and not objective.predicts_classes:
+    if metric == "real" and not predicts_classes:
       raise errors.InvalidInput(
           f"{where}.metric='real' needs class predictions, which "
-          f"config.objective={objective.name!r} does not make: drop the set "
+          f"config.objective={config.get('objective')!r} does not make: drop the set "
           f"(--config.evals.{name}.metric=accuracy evaluates its objective)")
   primary = config.get("eval_primary", "")
   if primary and primary not in names:
@@ -170,7 +169,7 @@ class Evaluator:
   def __init__(self, config: ml_collections.ConfigDict, module, mesh,
                dataset: pipeline.Dataset, eval_step: Optional[Callable] = None,
                predicts_classes: bool = True):
-    check(config)
+    check(config, predicts_classes)
     self.config, self.mesh = config, mesh
     self.sets = open_sets(config, dataset)
     if not predicts_classes:  # labels unused: the objective's own step scores every set

@@ -269,5 +269,5 @@ def build(config: ml_collections.ConfigDict, module, mesh: jax.sharding.Mesh, da
   return Evaluator(config, module, mesh) if config.fewshot.datasets else None
 
 
-def check(config: ml_collections.ConfigDict) -> None:
-  del config  # the batch size is checked against the mesh when built
+def check(config: ml_collections.ConfigDict, predicts_classes: bool) -> None:
+  del config, predicts_classes  # the batch size is checked against the mesh when built
