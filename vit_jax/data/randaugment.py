@@ -1,0 +1,302 @@
+"""RandAugment as AugReg trained with it: big_vision's `randaug(N, M)`, in numpy.
+
+The 16 ops and the level-to-argument map of `distort_image_with_randaugment`
+(big_vision/pp/archive/autoaugment.py, itself the EfficientNet autoaugment of
+tensorflow/tpu), written once, without TensorFlow, so that both the tf.data pipeline
+(through tf.numpy_function) and a TensorFlow-free loader call the same code. Each op
+reproduces the reference's uint8 and float32 arithmetic, so its output equals the
+reference's pixel for pixel (benchmarks/randaugment_reference.py, docs/randaugment.md),
+Sharpness included: its 3x3 filter is summed as TensorFlow's CPU kernel does it (float32
+fused multiply-adds in row order; another order moves ~0.7% of the values by up to 3).
+
+What the reference does that is easy to miss (TensorFlow 2.21, measured):
+  * magnitudes above 10 extrapolate (M / 10 x the range);
+  * Solarize's threshold int(M/10 x 256) is compared with a uint8 tensor, so it wraps
+    modulo 256: M=10 (256) and M=20 (512) invert every pixel, M=15 (384) is threshold 128,
+    and M=0 (threshold 0) also inverts every pixel;
+  * Posterize keeps int(M/10 x 4) bits by shifting right then left by 8 - bits; TensorFlow
+    clamps a shift outside [0, 7] to 7, so 0 bits (M < 2.5) and more than 8 bits (M >= 22.5)
+    both keep 1 bit, and M = 20 (8 bits) is the identity;
+  * the enhance factor M/10 x 1.8 + 0.1 is exactly 1.0 at M = 5: Color, Contrast,
+    Brightness and Sharpness are then the identity;
+  * Contrast blends with the mean grey level (big_vision; the TF Model Garden's maintained
+    copy now calls tf.image.adjust_contrast instead);
+  * geometric ops sample the nearest pixel (coordinates rounded half away from zero) and
+    fill what falls outside with grey 128; Rotate, Shear and Translate negate their
+    argument with probability 1/2 (apply_op: never).
+"""
+
+import math
+from typing import Optional, Tuple
+
+import numpy as np
+
+from vit_jax import errors
+
+# big_vision's op order (the uniform draw of a layer indexes it).
+OPS = ("AutoContrast", "Equalize", "Invert", "Rotate", "Posterize", "Solarize", "Color",
+       "Contrast", "Brightness", "Sharpness", "ShearX", "ShearY", "TranslateX", "TranslateY",
+       "Cutout", "SolarizeAdd")
+SIGNED = frozenset({"Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY"})
+MAX_LEVEL = 10.0
+FILL = 128
+CUTOUT_CONST = 40
+TRANSLATE_CONST = 100
+_VALUES = np.arange(256)
+_F32 = np.float32
+
+
+def _check_image(image: np.ndarray) -> np.ndarray:
+  image = np.asarray(image)
+  if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+    raise errors.InvalidInput(
+        f"RandAugment takes uint8 RGB pixels [H, W, 3], not {image.dtype} {image.shape}; "
+        "apply it before converting the image to floats")
+  return image
+
+
+def _lut(image: np.ndarray, table: np.ndarray) -> np.ndarray:
+  return table.astype(np.uint8)[image]
+
+
+def _blend(degenerate, image, factor: float):
+  """The reference's blend: float32 degenerate + factor x (image - degenerate), truncated
+  to uint8 (clipped first unless 0 < factor < 1); factors 0 and 1 return an input."""
+  if factor == 0.0:
+    return degenerate
+  if factor == 1.0:
+    return image
+  low = np.asarray(degenerate).astype(_F32)
+  temp = low + _F32(factor) * (np.asarray(image).astype(_F32) - low)
+  if not 0.0 < factor < 1.0:
+    temp = np.clip(temp, 0.0, 255.0)
+  return temp.astype(np.uint8)
+
+
+def _grey(image: np.ndarray) -> np.ndarray:
+  """tf.image.rgb_to_grayscale of uint8 pixels: via [0, 1] floats, back x 255.5, truncated."""
+  unit = image.astype(_F32) * _F32(1.0 / 255.0)
+  weighted = (unit[..., 0] * _F32(0.2989) + unit[..., 1] * _F32(0.5870)
+              + unit[..., 2] * _F32(0.1140))
+  return (weighted * _F32(255.5)).astype(np.uint8)
+
+
+# --- colour ops -----------------------------------------------------------------------
+
+def _autocontrast(image):
+  out = np.empty_like(image)
+  for c in range(3):
+    channel = image[..., c]
+    lo, hi = _F32(channel.min()), _F32(channel.max())
+    if hi > lo:
+      scale = _F32(255.0) / (hi - lo)
+      table = np.clip(_VALUES.astype(_F32) * scale + (-lo * scale), 0.0, 255.0)
+      out[..., c] = _lut(channel, table)
+    else:
+      out[..., c] = channel
+  return out
+
+
+def _equalize(image):
+  out = np.empty_like(image)
+  for c in range(3):
+    channel = image[..., c]
+    histogram = np.bincount(channel.ravel(), minlength=256)
+    nonzero = histogram[histogram != 0]
+    step = (nonzero.sum() - nonzero[-1]) // 255
+    if step == 0:
+      out[..., c] = channel
+      continue
+    table = (np.cumsum(histogram) + step // 2) // step
+    out[..., c] = _lut(channel, np.clip(np.concatenate([[0], table[:-1]]), 0, 255))
+  return out
+
+
+def _posterize(image, bits: int):
+  shift = 8 - bits
+  shift = shift if 0 <= shift <= 7 else 7  # TensorFlow's bitwise shifts clamp to 7 for uint8
+  return _lut(image, (_VALUES >> shift) << shift)
+
+
+def _solarize(image, threshold: int):
+  threshold %= 256  # compared as a uint8 tensor in the reference
+  return _lut(image, np.where(_VALUES < threshold, _VALUES, 255 - _VALUES))
+
+
+def _solarize_add(image, addition: int, threshold: int = 128):
+  return _lut(image, np.where(_VALUES < threshold, np.clip(_VALUES + addition, 0, 255), _VALUES))
+
+
+def _color(image, factor):
+  return _blend(np.repeat(_grey(image)[..., None], 3, axis=2), image, factor)
+
+
+def _contrast(image, factor):
+  """big_vision's Contrast: blend towards the (truncated) mean grey level."""
+  grey = _grey(image)
+  mean = _F32(grey.sum(dtype=np.int64)) / _F32(grey.size)  # exact sums below 2**24
+  degenerate = int(np.clip(mean, 0.0, 255.0))
+  if factor in (0.0, 1.0):
+    return _blend(np.full_like(image, degenerate), image, factor)
+  return _lut(image, _blend(np.full(256, degenerate, np.uint8), _VALUES.astype(np.uint8),
+                            factor))
+
+
+def _brightness(image, factor):
+  if factor in (0.0, 1.0):
+    return _blend(np.zeros_like(image), image, factor)
+  return _lut(image, _blend(np.zeros(256, np.uint8), _VALUES.astype(np.uint8), factor))
+
+
+def _sharpness(image, factor):
+  """Blend with PIL's SMOOTH filter (1 1 1 / 1 5 1 / 1 1 1) / 13; the border keeps its
+  pixels."""
+  if factor == 1.0:
+    return image
+  height, width = image.shape[:2]
+  side, centre = _F32(1.0) / _F32(13.0), _F32(5.0) / _F32(13.0)
+  smooth = np.zeros((height - 2, width - 2, 3), _F32)
+  term = np.empty(smooth.shape, np.float64)
+  for dy in range(3):  # TensorFlow's CPU kernel: float32 fused multiply-adds, row by row;
+    for dx in range(3):  # in float64 weight x pixel + sum is exact, then rounded once
+      weight = np.float64(centre if (dy, dx) == (1, 1) else side)
+      np.multiply(image[dy:dy + height - 2, dx:dx + width - 2], weight, out=term)
+      term += smooth
+      smooth[...] = term
+  degenerate = image.copy()
+  degenerate[1:-1, 1:-1] = np.clip(smooth, 0.0, 255.0).astype(np.uint8)
+  return _blend(degenerate, image, factor)
+
+
+# --- geometric ops (nearest neighbour, grey fill) ----------------------------------------
+
+def _transform(image, row_x: Tuple, row_y: Tuple):
+  """Output pixel (x, y) reads input (a0 x + a1 y + a2, b0 x + b1 y + b2) in float32, as
+  ImageProjectiveTransformV3 does, rounded half away from zero; outside: FILL."""
+  height, width = image.shape[:2]
+  y = np.arange(height, dtype=_F32)[:, None]
+  x = np.arange(width, dtype=_F32)[None, :]
+  a0, a1, a2 = map(_F32, row_x)
+  b0, b1, b2 = map(_F32, row_y)
+  source_x = _round_half_away(a0 * x + a1 * y + a2)
+  source_y = _round_half_away(b0 * x + b1 * y + b2)
+  inside = (source_x >= 0) & (source_x < width) & (source_y >= 0) & (source_y < height)
+  flat = np.where(inside, source_y * width + source_x, 0)
+  out = np.take(image.reshape(-1, 3), flat.ravel(), axis=0).reshape(image.shape)
+  out[~inside] = FILL
+  return out
+
+
+def _round_half_away(values: np.ndarray) -> np.ndarray:
+  """std::round (C's rule, not numpy's half-to-even), to int64."""
+  values = values.astype(np.float64)  # exact: x + 0.5 cannot round in float64
+  return (np.sign(values) * np.floor(np.abs(values) + 0.5)).astype(np.int64)
+
+
+def _rotate(image, degrees):
+  height, width = map(_F32, image.shape[:2])
+  radians = _F32(degrees) * _F32(math.pi / 180.0)
+  cos, sin = _F32(math.cos(radians)), _F32(math.sin(radians))
+  x_offset = ((width - 1) - (cos * (width - 1) - sin * (height - 1))) / _F32(2.0)
+  y_offset = ((height - 1) - (sin * (width - 1) + cos * (height - 1))) / _F32(2.0)
+  return _transform(image, (cos, -sin, x_offset), (sin, cos, y_offset))
+
+
+def _shear_x(image, level):
+  return _transform(image, (1.0, level, 0.0), (0.0, 1.0, 0.0))
+
+
+def _shear_y(image, level):
+  return _transform(image, (1.0, 0.0, 0.0), (level, 1.0, 0.0))
+
+
+def _translate_x(image, pixels):
+  return _transform(image, (1.0, 0.0, pixels), (0.0, 1.0, 0.0))
+
+
+def _translate_y(image, pixels):
+  return _transform(image, (1.0, 0.0, 0.0), (0.0, 1.0, pixels))
+
+
+def _cutout(image, pad: int, centre: Tuple[int, int]):
+  """A (2 pad)^2 square of FILL centred at `centre` (row, column), clipped to the image."""
+  out = image.copy()
+  row, column = centre
+  out[max(0, row - pad):row + pad, max(0, column - pad):column + pad] = FILL
+  return out
+
+
+# --- levels, seeds and the policy -------------------------------------------------------
+
+def _enhance_factor(level: float) -> float:
+  return (level / MAX_LEVEL) * 1.8 + 0.1
+
+
+def _apply(image, name: str, level: float, negate: bool, centre: Tuple[int, int]):
+  """One op at `level` with the reference's argument; `negate` flips the signed ones."""
+  sign = -1.0 if negate else 1.0
+  fraction = level / MAX_LEVEL
+  if name == "AutoContrast":
+    return _autocontrast(image)
+  if name == "Equalize":
+    return _equalize(image)
+  if name == "Invert":
+    return 255 - image
+  if name == "Rotate":  # the signed arguments become float32 tensors in the reference
+    return _rotate(image, sign * _F32(fraction * 30.0))
+  if name == "Posterize":
+    return _posterize(image, int(fraction * 4))
+  if name == "Solarize":
+    return _solarize(image, int(fraction * 256))
+  if name == "SolarizeAdd":
+    return _solarize_add(image, int(fraction * 110))
+  if name in ("Color", "Contrast", "Brightness", "Sharpness"):
+    enhance = {"Color": _color, "Contrast": _contrast, "Brightness": _brightness,
+               "Sharpness": _sharpness}[name]
+    return enhance(image, _enhance_factor(level))
+  if name in ("ShearX", "ShearY"):
+    return (_shear_x if name == "ShearX" else _shear_y)(image, sign * _F32(fraction * 0.3))
+  if name in ("TranslateX", "TranslateY"):
+    shift = sign * _F32(fraction * float(TRANSLATE_CONST))
+    return (_translate_x if name == "TranslateX" else _translate_y)(image, shift)
+  if name == "Cutout":
+    return _cutout(image, int(fraction * CUTOUT_CONST), centre)
+  raise errors.InvalidInput(f"unknown RandAugment op {name!r}; choose one of {', '.join(OPS)}")
+
+
+def _rng(seed) -> np.random.Generator:
+  """A generator of an int seed or of the pipeline's per-example seed (2 integers)."""
+  words = np.asarray(seed).astype(np.uint64).ravel()
+  return np.random.default_rng([int(word) for word in words])
+
+
+def cutout_centre(shape, seed) -> Tuple[int, int]:
+  """(row, column) of Cutout's square for apply_op(..., seed=seed) on an image of `shape`."""
+  rng = _rng(seed)
+  return int(rng.integers(shape[0])), int(rng.integers(shape[1]))
+
+
+def apply_op(image: np.ndarray, name: str, magnitude: float,
+             seed: Optional[object] = None) -> np.ndarray:
+  """One op, its sign positive, on uint8 [H, W, 3] pixels. `seed` places Cutout's square
+  (cutout_centre); without one the square is centred on the image."""
+  image = _check_image(image)
+  if name not in OPS:
+    raise errors.InvalidInput(f"unknown RandAugment op {name!r}; choose one of {', '.join(OPS)}")
+  centre = ((image.shape[0] // 2, image.shape[1] // 2) if seed is None
+            else cutout_centre(image.shape, seed))
+  return _apply(image, name, float(magnitude), False, centre)
+
+
+def randaugment(image: np.ndarray, num_layers: int, magnitude: float, seed) -> np.ndarray:
+  """big_vision's randaug(num_layers, magnitude): each layer applies one of the 16 ops,
+  drawn uniformly, with a random sign and Cutout position. Every draw comes from `seed`
+  (an int, or the pipeline's per-example seed of 2 integers), 4 draws per layer."""
+  image = _check_image(image)
+  rng = _rng(seed)
+  for _ in range(num_layers):
+    name = OPS[int(rng.integers(len(OPS)))]
+    negate = bool(rng.random() < 0.5)
+    centre = int(rng.integers(image.shape[0])), int(rng.integers(image.shape[1]))
+    image = _apply(image, name, float(magnitude), negate, centre)
+  return image
