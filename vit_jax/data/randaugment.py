@@ -56,7 +56,7 @@ def _check_image(image: np.ndarray) -> np.ndarray:
 
 
 def _lut(image: np.ndarray, table: np.ndarray) -> np.ndarray:
-  return table.astype(np.uint8)[image]
+  return np.take(table.astype(np.uint8), image)
 
 
 def _blend(degenerate, image, factor: float):
@@ -174,23 +174,33 @@ def _transform(image, row_x: Tuple, row_y: Tuple):
   """Output pixel (x, y) reads input (a0 x + a1 y + a2, b0 x + b1 y + b2) in float32, as
   ImageProjectiveTransformV3 does, rounded half away from zero; outside: FILL."""
   height, width = image.shape[:2]
-  y = np.arange(height, dtype=_F32)[:, None]
   x = np.arange(width, dtype=_F32)[None, :]
-  a0, a1, a2 = map(_F32, row_x)
-  b0, b1, b2 = map(_F32, row_y)
-  source_x = _round_half_away(a0 * x + a1 * y + a2)
-  source_y = _round_half_away(b0 * x + b1 * y + b2)
-  inside = (source_x >= 0) & (source_x < width) & (source_y >= 0) & (source_y < height)
-  flat = np.where(inside, source_y * width + source_x, 0)
-  out = np.take(image.reshape(-1, 3), flat.ravel(), axis=0).reshape(image.shape)
-  out[~inside] = FILL
-  return out
+  y = np.arange(height, dtype=_F32)[:, None]
+  source_x, inside_x = _nearest(_affine(row_x, x, y), width)
+  source_y, inside_y = _nearest(_affine(row_y, x, y), height)
+  pixels = np.concatenate([image.reshape(-1, 3), np.full((1, 3), FILL, image.dtype)])
+  flat = np.where(inside_x & inside_y, source_y * width + source_x, height * width)
+  return np.take(pixels, flat, axis=0).reshape(image.shape)
 
 
-def _round_half_away(values: np.ndarray) -> np.ndarray:
-  """std::round (C's rule, not numpy's half-to-even), to int64."""
-  values = values.astype(np.float64)  # exact: x + 0.5 cannot round in float64
-  return (np.sign(values) * np.floor(np.abs(values) + 0.5)).astype(np.int64)
+def _affine(row: Tuple, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+  """(c0 x + c1 y) + c2 in float32, left to right; a zero term (exact either way) is
+  skipped, so translations stay one row or column."""
+  c0, c1, c2 = map(_F32, row)
+  total = None
+  for coefficient, values in ((c0, x), (c1, y)):
+    if coefficient != 0:
+      term = coefficient * values
+      total = term if total is None else total + term
+  return total + c2
+
+
+def _nearest(coordinates: np.ndarray, size: int):
+  """(index, inside) of std::round (half away from zero, not numpy's half to even):
+  floor(c + 0.5), exact in float64, is the same for every c that lands inside."""
+  coordinates = coordinates.astype(np.float64)
+  inside = (coordinates > -0.5) & (coordinates < size - 0.5)
+  return np.floor(coordinates + 0.5).astype(np.int64), inside
 
 
 def _rotate(image, degrees):
