@@ -37,7 +37,8 @@ from vit_jax import errors
 OPS = ("AutoContrast", "Equalize", "Invert", "Rotate", "Posterize", "Solarize", "Color",
        "Contrast", "Brightness", "Sharpness", "ShearX", "ShearY", "TranslateX", "TranslateY",
        "Cutout", "SolarizeAdd")
-SIGNED = frozenset({"Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY"})
+POINTWISE = ("Invert", "Posterize", "Solarize", "SolarizeAdd", "Brightness")  # lookup tables
+GEOMETRIC = ("Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY")  # signed; index maps
 MAX_LEVEL = 10.0
 FILL = 128
 CUTOUT_CONST = 40
@@ -112,19 +113,23 @@ def _equalize(image):
   return out
 
 
-def _posterize(image, bits: int):
-  shift = 8 - bits
-  shift = shift if 0 <= shift <= 7 else 7  # TensorFlow's bitwise shifts clamp to 7 for uint8
-  return _lut(image, (_VALUES >> shift) << shift)
-
-
-def _solarize(image, threshold: int):
-  threshold %= 256  # compared as a uint8 tensor in the reference
-  return _lut(image, np.where(_VALUES < threshold, _VALUES, 255 - _VALUES))
-
-
-def _solarize_add(image, addition: int, threshold: int = 128):
-  return _lut(image, np.where(_VALUES < threshold, np.clip(_VALUES + addition, 0, 255), _VALUES))
+def pointwise_table(name: str, level: float) -> np.ndarray:
+  """The uint8 table [256] of an op in POINTWISE: each value maps alone."""
+  fraction = level / MAX_LEVEL
+  if name == "Invert":
+    table = 255 - _VALUES
+  elif name == "Posterize":
+    shift = 8 - int(fraction * 4)
+    shift = shift if 0 <= shift <= 7 else 7  # TensorFlow's bitwise shifts clamp to 7 for uint8
+    table = (_VALUES >> shift) << shift
+  elif name == "Solarize":
+    threshold = int(fraction * 256) % 256  # compared as a uint8 tensor in the reference
+    table = np.where(_VALUES < threshold, _VALUES, 255 - _VALUES)
+  elif name == "SolarizeAdd":
+    table = np.where(_VALUES < 128, np.clip(_VALUES + int(fraction * 110), 0, 255), _VALUES)
+  else:  # Brightness: blend with black
+    table = _blend(np.zeros(256, np.uint8), _VALUES.astype(np.uint8), enhance_factor(level))
+  return table.astype(np.uint8)
 
 
 def _color(image, factor):
@@ -140,12 +145,6 @@ def _contrast(image, factor):
     return _blend(np.full_like(image, degenerate), image, factor)
   return _lut(image, _blend(np.full(256, degenerate, np.uint8), _VALUES.astype(np.uint8),
                             factor))
-
-
-def _brightness(image, factor):
-  if factor in (0.0, 1.0):
-    return _blend(np.zeros_like(image), image, factor)
-  return _lut(image, _blend(np.zeros(256, np.uint8), _VALUES.astype(np.uint8), factor))
 
 
 def _sharpness(image, factor):
@@ -170,17 +169,41 @@ def _sharpness(image, factor):
 
 # --- geometric ops (nearest neighbour, grey fill) ----------------------------------------
 
-def _transform(image, row_x: Tuple, row_y: Tuple):
-  """Output pixel (x, y) reads input (a0 x + a1 y + a2, b0 x + b1 y + b2) in float32, as
-  ImageProjectiveTransformV3 does, rounded half away from zero; outside: FILL."""
-  height, width = image.shape[:2]
+def source_index(name: str, level: float, negate: bool, height: int, width: int
+                 ) -> np.ndarray:
+  """int64 [H, W]: the flat input pixel that each output pixel of an op in GEOMETRIC reads,
+  height x width where it falls outside (FILL). Output (x, y) reads input
+  (a0 x + a1 y + a2, b0 x + b1 y + b2), computed in float32 as ImageProjectiveTransformV3
+  does and rounded half away from zero."""
+  row_x, row_y = _affine_rows(name, level, negate, height, width)
   x = np.arange(width, dtype=_F32)[None, :]
   y = np.arange(height, dtype=_F32)[:, None]
   source_x, inside_x = _nearest(_affine(row_x, x, y), width)
   source_y, inside_y = _nearest(_affine(row_y, x, y), height)
-  pixels = np.concatenate([image.reshape(-1, 3), np.full((1, 3), FILL, image.dtype)])
-  flat = np.where(inside_x & inside_y, source_y * width + source_x, height * width)
-  return np.take(pixels, flat, axis=0).reshape(image.shape)
+  return np.where(inside_x & inside_y, source_y * width + source_x, height * width)
+
+
+def _affine_rows(name: str, level: float, negate: bool, height: int, width: int):
+  """The transform's rows (a0, a1, a2), (b0, b1, b2), in float32 as the reference builds
+  them (its signed argument is a float32 tensor)."""
+  fraction = level / MAX_LEVEL
+  sign = _F32(-1.0 if negate else 1.0)
+  if name == "Rotate":
+    radians = sign * _F32(fraction * 30.0) * _F32(math.pi / 180.0)
+    cos, sin = _F32(math.cos(radians)), _F32(math.sin(radians))
+    h, w = _F32(height), _F32(width)
+    x_offset = ((w - 1) - (cos * (w - 1) - sin * (h - 1))) / _F32(2.0)
+    y_offset = ((h - 1) - (sin * (w - 1) + cos * (h - 1))) / _F32(2.0)
+    return (cos, -sin, x_offset), (sin, cos, y_offset)
+  if name in ("ShearX", "ShearY"):
+    shear = sign * _F32(fraction * 0.3)
+    if name == "ShearX":
+      return (1.0, shear, 0.0), (0.0, 1.0, 0.0)
+    return (1.0, 0.0, 0.0), (shear, 1.0, 0.0)
+  shift = sign * _F32(fraction * float(TRANSLATE_CONST))
+  if name == "TranslateX":
+    return (1.0, 0.0, shift), (0.0, 1.0, 0.0)
+  return (1.0, 0.0, 0.0), (0.0, 1.0, shift)
 
 
 def _affine(row: Tuple, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -203,29 +226,11 @@ def _nearest(coordinates: np.ndarray, size: int):
   return np.floor(coordinates + 0.5).astype(np.int64), inside
 
 
-def _rotate(image, degrees):
-  height, width = map(_F32, image.shape[:2])
-  radians = _F32(degrees) * _F32(math.pi / 180.0)
-  cos, sin = _F32(math.cos(radians)), _F32(math.sin(radians))
-  x_offset = ((width - 1) - (cos * (width - 1) - sin * (height - 1))) / _F32(2.0)
-  y_offset = ((height - 1) - (sin * (width - 1) + cos * (height - 1))) / _F32(2.0)
-  return _transform(image, (cos, -sin, x_offset), (sin, cos, y_offset))
-
-
-def _shear_x(image, level):
-  return _transform(image, (1.0, level, 0.0), (0.0, 1.0, 0.0))
-
-
-def _shear_y(image, level):
-  return _transform(image, (1.0, 0.0, 0.0), (level, 1.0, 0.0))
-
-
-def _translate_x(image, pixels):
-  return _transform(image, (1.0, 0.0, pixels), (0.0, 1.0, 0.0))
-
-
-def _translate_y(image, pixels):
-  return _transform(image, (1.0, 0.0, 0.0), (0.0, 1.0, pixels))
+def _geometric(image, name, level, negate):
+  height, width = image.shape[:2]
+  pixels = np.concatenate([image.reshape(-1, 3), np.full((1, 3), FILL, image.dtype)])
+  flat = source_index(name, level, negate, height, width)
+  return np.take(pixels, flat, axis=0).reshape(image.shape)
 
 
 def _cutout(image, pad: int, centre: Tuple[int, int]):
@@ -238,39 +243,29 @@ def _cutout(image, pad: int, centre: Tuple[int, int]):
 
 # --- levels, seeds and the policy -------------------------------------------------------
 
-def _enhance_factor(level: float) -> float:
+def enhance_factor(level: float) -> float:
   return (level / MAX_LEVEL) * 1.8 + 0.1
+
+
+def cutout_pad(level: float) -> int:
+  return int((level / MAX_LEVEL) * CUTOUT_CONST)
 
 
 def _apply(image, name: str, level: float, negate: bool, centre: Tuple[int, int]):
   """One op at `level` with the reference's argument; `negate` flips the signed ones."""
-  sign = -1.0 if negate else 1.0
-  fraction = level / MAX_LEVEL
+  if name in POINTWISE:
+    return _lut(image, pointwise_table(name, level))
+  if name in GEOMETRIC:
+    return _geometric(image, name, level, negate)
   if name == "AutoContrast":
     return _autocontrast(image)
   if name == "Equalize":
     return _equalize(image)
-  if name == "Invert":
-    return 255 - image
-  if name == "Rotate":  # the signed arguments become float32 tensors in the reference
-    return _rotate(image, sign * _F32(fraction * 30.0))
-  if name == "Posterize":
-    return _posterize(image, int(fraction * 4))
-  if name == "Solarize":
-    return _solarize(image, int(fraction * 256))
-  if name == "SolarizeAdd":
-    return _solarize_add(image, int(fraction * 110))
-  if name in ("Color", "Contrast", "Brightness", "Sharpness"):
-    enhance = {"Color": _color, "Contrast": _contrast, "Brightness": _brightness,
-               "Sharpness": _sharpness}[name]
-    return enhance(image, _enhance_factor(level))
-  if name in ("ShearX", "ShearY"):
-    return (_shear_x if name == "ShearX" else _shear_y)(image, sign * _F32(fraction * 0.3))
-  if name in ("TranslateX", "TranslateY"):
-    shift = sign * _F32(fraction * float(TRANSLATE_CONST))
-    return (_translate_x if name == "TranslateX" else _translate_y)(image, shift)
+  if name in ("Color", "Contrast", "Sharpness"):
+    enhance = {"Color": _color, "Contrast": _contrast, "Sharpness": _sharpness}[name]
+    return enhance(image, enhance_factor(level))
   if name == "Cutout":
-    return _cutout(image, int(fraction * CUTOUT_CONST), centre)
+    return _cutout(image, cutout_pad(level), centre)
   raise errors.InvalidInput(f"unknown RandAugment op {name!r}; choose one of {', '.join(OPS)}")
 
 
@@ -298,15 +293,21 @@ def apply_op(image: np.ndarray, name: str, magnitude: float,
   return _apply(image, name, float(magnitude), False, centre)
 
 
+def layer_draws(seed, num_layers: int, height: int, width: int) -> np.ndarray:
+  """int64 [num_layers, 4]: each layer's (op index in OPS, negate 0/1, Cutout row, Cutout
+  column), all from `seed` (an int, or the pipeline's per-example seed of 2 integers)."""
+  rng = _rng(seed)
+  draws = np.empty((num_layers, 4), np.int64)
+  for layer in range(num_layers):
+    draws[layer] = (rng.integers(len(OPS)), rng.random() < 0.5, rng.integers(height),
+                    rng.integers(width))
+  return draws
+
+
 def randaugment(image: np.ndarray, num_layers: int, magnitude: float, seed) -> np.ndarray:
   """big_vision's randaug(num_layers, magnitude): each layer applies one of the 16 ops,
-  drawn uniformly, with a random sign and Cutout position. Every draw comes from `seed`
-  (an int, or the pipeline's per-example seed of 2 integers), 4 draws per layer."""
+  drawn uniformly, with a random sign and Cutout position (layer_draws of `seed`)."""
   image = _check_image(image)
-  rng = _rng(seed)
-  for _ in range(num_layers):
-    name = OPS[int(rng.integers(len(OPS)))]
-    negate = bool(rng.random() < 0.5)
-    centre = int(rng.integers(image.shape[0])), int(rng.integers(image.shape[1]))
-    image = _apply(image, name, float(magnitude), negate, centre)
+  for op, negate, row, column in layer_draws(seed, num_layers, *image.shape[:2]):
+    image = _apply(image, OPS[op], float(magnitude), bool(negate), (int(row), int(column)))
   return image
