@@ -136,15 +136,18 @@ def _color(image, factor):
   return _blend(np.repeat(_grey(image)[..., None], 3, axis=2), image, factor)
 
 
+def contrast_table(mean_level: int, factor: float) -> np.ndarray:
+  """Contrast's uint8 table [256] for an image whose mean grey level truncates to
+  `mean_level`: blend each value towards that grey."""
+  values = _VALUES.astype(np.uint8)
+  return np.asarray(_blend(np.full(256, mean_level, np.uint8), values, factor), np.uint8)
+
+
 def _contrast(image, factor):
   """big_vision's Contrast: blend towards the (truncated) mean grey level."""
   grey = _grey(image)
   mean = _F32(grey.sum(dtype=np.int64)) / _F32(grey.size)  # exact sums below 2**24
-  degenerate = int(np.clip(mean, 0.0, 255.0))
-  if factor in (0.0, 1.0):
-    return _blend(np.full_like(image, degenerate), image, factor)
-  return _lut(image, _blend(np.full(256, degenerate, np.uint8), _VALUES.astype(np.uint8),
-                            factor))
+  return _lut(image, contrast_table(int(np.clip(mean, 0.0, 255.0)), factor))
 
 
 def _sharpness(image, factor):
