@@ -13,7 +13,7 @@ where the two differ:
   * Cutout's random centre is replaced by the one our op draws for the same seed
     (randaugment.cutout_centre), through the Model Garden's _fill_rectangle;
   * the signed arguments (Rotate, Shear, Translate) are float32 tensors, as after
-    big_vision's random negation; the sign is positive.
+    big_vision's random negation; the golden file has the positive sign, the table both.
 Only augment.py and its imports are loaded (no tf_keras, no package __init__s).
 Prints a markdown table (max / mean |difference| per op and magnitude, and the time of one
 op at 224 px, reference in TF eager vs numpy); --write saves the 64x64 golden file.
@@ -53,29 +53,31 @@ def load_augment(models_root: str):
 
 
 def reference_ops(augment):
-  """name -> fn(uint8 tensor, magnitude, cutout centre) with big_vision's arguments."""
+  """name -> fn(uint8 tensor, magnitude, cutout centre, negate) with big_vision's
+  arguments."""
   def fraction(m):
     return m / randaugment.MAX_LEVEL
 
-  def signed(value):  # what big_vision's _randomly_negate_tensor returns, sign positive
-    return tf.constant(value, tf.float32)
+  def signed(value, negate):  # what big_vision's _randomly_negate_tensor returns
+    value = tf.constant(value, tf.float32)
+    return -value if negate else value
 
   def geometric(image, transforms):
     out = augment.transform(augment.wrap(image), transforms, fill_mode="constant")
     return augment.unwrap(out, GREY)
 
-  def rotate(image, m):
-    radians = signed(fraction(m) * 30.0) * (math.pi / 180.0)
+  def rotate(image, m, negate):
+    radians = signed(fraction(m) * 30.0, negate) * (math.pi / 180.0)
     height, width = (tf.cast(s, tf.float32) for s in tf.unstack(tf.shape(image)[:2]))
     return geometric(image, augment._convert_angles_to_transform(radians, width, height))
 
-  def translate(image, m, axis):
-    pixels = signed(fraction(m) * randaugment.TRANSLATE_CONST)
+  def translate(image, m, axis, negate):
+    pixels = signed(fraction(m) * randaugment.TRANSLATE_CONST, negate)
     shift = [-pixels, 0.0] if axis == 0 else [0.0, -pixels]
     return geometric(image, augment._convert_translation_to_transform(tf.stack(shift)))
 
-  def shear(image, m, axis):
-    level = signed(fraction(m) * 0.3)
+  def shear(image, m, axis, negate):
+    level = signed(fraction(m) * 0.3, negate)
     row = [1.0, level, 0.0, 0.0, 1.0, 0.0] if axis == 0 else [1.0, 0.0, 0.0, level, 1.0, 0.0]
     return geometric(image, tf.stack(row + [0.0, 0.0]))
 
@@ -91,28 +93,32 @@ def reference_ops(augment):
   def enhance(m):
     return fraction(m) * 1.8 + 0.1
 
-  def cutout(image, m, centre):
+  def cutout(image, m, centre, negate):  # pylint: disable=unused-argument
     pad = int(fraction(m) * randaugment.CUTOUT_CONST)
     return augment._fill_rectangle(image, centre[1], centre[0], pad, pad, randaugment.FILL)
 
-  return {
-      "AutoContrast": lambda x, m, c: augment.autocontrast(x),
-      "Equalize": lambda x, m, c: augment.equalize(x),
-      "Invert": lambda x, m, c: augment.invert(x),
-      "Rotate": lambda x, m, c: rotate(x, m),
-      "Posterize": lambda x, m, c: augment.posterize(x, int(fraction(m) * 4)),
-      "Solarize": lambda x, m, c: augment.solarize(x, int(fraction(m) * 256)),
-      "Color": lambda x, m, c: augment.color(x, enhance(m)),
-      "Contrast": lambda x, m, c: contrast(x, enhance(m)),
-      "Brightness": lambda x, m, c: augment.brightness(x, enhance(m)),
-      "Sharpness": lambda x, m, c: augment.sharpness(x, enhance(m)),
-      "ShearX": lambda x, m, c: shear(x, m, 0),
-      "ShearY": lambda x, m, c: shear(x, m, 1),
-      "TranslateX": lambda x, m, c: translate(x, m, 0),
-      "TranslateY": lambda x, m, c: translate(x, m, 1),
-      "Cutout": cutout,
-      "SolarizeAdd": lambda x, m, c: augment.solarize_add(x, int(fraction(m) * 110)),
+  unsigned = {
+      "AutoContrast": lambda x, m: augment.autocontrast(x),
+      "Equalize": lambda x, m: augment.equalize(x),
+      "Invert": lambda x, m: augment.invert(x),
+      "Posterize": lambda x, m: augment.posterize(x, int(fraction(m) * 4)),
+      "Solarize": lambda x, m: augment.solarize(x, int(fraction(m) * 256)),
+      "Color": lambda x, m: augment.color(x, enhance(m)),
+      "Contrast": lambda x, m: contrast(x, enhance(m)),
+      "Brightness": lambda x, m: augment.brightness(x, enhance(m)),
+      "Sharpness": lambda x, m: augment.sharpness(x, enhance(m)),
+      "SolarizeAdd": lambda x, m: augment.solarize_add(x, int(fraction(m) * 110)),
   }
+  ops = {name: (lambda x, m, c, negate, fn=fn: fn(x, m)) for name, fn in unsigned.items()}
+  ops.update({
+      "Rotate": lambda x, m, c, negate: rotate(x, m, negate),
+      "ShearX": lambda x, m, c, negate: shear(x, m, 0, negate),
+      "ShearY": lambda x, m, c, negate: shear(x, m, 1, negate),
+      "TranslateX": lambda x, m, c, negate: translate(x, m, 0, negate),
+      "TranslateY": lambda x, m, c, negate: translate(x, m, 1, negate),
+      "Cutout": cutout,
+  })
+  return ops
 
 
 def photo(size: int) -> np.ndarray:
@@ -125,15 +131,20 @@ def photo(size: int) -> np.ndarray:
 
 
 def compare(ops, image: np.ndarray):
-  """{(op, M): (reference output, max |diff|, mean |diff|, differing pixels share)}."""
+  """{(row, M): (reference output, max |diff|, mean |diff|, share of values differing)};
+  rows are the ops, and the signed ones again with their sign negative ("Rotate -")."""
   results = {}
-  for name in randaugment.OPS:
+  rows = [(name, False) for name in randaugment.OPS]
+  rows += [(name, True) for name in randaugment.GEOMETRIC]
+  for name, negate in rows:
     for m in MAGNITUDES:
       centre = randaugment.cutout_centre(image.shape, m)
-      want = ops[name](tf.constant(image), float(m), centre).numpy()
-      got = randaugment.apply_op(image, name, m, seed=m)
+      want = ops[name](tf.constant(image), float(m), centre, negate).numpy()
+      got = (randaugment.apply_op(image, name, m, seed=m) if not negate
+             else randaugment._apply(image, name, float(m), True, centre))
       diff = np.abs(want.astype(int) - got.astype(int))
-      results[name, m] = want, int(diff.max()), float(diff.mean()), float((diff > 0).mean())
+      row = name + (" -" if negate else "")
+      results[row, m] = want, int(diff.max()), float(diff.mean()), float((diff > 0).mean())
   return results
 
 
@@ -141,7 +152,7 @@ def timings(ops, image: np.ndarray, repeats: int):
   """{op: (reference ms, numpy ms)} at M=15, best of `repeats`."""
   out = {}
   for name in randaugment.OPS:
-    reference = tf.function(lambda x, name=name: ops[name](x, 15.0, (100, 100)))
+    reference = tf.function(lambda x, name=name: ops[name](x, 15.0, (100, 100), False))
     tensor = tf.constant(image)
     reference(tensor)
     best = [math.inf, math.inf]
@@ -170,10 +181,10 @@ def main(argv=None):
     print(f"\n{label} of china.jpg: max / mean |ours - reference| (share of values differing)")
     print("| op | " + " | ".join(f"M={m}" for m in MAGNITUDES) + " |")
     print("|---|" + "---|" * len(MAGNITUDES))
-    for name in randaugment.OPS:
-      cells = [f"{results[name, m][1]} / {results[name, m][2]:.4f} ({results[name, m][3]:.2%})"
+    for row in dict.fromkeys(row for row, _ in results):
+      cells = [f"{results[row, m][1]} / {results[row, m][2]:.4f} ({results[row, m][3]:.2%})"
                for m in MAGNITUDES]
-      print(f"| {name} | " + " | ".join(cells) + " |")
+      print(f"| {row} | " + " | ".join(cells) + " |")
     if args.write and image is small:
       golden = {f"{name}_{m}": results[name, m][0] for name in randaugment.OPS
                 for m in MAGNITUDES}
