@@ -120,3 +120,11 @@ def test_imports_without_tensorflow():
                           capture_output=True, text=True, check=False)
   assert result.returncode == 0, result.stderr
   assert result.stdout.strip() == "(8, 8, 3)"
+
+
+def test_every_op_takes_tiny_images():
+  """Crops smaller than Sharpness's 3 x 3 filter or than a Cutout square still work."""
+  for shape in ((2, 2, 3), (1, 5, 3)):
+    image = np.full(shape, 7, np.uint8)
+    for name in randaugment.OPS:
+      assert randaugment.apply_op(image, name, 20, seed=1).shape == shape

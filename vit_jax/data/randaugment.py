@@ -152,10 +152,10 @@ def _contrast(image, factor):
 
 def _sharpness(image, factor):
   """Blend with PIL's SMOOTH filter (1 1 1 / 1 5 1 / 1 1 1) / 13; the border keeps its
-  pixels."""
-  if factor == 1.0:
-    return image
+  pixels (an image under 3 x 3 px is all border)."""
   height, width = image.shape[:2]
+  if factor == 1.0 or min(height, width) < 3:
+    return image
   side, centre = _F32(1.0) / _F32(13.0), _F32(5.0) / _F32(13.0)
   smooth = np.zeros((height - 2, width - 2, 3), _F32)
   term = np.empty(smooth.shape, np.float64)
