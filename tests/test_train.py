@@ -255,6 +255,7 @@ def test_a_resumed_run_with_changed_settings_keeps_the_original_config(demo_run,
     (dict(pp=dict(mixup_alpha=0.2), batch=33), "mixup_alpha=0.2 mixes pairs of rows: the batch "
      "per process, 33 .* must be even"),
     (dict(pp=dict(mixup_alpha=float("nan"))), "pp.mixup_alpha=nan must be >= 0 and finite"),
+    (dict(pp=dict(randaug=(2,))), r"config.pp.randaug=\(2,\) must be None \(off\) or a pair"),
     (dict(freeze="."), "config.freeze='.' freezes every parameter: nothing would train"),
 ], ids=lambda x: "-".join(map(str, x.items())) if isinstance(x, dict) else None)
 def test_bad_config_is_refused_before_anything_is_written(tmp_path, override, message):

@@ -117,6 +117,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.pp.resize = ml_collections.FieldReference(None, field_type=int)  # bit only
   config.pp.flip = True
   config.pp.mixup_alpha = 0.0
+  # (num_layers, magnitude): big_vision's RandAugment on train crops, e.g. (2, 15); None = off.
+  config.pp.randaug = ml_collections.FieldReference(None, field_type=tuple)
 
   # Optimisation.
   config.optimizer = "sgd"  # sgd | adam | adamw

@@ -9,7 +9,7 @@ import tensorflow as tf
 from PIL import Image
 
 from helpers import UNICODE_CLASSES, UNICODE_FILES, corrupt_jpeg, demo_config, make_config, train, write_unicode_folder
-from vit_jax.data import pipeline, preprocess, splits
+from vit_jax.data import order, pipeline, preprocess, randaugment, splits
 from vit_jax import train as train_lib
 
 
@@ -33,7 +33,7 @@ def indices_of(images: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("pp", [{}, {"mixup_alpha": 0.1},
-                                {"preset": "inception", "resize": None}])
+                                {"preset": "inception", "resize": None}, {"randaug": (2, 15)}])
 def test_global_batches_do_not_depend_on_process_count(pp):
   dataset = pipeline.open_dataset(make_config(**pp))
   whole = train(dataset)
@@ -70,6 +70,33 @@ def test_train_flips_follow_pp_flip(flip):
   images = train(dataset, num_steps=1, batch_size=16)[0]["image"]
   mirrored = images[:, 0, 0, 0] > images[:, 0, -1, 0]
   assert 0 < mirrored.sum() < 16 if flip else not mirrored.any()
+
+
+def test_randaug_augments_each_crop_with_its_example_seed():
+  """pp.randaug=(N, M): the crop and flip of the run without it, as uint8 pixels, then
+  randaugment seeded by the example's seed folded with 3: reproducible and exact."""
+  def pixels(images):
+    return np.rint(images * 127.5 + 127.5).astype(np.uint8)
+  def batches(num_steps=2, **pp):
+    config = make_config(preset="inception", resize=None, **pp)
+    return train(pipeline.open_dataset(config), num_steps=num_steps)
+  plain, crops, augmented = batches(), batches(randaug=(0, 15)), batches(randaug=(2, 15))
+  for step in range(2):  # N = 0: only the crop's quantisation to uint8 (truncation)
+    np.testing.assert_allclose(crops[step]["image"], plain[step]["image"], atol=1.001 / 127.5)
+    for row, position in enumerate(order.row_positions(step, 8, 0, 1)):
+      seed = tf.random.experimental.stateless_fold_in(order.example_seed(3, position), 3)
+      want = randaugment.randaugment(pixels(crops[step]["image"][row]), 2, 15, seed.numpy())
+      np.testing.assert_array_equal(pixels(augmented[step]["image"][row]), want)
+  assert not np.array_equal(augmented[0]["image"], crops[0]["image"])
+  np.testing.assert_array_equal(batches(1, randaug=(2, 15))[0]["image"], augmented[0]["image"])
+
+
+@pytest.mark.parametrize("randaug", [(2,), (2, -1), "2,15", (2.0, 15), (True, 3), (None,)])
+def test_bad_randaug_is_one_line(randaug):
+  with pytest.raises(ValueError, match=r"^config.pp.randaug=.* must be None \(off\) or a "
+                                       r"pair of ints \(num_layers, magnitude\), both >= 0, "
+                                       r"e.g. \(2, 15\)$"):
+    pipeline.open_dataset(make_config(randaug=randaug))
 
 
 @pytest.mark.parametrize("process_count", [1, 2])

@@ -39,6 +39,18 @@ def test_inception_crop_shape_and_range(pixels, fmt):
   assert_model_image(preprocess.inception_crop(image, 24, seed(0, 1)), 24)
 
 
+def test_randaug_runs_on_the_uint8_crop(pixels):
+  image = encode(pixels, "JPEG")
+  crop = tf.function(lambda x: preprocess.inception_crop(x, 24, seed(0, 1), randaug=(2, 15)))
+  out = crop(image)
+  assert_model_image(out, 24)
+  levels = out.numpy() * 127.5 + 127.5
+  np.testing.assert_allclose(levels, np.rint(levels), atol=1e-3)  # whole uint8 levels
+  np.testing.assert_array_equal(crop(image), out)
+  bit = preprocess.bit_crop(image, 16, seed(0, 1), resize=20, randaug=(1, 10))
+  assert_model_image(bit, 16)
+
+
 @pytest.mark.parametrize("resize", [None, 40])
 def test_bit_crop_shape_and_range(pixels, resize):
   assert_model_image(preprocess.bit_crop(encode(pixels, "PNG"), 32, seed(0, 1), resize=resize),

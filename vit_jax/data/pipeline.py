@@ -82,9 +82,11 @@ class Dataset:
 
   def _augment(self, image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
     pp = self.pp
+    randaug = pp.get("randaug")
     if pp.preset == "inception":
-      return preprocess.inception_crop(image, pp.crop, seed, flip=pp.flip)
-    return preprocess.bit_crop(image, pp.crop, seed, resize=pp.resize, flip=pp.flip)
+      return preprocess.inception_crop(image, pp.crop, seed, flip=pp.flip, randaug=randaug)
+    return preprocess.bit_crop(image, pp.crop, seed, resize=pp.resize, flip=pp.flip,
+                               randaug=randaug)
 
   # --- train ---
 
@@ -145,9 +147,10 @@ class Dataset:
 
   def _batched_augmentation(self) -> bool:
     """Same-sized pixel images (the digits) with the BiT crop are augmented a batch at a
-    time; encoded images decode one by one (sizes differ, JPEGs decode their window)."""
+    time; encoded images decode one by one (sizes differ, JPEGs decode their window), and
+    so does RandAugment (per image, in numpy)."""
     return (isinstance(self.train, IndexedSplit) and self.train.kind == "pixels"
-            and self.pp.preset == "bit")
+            and self.pp.preset == "bit" and not self.pp.get("randaug"))
 
   def _streaming_train(self, start_step: int, seed: int, process_index: int,
                        process_count: int) -> tf.data.Dataset:
@@ -231,6 +234,18 @@ def check_pp(pp) -> None:
   if not 0 <= pp.mixup_alpha < math.inf:  # nan and inf mixed the batch into NaN
     raise errors.InvalidInput(f"config.pp.mixup_alpha={pp.mixup_alpha} must be >= 0 and "
                               "finite (0 = off)")
+  check_randaug(pp.get("randaug"))
+
+
+def check_randaug(randaug) -> None:
+  """config.pp.randaug: None (off) or (num_layers, magnitude), two ints >= 0."""
+  if randaug is None:
+    return
+  if (not isinstance(randaug, (tuple, list)) or len(randaug) != 2
+      or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in randaug)):
+    raise errors.InvalidInput(
+        f"config.pp.randaug={randaug!r} must be None (off) or a pair of ints "
+        "(num_layers, magnitude), both >= 0, e.g. (2, 15)")
 
 
 def check(config, stride: int) -> None:
@@ -259,7 +274,7 @@ def open_dataset(config) -> Dataset:
 
   Validates everything up front and fast (one-line errors naming the problem and the
   fix). Reads dataset, train_split, eval_split, tfds_data_dir, tfds_manual_dir,
-  tfds_download, shuffle_buffer and pp.{preset, crop, resize, flip, mixup_alpha};
+  tfds_download, shuffle_buffer and pp.{preset, crop, resize, flip, mixup_alpha, randaug};
   the splits apply to TFDS only (default 'train' / 'test').
   """
   check_pp(config.pp)

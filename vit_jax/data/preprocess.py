@@ -5,11 +5,15 @@ scalar tf.string: JPEG, PNG, GIF or BMP), so that decoding can happen late (afte
 shuffle) and a JPEG crop can decode only its window. Random choices are stateless ops
 driven by an explicit `seed` (int tensor of shape [2]): an example's augmentation then
 depends on the seed alone, never on thread scheduling. Outputs are float32 in [-1, 1].
+RandAugment (randaugment.py, numpy) runs on the train crop's uint8 pixels.
 """
+
+from typing import Optional, Tuple
 
 import tensorflow as tf
 
 from vit_jax import errors
+from vit_jax.data import randaugment
 
 PRESETS = ("inception", "bit")
 INCEPTION_AREA = (0.05, 1.0)
@@ -54,6 +58,29 @@ def _maybe_flip(image: tf.Tensor, seed: tf.Tensor, flip: bool) -> tf.Tensor:
   return tf.image.stateless_random_flip_left_right(image, seed) if flip else image
 
 
+def rand_augment(pixels: tf.Tensor, num_layers: int, magnitude: int, seed: tf.Tensor
+                 ) -> tf.Tensor:
+  """vit_jax.data.randaugment's randaug(N, M) on uint8 [H, W, 3] pixels, run in numpy
+  through tf.numpy_function (faster than the TensorFlow ops: docs/randaugment.md)."""
+  def augment(image, words):
+    return randaugment.randaugment(image, num_layers, magnitude, words)
+  out = tf.numpy_function(augment, [pixels, seed], tf.uint8, stateful=False)
+  out.set_shape(pixels.shape)
+  return out
+
+
+def _finish_train(resized: tf.Tensor, seed: tf.Tensor, flip_seed: tf.Tensor, flip: bool,
+                  randaug: Optional[Tuple[int, int]]) -> tf.Tensor:
+  """Flip and, with randaug = (N, M), big_vision's order: the resized crop back to uint8
+  (clipped, truncated), flip, RandAugment (seeded by `seed` folded with 3), [-1, 1]."""
+  if not randaug:
+    return to_model_range(_maybe_flip(resized, flip_seed, flip))
+  pixels = tf.cast(tf.clip_by_value(resized, 0.0, 255.0), tf.uint8)
+  pixels = _maybe_flip(pixels, flip_seed, flip)
+  randaug_seed = tf.random.experimental.stateless_fold_in(seed, 3)
+  return to_model_range(rand_augment(pixels, *randaug, randaug_seed))
+
+
 def inception_window(image_shape: tf.Tensor, seed: tf.Tensor):
   """(begin [3], size [3]) of a random crop with 5-100% of the area, aspect 3/4-4/3.
 
@@ -79,9 +106,10 @@ def _crop_pixels(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
   return tf.slice(image, begin, size)
 
 
-def inception_crop(image: tf.Tensor, size: int, seed: tf.Tensor, *, flip: bool = True
-                   ) -> tf.Tensor:
-  """Reference fine-tuning train crop: random window, bilinear resize, random flip."""
+def inception_crop(image: tf.Tensor, size: int, seed: tf.Tensor, *, flip: bool = True,
+                   randaug: Optional[Tuple[int, int]] = None) -> tf.Tensor:
+  """Reference fine-tuning train crop: random window, bilinear resize, random flip
+  (then RandAugment with randaug = (N, M): _finish_train)."""
   crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
   if image.dtype == tf.string:
     crop = tf.cond(tf.io.is_jpeg(image), lambda: _crop_jpeg(image, crop_seed),
@@ -90,7 +118,7 @@ def inception_crop(image: tf.Tensor, size: int, seed: tf.Tensor, *, flip: bool =
   else:
     crop = _crop_pixels(image, crop_seed)
   crop = tf.image.resize(crop, [size, size], method="bilinear", antialias=False)
-  return to_model_range(_maybe_flip(crop, flip_seed, flip))
+  return _finish_train(crop, seed, flip_seed, flip, randaug)
 
 
 def bit_resize(crop: int, resize: int = None) -> int:
@@ -107,14 +135,15 @@ def bit_resize(crop: int, resize: int = None) -> int:
 
 
 def bit_crop(image: tf.Tensor, crop: int, seed: tf.Tensor, *, resize: int = None,
-             flip: bool = True) -> tf.Tensor:
-  """BiT train preprocessing: resize to `resize` (HyperRule default), random crop, flip."""
+             flip: bool = True, randaug: Optional[Tuple[int, int]] = None) -> tf.Tensor:
+  """BiT train preprocessing: resize to `resize` (HyperRule default), random crop, flip
+  (then RandAugment with randaug = (N, M): _finish_train)."""
   resize = bit_resize(crop, resize)
   crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
   image = tf.image.resize(_pixels(image), [resize, resize], method="bilinear",
                           antialias=False)
   image = tf.image.stateless_random_crop(image, [crop, crop, 3], crop_seed)
-  return to_model_range(_maybe_flip(image, flip_seed, flip))
+  return _finish_train(image, seed, flip_seed, flip, randaug)
 
 
 def bit_crop_batch(images: tf.Tensor, crop: int, uniforms: tf.Tensor, *, resize: int = None,
