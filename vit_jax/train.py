@@ -21,7 +21,7 @@ from vit_jax import train_step, trainer
 from vit_jax import evaluators as evaluators_lib
 from vit_jax.checkpoints import formats, hub, released
 from vit_jax.console import log
-from vit_jax.data import device_batches, pipeline, splits
+from vit_jax.data import device_batches, loaders, splits
 from vit_jax.models import attention, zoo
 from vit_jax.runs import class_report, dataset_record, files, metrics, outputs
 from vit_jax.runs import preemption, train_state
@@ -34,7 +34,7 @@ def hyperrule_steps(num_train: int) -> int:
 
 
 def resolve_config(config: ml_collections.ConfigDict,
-                   info: pipeline.DatasetInfo) -> ml_collections.ConfigDict:
+                   info: loaders.DatasetInfo) -> ml_collections.ConfigDict:
   """A copy with values that depend on the data filled in (total_steps = -1, loss =
   'auto', class_weights = 'balanced')."""
   config = config.copy_and_resolve_references()
@@ -155,7 +155,7 @@ def check_static(config: ml_collections.ConfigDict, mesh) -> None:
   module = zoo.check_config(config)
   sharding.check_tensor_parallel(module.num_heads, module.mlp_dim, mesh)
   attention.check_runs_on(config.model.attention_impl, mesh.devices.flat[0].platform)
-  pipeline.check(config, zoo.model_stride(module))
+  loaders.check(config, zoo.model_stride(module))
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
@@ -173,7 +173,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
 
 def _train_in_workdir(config, workdir: str, mesh, started: float) -> Dict[str, float]:
   # --- Checks that read data and files, before anything slow or any write -------------
-  dataset = pipeline.open_dataset(config)
+  dataset = loaders.open_dataset(config)
   config = resolve_config(config, dataset.info)
   config_checks.check_warmup_fits(config)
   param_groups.check_unfreezes(config)
@@ -187,7 +187,7 @@ def _train_in_workdir(config, workdir: str, mesh, started: float) -> Dict[str, f
       checkpointer.close()
 
 
-def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
+def _run(config, workdir: str, mesh, started: float, dataset: loaders.Dataset,
          checkpointer: train_state.Checkpointer, is_main: bool) -> Dict[str, float]:
   latest_step = checkpointer.latest_step()
   finished = outputs.finished_results(workdir, latest_step, config.total_steps)

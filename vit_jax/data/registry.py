@@ -19,7 +19,8 @@ import os
 from typing import List, Tuple
 
 from vit_jax import errors
-from vit_jax.data import digits, image_folder, multilabel_folder, tfds_source, vtab
+from vit_jax.data import VTAB_PREFIX, VTAB_SELECTIONS, digits, image_folder, multilabel_folder
+# tfds_source and vtab import TensorFlow: loaded by the kinds that read through it only.
 
 
 def _is_path(name: str) -> bool:
@@ -34,15 +35,21 @@ def _labels_only(name: str, label_feature: str) -> None:
 
 class VtabTask:
   def handles(self, config) -> bool:
+    if not (config.dataset.startswith(VTAB_PREFIX)
+            or {config.train_split, config.eval_split} & VTAB_SELECTIONS):
+      return False  # told without importing vtab (TensorFlow)
+    from vit_jax.data import vtab
     return vtab.handles(config)
 
   def open(self, config):
+    from vit_jax.data import vtab
     return vtab.open_task(config)
 
   def class_count(self, config) -> int:
-    if not config.dataset.startswith(vtab.PREFIX):
+    if not config.dataset.startswith(VTAB_PREFIX):
       return Folder().class_count(config)
-    return vtab.get_task(config.dataset[len(vtab.PREFIX):]).num_classes
+    from vit_jax.data import vtab
+    return vtab.get_task(config.dataset[len(VTAB_PREFIX):]).num_classes
 
   def open_eval(self, name, split, config, label_feature):
     return None
@@ -108,6 +115,7 @@ class Tfds:
     return True
 
   def open(self, config):
+    from vit_jax.data import tfds_source
     return tfds_source.tfds_source(config.dataset, config.train_split or "train",
                                    config.eval_split or "test",
                                    label_feature=label_feature(config),
@@ -116,10 +124,12 @@ class Tfds:
                                    download=config.tfds_download)
 
   def class_count(self, config) -> int:
+    from vit_jax.data import tfds_source
     return tfds_source.tfds_class_count(config.dataset, config.tfds_data_dir,
                                         label_feature(config))
 
   def open_eval(self, name, split, config, label_feature):
+    from vit_jax.data import tfds_source
     return tfds_source.tfds_eval_source(name, split, label_feature=label_feature,
                                         data_dir=config.tfds_data_dir,
                                         manual_dir=config.tfds_manual_dir,

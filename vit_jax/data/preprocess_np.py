@@ -1,0 +1,150 @@
+"""Image preprocessing in numpy and PIL, without TensorFlow: the Grain loader's (and
+`predict`'s) decoding, the train/eval presets and MixUp, and the settings both loaders
+share (presets, the BiT HyperRule).
+
+The operations are those of preprocess.py (tf.data): bilinear resizes use TensorFlow's
+half-pixel-centre sampling without antialiasing, so evaluation pixels agree with the
+tf.data path's within a level. Random choices come from a numpy Generator the caller
+seeds per example (order.example_rng), so an example's augmentation depends on the seed
+and its stream position alone. Outputs are float32 in [-1, 1].
+"""
+
+import functools
+import io
+
+import numpy as np
+from PIL import Image
+
+from vit_jax import errors
+
+PRESETS = ("inception", "bit")
+INCEPTION_AREA = (0.05, 1.0)
+INCEPTION_ASPECT = (3 / 4, 4 / 3)
+INCEPTION_ATTEMPTS = 100
+# BiT HyperRule (resize, crop): images under 96x96 px -> (160, 128), others -> (448, 384).
+# The crop (model resolution) is the config's choice; bit_resize maps it to the resize.
+HYPERRULE_SMALL = (160, 128)
+HYPERRULE_LARGE = (448, 384)
+
+
+def side_pair(size) -> list:
+  """[height, width] of a side or of a (height, width) pair."""
+  return [size, size] if isinstance(size, int) else list(size)
+
+
+def bit_resize(crop: int, resize: int = None) -> int:
+  """`resize`, or by default the HyperRule's resize for `crop`, keeping the rule's ratio
+  (160/128 for crops up to 128 px, 448/384 above) for crops it does not list."""
+  if resize is None:
+    rule_resize, rule_crop = HYPERRULE_SMALL if crop <= HYPERRULE_SMALL[1] else HYPERRULE_LARGE
+    resize = round(crop * rule_resize / rule_crop)
+  if resize < crop:
+    raise errors.InvalidInput(
+        f"bit preprocessing: resize={resize} is smaller than crop={crop}; "
+        "set pp.resize >= pp.crop")
+  return resize
+
+
+def decode_image(encoded: bytes) -> np.ndarray:
+  """Encoded bytes (JPEG, PNG, GIF, BMP) -> uint8 [H, W, 3]; grayscale is replicated and
+  alpha dropped, as tf.io.decode_image(channels=3) does."""
+  with Image.open(io.BytesIO(encoded)) as image:
+    image.load()  # a truncated file raises here (OSError), not later
+    return np.asarray(image.convert("RGB"), np.uint8)
+
+
+def pixels_of(image) -> np.ndarray:
+  """uint8 RGB pixels of an image given as pixels or as encoded bytes."""
+  return decode_image(bytes(image)) if isinstance(image, (bytes, np.bytes_)) else image
+
+
+def to_model_range(image: np.ndarray) -> np.ndarray:
+  """[0, 255] -> [-1, 1], the input range of every released model."""
+  return (np.asarray(image, np.float32) - 127.5) / 127.5
+
+
+@functools.lru_cache(maxsize=64)
+def _axis_weights(in_size: int, out_size: int):
+  """(lower, upper, fraction) of each output row/column: TensorFlow's half-pixel-centre
+  bilinear sampling (tf.image.resize, antialias=False)."""
+  scale = np.float32(in_size / out_size)
+  source = (np.arange(out_size, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5)
+  floor = np.floor(source)
+  lower = np.clip(floor, 0, in_size - 1).astype(np.int64)
+  upper = np.minimum(np.ceil(source), in_size - 1).astype(np.int64)
+  upper = np.maximum(upper, 0)
+  fraction = (source - floor).astype(np.float32)
+  for array in (lower, upper, fraction):
+    array.flags.writeable = False  # cached and shared
+  return lower, upper, fraction
+
+
+def resize_bilinear(image: np.ndarray, size) -> np.ndarray:
+  """float32 [h, w, C] bilinear resize of [H, W, C] (rows, then columns)."""
+  height, width = side_pair(size)
+  image = np.asarray(image, np.float32)
+  lower, upper, fraction = _axis_weights(image.shape[0], height)
+  top, bottom = image[lower], image[upper]
+  rows = top + (bottom - top) * fraction[:, None, None]
+  lower, upper, fraction = _axis_weights(image.shape[1], width)
+  left, right = rows[:, lower], rows[:, upper]
+  return left + (right - left) * fraction[None, :, None]
+
+
+def eval_resize(image, size) -> np.ndarray:
+  """Evaluation and prediction: plain bilinear resize to size x size (or to size =
+  (height, width)), no crop."""
+  return to_model_range(resize_bilinear(pixels_of(image), size))
+
+
+def _maybe_flip(image: np.ndarray, rng: np.random.Generator, flip: bool) -> np.ndarray:
+  return image[:, ::-1] if flip and rng.random() < 0.5 else image
+
+
+def inception_window(height: int, width: int, rng: np.random.Generator):
+  """(top, left, crop height, crop width): 5-100% of the area, aspect 3/4-4/3, up to
+  INCEPTION_ATTEMPTS draws, else the whole image."""
+  area = height * width
+  for _ in range(INCEPTION_ATTEMPTS):
+    target = area * rng.uniform(*INCEPTION_AREA)
+    aspect = rng.uniform(*INCEPTION_ASPECT)
+    crop_w = int(round(np.sqrt(target * aspect)))
+    crop_h = int(round(np.sqrt(target / aspect)))
+    if 0 < crop_h <= height and 0 < crop_w <= width:
+      top = int(rng.integers(0, height - crop_h + 1))
+      left = int(rng.integers(0, width - crop_w + 1))
+      return top, left, crop_h, crop_w
+  return 0, 0, height, width
+
+
+def inception_crop(image, size: int, rng: np.random.Generator, *, flip: bool = True
+                   ) -> np.ndarray:
+  """Reference fine-tuning train crop: random window, bilinear resize, random flip."""
+  pixels = pixels_of(image)
+  top, left, crop_h, crop_w = inception_window(*pixels.shape[:2], rng)
+  crop = resize_bilinear(pixels[top:top + crop_h, left:left + crop_w], size)
+  return to_model_range(_maybe_flip(crop, rng, flip))
+
+
+def bit_crop(image, crop: int, rng: np.random.Generator, *, resize: int = None,
+             flip: bool = True) -> np.ndarray:
+  """BiT train preprocessing: resize to `resize` (HyperRule default), random crop, flip."""
+  resize = bit_resize(crop, resize)
+  resized = resize_bilinear(pixels_of(image), resize)
+  top, left = rng.integers(0, resize - crop + 1, size=2)
+  window = resized[top:top + crop, left:left + crop]
+  return to_model_range(_maybe_flip(window, rng, flip))
+
+
+def swap_pairs(x: np.ndarray) -> np.ndarray:
+  """Rows (0, 1), (2, 3), ... exchanged: the batch reversed within pairs."""
+  return x.reshape(-1, 2, *x.shape[1:])[:, ::-1].reshape(x.shape)
+
+
+def mixup(images: np.ndarray, labels: np.ndarray, alpha: float, rng: np.random.Generator):
+  """BiT MixUp as preprocess.mixup: one lambda ~ Beta(alpha, alpha) per global batch, rows
+  2i and 2i+1 partners. `labels` one-hot float [B, K]; B even."""
+  lam = np.float32(rng.beta(alpha, alpha))
+  mixed_images = lam * images + (1 - lam) * swap_pairs(images)
+  mixed_labels = lam * labels + (1 - lam) * swap_pairs(labels)
+  return mixed_images.astype(np.float32), mixed_labels.astype(np.float32)
