@@ -232,7 +232,8 @@ def _run(config, workdir: str, mesh, started: float, dataset: loaders.Dataset,
     log.info("starting from scratch (seed %d)", config.seed)
 
   log.info("devices: %s", describe_devices(config))  # after a resume that can fail in one line
-  writer = metrics.create_writer(workdir, is_main_process=is_main, resume_step=resume_step)
+  writer = metrics.create_writer(workdir, is_main_process=is_main, resume_step=resume_step,
+                                 tensorflow=config.loader == "tf")
   if is_main:
     outputs.save_config(config, workdir, resume_step)
     if resume_step is None or changed_record or dataset_record.read(workdir) is None:

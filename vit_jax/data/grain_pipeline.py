@@ -21,8 +21,8 @@ import grain
 import numpy as np
 
 from vit_jax import errors, storage
-from vit_jax.data import loaders, order, preprocess_np, registry
-from vit_jax.data.loaders import rows_per_process
+from vit_jax.data import datasets, order, preprocess_np, registry
+from vit_jax.data.datasets import rows_per_process
 from vit_jax.data.splits import IndexedSplit
 
 _PREFETCH_BATCHES = 2
@@ -137,7 +137,7 @@ def randaugment_for(pp):
   return augment
 
 
-class Dataset(loaders.Dataset):
+class Dataset(datasets.Dataset):
   """A train and an eval split with the preprocessing of config.pp, read by Grain."""
 
   def __init__(self, train, eval_split, class_names: List[str], pp, workers: int = 0):
@@ -194,7 +194,7 @@ def _check_source(config, name: str) -> None:
 
 def open_dataset(config) -> Dataset:
   """The dataset of config.dataset for the Grain loader (see pipeline.open_dataset)."""
-  loaders.check_pp(config.pp)
+  datasets.check_pp(config.pp)
   _check_source(config, config.dataset)
   train, eval_split, class_names = registry.open_source(config)
   return Dataset(train, eval_split, class_names, config.pp, config.get("grain_workers", 0))
@@ -202,6 +202,6 @@ def open_dataset(config) -> Dataset:
 
 def open_eval_dataset(config, dataset: str, split: str, label_feature: str = "label") -> Dataset:
   """An evaluation-only Dataset (eval_batches only) of `dataset`'s `split`."""
-  loaders.check_pp(config.pp)
+  datasets.check_pp(config.pp)
   eval_split, class_names = registry.open_eval_source(dataset, split, config, label_feature)
   return Dataset(None, eval_split, class_names, config.pp, config.get("grain_workers", 0))

@@ -22,14 +22,14 @@ import numpy as np
 import tensorflow as tf
 
 from vit_jax import errors
-from vit_jax.data import indexed_reader, loaders, order, preprocess, registry
-from vit_jax.data.loaders import (DatasetInfo, check, check_pp, class_counts,  # noqa: F401
+from vit_jax.data import datasets, indexed_reader, order, preprocess, registry
+from vit_jax.data.datasets import (DatasetInfo, check, check_pp, class_counts,  # noqa: F401
                                   rows_per_process)
 from vit_jax.data.splits import IndexedSplit, StreamingSplit
 from vit_jax.data.tfds_source import read_tfds
 
 
-class Dataset(loaders.Dataset):
+class Dataset(datasets.Dataset):
   """A train and an eval split with the preprocessing of config.pp, read by tf.data (train
   is None for an evaluation-only set)."""
 
