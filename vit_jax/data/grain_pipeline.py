@@ -19,6 +19,7 @@ from typing import Iterator, List
 
 import grain
 import numpy as np
+from absl import flags
 
 from vit_jax import errors, storage
 from vit_jax.data import datasets, order, preprocess_np, registry
@@ -149,6 +150,8 @@ class Dataset(datasets.Dataset):
     batches = dataset.to_iter_dataset(grain.ReadOptions(
         num_threads=1 if self.workers else 2, prefetch_buffer_size=_PREFETCH_BATCHES))
     if self.workers:
+      if not flags.FLAGS.is_parsed():  # grain's workers read its absl flags (library use)
+        flags.FLAGS.mark_as_parsed()
       batches = batches.mp_prefetch(grain.MultiprocessingOptions(
           num_workers=self.workers, per_worker_buffer_size=_PREFETCH_BATCHES))
     iterator = iter(batches)
