@@ -22,7 +22,7 @@ import numpy as np
 from absl import flags
 
 from vit_jax import errors, storage
-from vit_jax.data import datasets, order, preprocess_np, registry
+from vit_jax.data import datasets, order, preprocess_np, registry, tfds_data_source
 from vit_jax.data.datasets import rows_per_process
 from vit_jax.data.splits import IndexedSplit
 
@@ -188,23 +188,39 @@ class Dataset(datasets.Dataset):
     return self._iterate(dataset.batch(rows))
 
 
-def _check_source(config, name: str) -> None:
-  """What the Grain loader reads: digits, image folders and TFDS data sources."""
+def _check_source(config) -> None:
+  """What the Grain loader reads: digits, image folders, ArrayRecord shards and TFDS data
+  sources; VTAB's derived labels are TensorFlow functions."""
   if registry.VtabTask().handles(config):
-    raise errors.InvalidInput(f"config.dataset={name!r}: VTAB tasks are read by tf.data; "
-                              "set config.loader='tf'")
+    raise errors.InvalidInput(f"config.dataset={config.dataset!r}: VTAB tasks are read by "
+                              "tf.data; set config.loader='tf'")
 
 
 def open_dataset(config) -> Dataset:
-  """The dataset of config.dataset for the Grain loader (see pipeline.open_dataset)."""
+  """The dataset of config.dataset for the Grain loader (see pipeline.open_dataset); a
+  TFDS name is read through tfds.data_source (tfds_data_source)."""
   datasets.check_pp(config.pp)
-  _check_source(config, config.dataset)
-  train, eval_split, class_names = registry.open_source(config)
+  _check_source(config)
+  source = registry.find(config)
+  if isinstance(source, registry.Tfds):
+    train, eval_split, class_names = tfds_data_source.tfds_source(
+        config.dataset, config.train_split or "train", config.eval_split or "test",
+        label_feature=registry.label_feature(config), data_dir=config.tfds_data_dir)
+  else:
+    train, eval_split, class_names = source.open(config)
   return Dataset(train, eval_split, class_names, config.pp, config.get("grain_workers", 0))
 
 
 def open_eval_dataset(config, dataset: str, split: str, label_feature: str = "label") -> Dataset:
   """An evaluation-only Dataset (eval_batches only) of `dataset`'s `split`."""
   datasets.check_pp(config.pp)
-  eval_split, class_names = registry.open_eval_source(dataset, split, config, label_feature)
-  return Dataset(None, eval_split, class_names, config.pp, config.get("grain_workers", 0))
+  for source in registry.SOURCES:
+    if isinstance(source, registry.Tfds):  # the last: any other name
+      found = tfds_data_source.tfds_eval_source(dataset, split, label_feature=label_feature,
+                                                data_dir=config.tfds_data_dir)
+    else:
+      found = source.open_eval(dataset, split, config, label_feature)
+    if found is not None:
+      eval_split, class_names = found
+      return Dataset(None, eval_split, class_names, config.pp, config.get("grain_workers", 0))
+  raise AssertionError("registry.Tfds takes any name")

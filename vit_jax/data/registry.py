@@ -3,6 +3,7 @@
   * a VTAB-1k task: 'vtab/<task>', or a directory read with VTAB split names
     (vit_jax.data.vtab);
   * 'digits': scikit-learn's embedded digits (vit_jax.data.digits);
+  * ArrayRecord shards: ROOT/arrayrecord.json (vit_jax.data.arrayrecord; Grain loader);
   * a multi-label image directory: ROOT/train/labels.csv, ROOT/test/labels.csv
     (vit_jax.data.multilabel_folder);
   * an image directory: ROOT/train/<class>/, ROOT/test/<class>/ (vit_jax.data.image_folder);
@@ -19,7 +20,8 @@ import os
 from typing import List, Tuple
 
 from vit_jax import errors
-from vit_jax.data import VTAB_PREFIX, VTAB_SELECTIONS, digits, image_folder, multilabel_folder
+from vit_jax.data import (VTAB_PREFIX, VTAB_SELECTIONS, arrayrecord, digits, image_folder,
+                          multilabel_folder)
 # tfds_source and vtab import TensorFlow: loaded by the kinds that read through it only.
 
 
@@ -70,6 +72,32 @@ class Digits:
       return None
     _labels_only(name, label_feature)
     _, evaluation, class_names = digits.digits_source()
+    return evaluation, class_names
+
+
+def _grain_only(name: str, config) -> None:
+  if config.get("loader", "tf") != "grain":
+    raise errors.InvalidInput(f"{name} holds ArrayRecord shards, which the Grain loader "
+                              "reads: set config.loader='grain'")
+
+
+class ArrayRecordFolder:
+  def handles(self, config) -> bool:
+    return _is_path(config.dataset) and arrayrecord.is_arrayrecord_dir(config.dataset)
+
+  def open(self, config):
+    _grain_only(config.dataset, config)
+    return arrayrecord.arrayrecord_source(config.dataset, config.train_split, config.eval_split)
+
+  def class_count(self, config) -> int:
+    return len(arrayrecord.class_names(config.dataset))
+
+  def open_eval(self, name, split, config, label_feature):
+    if not (_is_path(name) and arrayrecord.is_arrayrecord_dir(name)):
+      return None
+    _grain_only(name, config)
+    _labels_only(name, label_feature)
+    _, evaluation, class_names = arrayrecord.arrayrecord_source(name, None, None)
     return evaluation, class_names
 
 
@@ -136,7 +164,7 @@ class Tfds:
                                         download=config.tfds_download)
 
 
-SOURCES = (VtabTask(), Digits(), MultilabelFolder(), Folder(), Tfds())  # the first that
+SOURCES = (VtabTask(), Digits(), ArrayRecordFolder(), MultilabelFolder(), Folder(), Tfds())  # the first that
 # handles a name reads it
 
 

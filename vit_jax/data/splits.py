@@ -29,6 +29,9 @@ class IndexedSplit:
   kind: str
   source: str = ""  # what the examples are, for error messages (files name themselves)
   tfds_identity: Optional[Dict[str, str]] = None  # a whole TFDS split: its name, version, split
+  # What the examples were made from, when they are read from a copy (ArrayRecord shards):
+  # their source's fingerprint (vit_jax.data.fingerprint), which the split reports as its own.
+  fingerprint: Optional[Dict[str, object]] = None
 
   def __len__(self):
     return len(self.labels)
