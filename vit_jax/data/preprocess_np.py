@@ -80,15 +80,24 @@ def _axis_weights(in_size: int, out_size: int):
 
 
 def resize_bilinear(image: np.ndarray, size) -> np.ndarray:
-  """float32 [h, w, C] bilinear resize of [H, W, C] (rows, then columns)."""
+  """float32 [h, w, C] bilinear resize of [H, W, C], TensorFlow's arithmetic step for
+  step (the four neighbours gathered as uint8, columns blended, then rows): the same
+  floats as tf.image.resize, and the float work is done at the output's size."""
   height, width = side_pair(size)
-  image = np.asarray(image, np.float32)
-  lower, upper, fraction = _axis_weights(image.shape[0], height)
-  top, bottom = image[lower], image[upper]
-  rows = top + (bottom - top) * fraction[:, None, None]
-  lower, upper, fraction = _axis_weights(image.shape[1], width)
-  left, right = rows[:, lower], rows[:, upper]
-  return left + (right - left) * fraction[None, :, None]
+  image = np.asarray(image)
+  top_row, bottom_row, row_fraction = _axis_weights(image.shape[0], height)
+  left, right, column_fraction = _axis_weights(image.shape[1], width)
+  upper, lower = np.take(image, top_row, axis=0), np.take(image, bottom_row, axis=0)
+
+  def corner(rows, columns):
+    return np.take(rows, columns, axis=1).astype(np.float32)
+
+  column_fraction = column_fraction[None, :, None]
+  top_left, top_right = corner(upper, left), corner(upper, right)
+  bottom_left, bottom_right = corner(lower, left), corner(lower, right)
+  top = top_left + (top_right - top_left) * column_fraction
+  bottom = bottom_left + (bottom_right - bottom_left) * column_fraction
+  return top + (bottom - top) * row_fraction[:, None, None]
 
 
 def eval_resize(image, size) -> np.ndarray:
