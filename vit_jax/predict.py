@@ -11,7 +11,6 @@ checkpoint a multi-label run saved), or writes them as JSON for scripts (--json)
 
 import json
 import os
-import re
 from typing import Iterator, List, Optional, Sequence, Tuple
 
 import jax

@@ -1,5 +1,6 @@
-"""Input pipeline: datasets (embedded digits, image directories, TFDS) -> this process's
-batches.
+"""The tf.data input pipeline (config.loader='tf'; the Grain loader, without TensorFlow, is
+grain_pipeline.py): datasets (embedded digits, image directories, TFDS) -> this
+process's batches.
 
 Indexed sources (the digits, image directories, TFDS datasets up to 2 GiB, held in
 memory as encoded bytes) give batches that do not depend on the number of processes
@@ -15,7 +16,7 @@ iterator with one line naming it (splits.CorruptImageError / FileNotFoundError;
 indexed_reader.py). Global device batches: device_batches.py.
 """
 
-from typing import Iterator, List, Optional
+from typing import Iterator, List
 
 import jax
 import numpy as np

@@ -164,8 +164,8 @@ class Tfds:
                                         download=config.tfds_download)
 
 
-SOURCES = (VtabTask(), Digits(), ArrayRecordFolder(), MultilabelFolder(), Folder(), Tfds())  # the first that
-# handles a name reads it
+# The first that handles a name reads it.
+SOURCES = (VtabTask(), Digits(), ArrayRecordFolder(), MultilabelFolder(), Folder(), Tfds())
 
 
 def label_feature(config) -> str:
