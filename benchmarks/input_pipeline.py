@@ -20,8 +20,10 @@ from vit_jax.data import loaders
 
 
 def measure(root: str, preset: str, crop: int, batch: int, steps: int, loader: str = "tf",
-            workers: int = 0) -> float:
-  """Images per second of the training pipeline, after one warm-up batch."""
+            workers: int = 0):
+  """(images per second, images per CPU-second of this process: what a shared machine's
+  other jobs do not change; worker processes are not counted) of the training pipeline,
+  after one warm-up batch."""
   config = common.get_config()
   config.dataset, config.pp.preset, config.pp.crop = root, preset, crop
   config.pp.resize = None
@@ -30,9 +32,9 @@ def measure(root: str, preset: str, crop: int, batch: int, steps: int, loader: s
   batches = dataset.train_batches(batch_size=batch, start_step=0, num_steps=steps + 1, seed=0,
                                   process_index=0, process_count=1)
   next(batches)
-  start = time.perf_counter()
+  start, cpu = time.perf_counter(), time.process_time()
   count = sum(len(b["label"]) for b in batches)
-  return count / (time.perf_counter() - start)
+  return count / (time.perf_counter() - start), count / (time.process_time() - cpu)
 
 
 def main(argv=None):
@@ -53,12 +55,13 @@ def main(argv=None):
   with tempfile.TemporaryDirectory() as root:
     write_jpegs(root, args.images, 4, width, height, classes=4)
     print(f"{args.images} JPEGs {width}x{height} -> crop {args.crop}, {cores} cores")
-    print(f"{'loader':<7} {'preset':<10} {'img/s':>9} {'img/s/core':>11}")
+    print(f"{'loader':<7} {'preset':<10} {'img/s':>9} {'img/s/core':>11} {'img/cpu-s':>10}")
     for loader in args.loader.split(","):
       for preset in ("inception", "bit"):
-        rate = measure(root, preset, args.crop, args.batch, args.steps, loader,
-                       args.grain_workers)
-        print(f"{loader:<7} {preset:<10} {rate:>9.1f} {rate / cores:>11.1f}", flush=True)
+        rate, cpu_rate = measure(root, preset, args.crop, args.batch, args.steps, loader,
+                                 args.grain_workers)
+        print(f"{loader:<7} {preset:<10} {rate:>9.1f} {rate / cores:>11.1f} {cpu_rate:>10.1f}",
+              flush=True)
 
 
 if __name__ == "__main__":
