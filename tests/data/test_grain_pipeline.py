@@ -3,6 +3,7 @@ any step, process sharding, MixUp, worker processes, and bad images named."""
 
 import os
 import shutil
+import types
 
 import numpy as np
 import pytest
@@ -114,3 +115,21 @@ def test_unknown_loader_and_bad_worker_count_are_one_line():
   config.loader, config.grain_workers = "grain", -1
   with pytest.raises(errors.InvalidInput, match="config.grain_workers=-1 must be >= 0"):
     datasets.check(config, 4)
+
+
+def test_randaugment_is_called_per_example_when_configured(monkeypatch):
+  """config.pp.randaug reaches vit_jax.data.randaugment.randaugment(image, N, M, seed) with
+  uint8 pixels and a per-example uint32 pair; here a stand-in that inverts the image."""
+  calls = []
+
+  def invert(image, num_layers, magnitude, seed):
+    calls.append((image.dtype, num_layers, magnitude, seed.dtype, seed.shape))
+    return 255 - image
+
+  monkeypatch.setattr(grain_pipeline, "_randaugment", types.SimpleNamespace(randaugment=invert))
+  plain = train(loaders.open_dataset(grain_config()), num_steps=1)[0]
+  config = grain_config()
+  config.pp.randaug = (2, 15)
+  augmented = train(loaders.open_dataset(config), num_steps=1)[0]
+  assert calls == [(np.uint8, 2, 15, np.uint32, (2,))] * 8
+  np.testing.assert_allclose(augmented["image"], -plain["image"], atol=1 / 127.5 + 1e-6)
