@@ -10,7 +10,7 @@ import pytest
 import sklearn
 from PIL import Image
 
-from helpers import corrupt_jpeg, make_config, train, write_image
+from helpers import corrupt_jpeg, make_config, train, write_image, write_unicode_folder
 from vit_jax import errors
 from vit_jax.data import datasets, grain_pipeline, loaders, pipeline, splits
 
@@ -94,7 +94,10 @@ def test_worker_processes_give_the_threads_batches():
       np.testing.assert_array_equal(ours[key], theirs[key])
 
 
-def test_a_corrupt_image_is_named(tmp_path):
+def test_any_file_name_reads_and_a_corrupt_image_is_named(tmp_path):
+  unicode_folder = write_unicode_folder(tmp_path / "unicode")
+  assert len(train(loaders.open_dataset(grain_config(str(unicode_folder))), num_steps=2)) == 2
+  tmp_path = tmp_path / "corrupt"
   for split in ("train", "test"):
     for name in ("a", "b"):
       write_image(str(tmp_path / split / name / "ok.png"))

@@ -15,6 +15,7 @@ processes (mp_prefetch).
 """
 
 import functools
+import os
 from typing import Iterator, List
 
 import grain
@@ -37,9 +38,8 @@ except ImportError:
 def _payload(split: IndexedSplit, index: int):
   """Pixels or encoded bytes of example `index` (files are read here, in the workers)."""
   data = split.data[index]
-  if split.kind == "files":
-    path = data.decode() if isinstance(data, bytes) else data
-    return storage.read_bytes(path)
+  if split.kind == "files":  # filesystem-encoded bytes (splits.IndexedSplit)
+    return storage.read_bytes(os.fsdecode(data))
   return data
 
 
