@@ -8,14 +8,24 @@ import setuptools
 # Python >= 3.12, where pip picks jax 0.11.2 and flax 0.12.12: the versions of the GPU
 # numbers in benchmarks/RESULTS.md (the suite passes there too, on the CPU).
 JAX_VERSIONS = ">=0.10.2,<0.12"
-INSTALL_REQUIRES = [
+# TensorFlow feeds the tf.data loader (config.loader='tf', the default), TFDS builders and
+# the TensorFlow exports. Everything else (the Grain loader, predict, plan) runs without
+# it: `pip install --no-deps -e . && pip install -r requirements-without-tensorflow.txt`
+# installs CORE_REQUIRES alone (docs/grain.md; tests/test_without_tensorflow.py holds
+# the file to this list).
+TENSORFLOW_REQUIRES = [
+    "tensorflow-cpu>=2.21,<2.22; platform_machine == 'x86_64'",
+    "tensorflow>=2.21,<2.22; platform_machine != 'x86_64'",
+]
+CORE_REQUIRES = [
     f"jax{JAX_VERSIONS}",
     "flax>=0.12.8,<0.13",
     "optax>=0.2.8,<0.3",
     "orbax-checkpoint>=0.12.8,<0.13",
-    "tensorflow-cpu>=2.21,<2.22; platform_machine == 'x86_64'",
-    "tensorflow>=2.21,<2.22; platform_machine != 'x86_64'",
+    # TFDS imports TensorFlow only for tf.data: its data sources (array_record) need none.
     "tensorflow-datasets>=4.9.10,<4.10",
+    "grain>=0.2.18,<0.3",  # config.loader='grain'
+    "array_record>=0.8.1",  # ArrayRecord shards (python -m vit_jax.make_arrayrecord)
     # tensorflow-datasets needs it for download/prepare but does not declare it.
     "importlib_resources>=6",
     "ml-collections>=1.1,<1.2",
@@ -40,6 +50,7 @@ INSTALL_REQUIRES = [
     # anonymous downloads since 2026-02): its cache, HF_ENDPOINT, HF_HUB_OFFLINE, HF_TOKEN.
     "huggingface_hub>=2.0,<3",
 ]
+INSTALL_REQUIRES = CORE_REQUIRES + TENSORFLOW_REQUIRES
 # Checks against the libraries themselves (tests/checkpoints/test_interop.py skips without
 # them). torch 2.13.0 resolves to the CPU-only wheel here (never leave torch unpinned: that
 # pulls CUDA); timm imports torchvision, whose PyPI wheel is built against CUDA torch: its

@@ -37,6 +37,8 @@ COMMANDS = {
                        "--[no]overwrite: Replace an existing OUT that is no"],
     "vit_jax.plan": ["--tpu: TPU slice to compile for", "--json: Also write the report",
                      "Exit status: 0 everything fits, 3 something does not"],
+    "vit_jax.make_arrayrecord": ["--output: Folder to write the shards",
+                                 "--examples_per_shard: Examples per shard"],
     "vit_jax.lora": ["python -m vit_jax.lora BASE ADAPTERS OUT",
                      "--[no]overwrite: Write into an existing folder"],
     "vit_jax.benchmark": ["--model: Model to time", "--batch: Global batch",
@@ -59,7 +61,8 @@ OTHER_HELP_FLAGS = ["-?", "--helpshort", "--helpfull", "--helpxml"]
 # The commands whose --help starts without TensorFlow (only how fast the runs are depends
 # on this: see tests/command_runner.py).
 WITHOUT_TENSORFLOW = ("vit_jax.main", "vit_jax.download", "vit_jax.convert", "vit_jax.export",
-                      "vit_jax.predict", "vit_jax.visualize", "vit_jax.lora", "vit_jax.plan")
+                      "vit_jax.predict", "vit_jax.visualize", "vit_jax.lora", "vit_jax.plan",
+                      "vit_jax.make_arrayrecord")
 
 
 @pytest.fixture(scope="module")

@@ -141,8 +141,9 @@ def test_ctrl_c_saves_the_current_step_and_a_second_one_aborts_at_once(tmp_path,
   assert set(steps) <= set(checkpoint_steps(workdir))  # nothing lost
 
 
-def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path):
-  common = dict(**SHORT, checkpoint_every=4)
+@pytest.mark.parametrize("loader", ["tf", "grain"])
+def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path, loader):
+  common = dict(**SHORT, checkpoint_every=4, loader=loader)
   reference_dir, killed_dir = str(tmp_path / "reference"), str(tmp_path / "killed")
   killed = start_main(killed_dir, **common)
   wait_for(lambda: checkpoint_steps(killed_dir), killed)
@@ -150,8 +151,8 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path):
   killed.wait()
   # The uninterrupted run, in this process: the same job and programs as the command
   # (compiled by now, so they come from the persistent cache), saved only at its end.
-  train.train_and_evaluate(demo_config(**DEMO, **SHORT, checkpoint_every=SHORT["total_steps"]),
-                           reference_dir)
+  train.train_and_evaluate(demo_config(**DEMO, **SHORT, checkpoint_every=SHORT["total_steps"],
+                                       loader=loader), reference_dir)
   code, stderr = run_here(killed_dir, **common)  # the rerun, after a dead owner
   assert code == 0, stderr[-2000:]
   resumed_from = int(stderr.split("resumed from step ")[1].split()[0])

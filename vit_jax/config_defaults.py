@@ -108,6 +108,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.tfds_manual_dir = ml_collections.FieldReference(None, field_type=str)
   config.tfds_download = False  # True: download_and_prepare missing TFDS data
   config.shuffle_buffer = 50_000  # streamed (large) TFDS datasets only
+  # The input pipeline: 'tf' (tf.data) or 'grain' (Grain, no TensorFlow: docs/grain.md),
+  # with config.grain_workers worker processes decoding and augmenting (0: in this process).
+  config.loader = "tf"
+  config.grain_workers = 0
   # A resume refuses data whose fingerprint changed since the run started (dataset.json:
   # images added, removed or moved between classes); True resumes on it, recording that.
   config.allow_data_change = False

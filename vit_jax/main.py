@@ -78,7 +78,8 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   cli.no_arguments(argv)
   config = cli.load_config(flag_values)
   check_dataset_override(flag_values)
-  cli.keep_tensorflow_off_accelerators()
+  if config.get("loader", "tf") == "tf":  # the Grain loader never imports TensorFlow
+    cli.keep_tensorflow_off_accelerators()
   initialize_distributed(flag_values)
   from vit_jax import train
   train.train_and_evaluate(config, flag_values.workdir)

@@ -11,7 +11,6 @@ checkpoint a multi-label run saved), or writes them as JSON for scripts (--json)
 
 import json
 import os
-import re
 from typing import Iterator, List, Optional, Sequence, Tuple
 
 import jax
@@ -39,16 +38,15 @@ def cache_dir() -> str:
   return os.path.join(root, "vit_jax")
 
 
-def _tf_message(error) -> str:
-  """TF's error message on one line, without its {{function_node ...}} and [Op:...] noise."""
-  return " ".join(re.sub(r"\{\{.*?\}\}|\[Op:\w+\]", "", error.message).split())
+def _pil_message(error: Exception) -> str:
+  return " ".join(str(error).split()) or type(error).__name__
 
 
 def load_image(path: str, image_size) -> np.ndarray:
   """[height, width, 3] float32 in [-1, 1] for image_size (a side or (height, width)),
-  preprocessed like evaluation."""
-  import tensorflow as tf  # only reading files needs it: --help and usage mistakes are fast
-  from vit_jax.data import preprocess  # pylint: disable=import-outside-toplevel (imports tf)
+  preprocessed like evaluation (the same pixels as tf.data's: preprocess_np), without
+  TensorFlow."""
+  from vit_jax.data import preprocess_np  # pylint: disable=import-outside-toplevel (PIL)
   try:
     encoded = storage.read_bytes(path)
   except FileNotFoundError:
@@ -56,9 +54,9 @@ def load_image(path: str, image_size) -> np.ndarray:
   except OSError as e:
     raise ImageError(f"cannot read image {path}: {e.strerror or e}") from None
   try:
-    return preprocess.eval_resize(preprocess.decode_image(encoded), image_size).numpy()
-  except tf.errors.OpError as e:
-    raise ImageError(f"cannot read image {path}: {_tf_message(e)}") from None
+    return preprocess_np.eval_resize(preprocess_np.decode_image(encoded), image_size)
+  except (OSError, ValueError, SyntaxError) as e:  # PIL: not an image, truncated
+    raise ImageError(f"cannot read image {path}: {_pil_message(e)}") from None
 
 
 def score_batches(module: vit.VisionTransformer, params, image_paths: Sequence[str], *,
@@ -206,14 +204,13 @@ def format_prediction(path: str, prediction: Prediction, names: Optional[List[st
 
 def image_arguments(argv: Sequence[str]) -> List[str]:
   """The command's IMAGE arguments; a missing local file fails here, before the (slow)
-  checkpoint load. TensorFlow is kept off the accelerators: it only decodes images."""
+  checkpoint load."""
   image_paths = list(argv[1:])
   if not image_paths:
     raise cli.UsageError("give one or more images")
   missing = [p for p in image_paths if not released.has_scheme(p) and not os.path.exists(p)]
   if missing:
     raise ImageError(f"image not found: {missing[0]}")
-  cli.keep_tensorflow_off_accelerators()
   return image_paths
 
 

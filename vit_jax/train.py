@@ -22,7 +22,7 @@ from vit_jax import train_step, trainer
 from vit_jax import evaluators as evaluators_lib
 from vit_jax.checkpoints import formats, hub, released
 from vit_jax.console import log
-from vit_jax.data import device_batches, pipeline, splits
+from vit_jax.data import device_batches, loaders, splits
 from vit_jax.models import attention, zoo
 from vit_jax.runs import class_report, dataset_record, files, metrics, outputs
 from vit_jax.runs import preemption, train_state
@@ -34,7 +34,7 @@ def hyperrule_steps(num_train: int) -> int:
   return 500 if num_train < 20_000 else 10_000 if num_train < 500_000 else 20_000
 
 
-def resolve_config(config: ml_collections.ConfigDict, info: pipeline.DatasetInfo,
+def resolve_config(config: ml_collections.ConfigDict, info: loaders.DatasetInfo,
                    objective: objectives.Objective) -> ml_collections.ConfigDict:
   """A copy with values that depend on the data filled in (total_steps = -1, loss =
   'auto', class_weights = 'balanced')."""
@@ -158,7 +158,7 @@ def check_static(config: ml_collections.ConfigDict, mesh,
   module = zoo.check_config(config)
   sharding.check_tensor_parallel(module.num_heads, module.mlp_dim, mesh)
   attention.check_runs_on(config.model.attention_impl, mesh.devices.flat[0].platform)
-  pipeline.check(config, zoo.model_stride(module))
+  loaders.check(config, zoo.model_stride(module))
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
@@ -178,7 +178,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
 def _train_in_workdir(config, workdir: str, mesh, objective: objectives.Objective,
                       started: float) -> Dict[str, float]:
   # --- Checks that read data and files, before anything slow or any write -------------
-  dataset = pipeline.open_dataset(config)
+  dataset = loaders.open_dataset(config)
   config = resolve_config(config, dataset.info, objective)
   config_checks.check_warmup_fits(config)
   param_groups.check_unfreezes(config)
@@ -201,7 +201,7 @@ class Job:
   workdir: str
   mesh: Any
   objective: objectives.Objective
-  dataset: pipeline.Dataset
+  dataset: loaders.Dataset
   checkpointer: train_state.Checkpointer
   is_main: bool
   started: float
@@ -242,7 +242,7 @@ def _run(job: Job) -> Dict[str, float]:
   state, resume_step = _initial_state(job, run, host_params, latest_step)
   log.info("devices: %s", describe_devices(job.config))  # after a resume that can fail in one line
   writer = metrics.create_writer(job.workdir, is_main_process=job.is_main,
-                                 resume_step=resume_step)
+                                 resume_step=resume_step, tensorflow=job.config.loader == "tf")
   if job.is_main:
     _write_start_files(job, state, resume_step, record if changed_record is None
                        else changed_record, changed_record is not None, writer)

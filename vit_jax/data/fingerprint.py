@@ -46,18 +46,26 @@ def _arrays_digest(split: IndexedSplit) -> str:
 
 
 def of_split(split) -> Dict[str, Any]:
-  """The split's fingerprint (see the module docstring), JSON-ready."""
+  """The split's fingerprint (see the module docstring), JSON-ready; a split read from
+  ArrayRecord shards carries the fingerprint of the data they were written from."""
+  if getattr(split, "fingerprint", None) is not None:
+    return split.fingerprint
   if isinstance(split, StreamingSplit):
     identity = tfds_identity(split.builder, split.split)
   else:
     identity = split.tfds_identity
   if identity is not None:
-    identity = {"kind": "tfds", **identity, "examples": len(split)}
-    return {**identity, "sha256": _digest(identity)}
+    return of_tfds(identity, len(split))
   if split.kind == "files":
     files = _files(split)
     return {"kind": "files", "examples": len(split), "sha256": _digest(files), "files": files}
   return {"kind": split.kind, "examples": len(split), "sha256": _arrays_digest(split)}
+
+
+def of_tfds(identity: Dict[str, str], examples: int) -> Dict[str, Any]:
+  """The fingerprint of a TFDS split (tfds_identity) of `examples` examples."""
+  identity = {"kind": "tfds", **identity, "examples": examples}
+  return {**identity, "sha256": _digest(identity)}
 
 
 def tfds_identity(builder, split: str) -> Dict[str, str]:

@@ -6,7 +6,8 @@ a run resumes exactly at any step on any topology:
     are concatenated into one stream, and step s takes stream positions [s*B, (s+1)*B);
   * process p of P reads rows [p*B/P, (p+1)*B/P) of every global batch;
   * the augmentation of the example at stream position x is seeded by (seed, x), and
-    MixUp draws one lambda per step, the same in every process.
+    MixUp draws one lambda per step, the same in every process (tf.data: stateless TF
+    seeds; the Grain loader: numpy Generators seeded the same way, *_rng below).
 Streamed splits only take a shuffle seed, which includes the start step (a resumed run
 reshuffles rather than replays).
 """
@@ -14,7 +15,6 @@ reshuffles rather than replays).
 import functools
 
 import numpy as np
-import tensorflow as tf
 
 
 def row_positions(step: int, batch_size: int, process_index: int,
@@ -39,19 +39,32 @@ def stream_indices(seed: int, positions: np.ndarray, size: int) -> np.ndarray:
   return indices
 
 
-def example_seed(seed: int, position: tf.Tensor) -> tf.Tensor:
+def example_seed(seed: int, position):
   """Augmentation seed of the example at a stream position."""
+  import tensorflow as tf  # the tf.data loader only
   return tf.random.experimental.stateless_fold_in(tf.constant([seed, 0], tf.int64), position)
 
 
-def batch_uniforms_seed(seed: int, step: tf.Tensor) -> tf.Tensor:
+def batch_uniforms_seed(seed: int, step):
   """Seed of the per-row uniforms of a step's global batch (batched augmentation)."""
+  import tensorflow as tf  # the tf.data loader only
   return tf.random.experimental.stateless_fold_in(tf.constant([seed, 2], tf.int64), step)
 
 
-def mixup_seed(seed: int, step: tf.Tensor) -> tf.Tensor:
+def mixup_seed(seed: int, step):
   """MixUp seed of a step: the same in every process."""
+  import tensorflow as tf  # the tf.data loader only
   return tf.random.experimental.stateless_fold_in(tf.constant([seed, 1], tf.int64), step)
+
+
+def example_rng(seed: int, position: int) -> np.random.Generator:
+  """Augmentation randomness of the example at a stream position (Grain loader)."""
+  return np.random.default_rng([seed, 0, position])
+
+
+def mixup_rng(seed: int, step: int) -> np.random.Generator:
+  """MixUp randomness of a step, the same in every process (Grain loader)."""
+  return np.random.default_rng([seed, 1, step])
 
 
 def shuffle_seed(seed: int, start_step: int, process_index: int) -> int:

@@ -1,5 +1,6 @@
-"""Input pipeline: datasets (embedded digits, image directories, TFDS) -> this process's
-batches.
+"""The tf.data input pipeline (config.loader='tf'; the Grain loader, without TensorFlow, is
+grain_pipeline.py): datasets (embedded digits, image directories, TFDS) -> this
+process's batches.
 
 Indexed sources (the digits, image directories, TFDS datasets up to 2 GiB, held in
 memory as encoded bytes) give batches that do not depend on the number of processes
@@ -15,66 +16,27 @@ iterator with one line naming it (splits.CorruptImageError / FileNotFoundError;
 indexed_reader.py). Global device batches: device_batches.py.
 """
 
-import dataclasses
-import math
-from typing import Iterator, List, Optional
+from typing import Iterator, List
 
 import jax
 import numpy as np
 import tensorflow as tf
 
 from vit_jax import errors
-from vit_jax.data import fingerprint, indexed_reader, order, preprocess, registry
+from vit_jax.data import datasets, indexed_reader, order, preprocess, registry
+from vit_jax.data.datasets import (DatasetInfo, check, check_pp, class_counts,  # noqa: F401
+                                  rows_per_process)
 from vit_jax.data.splits import IndexedSplit, StreamingSplit
 from vit_jax.data.tfds_source import read_tfds
 
 
-@dataclasses.dataclass
-class DatasetInfo:
-  num_classes: int
-  num_train: int
-  num_eval: int
-  class_names: List[str]
-  multi_label: bool = False  # labels are multi-hot [K]: several classes, or none
-  # Training examples per class (positives, for multi-label data); None when the train
-  # split is streamed (counting would read it all) or absent.
-  train_class_counts: Optional[List[int]] = None
-
-
-def class_counts(split, num_classes: int) -> Optional[List[int]]:
-  """Examples per class of an in-memory split (None for a streamed one)."""
-  if not isinstance(split, IndexedSplit):
-    return None
-  if split.multi_label:
-    return np.asarray(split.labels, np.int64).sum(axis=0).tolist()
-  return np.bincount(split.labels, minlength=num_classes).tolist()
-
-
-def _rows_per_process(batch_size: int, process_count: int) -> int:
-  if batch_size % process_count:
-    raise errors.InvalidInput(
-        f"batch size {batch_size} does not split over {process_count} "
-        "processes; pick a multiple of the process count")
-  return batch_size // process_count
-
-
-class Dataset:
-  """A train and an eval split with the preprocessing of config.pp (train is None for
-  an evaluation-only set)."""
+class Dataset(datasets.Dataset):
+  """A train and an eval split with the preprocessing of config.pp, read by tf.data (train
+  is None for an evaluation-only set)."""
 
   def __init__(self, train, eval_split, class_names: List[str], pp, shuffle_buffer: int):
-    self.train = train
-    self.eval = eval_split
-    self.pp = pp
+    super().__init__(train, eval_split, class_names, pp)
     self.shuffle_buffer = shuffle_buffer
-    self.info = DatasetInfo(len(class_names), len(train) if train is not None else 0,
-                            len(eval_split), class_names, eval_split.multi_label,
-                            class_counts(train, len(class_names)))
-
-  def fingerprints(self) -> dict:
-    """{'train': ..., 'eval': ...}: what each split holds (vit_jax.data.fingerprint)."""
-    return {name: fingerprint.of_split(split)
-            for name, split in (("train", self.train), ("eval", self.eval)) if split is not None}
 
   def _payload(self, split, data: tf.Tensor) -> tf.Tensor:
     """Pixels or encoded bytes of one example (files are read here, in parallel)."""
@@ -95,7 +57,7 @@ class Dataset:
     """This process's rows of the global batches of steps start_step .. num_steps - 1:
     {'image': float32 [B/P, crop, crop, 3], 'label': int32 [B/P]} (multi-label data:
     multi-hot [B/P, num_classes]; with MixUp, 'label' is float32 [B/P, num_classes])."""
-    rows = _rows_per_process(batch_size, process_count)  # MixUp's even rows: see check()
+    rows = rows_per_process(batch_size, process_count)  # MixUp's even rows: see check()
     def augment(position, data, label):
       image = self._augment(self._payload(self.train, data), order.example_seed(seed, position))
       return {"image": image, "label": label, "position": position}
@@ -174,7 +136,7 @@ class Dataset:
     if split not in ("train", "eval"):
       raise errors.InvalidInput(f"unknown split {split!r}; use 'train' or 'eval'")
     source = self.train if split == "train" else self.eval
-    rows = _rows_per_process(batch_size, process_count)
+    rows = rows_per_process(batch_size, process_count)
     if isinstance(source, StreamingSplit):
       examples, num_batches = self._streaming_eval(source, rows, process_index, process_count)
     else:
@@ -217,56 +179,6 @@ class Dataset:
         "image": tf.zeros([*preprocess.side_pair(self.pp.crop), 3]),
         "label": tf.zeros(label_spec.shape, label_spec.dtype), "mask": tf.constant(0.0)}).repeat()
     return examples.concatenate(padding), -(-longest // rows)
-
-
-def check_pp(pp) -> None:
-  """Preprocessing settings that cannot work fail here, before any data is read."""
-  if pp.preset not in preprocess.PRESETS:
-    raise errors.InvalidInput(
-        f"unknown config.pp.preset={pp.preset!r}; choose one of "
-        f"{', '.join(preprocess.PRESETS)}")
-  if pp.preset != "bit" and pp.resize is not None:
-    raise errors.InvalidInput(
-        f"config.pp.resize={pp.resize} applies to the bit preset only; set it "
-        f"to None for pp.preset={pp.preset!r}")
-  if pp.preset == "bit":
-    preprocess.bit_resize(pp.crop, pp.resize)
-  if not 0 <= pp.mixup_alpha < math.inf:  # nan and inf mixed the batch into NaN
-    raise errors.InvalidInput(f"config.pp.mixup_alpha={pp.mixup_alpha} must be >= 0 and "
-                              "finite (0 = off)")
-  check_randaug(pp.get("randaug"))
-
-
-def check_randaug(randaug) -> None:
-  """config.pp.randaug: None (off) or (num_layers, magnitude), two ints >= 0."""
-  if randaug is None:
-    return
-  if (not isinstance(randaug, (tuple, list)) or len(randaug) != 2
-      or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in randaug)):
-    raise errors.InvalidInput(
-        f"config.pp.randaug={randaug!r} must be None (off) or a pair of ints "
-        "(num_layers, magnitude), both >= 0, e.g. (2, 15)")
-
-
-def check(config, stride: int) -> None:
-  """Before any data is read, workdir locked or checkpoint fetched: the preprocessing keys
-  (check_pp), a crop the model's stride divides (pp.crop=0 trained, then blamed the images;
-  18 px on 4 px patches dropped pixels unsaid), and MixUp's pairs of rows in each process's
-  batch."""
-  check_pp(config.pp)
-  crop = config.pp.crop
-  if not isinstance(crop, int) or crop < stride or crop % stride:
-    lower = crop // stride * stride if isinstance(crop, int) else 0
-    choices = [lower, lower + stride] if lower else [stride]
-    raise errors.InvalidInput(
-        f"config.pp.crop={crop!r} must be a multiple of the model's {stride} px patches: use "
-        f"{' or '.join(map(str, choices))}")
-  rows = config.batch // jax.process_count()
-  if config.pp.mixup_alpha and rows % 2:
-    raise errors.InvalidInput(
-        f"config.pp.mixup_alpha={config.pp.mixup_alpha} mixes pairs of rows: the batch per "
-        f"process, {rows} (config.batch={config.batch} / {jax.process_count()} processes), "
-        "must be even")
 
 
 def open_dataset(config) -> Dataset:

@@ -12,26 +12,24 @@ from typing import Optional, Tuple
 
 import tensorflow as tf
 
-from vit_jax import errors
 from vit_jax.data import randaugment
-
-PRESETS = ("inception", "bit")
-INCEPTION_AREA = (0.05, 1.0)
-INCEPTION_ASPECT = (3 / 4, 4 / 3)
-# BiT HyperRule (resize, crop): images under 96x96 px -> (160, 128), others -> (448, 384).
-# The crop (model resolution) is the config's choice; bit_resize maps it to the resize.
-HYPERRULE_SMALL = (160, 128)
-HYPERRULE_LARGE = (448, 384)
+from vit_jax.data.preprocess_np import (  # shared with the Grain loader  # noqa: F401
+    HYPERRULE_LARGE, HYPERRULE_SMALL, INCEPTION_AREA, INCEPTION_ASPECT, PRESETS, bit_resize,
+    side_pair)
 
 
-def side_pair(size) -> list:
-  """[height, width] of a side or of a (height, width) pair."""
-  return [size, size] if isinstance(size, int) else list(size)
+# JPEGs decode with the accurate integer IDCT (TF's default is the fast one, up to 18
+# levels off it): PIL's, so that the Grain loader and predict (preprocess_np) see the
+# same pixels as tf.data.
+JPEG_DCT = "INTEGER_ACCURATE"
 
 
 def decode_image(encoded: tf.Tensor) -> tf.Tensor:
   """Encoded bytes -> uint8 [H, W, 3]; grayscale is replicated and alpha dropped."""
-  image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+  image = tf.cond(
+      tf.io.is_jpeg(encoded),
+      lambda: tf.io.decode_jpeg(encoded, channels=3, dct_method=JPEG_DCT),
+      lambda: tf.io.decode_image(encoded, channels=3, expand_animations=False))
   image.set_shape([None, None, 3])
   return image
 
@@ -98,7 +96,7 @@ def _crop_jpeg(encoded: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
   """Decodes only the crop window: most of a large JPEG is never decompressed."""
   begin, size = inception_window(tf.image.extract_jpeg_shape(encoded), seed)
   window = tf.stack([begin[0], begin[1], size[0], size[1]])
-  return tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
+  return tf.image.decode_and_crop_jpeg(encoded, window, channels=3, dct_method=JPEG_DCT)
 
 
 def _crop_pixels(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
@@ -119,19 +117,6 @@ def inception_crop(image: tf.Tensor, size: int, seed: tf.Tensor, *, flip: bool =
     crop = _crop_pixels(image, crop_seed)
   crop = tf.image.resize(crop, [size, size], method="bilinear", antialias=False)
   return _finish_train(crop, seed, flip_seed, flip, randaug)
-
-
-def bit_resize(crop: int, resize: int = None) -> int:
-  """`resize`, or by default the HyperRule's resize for `crop`, keeping the rule's ratio
-  (160/128 for crops up to 128 px, 448/384 above) for crops it does not list."""
-  if resize is None:
-    rule_resize, rule_crop = HYPERRULE_SMALL if crop <= HYPERRULE_SMALL[1] else HYPERRULE_LARGE
-    resize = round(crop * rule_resize / rule_crop)
-  if resize < crop:
-    raise errors.InvalidInput(
-        f"bit preprocessing: resize={resize} is smaller than crop={crop}; "
-        "set pp.resize >= pp.crop")
-  return resize
 
 
 def bit_crop(image: tf.Tensor, crop: int, seed: tf.Tensor, *, resize: int = None,

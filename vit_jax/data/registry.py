@@ -3,6 +3,7 @@
   * a VTAB-1k task: 'vtab/<task>', or a directory read with VTAB split names
     (vit_jax.data.vtab);
   * 'digits': scikit-learn's embedded digits (vit_jax.data.digits);
+  * ArrayRecord shards: ROOT/arrayrecord.json (vit_jax.data.arrayrecord; Grain loader);
   * a multi-label image directory: ROOT/train/labels.csv, ROOT/test/labels.csv
     (vit_jax.data.multilabel_folder);
   * an image directory: ROOT/train/<class>/, ROOT/test/<class>/ (vit_jax.data.image_folder);
@@ -19,7 +20,9 @@ import os
 from typing import List, Tuple
 
 from vit_jax import errors
-from vit_jax.data import digits, image_folder, multilabel_folder, tfds_source, vtab
+from vit_jax.data import (VTAB_PREFIX, VTAB_SELECTIONS, arrayrecord, digits, image_folder,
+                          multilabel_folder)
+# tfds_source and vtab import TensorFlow: loaded by the kinds that read through it only.
 
 
 def _is_path(name: str) -> bool:
@@ -34,15 +37,21 @@ def _labels_only(name: str, label_feature: str) -> None:
 
 class VtabTask:
   def handles(self, config) -> bool:
+    if not (config.dataset.startswith(VTAB_PREFIX)
+            or {config.train_split, config.eval_split} & VTAB_SELECTIONS):
+      return False  # told without importing vtab (TensorFlow)
+    from vit_jax.data import vtab
     return vtab.handles(config)
 
   def open(self, config):
+    from vit_jax.data import vtab
     return vtab.open_task(config)
 
   def class_count(self, config) -> int:
-    if not config.dataset.startswith(vtab.PREFIX):
+    if not config.dataset.startswith(VTAB_PREFIX):
       return Folder().class_count(config)
-    return vtab.get_task(config.dataset[len(vtab.PREFIX):]).num_classes
+    from vit_jax.data import vtab
+    return vtab.get_task(config.dataset[len(VTAB_PREFIX):]).num_classes
 
   def open_eval(self, name, split, config, label_feature):
     return None
@@ -63,6 +72,32 @@ class Digits:
       return None
     _labels_only(name, label_feature)
     _, evaluation, class_names = digits.digits_source()
+    return evaluation, class_names
+
+
+def _grain_only(name: str, config) -> None:
+  if config.get("loader", "tf") != "grain":
+    raise errors.InvalidInput(f"{name} holds ArrayRecord shards, which the Grain loader "
+                              "reads: set config.loader='grain'")
+
+
+class ArrayRecordFolder:
+  def handles(self, config) -> bool:
+    return _is_path(config.dataset) and arrayrecord.is_arrayrecord_dir(config.dataset)
+
+  def open(self, config):
+    _grain_only(config.dataset, config)
+    return arrayrecord.arrayrecord_source(config.dataset, config.train_split, config.eval_split)
+
+  def class_count(self, config) -> int:
+    return len(arrayrecord.class_names(config.dataset))
+
+  def open_eval(self, name, split, config, label_feature):
+    if not (_is_path(name) and arrayrecord.is_arrayrecord_dir(name)):
+      return None
+    _grain_only(name, config)
+    _labels_only(name, label_feature)
+    _, evaluation, class_names = arrayrecord.arrayrecord_source(name, None, None)
     return evaluation, class_names
 
 
@@ -108,6 +143,7 @@ class Tfds:
     return True
 
   def open(self, config):
+    from vit_jax.data import tfds_source
     return tfds_source.tfds_source(config.dataset, config.train_split or "train",
                                    config.eval_split or "test",
                                    label_feature=label_feature(config),
@@ -116,18 +152,20 @@ class Tfds:
                                    download=config.tfds_download)
 
   def class_count(self, config) -> int:
+    from vit_jax.data import tfds_source
     return tfds_source.tfds_class_count(config.dataset, config.tfds_data_dir,
                                         label_feature(config))
 
   def open_eval(self, name, split, config, label_feature):
+    from vit_jax.data import tfds_source
     return tfds_source.tfds_eval_source(name, split, label_feature=label_feature,
                                         data_dir=config.tfds_data_dir,
                                         manual_dir=config.tfds_manual_dir,
                                         download=config.tfds_download)
 
 
-SOURCES = (VtabTask(), Digits(), MultilabelFolder(), Folder(), Tfds())  # the first that
-# handles a name reads it
+# The first that handles a name reads it.
+SOURCES = (VtabTask(), Digits(), ArrayRecordFolder(), MultilabelFolder(), Folder(), Tfds())
 
 
 def label_feature(config) -> str:

@@ -9,7 +9,6 @@ import re
 from typing import Callable, ClassVar, Dict, Optional, Tuple
 
 import numpy as np
-import tensorflow as tf
 
 from vit_jax import errors
 
@@ -30,6 +29,9 @@ class IndexedSplit:
   kind: str
   source: str = ""  # what the examples are, for error messages (files name themselves)
   tfds_identity: Optional[Dict[str, str]] = None  # a whole TFDS split: its name, version, split
+  # What the examples were made from, when they are read from a copy (ArrayRecord shards):
+  # their source's fingerprint (vit_jax.data.fingerprint), which the split reports as its own.
+  fingerprint: Optional[Dict[str, object]] = None
 
   def __len__(self):
     return len(self.labels)
@@ -47,15 +49,16 @@ class IndexedSplit:
       return CorruptImageError(f"corrupt image: example {index} of {self.source or 'the data'}"
                                f": {reason}; rebuild the dataset")
     path = os.fsdecode(self.data[index])
-    if isinstance(error, tf.errors.NotFoundError):
+    if isinstance(error, FileNotFoundError) or type(error).__name__ == "NotFoundError":
       return FileNotFoundError(f"image {path} disappeared after the dataset was opened; "
                                "restore it, or rerun to scan the folder again")
     return CorruptImageError(f"corrupt image {path}: {reason}; replace or remove it")
 
 
-def image_and_label(example: dict) -> Tuple[tf.Tensor, tf.Tensor]:
+def image_and_label(example: dict) -> Tuple[object, object]:
   """(encoded image, int32 label) of a TFDS example: what every split holds per example.
   Sources whose label is derived from other features (VTAB's tasks) pass their own."""
+  import tensorflow as tf  # tf.data readers only
   return example["image"], tf.cast(example["label"], tf.int32)
 
 
@@ -67,7 +70,7 @@ class StreamingSplit:
   builder: object
   split: str
   num_examples: int
-  features: Callable[[dict], Tuple[tf.Tensor, tf.Tensor]] = image_and_label
+  features: Callable[[dict], Tuple[object, object]] = image_and_label
   multi_label: bool = False  # `features` gives multi-hot labels [K]
 
   def __len__(self):

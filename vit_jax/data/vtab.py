@@ -35,6 +35,7 @@ import tensorflow as tf
 from vit_jax import errors
 from vit_jax.console import log
 from vit_jax.data import VTAB_PREFIX as PREFIX
+from vit_jax.data import VTAB_SELECTIONS
 from vit_jax.data import image_folder, tfds_source
 from vit_jax.data.splits import IndexedSplit
 
@@ -263,9 +264,8 @@ def handles(config) -> bool:
   VTAB-1k split names (train800, val200, train800val200)."""
   if config.dataset.startswith(PREFIX):
     return True
-  selection = {"train800", "val200", "train800val200"}
   return _is_directory(config.dataset) and bool(
-      {config.train_split, config.eval_split} & selection)
+      {config.train_split, config.eval_split} & VTAB_SELECTIONS)
 
 
 def task_builder(task: Task, data_dir: Optional[str]) -> Tuple[object, str]:

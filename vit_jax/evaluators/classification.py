@@ -25,7 +25,7 @@ import ml_collections
 
 from vit_jax import errors, objectives, sharding, train_step
 from vit_jax.console import log
-from vit_jax.data import device_batches, pipeline
+from vit_jax.data import device_batches, loaders
 from vit_jax.evaluators import multilabel, per_class
 
 # metric -> the TFDS feature holding the labels it scores.
@@ -116,7 +116,7 @@ def jit_eval_step(eval_step: Callable, mesh) -> Callable:
 @dataclasses.dataclass
 class EvalSet:
   name: str
-  dataset: pipeline.Dataset
+  dataset: loaders.Dataset
   metric: str
 
 
@@ -125,14 +125,14 @@ def _absent(error: Exception) -> bool:
   return isinstance(error, FileNotFoundError)
 
 
-def open_sets(config: ml_collections.ConfigDict, dataset: pipeline.Dataset) -> List[EvalSet]:
+def open_sets(config: ml_collections.ConfigDict, dataset: loaders.Dataset) -> List[EvalSet]:
   """The dataset's own eval split first, then config.evals in name order; an optional set
   whose data is absent is skipped with a note. Each must have the training classes."""
   sets = [EvalSet(own_set_name(config), dataset, _scored_by("accuracy", dataset))]
   for name, spec in sorted(config.get("evals", {}).items()):
     metric = spec.get("metric", "accuracy")
     try:
-      opened = pipeline.open_eval_dataset(config, spec.dataset, spec.get("split", "test"),
+      opened = loaders.open_eval_dataset(config, spec.dataset, spec.get("split", "test"),
                                           LABEL_FEATURES[metric])
     except (FileNotFoundError, ValueError) as e:
       if spec.get("optional", False) and _absent(e):
@@ -148,7 +148,7 @@ def open_sets(config: ml_collections.ConfigDict, dataset: pipeline.Dataset) -> L
   return sets
 
 
-def _scored_by(metric: str, dataset: pipeline.Dataset) -> str:
+def _scored_by(metric: str, dataset: loaders.Dataset) -> str:
   """The step that scores a set: 'multilabel' for an 'accuracy' set of multi-label data."""
   return "multilabel" if metric == "accuracy" and dataset.info.multi_label else metric
 
@@ -167,7 +167,7 @@ class Evaluator:
   objective other than classification brings its own)."""
 
   def __init__(self, config: ml_collections.ConfigDict, module, mesh,
-               dataset: pipeline.Dataset, eval_step: Optional[Callable] = None,
+               dataset: loaders.Dataset, eval_step: Optional[Callable] = None,
                predicts_classes: bool = True):
     check(config, predicts_classes)
     self.config, self.mesh = config, mesh
@@ -260,7 +260,7 @@ class Evaluator:
     return metrics
 
 
-def build(config: ml_collections.ConfigDict, module, mesh, dataset: pipeline.Dataset,
+def build(config: ml_collections.ConfigDict, module, mesh, dataset: loaders.Dataset,
           objective) -> Evaluator:
   """The evaluator of the dataset's eval split and config.evals, scored by the objective's
   eval step ('accuracy' sets) and ReaL's ('real' sets)."""

@@ -22,7 +22,7 @@ from jax.experimental import multihost_utils
 
 from vit_jax import config_defaults, errors, sharding
 from vit_jax.console import log
-from vit_jax.data import device_batches, pipeline
+from vit_jax.data import device_batches, loaders
 
 _ROWS_PER_CHUNK = 4096  # train rows augmented to float64 at a time (primal solve)
 _SCORES_PER_CHUNK = 1 << 22  # float64 test scores held at once: 32 MiB
@@ -184,7 +184,7 @@ def compute_features(feature_fn, params, batches: Iterator[dict],
   return np.concatenate(features), np.concatenate(labels).astype(np.int64)
 
 
-def dataset_features(feature_fn, params, dataset: pipeline.Dataset, split: str, batch_size: int,
+def dataset_features(feature_fn, params, dataset: loaders.Dataset, split: str, batch_size: int,
                      mesh: jax.sharding.Mesh) -> Tuple[np.ndarray, np.ndarray]:
   """compute_features over one split ('train' or 'eval'), unaugmented."""
   batches = dataset.eval_batches(batch_size=batch_size, process_index=jax.process_index(),
@@ -192,7 +192,7 @@ def dataset_features(feature_fn, params, dataset: pipeline.Dataset, split: str, 
   return compute_features(feature_fn, params, batches, mesh)
 
 
-def split_features(feature_fn, params, dataset: pipeline.Dataset, batch_size: int,
+def split_features(feature_fn, params, dataset: loaders.Dataset, batch_size: int,
                    mesh: jax.sharding.Mesh) -> Tuple[np.ndarray, ...]:
   """(train features, train labels, test features, test labels): the probes' inputs."""
   train = dataset_features(feature_fn, params, dataset, "train", batch_size, mesh)
@@ -227,7 +227,7 @@ class Evaluator:
       if key in self.datasets:
         raise errors.InvalidInput(
             f"config.fewshot.datasets names {key!r} twice; give each dataset once")
-      self.datasets[key] = pipeline.open_dataset(self._data_config(config, name))
+      self.datasets[key] = loaders.open_dataset(self._data_config(config, name))
     self._feature_fn = None
 
   @staticmethod

@@ -17,12 +17,42 @@ import time
 from typing import Any, Mapping
 
 from tensorboard.compat.proto import event_pb2, summary_pb2
-from tensorboard.summary.writer import record_writer
+from tensorboard.summary.writer import event_file_writer, record_writer
 
 from vit_jax import storage
 from vit_jax.runs.scalar_writer import ScalarWriter
 
 _WRITERS = itertools.count()
+
+
+def scalars_event(step: int, scalars: Mapping[str, Any]) -> event_pb2.Event:
+  values = [summary_pb2.Summary.Value(tag=name, simple_value=float(value))
+            for name, value in scalars.items()]
+  return event_pb2.Event(wall_time=time.time(), step=int(step),
+                         summary=summary_pb2.Summary(value=values))
+
+
+class LocalEventWriter(ScalarWriter):
+  """Scalars as TensorBoard events in one local file, through tensorboard's own writer:
+  no TensorFlow (runs of the Grain loader). Texts and hparams are in metrics.jsonl."""
+
+  def __init__(self, logdir: str):
+    self._events = event_file_writer.EventFileWriter(logdir)
+
+  def write_scalars(self, step: int, scalars: Mapping[str, Any]):
+    self._events.add_event(scalars_event(step, scalars))
+
+  def write_texts(self, step, texts):
+    """Texts are in metrics.jsonl."""
+
+  def write_hparams(self, hparams):
+    """Hyperparameters are in metrics.jsonl and config.json."""
+
+  def flush(self):
+    self._events.flush()
+
+  def close(self):
+    self._events.close()
 
 
 class SegmentedEventWriter(ScalarWriter):
@@ -49,10 +79,7 @@ class SegmentedEventWriter(ScalarWriter):
                          buffer.getvalue())
 
   def write_scalars(self, step: int, scalars: Mapping[str, Any]):
-    values = [summary_pb2.Summary.Value(tag=name, simple_value=float(value))
-              for name, value in scalars.items()]
-    self._upload([event_pb2.Event(wall_time=time.time(), step=int(step),
-                                  summary=summary_pb2.Summary(value=values))])
+    self._upload([scalars_event(step, scalars)])
 
   def write_texts(self, step, texts):
     """Texts are in metrics.jsonl."""

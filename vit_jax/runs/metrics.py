@@ -1,4 +1,5 @@
-"""Where training numbers go: TensorBoard (clu), `metrics.jsonl`, and a progress line.
+"""Where training numbers go: TensorBoard (clu, or without TensorFlow tensorboard's own
+event writer), `metrics.jsonl`, and a progress line.
 
 `metrics.jsonl` holds one JSON object per write, `{"step": N, "<name>": value, ...}`,
 so scripts can read results without TensorBoard; `read_rows(workdir)` reads it (local or
@@ -10,12 +11,10 @@ import shlex
 import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from clu import metric_writers
-
 from vit_jax import storage
 from vit_jax.console import log
 from vit_jax.runs import event_files, files
-from vit_jax.runs.scalar_writer import ScalarWriter
+from vit_jax.runs.scalar_writer import Fanout, ScalarWriter
 
 
 
@@ -125,22 +124,25 @@ class JsonlWriter(ScalarWriter):
       _rewrite(self._workdir, *_all_lines(self._workdir))
 
 
-def create_writer(workdir: str, *, is_main_process: bool,
-                  resume_step: Optional[int] = None) -> metric_writers.MetricWriter:
+def create_writer(workdir: str, *, is_main_process: bool, resume_step: Optional[int] = None,
+                  tensorflow: bool = True):
   """TensorBoard + metrics.jsonl + log on the main process; log-free no-op elsewhere.
 
   metrics.jsonl continues from `resume_step` (None: a fresh start): see
-  supersede_rows_after."""
+  supersede_rows_after. tensorflow=False writes the TensorBoard scalars without
+  TensorFlow or clu's writers (the Grain loader's runs)."""
   if not is_main_process:
-    return metric_writers.MultiWriter([])
+    return Fanout([])
   storage.makedirs(workdir)
   supersede_rows_after(workdir, resume_step)
   if storage.is_url(workdir):
-    tensorboard = metric_writers.MultiWriter([metric_writers.LoggingWriter(),
-                                              event_files.SegmentedEventWriter(workdir)])
+    tensorboard = event_files.SegmentedEventWriter(workdir)
+  elif not tensorflow:
+    tensorboard = event_files.LocalEventWriter(workdir)
   else:
+    from clu import metric_writers  # pylint: disable=import-outside-toplevel (TensorFlow)
     tensorboard = metric_writers.create_default_writer(workdir, asynchronous=False)
-  return metric_writers.MultiWriter([tensorboard, JsonlWriter(workdir)])
+  return Fanout([tensorboard, JsonlWriter(workdir)])
 
 
 def format_duration(seconds: float) -> str:

@@ -1,16 +1,30 @@
-"""The part of clu's MetricWriter interface that our run writers leave out.
+"""The part of clu's MetricWriter interface that our run writers keep, without clu's
+metric_writers package (it imports TensorFlow): the Grain loader's runs never load it.
 
 The train loop writes scalars, texts and hyperparameters; images, videos, audio,
 histograms and tensor summaries are TensorBoard's business and never reach metrics.jsonl
-or the object-store event files. One base class says so once for both writers.
+or our event files. One base class says so once for every writer.
 """
 
-from clu.metric_writers import interface
 
+class ScalarWriter:
+  """A MetricWriter (clu's interface, duck-typed) that keeps scalars, texts and hparams
+  (subclasses decide how) and drops the media kinds the train loop never writes."""
 
-class ScalarWriter(interface.MetricWriter):
-  """A MetricWriter that keeps scalars, texts and hparams (subclasses decide how) and
-  drops the media kinds the train loop never writes."""
+  def write_scalars(self, step, scalars):
+    raise NotImplementedError
+
+  def write_texts(self, step, texts):
+    raise NotImplementedError
+
+  def write_hparams(self, hparams):
+    raise NotImplementedError
+
+  def flush(self):
+    """Nothing is buffered."""
+
+  def close(self):
+    """Nothing is held open."""
 
   def write_summaries(self, step, values, metadata=None):
     """Tensor summaries are not kept."""
@@ -26,3 +40,33 @@ class ScalarWriter(interface.MetricWriter):
 
   def write_histograms(self, step, arrays, num_buckets=None):
     """Histograms are not kept."""
+
+  def write_pointcloud(self, step, point_clouds, *, point_colors=None, configs=None):
+    """Point clouds are not kept."""
+
+
+class Fanout(ScalarWriter):
+  """Every write goes to each of `writers` (clu's MultiWriter, without clu)."""
+
+  def __init__(self, writers):
+    self._writers = list(writers)
+
+  def write_scalars(self, step, scalars):
+    for writer in self._writers:
+      writer.write_scalars(step, scalars)
+
+  def write_texts(self, step, texts):
+    for writer in self._writers:
+      writer.write_texts(step, texts)
+
+  def write_hparams(self, hparams):
+    for writer in self._writers:
+      writer.write_hparams(hparams)
+
+  def flush(self):
+    for writer in self._writers:
+      writer.flush()
+
+  def close(self):
+    for writer in self._writers:
+      writer.close()

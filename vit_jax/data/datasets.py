@@ -1,0 +1,121 @@
+"""What both input pipelines (tf.data: pipeline.py, Grain: grain_pipeline.py) share,
+without TensorFlow: the dataset's description, its base class, and the checks of the
+loader, data and preprocessing keys. Each loader's Dataset answers train_batches and
+eval_batches (see pipeline.Dataset); loaders.py opens the one config.loader names."""
+
+import dataclasses
+import math
+from typing import List, Optional
+
+import jax
+import numpy as np
+
+from vit_jax import errors
+from vit_jax.data import fingerprint, preprocess_np
+from vit_jax.data.splits import IndexedSplit
+
+LOADERS = ("tf", "grain")
+
+
+@dataclasses.dataclass
+class DatasetInfo:
+  num_classes: int
+  num_train: int
+  num_eval: int
+  class_names: List[str]
+  multi_label: bool = False  # labels are multi-hot [K]: several classes, or none
+  # Training examples per class (positives, for multi-label data); None when the train
+  # split is streamed (counting would read it all) or absent.
+  train_class_counts: Optional[List[int]] = None
+
+
+def class_counts(split, num_classes: int) -> Optional[List[int]]:
+  """Examples per class of an in-memory split (None for a streamed one)."""
+  if not isinstance(split, IndexedSplit):
+    return None
+  if split.multi_label:
+    return np.asarray(split.labels, np.int64).sum(axis=0).tolist()
+  return np.bincount(split.labels, minlength=num_classes).tolist()
+
+
+def rows_per_process(batch_size: int, process_count: int) -> int:
+  if batch_size % process_count:
+    raise errors.InvalidInput(
+        f"batch size {batch_size} does not split over {process_count} "
+        "processes; pick a multiple of the process count")
+  return batch_size // process_count
+
+
+class Dataset:
+  """A train and an eval split with the preprocessing of config.pp (train is None for
+  an evaluation-only set); subclasses read them."""
+
+  def __init__(self, train, eval_split, class_names: List[str], pp):
+    self.train = train
+    self.eval = eval_split
+    self.pp = pp
+    self.info = DatasetInfo(len(class_names), len(train) if train is not None else 0,
+                            len(eval_split), class_names, eval_split.multi_label,
+                            class_counts(train, len(class_names)))
+
+  def fingerprints(self) -> dict:
+    """{'train': ..., 'eval': ...}: what each split holds (vit_jax.data.fingerprint)."""
+    return {name: fingerprint.of_split(split)
+            for name, split in (("train", self.train), ("eval", self.eval)) if split is not None}
+
+
+def check_pp(pp) -> None:
+  """Preprocessing settings that cannot work fail here, before any data is read."""
+  if pp.preset not in preprocess_np.PRESETS:
+    raise errors.InvalidInput(
+        f"unknown config.pp.preset={pp.preset!r}; choose one of "
+        f"{', '.join(preprocess_np.PRESETS)}")
+  if pp.preset != "bit" and pp.resize is not None:
+    raise errors.InvalidInput(
+        f"config.pp.resize={pp.resize} applies to the bit preset only; set it "
+        f"to None for pp.preset={pp.preset!r}")
+  if pp.preset == "bit":
+    preprocess_np.bit_resize(pp.crop, pp.resize)
+  if not 0 <= pp.mixup_alpha < math.inf:  # nan and inf mixed the batch into NaN
+    raise errors.InvalidInput(f"config.pp.mixup_alpha={pp.mixup_alpha} must be >= 0 and "
+                              "finite (0 = off)")
+  check_randaug(pp.get("randaug"))
+
+
+def check_randaug(randaug) -> None:
+  """config.pp.randaug: None (off) or (num_layers, magnitude), two ints >= 0."""
+  if randaug is None:
+    return
+  if (not isinstance(randaug, (tuple, list)) or len(randaug) != 2
+      or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in randaug)):
+    raise errors.InvalidInput(
+        f"config.pp.randaug={randaug!r} must be None (off) or a pair of ints "
+        "(num_layers, magnitude), both >= 0, e.g. (2, 15)")
+
+
+def check(config, stride: int) -> None:
+  """Before any data is read, workdir locked or checkpoint fetched: the loader, the
+  preprocessing keys
+  (check_pp), a crop the model's stride divides (pp.crop=0 trained, then blamed the images;
+  18 px on 4 px patches dropped pixels unsaid), and MixUp's pairs of rows in each process's
+  batch."""
+  if config.get("loader", "tf") not in LOADERS:
+    raise errors.InvalidInput(f"unknown config.loader={config.loader!r}; choose one of "
+                              f"{', '.join(map(repr, LOADERS))}")
+  if config.get("grain_workers", 0) < 0:
+    raise errors.InvalidInput(f"config.grain_workers={config.grain_workers} must be >= 0 "
+                              "(0: no worker processes)")
+  check_pp(config.pp)
+  crop = config.pp.crop
+  if not isinstance(crop, int) or crop < stride or crop % stride:
+    lower = crop // stride * stride if isinstance(crop, int) else 0
+    choices = [lower, lower + stride] if lower else [stride]
+    raise errors.InvalidInput(
+        f"config.pp.crop={crop!r} must be a multiple of the model's {stride} px patches: use "
+        f"{' or '.join(map(str, choices))}")
+  rows = config.batch // jax.process_count()
+  if config.pp.mixup_alpha and rows % 2:
+    raise errors.InvalidInput(
+        f"config.pp.mixup_alpha={config.pp.mixup_alpha} mixes pairs of rows: the batch per "
+        f"process, {rows} (config.batch={config.batch} / {jax.process_count()} processes), "
+        "must be even")

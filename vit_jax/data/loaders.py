@@ -1,0 +1,23 @@
+"""Opening config.dataset with the input pipeline config.loader names: 'tf' (tf.data,
+vit_jax.data.pipeline) or 'grain' (Grain, no TensorFlow: vit_jax.data.grain_pipeline).
+Only the chosen pipeline is imported."""
+
+from vit_jax.data.datasets import Dataset, DatasetInfo, check  # noqa: F401 (the API)
+
+
+def _loader(config):
+  if config.get("loader", "tf") == "grain":
+    from vit_jax.data import grain_pipeline  # pylint: disable=import-outside-toplevel
+    return grain_pipeline
+  from vit_jax.data import pipeline  # pylint: disable=import-outside-toplevel (TensorFlow)
+  return pipeline
+
+
+def open_dataset(config) -> Dataset:
+  """The dataset of config.dataset, read by config.loader's pipeline (open_dataset there)."""
+  return _loader(config).open_dataset(config)
+
+
+def open_eval_dataset(config, dataset: str, split: str, label_feature: str = "label") -> Dataset:
+  """An evaluation-only Dataset of `dataset`'s `split`, read by config.loader's pipeline."""
+  return _loader(config).open_eval_dataset(config, dataset, split, label_feature)
