@@ -162,6 +162,12 @@ def test_a_binary_labels_file_is_one_line(tmp_path):
     predict.read_labels(str(labels))
 
 
+def test_a_labels_file_saved_with_a_byte_order_mark_reads_its_first_name(tmp_path):
+  labels = tmp_path / "labels.txt"
+  labels.write_bytes("cat\ndog\n".encode("utf-8-sig"))  # Notepad's and Excel's UTF-8
+  assert predict.read_labels(str(labels)) == ["cat", "dog"]
+
+
 def one_error_line(failed):
   """The command failed with exactly one `error:` line and no traceback; that line."""
   assert failed.returncode == 1 and failed.stdout == "", failed.stderr

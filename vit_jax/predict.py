@@ -125,7 +125,7 @@ def json_record(path: str, probabilities: np.ndarray, top_k: int, names: Optiona
 def read_labels(path: str) -> List[str]:
   """One class name per line."""
   try:
-    return [line.strip() for line in storage.read_text(path).splitlines()]
+    return [line.strip() for line in storage.read_text(path, "utf-8-sig").splitlines()]
   except OSError as e:
     raise errors.InvalidInput(f"cannot read labels {path}: {e.strerror or e}") from None
   except UnicodeDecodeError as e:

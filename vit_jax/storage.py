@@ -247,8 +247,10 @@ def read_bytes(path: str) -> bytes:
     return f.read()
 
 
-def read_text(path: str) -> str:
-  return read_bytes(path).decode("utf-8")
+def read_text(path: str, encoding: str = "utf-8") -> str:
+  """The file as text; encoding='utf-8-sig' for files people save (spreadsheets and
+  Windows editors start UTF-8 with a byte-order mark)."""
+  return read_bytes(path).decode(encoding)
 
 
 @_store_errors
