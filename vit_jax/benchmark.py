@@ -118,13 +118,13 @@ def define_flags(flag_values: flags.FlagValues = FLAGS, sys_argv=None) -> None:
                     "rematerialisation policy.", **define)
   flags.DEFINE_boolean("scan", False, "nn.scan over the blocks: one compiled block, faster "
                        "compiles.", **define)
-  flags.DEFINE_float("peak_tflops", None, "Device peak TFLOP/s for MFU instead of measuring "
-                     "a matmul (0: measure).", lower_bound=0, **define)
+  cli.define_finite_float("peak_tflops", None, "Device peak TFLOP/s for MFU instead of "
+                          "measuring a matmul (0: measure).", flag_values, lower_bound=0)
   define_config_flag(flag_values, sys_argv)
   flags.DEFINE_boolean("suite", False, "ViT-Ti/B/L_16 at 224 and 384 px, train and infer, "
                        "instead of --model/--mode/--image_size.", **define)
-  flags.DEFINE_float("time_budget", 1800, "Seconds after which --suite skips the remaining "
-                     "configurations.", **define)
+  cli.define_finite_float("time_budget", 1800, "Seconds after which --suite skips the "
+                          "remaining configurations.", flag_values)
   flags.DEFINE_string("json", None, "Append one JSON object per configuration to this file.",
                       **define)
 

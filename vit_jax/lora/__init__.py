@@ -34,11 +34,12 @@ import numpy as np
 from flax import traverse_util
 
 from vit_jax import config_checks, errors, param_groups, storage
+from vit_jax.checkpoints import npz
 from vit_jax.models import vit
 
 A, B = "lora_a", "lora_b"
 ADAPTERS = "adapters.npz"
-SETTINGS = "lora/settings"  # adapters.npz's JSON entry
+SETTINGS = npz.LORA_SETTINGS  # adapters.npz's JSON entry
 DEFAULT_TARGETS = r"MultiHeadDotProductAttention_1/(query|key|value|out)/kernel$"
 TRAINED = rf"/({A}|{B})$|^(head|mpp_head)/"  # everything else is frozen under LoRA
 Flat = Dict[str, Any]
