@@ -290,6 +290,12 @@ def test_an_lr_mults_regex_matching_nothing_is_refused_before_any_write(tmp_path
   assert not workdir.exists()
 
 
+def test_a_workdir_url_that_cannot_hold_a_run_is_refused_first():
+  with pytest.raises(workdir_lib.WorkdirError, match="^--workdir=memory://x/run: memory:// "
+                     "cannot hold a run"):
+    train.train_and_evaluate(demo_config(), "memory://x/run")
+
+
 def test_preprocessing_is_refused_before_the_workdir_lock(tmp_path):
   """A bad config.pp names itself, not the lock another job holds (the static gate runs
   before any lock or download)."""
