@@ -169,6 +169,9 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   except errors.UserError as e:
     raise cli.UsageError(cli.one_line(e)) from None
   mode, steps, json_path = flag_values.mode, flag_values.steps, flag_values.json
+  if json_path == "-":  # standard output holds the table; never a file named '-'
+    raise cli.UsageError("--json=- would mix JSON into the table on standard output: name a "
+                         "file to append the JSON lines to")
   if json_path and storage.isdir(json_path):  # found before the whole benchmark, not after
     raise cli.UsageError(f"--json={json_path} is a directory: pass the path of a file "
                          "(created if missing, rows appended)")

@@ -101,13 +101,13 @@ def files_change(old: Dict[str, Any], new: Dict[str, Any]) -> Dict[str, List[str
   new = _comparable(old, new)
   gone = {path for path in old if new.get(path) != old[path]}
   came = {path for path in new if old.get(path) != new[path]}
-  by_name_and_size: Dict[Tuple[str, str], List[str]] = {}
+  by_name_and_stat: Dict[Tuple[str, str], List[str]] = {}
   for path in sorted(gone):
-    by_name_and_size.setdefault((os.path.basename(path), str(old[path])), []).append(path)
+    by_name_and_stat.setdefault((os.path.basename(path), str(old[path])), []).append(path)
   relabelled = []
   for path in sorted(came):
     folder, name = os.path.split(path)
-    sources = [p for p in by_name_and_size.get((name, str(new[path])), [])
+    sources = [p for p in by_name_and_stat.get((name, str(new[path])), [])
                if os.path.dirname(p) != folder and p in gone]
     if sources:
       gone.discard(sources[0])
