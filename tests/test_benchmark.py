@@ -60,6 +60,8 @@ def test_every_flag_has_a_help_string_and_the_models_are_listed():
                                             "ViT-B_16's 16 px patches: use 16 or more"),
                                            ("--peak_tflops=-1",
                                             "-1.0 is not a non-negative number"),
+                                           ("--peak_tflops=nan", "'nan' is not a finite number"),
+                                           ("--json=-", "--json=- would mix JSON into the table"),
                                            ("--json=/tmp", "--json=/tmp is a directory")])
 def test_bad_arguments_are_one_error_line(capsys, flag, problem):
   with pytest.raises(SystemExit) as exit_info:

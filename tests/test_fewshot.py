@@ -12,7 +12,7 @@ from absl import app, flags
 from PIL import Image
 
 from conftest import init_params, tiny_model
-from helpers import demo_config, read_metrics, write_unicode_folder
+from helpers import demo_config, read_metrics, write_image, write_unicode_folder
 from vit_jax import fewshot, sharding, train
 from vit_jax.checkpoints import npz
 from vit_jax.data import pipeline, splits
@@ -46,8 +46,9 @@ def test_solver_matches_least_squares(monkeypatch, num, dim, num_classes):
   test_labels = np.where(rng.random(50) < 0.5, scores.argmax(1), rng.integers(0, num_classes, 50))
   expected = np.mean(scores.argmax(1) == test_labels)
   assert probes.accuracy(weights, test_x, test_labels) == pytest.approx(expected)
-  with pytest.raises(ValueError, match="l2_reg=0 must be > 0"):
-    probes.ridge_weights(x, labels, num_classes, 0)
+  for bad in (0, float("nan")):
+    with pytest.raises(ValueError, match=f"l2_reg={bad} must be > 0 and finite"):
+      probes.ridge_weights(x, labels, num_classes, bad)
 
 
 def test_class_ranks_draw_nested_sets_of_k_per_class(caplog):
@@ -128,7 +129,7 @@ def run_command(*args):
   fewshot.main(argv, flag_values)
 
 
-def test_command_prints_the_table_and_writes_json(tmp_path, capsys):
+def test_command_prints_the_table_and_writes_json(tmp_path, capsys, monkeypatch):
   module = tiny_model(num_classes=5)
   npz.save_npz(init_params(module), tmp_path / "tiny.npz")
   write_folder(tmp_path / "images")
@@ -145,6 +146,12 @@ def test_command_prints_the_table_and_writes_json(tmp_path, capsys):
     assert float(row[1]) == pytest.approx(report[f"{k}shot"], abs=1e-4)
     assert report[f"{k}shot"] == pytest.approx(np.mean(report["per_seed"][str(k)]))
   assert report["5shot"] > 0.8  # colour separates the classes even with random weights
+  monkeypatch.chdir(tmp_path)  # '-': the JSON on standard output, the table on stderr
+  run_command(f"--checkpoint={tmp_path / 'tiny.npz'}", f"--dataset={tmp_path / 'images'}",
+              "--shots=1,2,5", "--seeds=2", "--batch_size=5", "--json=-")
+  printed = capsys.readouterr()
+  assert json.loads(printed.out) == report and not (tmp_path / "-").exists()
+  assert "32-d features, 3 classes" in printed.err
 
 
 def test_command_runs_at_another_non_square_size(tmp_path, capsys):
@@ -176,6 +183,19 @@ def test_command_errors_are_one_line(tmp_path, capsys):
                                      "not write it: name a new file, or pass --overwrite to "
                                      "replace it\n")
   assert notes.read_text() == "{}"
+  write_image(tmp_path / "tags" / "train" / "a.png")  # multi-label: no one class per image
+  write_image(tmp_path / "tags" / "test" / "b.png")
+  for split, name in (("train", "a"), ("test", "b")):
+    (tmp_path / "tags" / split / "labels.csv").write_text(f"path,labels\n{name}.png,x;y\n")
+  npz.save_npz(init_params(tiny_model(num_classes=5)), tmp_path / "tiny.npz")
+  with pytest.raises(SystemExit):
+    run_command(f"--checkpoint={tmp_path / 'tiny.npz'}", f"--dataset={tmp_path / 'tags'}")
+  assert capsys.readouterr().err == (
+      f"error: few-shot probes need one class per image, and {tmp_path / 'tags'} is "
+      "multi-label (any of its 2 classes on an image): pass a single-label dataset (class "
+      "folders or a TFDS name)\n")
+  with pytest.raises(flags.IllegalFlagValueError, match="'nan' is not a finite number"):
+    run_command("--checkpoint=x.npz", "--dataset=digits", "--l2_reg=nan")
 
 
 def test_training_logs_fewshot_metrics(tmp_path):

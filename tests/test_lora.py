@@ -4,6 +4,7 @@ the adapter path and evaluates merged, and a run on an 8-device mesh (data, fsdp
 axes, adapter dropout) resumes exactly and writes a params.npz that `python -m vit_jax.lora`
 rebuilds from the base checkpoint bit for bit."""
 
+import json
 import os
 import subprocess
 
@@ -145,6 +146,12 @@ def test_merge_takes_what_the_run_used_from_a_released_style_base():
   for name, value in flat(merged).items():
     np.testing.assert_array_equal(rebuilt[name], value, err_msg=name)
   assert lora.class_names(adapters) == list("abcde")
+  assert lora.base_matches(base, adapters)  # its head and pre_logits are not the run's
+  meta = json.loads(str(adapters[lora.SETTINGS]))
+  assert lora.base_matches(base, {**adapters, lora.SETTINGS: np.array(json.dumps(
+      {k: v for k, v in meta.items() if k != "base_sha256"}))}) is None  # an older file
+  mlp = "Transformer/encoderblock_1/MlpBlock_3/Dense_1/kernel"
+  assert not lora.base_matches({**base, mlp: base[mlp] + 1}, adapters)
   for damaged in ("{not json", '{"base": [], "rank": 0, "alpha": 1.0}'):
     with pytest.raises(errors.InvalidInput, match="the adapters' lora/settings entry is "
                        "damaged .*: pass the adapters.npz that a LoRA run wrote"):
@@ -243,3 +250,18 @@ def test_merge_of_a_file_without_adapters_is_one_line(mesh_runs, tmp_path):
   assert done.returncode == 1 and done.stderr.count("\n") == 1
   assert "holds no lora/settings: pass the adapters.npz" in done.stderr
   assert not os.path.exists(tmp_path / "merged.npz")
+
+
+def test_merge_onto_another_base_of_the_same_shapes_is_refused(mesh_runs, tmp_path):
+  """Another run's params.npz fits every array of the adapters' base: only the identity
+  recorded in adapters.npz tells them apart."""
+  _, whole, _ = mesh_runs
+  other, adapters, out = whole / "params.npz", whole / lora.ADAPTERS, tmp_path / "merged.npz"
+  done = run_in_process(lora_command, other, adapters, out)
+  assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+  assert (f"error: {adapters} were trained from another base than {other} (its frozen "
+          "arrays differ): pass the checkpoint the run started from (its config.json's "
+          "pretrained), or --allow_other_base to merge onto this one anyway") in done.stderr
+  assert not out.exists()
+  done = run_in_process(lora_command, other, adapters, out, "--allow_other_base")
+  assert done.returncode == 0 and out.exists(), done.stderr

@@ -62,3 +62,14 @@ def test_destinations_under_files_and_existing_files(tmp_path):
     no_clobber.claim_output_file(str(ours), "vtab")
   with pytest.raises(no_clobber.OutputExistsError, match="is a folder, not a file"):
     no_clobber.claim_output_file(str(tmp_path), "fewshot", overwrite=True)
+
+
+def test_a_dash_is_standard_output_for_text_and_refused_for_binary_outputs(tmp_path, capsys,
+                                                                         monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  no_clobber.claim_output_file("-", "predict", stdout_ok=True)
+  no_clobber.write_text("-", "[1]\n")
+  assert capsys.readouterr().out == "[1]\n" and not (tmp_path / "-").exists()
+  with pytest.raises(ValueError, match="'-' would be standard output, where vit_jax.lora "
+                     "cannot write its binary output: name a file"):
+    no_clobber.claim_output_file("-", "lora")

@@ -14,7 +14,7 @@ import fork_server
 from conftest import REPO, RELEASED_FIXTURES, random_params, tiny_model
 from helpers import closed_port, run_in_process, subprocess_env
 from hub_server import HubServer
-from vit_jax import load_npz, predict, save_npz
+from vit_jax import load_npz, lora, predict, save_npz
 from vit_jax.checkpoints import released
 
 
@@ -162,6 +162,12 @@ def test_a_binary_labels_file_is_one_line(tmp_path):
     predict.read_labels(str(labels))
 
 
+def test_a_labels_file_saved_with_a_byte_order_mark_reads_its_first_name(tmp_path):
+  labels = tmp_path / "labels.txt"
+  labels.write_bytes("cat\ndog\n".encode("utf-8-sig"))  # Notepad's and Excel's UTF-8
+  assert predict.read_labels(str(labels)) == ["cat", "dog"]
+
+
 def one_error_line(failed):
   """The command failed with exactly one `error:` line and no traceback; that line."""
   assert failed.returncode == 1 and failed.stdout == "", failed.stderr
@@ -224,9 +230,15 @@ def test_predict_command_directory_and_malformed_checkpoints(images, tiny_checkp
   line = one_error_line(predict_command(f"--checkpoint={tmp_path}", images["rgb"]))
   assert line == (f"error: {tmp_path} is a directory, not an .npz checkpoint: pass one of its "
                   f".npz files: {path}")
+  adapters = tmp_path / "adapters.npz"  # a LoRA run's other file, not a model
+  np.savez(adapters, **{**np.load(path), lora.SETTINGS: np.array("{}")})
+  line = one_error_line(predict_command(f"--checkpoint={adapters}", images["rgb"]))
+  assert line == (f"error: {adapters} is a LoRA run's adapters file, not a model: pass that "
+                  "run's params.npz (the merged model), or rebuild it with python -m "
+                  f"vit_jax.lora BASE {adapters} OUT")
 
 
-def test_predict_json_for_scripts_single_and_multi_label(images, tmp_path):
+def test_predict_json_for_scripts_single_and_multi_label(images, tmp_path, monkeypatch):
   """--json: one record per image; a multi-label head (flag saved with its names) gets
   every class's sigmoid score and the names at or over --threshold; no clobbering."""
   module = tiny_model(num_classes=7)
@@ -257,6 +269,16 @@ def test_predict_json_for_scripts_single_and_multi_label(images, tmp_path):
         assert record["labels"] == [names[i] for i in np.flatnonzero(expected >= 0.4)]
   failed = predict_command(f"--checkpoint={checkpoint}", f"--json={out}", images["rgb"])
   assert "already exists and vit_jax.predict did not write it" in one_error_line(failed)
+  monkeypatch.chdir(tmp_path)  # '-' is standard output, never a file named '-'
+  done = predict_command(f"--checkpoint={checkpoint}", "--json=-", "--top_k=3",
+                         "--threshold=0.4", "--batch_size=2", *paths)
+  assert done.returncode == 0, done.stderr
+  assert json.loads(done.stdout) == json.loads(out.read_text()) and not (tmp_path / "-").exists()
+  assert "wrote 3 predictions (sigmoid scores) to standard output" in done.stderr
+  for value in ("nan", "inf", "-inf"):  # absl's bounds let nan through
+    failed = predict_command(f"--checkpoint={checkpoint}", f"--threshold={value}", paths[0])
+    assert failed.returncode == 2 and failed.stderr.count("\n") == 1, failed.stderr
+    assert f"flag --threshold={value}: '{value}' is not a finite number" in failed.stderr
 
 
 def test_predict_command_runs_any_size_as_the_load_time_resize_does(images, tiny_checkpoint):

@@ -160,6 +160,23 @@ def file_access_outside_storage(path: pathlib.Path) -> list:
   return found
 
 
+def test_a_url_without_its_client_says_what_to_install_first():
+  """Not "lost the connection ...": nothing was connected; the fix leads the line."""
+  try:
+    import s3fs  # pylint: disable=import-outside-toplevel,unused-import
+    pytest.skip("s3fs is installed here")
+  except ImportError:
+    pass
+  for call in (storage.read_bytes, storage.exists):
+    with pytest.raises(storage.UnsupportedURL) as caught:
+      call("s3://bucket/model.npz")
+    assert str(caught.value) == "s3:// needs s3fs: pip install s3fs"
+  assert not storage.connection_lost("s3://bucket/model.npz")
+  with pytest.raises(storage.UnsupportedURL, match="^nosuch:// is not a storage scheme this "
+                     "installation knows .*: use a local path, gs:// or http"):
+    storage.read_bytes("nosuch://x/y")
+
+
 def test_files_are_opened_only_through_the_storage_layer():
   """A reader that opens files itself skips what the storage layer guarantees (gs://
   through the client the emulator tests, atomic writes, one-line errors)."""

@@ -283,6 +283,22 @@ def test_a_failure_after_the_checks_removes_the_workdir_it_created(tmp_path):
   assert not workdir.exists()
 
 
+def test_an_lr_mults_regex_matching_nothing_is_refused_before_any_write(tmp_path):
+  """The regex is checked against the parameters when the optimizer state is made, not at
+  the first update (after config.json, dataset.json and the event file were written)."""
+  workdir = tmp_path / "run"
+  with pytest.raises(errors.InvalidInput, match="config.lr_mults='nomatch' matches no "
+                     "parameter; paths look like"):
+    train.train_and_evaluate(demo_config(lr_mults=(("nomatch", 2.0),)), str(workdir))
+  assert not workdir.exists()
+
+
+def test_a_workdir_url_that_cannot_hold_a_run_is_refused_first():
+  with pytest.raises(workdir_lib.WorkdirError, match="^--workdir=memory://x/run: memory:// "
+                     "cannot hold a run"):
+    train.train_and_evaluate(demo_config(), "memory://x/run")
+
+
 def test_preprocessing_is_refused_before_the_workdir_lock(tmp_path):
   """A bad config.pp names itself, not the lock another job holds (the static gate runs
   before any lock or download)."""

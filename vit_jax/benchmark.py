@@ -120,13 +120,13 @@ def define_flags(flag_values: flags.FlagValues = FLAGS, sys_argv=None) -> None:
                        "compiles.", **define)
   flags.DEFINE_boolean("fp8", False, "FP8 matmuls in the encoder blocks' dense layers "
                        "(vit_jax.models.fp8).", **define)
-  flags.DEFINE_float("peak_tflops", None, "Device peak TFLOP/s for MFU instead of measuring "
-                     "a matmul (0: measure).", lower_bound=0, **define)
+  cli.define_finite_float("peak_tflops", None, "Device peak TFLOP/s for MFU instead of "
+                          "measuring a matmul (0: measure).", flag_values, lower_bound=0)
   define_config_flag(flag_values, sys_argv)
   flags.DEFINE_boolean("suite", False, "ViT-Ti/B/L_16 at 224 and 384 px, train and infer, "
                        "instead of --model/--mode/--image_size.", **define)
-  flags.DEFINE_float("time_budget", 1800, "Seconds after which --suite skips the remaining "
-                     "configurations.", **define)
+  cli.define_finite_float("time_budget", 1800, "Seconds after which --suite skips the "
+                          "remaining configurations.", flag_values)
   flags.DEFINE_string("json", None, "Append one JSON object per configuration to this file.",
                       **define)
 
@@ -171,6 +171,9 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   except errors.UserError as e:
     raise cli.UsageError(cli.one_line(e)) from None
   mode, steps, json_path = flag_values.mode, flag_values.steps, flag_values.json
+  if json_path == "-":  # standard output holds the table; never a file named '-'
+    raise cli.UsageError("--json=- would mix JSON into the table on standard output: name a "
+                         "file to append the JSON lines to")
   if json_path and storage.isdir(json_path):  # found before the whole benchmark, not after
     raise cli.UsageError(f"--json={json_path} is a directory: pass the path of a file "
                          "(created if missing, rows appended)")

@@ -18,6 +18,7 @@
 import atexit
 import errno
 import functools
+import math
 import os
 import re
 import sys
@@ -114,6 +115,25 @@ class ImageSizeParser(flags.ArgumentParser):
 
   def flag_type(self):
     return "image size"
+
+
+class FiniteFloatParser(flags.FloatParser):
+  """absl's float flag with bounds, refusing nan and inf (absl's bounds let nan through:
+  every comparison with it is false)."""
+
+  def convert(self, argument):
+    value = super().convert(argument)
+    if not math.isfinite(value):
+      raise ValueError(f"{argument!r} is not a finite number")
+    return value
+
+
+def define_finite_float(name: str, default: float, help_text: str,
+                        flag_values: flags.FlagValues, lower_bound=None, upper_bound=None):
+  """A float flag that refuses nan and inf like an out-of-range value (exit 2)."""
+  parser = FiniteFloatParser(lower_bound, upper_bound)
+  flags.DEFINE(parser, name, default, help_text, flag_values=flag_values,
+               serializer=flags.ArgumentSerializer())
 
 
 def image_size_help(what: str) -> str:

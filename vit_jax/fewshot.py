@@ -6,15 +6,15 @@ vit_jax.evaluators.fewshot.
 """
 
 import json
+import sys
 from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
 
 import jax
 import ml_collections
 from absl import flags
 
-from vit_jax import cli, config_defaults, no_clobber, sharding, storage
+from vit_jax import cli, config_defaults, no_clobber, sharding
 from vit_jax.checkpoints import hub, npz
-from vit_jax.data import pipeline
 from vit_jax.evaluators import fewshot as probes
 
 KIND = "fewshot"  # the writer's name in --json's no-clobber stamp (vit_jax.no_clobber)
@@ -52,9 +52,9 @@ def run(flag_values) -> Dict[str, Any]:
       flag_values.checkpoint, flag_values.image_size,
       allow_nonfinite=flag_values.allow_nonfinite)
   crop = image_size[0] if image_size[0] == image_size[1] else image_size
-  dataset = pipeline.open_dataset(data_config(flag_values.dataset, crop,
-                                              flag_values.train_split, flag_values.eval_split,
-                                              flag_values.tfds_data_dir))
+  dataset = probes.open_probe_dataset(data_config(
+      flag_values.dataset, crop, flag_values.train_split, flag_values.eval_split,
+      flag_values.tfds_data_dir))
   mesh = sharding.make_mesh({"data": -1})
   parallel = sharding.batch_parallelism(mesh)
   batch_size = -(-flag_values.batch_size // parallel) * parallel  # whole rows per device
@@ -79,12 +79,15 @@ def main(argv, flag_values=flags.FLAGS):
   cli.no_arguments(argv)
   cli.keep_tensorflow_off_accelerators()
   if flag_values.json:  # before the slow part
-    no_clobber.claim_output_file(flag_values.json, KIND, flag_values.overwrite)
+    no_clobber.claim_output_file(flag_values.json, KIND, flag_values.overwrite,
+                                 stdout_ok=True)
   report = run(flag_values)
-  print(format_table(report, parse_shots(flag_values.shots)))
+  to_stdout = flag_values.json == no_clobber.STDOUT  # then standard output is the JSON only
+  print(format_table(report, parse_shots(flag_values.shots)),
+        file=sys.stderr if to_stdout else sys.stdout)
   if flag_values.json:  # stamped: a rerun may replace it, nothing else is replaced
-    storage.write_atomic(flag_values.json, json.dumps({**no_clobber.written_by(KIND), **report},
-                                                      indent=2))
+    no_clobber.write_text(flag_values.json, json.dumps(
+        {**no_clobber.written_by(KIND), **report}, indent=2) + "\n")
 
 
 def define_flags(flag_values=flags.FLAGS) -> None:
@@ -98,8 +101,8 @@ def define_flags(flag_values=flags.FLAGS) -> None:
                     "Examples per class.", **define)
   flags.DEFINE_integer("seeds", 3, "Random draws of the few-shot sets (seeds 0..n-1).",
                        lower_bound=1, **define)
-  flags.DEFINE_float("l2_reg", config_defaults.FEWSHOT_L2_REG, "Ridge regularisation (> 0).",
-                     **define)
+  cli.define_finite_float("l2_reg", config_defaults.FEWSHOT_L2_REG, "Ridge regularisation "
+                          "(> 0).", flag_values)
   flags.DEFINE(cli.ImageSizeParser(), "image_size", None,
                cli.image_size_help(npz.IMAGE_SIZE_HELP), flag_values=flag_values)
   flags.DEFINE_boolean("allow_nonfinite", False, npz.ALLOW_NONFINITE_HELP, **define)
@@ -108,7 +111,8 @@ def define_flags(flag_values=flags.FLAGS) -> None:
   flags.DEFINE_string("train_split", "train", "TFDS split to draw the shots from.", **define)
   flags.DEFINE_string("eval_split", "test", "TFDS split to measure accuracy on.", **define)
   flags.DEFINE_string("tfds_data_dir", None, "TFDS data directory.", **define)
-  flags.DEFINE_string("json", None, "Also write the report to this JSON file.", **define)
+  flags.DEFINE_string("json", None, "Also write the report to this JSON file ('-': "
+                      "standard output, the table then on standard error).", **define)
   flags.DEFINE_boolean("overwrite", False, no_clobber.OVERWRITE_HELP, **define)
   flags.mark_flags_as_required(["checkpoint", "dataset"], flag_values=flag_values)
 

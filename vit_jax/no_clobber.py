@@ -16,12 +16,14 @@ import fcntl
 import json
 import os
 import shutil
+import sys
 import tempfile
 from typing import Dict, Iterator, List, Optional
 
 from vit_jax import errors, storage
 
 MARKER = ".vit_jax-output.json"
+STDOUT = "-"  # an output file named so is standard output (a text output's)
 OVERWRITE_HELP = ("Write into an existing folder, or over an existing file, that this "
                   "command did not create (refused by default: nothing is clobbered).")
 
@@ -136,16 +138,33 @@ def claim_output_dir(path: str, kind: str, overwrite: bool = False) -> str:
   return path
 
 
-def claim_output_file(path: str, kind: str, overwrite: bool = False) -> None:
+def claim_output_file(path: str, kind: str, overwrite: bool = False, *,
+                      stdout_ok: bool = False) -> None:
   """Raises OutputExistsError unless the file `path` is absent, a JSON file stamped
-  written_by(kind) (write yours with that stamp), or `overwrite`."""
+  written_by(kind) (write yours with that stamp), or `overwrite`. STDOUT ('-') is standard
+  output where the command writes text (stdout_ok, see write_text), else refused: a file
+  named '-' is never what was meant."""
   path = os.fspath(path)
+  if path == STDOUT:
+    if stdout_ok:
+      return
+    raise errors.InvalidInput(f"'{STDOUT}' would be standard output, where vit_jax.{kind} "
+                              "cannot write its binary output: name a file")
   _check_parents(path)
   if storage.isdir(path):
     raise OutputExistsError(f"{path} is a folder, not a file: name the file to write")
   if storage.exists(path) and not overwrite and _stamp_of(path) != written_by(kind)["written_by"]:
     raise OutputExistsError(f"{path} already exists and vit_jax.{kind} did not write it: "
                             "name a new file, or pass --overwrite to replace it")
+
+
+def write_text(path: str, text: str) -> None:
+  """A text output: to standard output for STDOUT, else atomically to the file."""
+  if path == STDOUT:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+  else:
+    storage.write_atomic(path, text)
 
 
 @contextlib.contextmanager

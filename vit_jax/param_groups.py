@@ -179,12 +179,20 @@ def labels(params, config: ml_collections.ConfigDict, trained_regex: str = ""):
 
 def scale_by_multipliers(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
   """Stateless: each update times its parameter's multiplier (the last link of the chain,
-  so the step is exactly mult times the undecayed one)."""
-  def scale(updates, params=None):
+  so the step is exactly mult times the undecayed one). Its init checks the lr_mults
+  regexes: the state is made before a run writes its workdir, the first update after."""
+  def init(params):
+    names = [name for name, _ in named_leaves(params)]
+    for regex, _ in lr_mult_pairs(config):
+      check_matches(names, regex, "lr_mults")
+    return optax.EmptyState()
+
+  def scale(updates, state, params=None):
     del params
     return jax.tree.map(lambda u, m: u if isinstance(m, float) and m == 1.0
-                        else (u * m).astype(u.dtype), updates, multipliers(updates, config))
-  return optax.stateless(scale)
+                        else (u * m).astype(u.dtype), updates,
+                        multipliers(updates, config)), state
+  return optax.GradientTransformation(init, scale)
 
 
 def partitioned(inner: optax.GradientTransformation, group_labels,

@@ -11,6 +11,7 @@ checkpoint a multi-label run saved), or writes them as JSON for scripts (--json)
 
 import json
 import os
+import sys
 from typing import Iterator, List, Optional, Sequence, Tuple
 
 import jax
@@ -123,7 +124,7 @@ def json_record(path: str, probabilities: np.ndarray, top_k: int, names: Optiona
 def read_labels(path: str) -> List[str]:
   """One class name per line."""
   try:
-    return [line.strip() for line in storage.read_text(path).splitlines()]
+    return [line.strip() for line in storage.read_text(path, "utf-8-sig").splitlines()]
   except OSError as e:
     raise errors.InvalidInput(f"cannot read labels {path}: {e.strerror or e}") from None
   except UnicodeDecodeError as e:
@@ -218,7 +219,8 @@ def image_arguments(argv: Sequence[str]) -> List[str]:
 def main(argv, flag_values: flags.FlagValues = FLAGS):
   image_paths = image_arguments(argv)
   if flag_values.json:  # before the slow load: an existing file is not clobbered
-    no_clobber.claim_output_file(flag_values.json, "predict", flag_values.overwrite)
+    no_clobber.claim_output_file(flag_values.json, "predict", flag_values.overwrite,
+                                 stdout_ok=True)
   path = hub.resolve(flag_values.checkpoint)  # released and hf-hub: names: fetched first
   module, params, image_size = hub.load_for_inference(
       path, flag_values.image_size, allow_nonfinite=flag_values.allow_nonfinite)
@@ -237,9 +239,12 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
     else:
       print(format_prediction(image, top_classes(probabilities[None], top_k)[0], names))
   if flag_values.json:
-    storage.write_atomic(flag_values.json, json.dumps(records, indent=1, ensure_ascii=False) + "\n")
+    no_clobber.write_text(flag_values.json,
+                          json.dumps(records, indent=1, ensure_ascii=False) + "\n")
+    to_stdout = flag_values.json == no_clobber.STDOUT  # then standard output is the JSON only
     print(f"wrote {len(records)} predictions ({'sigmoid scores' if multi_label else 'softmax'})"
-          f" to {flag_values.json}")
+          f" to {'standard output' if to_stdout else flag_values.json}",
+          file=sys.stderr if to_stdout else sys.stdout)
 
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
@@ -254,12 +259,13 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   flags.DEFINE_integer("top_k", 5, "Classes shown per image.", lower_bound=1, **define)
   flags.DEFINE_string("labels", None, "Class names, one per line; default: ImageNet's for "
                       "1000-way heads, else class indices.", **define)
-  flags.DEFINE_string("json", None, "Write the predictions to this JSON file (a list, one "
-                      "record per image: path, top_k [{class, name, probability}], and for "
-                      "multi-label checkpoints scores and labels) instead of printing them.",
-                      **define)
-  flags.DEFINE_float("threshold", 0.5, "Multi-label checkpoints: the --json labels are the "
-                     "classes scored at least this.", lower_bound=0, upper_bound=1, **define)
+  flags.DEFINE_string("json", None, "Write the predictions to this JSON file, or to standard "
+                      "output for '-' (a list, one record per image: path, top_k [{class, "
+                      "name, probability}], and for multi-label checkpoints scores and labels) "
+                      "instead of printing them.", **define)
+  cli.define_finite_float("threshold", 0.5, "Multi-label checkpoints: the --json labels are "
+                          "the classes scored at least this.", flag_values, lower_bound=0,
+                          upper_bound=1)
   flags.DEFINE_boolean("overwrite", False, no_clobber.OVERWRITE_HELP, **define)
   flags.mark_flag_as_required("checkpoint", flag_values=flag_values)
 

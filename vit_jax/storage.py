@@ -45,6 +45,16 @@ class StorageUnavailable(errors.UserError, OSError):
   """The object store stopped answering (after the client's own retries)."""
 
 
+class UnsupportedURL(errors.InvalidInput):
+  """A URL whose scheme has no client here (a package to install, or none at all): said
+  first, in one line, not taken for a lost connection."""
+
+
+# The package fsspec needs for a scheme, where it is not fsspec itself.
+CLIENT_PACKAGES = {"gs": "gcsfs", "gcs": "gcsfs", "s3": "s3fs", "s3a": "s3fs", "az": "adlfs",
+                   "abfs": "adlfs", "http": "aiohttp", "https": "aiohttp"}
+
+
 def _store_errors(function: F) -> F:
   """For URLs: a store that stopped answering becomes one StorageUnavailable line, and
   later calls fail at once instead of each waiting through the client's retries."""
@@ -120,9 +130,13 @@ def _filesystem(protocol: str):
   timeout = {"client_kwargs": {"timeout": _http_timeout()}} if protocol in HTTP else {}
   try:
     return fsspec.filesystem(protocol, **timeout)
-  except (ImportError, ValueError) as e:
-    raise OSError(f"cannot open {protocol}:// paths ({' '.join(str(e).split())}); for gs:// "
-                  "install gcsfs (pip install gcsfs)") from None
+  except ImportError:
+    package = CLIENT_PACKAGES.get(protocol, f"the fsspec client of {protocol}://")
+    raise UnsupportedURL(f"{protocol}:// needs {package}: pip install {package}") from None
+  except ValueError as e:  # fsspec: "Protocol not known"
+    raise UnsupportedURL(f"{protocol}:// is not a storage scheme this installation knows "
+                         f"({' '.join(str(e).split())}): use a local path, gs:// or "
+                         "http(s)://") from None
 
 
 def url_filesystem(path: str):
@@ -247,8 +261,10 @@ def read_bytes(path: str) -> bytes:
     return f.read()
 
 
-def read_text(path: str) -> str:
-  return read_bytes(path).decode("utf-8")
+def read_text(path: str, encoding: str = "utf-8") -> str:
+  """The file as text; encoding='utf-8-sig' for files people save (spreadsheets and
+  Windows editors start UTF-8 with a byte-order mark)."""
+  return read_bytes(path).decode(encoding)
 
 
 @_store_errors

@@ -167,6 +167,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   Returns the final evaluation metrics.
   """
   started = time.time()
+  workdir = workdir_lib.resolve(workdir)  # file:// as a path; unsupported schemes refused
   mesh = sharding.make_mesh(config.mesh)
   objective = objectives.get(config)  # the one objective of this run
   check_config(config, mesh, objective)

@@ -16,6 +16,7 @@ from vit_jax import cli, console, errors, no_clobber
 from vit_jax.checkpoints import hub
 from vit_jax.data import vtab as tasks_lib
 from vit_jax.runs import vtab, vtab_report
+from vit_jax.runs import workdir as workdir_lib
 
 
 @cli.command
@@ -40,7 +41,8 @@ def main(argv, flag_values=flags.FLAGS):
   from vit_jax import train  # jax and the models: only once the flags are right
   try:
     report = vtab.run_benchmark(flag_values.config, flag_values.tasks,
-                                checkpoint=flag_values.checkpoint, workdir=flag_values.workdir,
+                                checkpoint=flag_values.checkpoint,
+                                workdir=workdir_lib.resolve(flag_values.workdir),
                                 overrides=overrides, sweep=sweep,
                                 select=flag_values.sweep_select,
                                 train_fn=train.train_and_evaluate,

@@ -48,6 +48,14 @@ def test_a_labels_file_gives_multi_hot_labels_and_keeps_unlabelled_images(tmp_pa
   assert batch["label"].shape == (2, 3) and batch["image"].shape == (2, 16, 16, 3)
 
 
+def test_a_labels_file_saved_with_a_byte_order_mark_is_read(tmp_path):
+  """Excel's "CSV UTF-8" starts the file with a BOM: its header is still 'path,labels'."""
+  write_folder(tmp_path)
+  path = tmp_path / "train" / CSV
+  path.write_bytes(path.read_text().encode("utf-8-sig"))
+  assert multilabel_folder.class_names(str(tmp_path)) == ["road", "sky", "tree"]
+
+
 BAD_FILES = {  # name: (damage(root), the one line's start)
     "header": (lambda r: (r / "train" / CSV).write_text("file,tags\na.png,sky\n"),
                "must start with the header row 'path,labels', not 'file,tags'"),

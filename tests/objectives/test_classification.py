@@ -119,8 +119,12 @@ def test_balanced_weights_are_sklearns_and_resolve_from_the_data():
 
 @pytest.mark.parametrize("weights, message", [
     ([1.0, 2.0], "has 2 weights but the dataset has 4 classes"),
-    ("inverse", "give 'balanced' or a list of numbers >= 0"),
-    ([1.0, -1.0, 1.0, 1.0], "give 'balanced' or a list of numbers >= 0"),
+    ("inverse", "give 'balanced' or a list of finite numbers >= 0"),
+    ([1.0, -1.0, 1.0, 1.0], "give 'balanced' or a list of finite numbers >= 0"),
+    ([1.0, float("nan"), 1.0, 1.0], "give 'balanced' or a list of finite numbers >= 0"),
+    ([1.0, float("inf"), 1.0, 1.0], "give 'balanced' or a list of finite numbers >= 0"),
+    ([0, 0, 0, 0.0], r"config.class_weights=\[0, 0, 0, 0.0\] are all 0: every loss would "
+     "be 0 and nothing would train"),
 ])
 def test_bad_class_weights_are_refused(weights, message):
   info = pipeline.DatasetInfo(4, 10, 3, list("abcd"), train_class_counts=[1, 2, 3, 4])
@@ -128,9 +132,25 @@ def test_bad_class_weights_are_refused(weights, message):
     classification.resolve(make_config(class_weights=weights), info)
 
 
+def test_labels_on_every_train_image_are_refused_or_named(caplog):
+  """Every label on every image: nothing to learn, mAP 1.0 by construction (refused). One
+  label on every image: learned as a constant, its AP meaningless (warned by name)."""
+  every = pipeline.DatasetInfo(3, 8, 4, list("abc"), multi_label=True,
+                               train_class_counts=[8, 8, 8])
+  with pytest.raises(ValueError, match="every one of the 8 training images carries every "
+                     "label \('a', 'b', 'c'\): there is nothing to learn and mAP would be 1.0"):
+    classification.resolve(make_config(loss="auto"), every)
+  one = dataclasses.replace(every, train_class_counts=[8, 3, 0])
+  classification.resolve(make_config(loss="auto"), one)
+  assert "label(s) 'a' are on every one of the 8 training images" in caplog.text
+  single = dataclasses.replace(every, multi_label=False, train_class_counts=[8, 0, 0])
+  classification.resolve(make_config(loss="auto"), single)  # one class only: its own check
+
+
 @pytest.mark.parametrize("settings, message", [
     ({"loss": "hinge"}, "unknown config.loss='hinge'"),
     ({"class_weights": 2.0}, "give 'balanced' or a list"),
+    ({"class_weights": (0, 0)}, "are all 0"),
     ({"threshold": 1.5}, "config.threshold=1.5 must be in \\[0, 1\\]"),
 ])
 def test_loss_settings_are_refused_before_any_data(settings, message):

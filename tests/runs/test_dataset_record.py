@@ -7,7 +7,7 @@ import pytest
 
 from helpers import demo, sigterm_at_step, write_image
 from vit_jax import read_class_names, train
-from vit_jax.data import device_batches, fingerprint
+from vit_jax.data import device_batches, fingerprint, pipeline
 from vit_jax.runs import dataset_record
 
 
@@ -46,9 +46,11 @@ def test_a_renamed_class_folder_is_refused_on_resume(tmp_path, monkeypatch):
                     "num_train": 4, "num_eval": 4, "num_classes": 2,
                     "class_names": ["cat", "dog"], "multi_label": False,
                     "train_class_counts": [2, 2]}
-  sizes = {f"{c}/{i}.png": (data / "train" / c / f"{i}.png").stat().st_size
+  stats = {f"{c}/{i}.png": (data / "train" / c / f"{i}.png").stat()
            for c in ("cat", "dog") for i in range(2)}
-  assert fingerprints["train"]["files"] == sizes and fingerprints["train"]["examples"] == 4
+  assert fingerprints["train"]["files"] == {key: [s.st_size, s.st_mtime_ns]
+                                            for key, s in stats.items()}
+  assert fingerprints["train"]["examples"] == 4
 
   for split in ("train", "test"):  # labels 0 and 1 would swap
     os.rename(data / split / "cat", data / split / "zz_cat")
@@ -117,3 +119,31 @@ def test_files_replaced_in_place_keep_their_labels():
   assert not fingerprint.labels_kept(files(a_1=5, b_2=6), files(a_1=5, b_2=6, b_3=1))
   assert not fingerprint.labels_kept(files(a_1=5, b_1=6), files(a_1=6, b_1=5))  # swapped
   assert not fingerprint.labels_kept({"kind": "tfds", "examples": 5}, {"kind": "tfds"})
+
+
+def test_labels_exchanged_in_labels_csv_are_refused_on_resume(tmp_path):
+  """A multi-label folder's labels live in labels.csv, not in the folders: two rows'
+  labels exchanged keep every file, size and count, and must still be refused (the
+  record written and checked as train.py does; the run itself: the test above)."""
+  data, workdir = tmp_path / "tags", str(tmp_path)
+
+  def record(rows):
+    for split in ("train", "test"):
+      for i in range(len(rows)):
+        if not (data / split / f"{i}.png").exists():
+          write_image(data / split / f"{i}.png", size=(20, 20))
+      if split == "train" or not (data / split / "labels.csv").exists():
+        (data / split / "labels.csv").write_text("path,labels\n" + "".join(
+            f"{i}.png,{labels}\n" for i, labels in enumerate(rows)))
+    config = folder_config(data)
+    dataset = pipeline.open_dataset(config)
+    return dataset_record.describe(config, dataset.info, dataset.fingerprints())
+
+  dataset_record.write(workdir, record(["sky", "tree", "sky;tree", ""]))
+  exchanged = record(["tree", "sky", "sky;tree", ""])  # same classes, files and counts
+  with pytest.raises(dataset_record.DataChangedError) as error:
+    dataset_record.check_resume(workdir, exchanged, step=1)
+  assert str(error.value) == (
+      f"the data of {data} changed since this run started in {workdir} (dataset.json): "
+      "train split: files 2 relabelled in labels.csv (train/0.png, train/1.png); restore "
+      "it, use a new --workdir, or pass --config.allow_data_change=True to resume on it")

@@ -120,6 +120,27 @@ def test_a_workdir_inside_the_image_folder_is_refused(tmp_path):
   workdir.check_outside(str(tmp_path / "data-run"), str(tmp_path / "data"))  # a sibling
 
 
+@pytest.mark.parametrize("url, message", [
+    ("memory://x/run", "memory:// cannot hold a run (its checkpoints and lock); pass a local "
+     "path or a gs://BUCKET/PATH URL"),
+    ("http://example.com/run", "http:// cannot hold a run"),
+    ("s3://bucket/run", "s3:// cannot hold a run"),
+    ("file://host/run", "a file:// URL names a local path, file:///PATH (three slashes)"),
+])
+def test_a_workdir_url_of_another_scheme_is_refused_in_one_line(url, message):
+  with pytest.raises(workdir.WorkdirError) as caught:
+    workdir.resolve(url)
+  assert str(caught.value).startswith(f"--workdir={url}: {message}")
+  assert "\n" not in str(caught.value)
+
+
+def test_a_file_url_workdir_is_its_local_path(tmp_path):
+  assert workdir.resolve(f"file://{tmp_path}/run") == f"{tmp_path}/run"
+  assert workdir.resolve(f"file://localhost{tmp_path}") == str(tmp_path)
+  assert workdir.resolve("gs://bucket/run") == "gs://bucket/run"
+  assert workdir.resolve("runs/a") == "runs/a"
+
+
 def test_gcs_workdirs_lock_like_local_ones(gcs):
   """On the emulator: a missing bucket and an object as workdir are one line; the lock
   refuses a live holder with its host and pid and is taken over from a dead one."""

@@ -82,6 +82,9 @@ def _upcast_half_precision(arrays: Dict[str, np.ndarray], path: str) -> Dict[str
   return arrays
 
 
+LORA_SETTINGS = "lora/settings"  # the entry that makes an .npz a LoRA adapters file
+
+
 def read_npz(path: str) -> Dict[str, np.ndarray]:
   """All arrays of an .npz as a flat dict, read eagerly so truncation shows up here;
   bfloat16 and float16 arrays come back as float32."""
@@ -197,6 +200,10 @@ def read_checkpoint(path: str, *, model_name: Optional[str] = None) -> Checkpoin
   holds, or whose arrays fit no layout.
   """
   arrays = read_arrays(path)
+  if LORA_SETTINGS in arrays:
+    raise CheckpointError(f"{path} is a LoRA run's adapters file, not a model: pass that "
+                          "run's params.npz (the merged model), or rebuild it with python -m "
+                          f"vit_jax.lora BASE {path} OUT")
   try:
     flat = npz_layout.to_released_layout(arrays)
     npz_layout.check_dtypes(flat)

@@ -2,10 +2,14 @@
 
 The class list alone cannot: two class folders swapped between runs keep it identical, and
 the run would go on with swapped labels. Per split kind:
-  * image files: each file's `class/name` and size (labels follow the class folders), so
-    a change is told as files added, removed, replaced or relabelled (moved to another
-    class folder, known by the same name and size); files replaced in place keep their
-    labels (that is how a corrupt image is fixed);
+  * image files: each file's `class/name`, size and modification time in nanoseconds
+    (labels follow the class folders), so a change is told as files added, removed,
+    replaced or relabelled (moved to another class folder, known by the same name, size and
+    time: a move keeps them); files replaced in place keep their labels (that is how a
+    corrupt image is fixed); multi-label files add each file's labels (from labels.csv),
+    so labels exchanged in that file count as relabelled. No image is read: content
+    rewritten with its size and time restored (cp -p, rsync -t, tar) goes unseen (see
+    docs/fingerprint.md);
   * TFDS: name, version, split and example count;
   * examples in memory (the digits, VTAB's selections): a sha256 of pixels and labels.
 """
@@ -26,13 +30,24 @@ def _digest(value: Any) -> str:
   return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
-def _files(split: IndexedSplit) -> Dict[str, int]:
-  """{class/name: size} of an image-folder split (paths are ROOT/SPLIT/CLASS/NAME)."""
+def _key(path: bytes) -> str:
+  """`class/name` of ROOT/SPLIT/CLASS/NAME."""
+  return os.path.join(*os.fsdecode(path).split(os.sep)[-2:])
+
+
+def _files(split: IndexedSplit) -> Dict[str, List[int]]:
+  """{class/name: [size, mtime_ns]} of an image-folder split (one stat per file)."""
   found = {}
   for path in split.data:
-    path = os.fsdecode(path)
-    found[os.path.join(*path.split(os.sep)[-2:])] = os.path.getsize(path)
+    stat = os.stat(path)
+    found[_key(path)] = [stat.st_size, stat.st_mtime_ns]
   return found
+
+
+def _multi_labels(split: IndexedSplit) -> Dict[str, str]:
+  """{class/name: 'i;j'} the positive classes of each file of a multi-label split."""
+  return {_key(path): ";".join(map(str, np.flatnonzero(row)))
+          for path, row in zip(split.data, split.labels)}
 
 
 def _arrays_digest(split: IndexedSplit) -> str:
@@ -57,8 +72,10 @@ def of_split(split) -> Dict[str, Any]:
   if identity is not None:
     return of_tfds(identity, len(split))
   if split.kind == "files":
-    files = _files(split)
-    return {"kind": "files", "examples": len(split), "sha256": _digest(files), "files": files}
+    found = {"files": _files(split)}
+    if split.multi_label:
+      found["labels"] = _multi_labels(split)
+    return {"kind": "files", "examples": len(split), "sha256": _digest(found), **found}
   return {"kind": split.kind, "examples": len(split), "sha256": _arrays_digest(split)}
 
 
@@ -77,18 +94,28 @@ def _shown(paths: List[str]) -> str:
   return f" ({', '.join(sorted(paths)[:_SHOWN])}{more})" if paths else ""
 
 
-def files_change(old: Dict[str, int], new: Dict[str, int]) -> Dict[str, List[str]]:
+def _comparable(old: Dict[str, Any], new: Dict[str, Any]) -> Dict[str, Any]:
+  """`new` as `old` records a file: records written before modification times were
+  kept hold only sizes."""
+  if any(isinstance(value, int) for value in old.values()):
+    return {path: value[0] if isinstance(value, list) else value for path, value in new.items()}
+  return new
+
+
+def files_change(old: Dict[str, Any], new: Dict[str, Any]) -> Dict[str, List[str]]:
   """{kind: files} for the kinds relabelled (moved to another class folder, known by the
-  same name and size), added, removed and replaced (same path and class, other size)."""
+  same name, size and time), added, removed and replaced (same path and class, other size
+  or time)."""
+  new = _comparable(old, new)
   gone = {path for path in old if new.get(path) != old[path]}
   came = {path for path in new if old.get(path) != new[path]}
-  by_name_and_size: Dict[Tuple[str, int], List[str]] = {}
+  by_name_and_stat: Dict[Tuple[str, str], List[str]] = {}
   for path in sorted(gone):
-    by_name_and_size.setdefault((os.path.basename(path), old[path]), []).append(path)
+    by_name_and_stat.setdefault((os.path.basename(path), str(old[path])), []).append(path)
   relabelled = []
   for path in sorted(came):
     folder, name = os.path.split(path)
-    sources = [p for p in by_name_and_size.get((name, new[path]), [])
+    sources = [p for p in by_name_and_stat.get((name, str(new[path])), [])
                if os.path.dirname(p) != folder and p in gone]
     if sources:
       gone.discard(sources[0])
@@ -98,7 +125,23 @@ def files_change(old: Dict[str, int], new: Dict[str, int]) -> Dict[str, List[str
           "removed": sorted(gone - came), "replaced": sorted(came & gone)}
 
 
-def describe_files_change(old: Dict[str, int], new: Dict[str, int]) -> str:
+def relabelled_in_file(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
+  """The files of both multi-label fingerprints whose labels (labels.csv) differ."""
+  before, after = old.get("labels"), new.get("labels")
+  if before is None or after is None:
+    return []
+  return sorted(path for path in set(before) & set(after) if before[path] != after[path])
+
+
+def changed(old: Dict[str, Any], new: Dict[str, Any]) -> bool:
+  """Whether two fingerprints of one split differ (an older record read as it was kept)."""
+  if old.get("kind") == new.get("kind") == "files" and "files" in old:
+    return bool(any(files_change(old["files"], new["files"]).values())
+                or relabelled_in_file(old, new))
+  return old["sha256"] != new["sha256"]
+
+
+def describe_files_change(old: Dict[str, Any], new: Dict[str, Any]) -> str:
   """'N relabelled (...), N added (...), ...' (see files_change), kinds without files left
   out."""
   return ", ".join(f"{len(paths)} {kind}{_shown(paths)}"
@@ -111,13 +154,18 @@ def labels_kept(old: Dict[str, Any], new: Dict[str, Any]) -> bool:
   if not old.get("kind") == new.get("kind") == "files" or "files" not in old:
     return False
   change = files_change(old["files"], new["files"])
-  return not (change["relabelled"] or change["added"] or change["removed"])
+  return not (change["relabelled"] or change["added"] or change["removed"]
+              or relabelled_in_file(old, new))
 
 
 def describe_change(old: Dict[str, Any], new: Dict[str, Any]) -> str:
   """What differs between two fingerprints of one split, on one line."""
   if old.get("kind") == new.get("kind") == "files" and "files" in old:
-    return f"files {describe_files_change(old['files'], new['files'])}"
+    parts = [describe_files_change(old["files"], new["files"])]
+    in_file = relabelled_in_file(old, new)
+    if in_file:
+      parts.append(f"{len(in_file)} relabelled in labels.csv{_shown(in_file)}")
+    return "files " + ", ".join(part for part in parts if part)
   keys = [k for k in ("kind", "name", "version", "split", "examples") if old.get(k) != new.get(k)]
   if not keys:
     return "its examples differ (as many as before)"

@@ -43,7 +43,7 @@ def read_labels_file(split_dir: str) -> Dict[str, List[str]]:
     raise errors.InvalidInput(f"{split_dir} has no {LABELS_FILE}; add one with the header "
                               f"row 'path,labels' and a row per image")
   try:
-    rows = list(csv.reader(io.StringIO(storage.read_text(path), newline="")))
+    rows = list(csv.reader(io.StringIO(storage.read_text(path, "utf-8-sig"), newline="")))
   except (OSError, UnicodeDecodeError, csv.Error) as e:
     raise errors.InvalidInput(f"cannot read {path}: {e}; write it as UTF-8 CSV") from None
   if not rows or [cell.strip() for cell in rows[0]] != HEADER:

@@ -11,6 +11,7 @@ per-class sums - column sums) and test scores are made a chunk of rows at a time
 ImageNet-21k's K = 21,843 classes fit.
 """
 
+import math
 import os
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -53,8 +54,9 @@ def ridge_weights(features: np.ndarray, labels: np.ndarray, num_classes: int,
   Solves the smaller system: primal (D+1)^2 when N >= D+1, dual N^2 otherwise; memory
   is O(D^2 + D K) in the primal case, however many examples there are.
   """
-  if l2_reg <= 0:
-    raise errors.InvalidInput(f"l2_reg={l2_reg} must be > 0: the ridge makes the system solvable")
+  if not 0 < l2_reg < math.inf:  # nan too
+    raise errors.InvalidInput(f"l2_reg={l2_reg} must be > 0 and finite: the ridge makes the "
+                              "system solvable")
   labels = np.asarray(labels)
   if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
     raise errors.InvalidInput(
@@ -203,6 +205,18 @@ def split_features(feature_fn, params, dataset: loaders.Dataset, batch_size: int
 # --- During training --------------------------------------------------------------------------
 
 
+def open_probe_dataset(config: ml_collections.ConfigDict) -> loaders.Dataset:
+  """config.dataset opened for few-shot probes, which fit one class per image: multi-label
+  data is refused in one line."""
+  dataset = loaders.open_dataset(config)
+  if dataset.info.multi_label:
+    raise errors.InvalidInput(
+        f"few-shot probes need one class per image, and {config.dataset} is multi-label "
+        f"(any of its {dataset.info.num_classes} classes on an image): pass a "
+        "single-label dataset (class folders or a TFDS name)")
+  return dataset
+
+
 def dataset_key(name: str) -> str:
   """Metric name of a dataset: its TFDS name, or a directory's base name."""
   return os.path.basename(os.path.normpath(os.path.expanduser(name)))
@@ -227,7 +241,7 @@ class Evaluator:
       if key in self.datasets:
         raise errors.InvalidInput(
             f"config.fewshot.datasets names {key!r} twice; give each dataset once")
-      self.datasets[key] = loaders.open_dataset(self._data_config(config, name))
+      self.datasets[key] = open_probe_dataset(self._data_config(config, name))
     self._feature_fn = None
 
   @staticmethod

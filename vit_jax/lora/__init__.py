@@ -19,6 +19,7 @@ arrays from the base checkpoint bit for bit (`python -m vit_jax.lora BASE ADAPTE
 
 import dataclasses
 import functools
+import hashlib
 import io
 import json
 import math
@@ -33,11 +34,12 @@ import numpy as np
 from flax import traverse_util
 
 from vit_jax import config_checks, errors, param_groups, storage
+from vit_jax.checkpoints import npz
 from vit_jax.models import vit
 
 A, B = "lora_a", "lora_b"
 ADAPTERS = "adapters.npz"
-SETTINGS = "lora/settings"  # adapters.npz's JSON entry
+SETTINGS = npz.LORA_SETTINGS  # adapters.npz's JSON entry
 DEFAULT_TARGETS = r"MultiHeadDotProductAttention_1/(query|key|value|out)/kernel$"
 TRAINED = rf"/({A}|{B})$|^(head|mpp_head)/"  # everything else is frozen under LoRA
 Flat = Dict[str, Any]
@@ -216,8 +218,8 @@ def export(raw_params, eval_params, config: ml_collections.ConfigDict,
   params: the frozen base from the raw params (unchanged since the start) and the trained
   leaves from the evaluated ones (the Polyak average, if kept). adapters.npz holds what the
   base file cannot give: the adapters, the trained head, the position embedding (resized to
-  the run's image size) and which of the base's arrays the run used (not a dropped
-  pre_logits, nor the base's head)."""
+  the run's image size), which of the base's arrays the run used (not a dropped
+  pre_logits, nor the base's head) and their sha256 (merging onto another base is refused)."""
   lora = settings(config)
   released = lambda tree: traverse_util.flatten_dict(vit.to_block_layout(tree), sep="/")
   raw = {name: np.asarray(value) for name, value in released(raw_params).items()}
@@ -227,9 +229,31 @@ def export(raw_params, eval_params, config: ml_collections.ConfigDict,
     adapters[POSEMB] = raw[POSEMB]
   base = {name: value for name, value in raw.items() if name not in adapters}
   meta = dict(rank=lora.rank, alpha=lora.alpha, targets=lora.targets, base=sorted(base),
+              base_sha256=base_digest(base),
               class_names=list(class_names) if class_names is not None else None)
   adapters[SETTINGS] = np.array(json.dumps(meta))
   return traverse_util.unflatten_dict(merge(base, adapters), sep="/"), adapters
+
+
+def base_digest(base: Flat) -> str:
+  """A sha256 of the named arrays as float32 (a bf16 or f32 copy of a base alike): the
+  identity of the frozen base that adapters.npz was trained on."""
+  digest = hashlib.sha256()
+  for name in sorted(base):
+    value = np.ascontiguousarray(np.asarray(base[name], np.float32))
+    digest.update(f"{name}{value.shape}".encode())
+    digest.update(value.tobytes())
+  return digest.hexdigest()
+
+
+def base_matches(base: Flat, adapters: Flat) -> Optional[bool]:
+  """Whether `base` holds the very arrays the adapters were trained on; None when
+  adapters.npz records no identity (written before it was kept)."""
+  meta = _settings_of(adapters)
+  if "base_sha256" not in meta:
+    return None
+  used = {name: base[name] for name in meta["base"] if name in base}
+  return base_digest(used) == meta["base_sha256"]
 
 
 def merge(base: Flat, adapters: Flat) -> Flat:

@@ -1,8 +1,10 @@
-"""python -m vit_jax.lora BASE ADAPTERS OUT [--overwrite]
+"""python -m vit_jax.lora BASE ADAPTERS OUT [--overwrite] [--allow_other_base]
 
 Rebuilds a LoRA run's params.npz (merged weights, released layout, the head's class names)
 from the base checkpoint it started from (a file or released name) and the run's
-adapters.npz, bit for bit (see vit_jax.lora.merge).
+adapters.npz, bit for bit (see vit_jax.lora.merge). adapters.npz records a sha256 of the
+base arrays it was trained on: another base of the same shapes is refused unless
+--allow_other_base.
 """
 
 from absl import flags
@@ -10,6 +12,7 @@ from flax import traverse_util
 
 from vit_jax import cli, errors, lora, no_clobber
 from vit_jax.checkpoints import hub, npz
+from vit_jax.console import log
 
 FLAGS = flags.FLAGS
 
@@ -25,7 +28,17 @@ def main(argv, flag_values=FLAGS):
   if lora.SETTINGS not in arrays:
     raise errors.InvalidInput(f"{adapters} holds no {lora.SETTINGS}: pass the adapters.npz "
                               "that a LoRA run (config.lora.rank >= 1) wrote")
-  merged = lora.merge(npz.read_checkpoint(base).flat, arrays)
+  base_arrays = npz.read_checkpoint(base).flat
+  matches = lora.base_matches(base_arrays, arrays)
+  if matches is None:
+    log.warning("%s records no identity of its base (written before one was kept): %s "
+                "is not checked to be the checkpoint the run started from", adapters, base)
+  elif not matches and not flag_values.allow_other_base:
+    raise errors.InvalidInput(
+        f"{adapters} were trained from another base than {base} (its frozen arrays "
+        "differ): pass the checkpoint the run started from (its config.json's pretrained), "
+        "or --allow_other_base to merge onto this one anyway")
+  merged = lora.merge(base_arrays, arrays)
   npz.save_npz(traverse_util.unflatten_dict(merged, sep="/"), out,
                class_names=lora.class_names(arrays))
   print(f"wrote {out}: {base} with the adapters and head of {adapters}")
@@ -34,6 +47,9 @@ def main(argv, flag_values=FLAGS):
 def define_flags(flag_values=flags.FLAGS) -> None:
   """The command's flags; not defined on import, so importers' flags stay their own."""
   flags.DEFINE_boolean("overwrite", False, no_clobber.OVERWRITE_HELP, flag_values=flag_values)
+  flags.DEFINE_boolean("allow_other_base", False, "merge onto a BASE whose arrays differ from "
+                       "those the adapters were trained on (same shapes): another model",
+                       flag_values=flag_values)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ pretrained (a released or local checkpoint to start from), model_name and model.
 architecture).
 """
 
+import math
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import flax.linen as nn
@@ -90,20 +91,48 @@ def check_class_weights(config: ml_collections.ConfigDict,
   if weights is None or weights == "balanced":
     return
   if not isinstance(weights, (list, tuple)) or not all(
-      isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0 for w in weights):
+      isinstance(w, (int, float)) and not isinstance(w, bool) and 0 <= w < math.inf
+      for w in weights):
     raise errors.InvalidInput(
-        f"config.class_weights={weights!r}: give 'balanced' or a list of numbers >= 0, one "
-        "per class (None: unweighted)")
+        f"config.class_weights={weights!r}: give 'balanced' or a list of finite numbers "
+        ">= 0, one per class (None: unweighted)")
+  if weights and not any(weights):
+    raise errors.InvalidInput(
+        f"config.class_weights={weights!r} are all 0: every loss would be 0 and nothing would "
+        "train; weigh the classes to learn > 0 (None: unweighted)")
   if num_classes is not None and len(weights) != num_classes:
     raise errors.InvalidInput(
         f"config.class_weights has {len(weights)} weights but the dataset has {num_classes} "
         "classes; give one per class, in class order (or 'balanced')")
 
 
+def check_label_information(info) -> None:
+  """Multi-label data whose every train image carries every label has nothing to learn
+  (and scores mAP 1.0 on the same kind of eval data): refused. A label on every train
+  image is learned as a constant, its AP telling nothing: warned, naming it."""
+  counts = info.train_class_counts
+  if not info.multi_label or counts is None or not info.num_train:
+    return
+  always = [name for name, count in zip(info.class_names, counts) if count == info.num_train]
+  shown = ", ".join(repr(name) for name in always[:4]) + (
+      f" (+{len(always) - 4} more)" if len(always) > 4 else "")
+  if len(always) == len(counts):
+    raise errors.InvalidInput(
+        f"every one of the {info.num_train} training images carries every label ({shown}): "
+        "there is nothing to learn and mAP would be 1.0 by construction; label each image "
+        "with the labels it shows")
+  if always:
+    log.warning("label(s) %s are on every one of the %d training images: the model learns "
+                "them as always present, and their AP (in mAP) tells nothing; drop them or "
+                "add images without them", shown, info.num_train)
+
+
 def resolve(config: ml_collections.ConfigDict, info) -> None:
   """Fills in, in place, what the loss settings mean for the data (`info`:
   pipeline.DatasetInfo): loss='auto' by the kind of labels, class_weights='balanced' from
-  the train split's class counts; a weight list of the wrong length is refused."""
+  the train split's class counts; a weight list of the wrong length, or labels with
+  nothing to learn (check_label_information), are refused."""
+  check_label_information(info)
   with config.unlocked():
     if config.loss == AUTO:
       config.loss = loss_name(config, info.multi_label)

@@ -6,10 +6,11 @@ same command would silently give the resumed run other labels. So the first run 
 the class names in label order, the dataset's identity (source, splits, their sizes) and a
 fingerprint of each split (vit_jax.data.fingerprint: two class folders swapped keep the
 class list, not the fingerprints). A resume refuses a different class list in one line
-that shows the difference, and changed data in one line that counts the files relabelled,
-added, removed or replaced; files only replaced in place (a corrupt image fixed) keep
-every label, so they only warn. --config.allow_data_change=True goes on with changed data
-(not with other classes). Every change a resume accepts is recorded under `data_changes`.
+that shows the difference, and changed data in one line that counts the files relabelled
+(another class folder, or other labels in a multi-label folder's labels.csv), added,
+removed or replaced (what is and is not detected: docs/fingerprint.md); files only replaced
+in place (a corrupt image fixed) keep every label, so they only warn.
+--config.allow_data_change=True goes on with changed data (not with other classes). Every change a resume accepts is recorded under `data_changes`.
 """
 
 import json
@@ -107,7 +108,7 @@ def check_resume(workdir: str, record: Dict[str, Any], *, step: int,
   before = saved.get("fingerprints", {})
   changed = {split: fingerprint.describe_change(before[split], value)
              for split, value in record["fingerprints"].items()
-             if value["sha256"] != before.get(split, value)["sha256"]}
+             if fingerprint.changed(before.get(split, value), value)}
   relabelling = {split: text for split, text in changed.items()
                  if not fingerprint.labels_kept(before[split], record["fingerprints"][split])}
   if relabelling and not allow_change:

@@ -47,6 +47,30 @@ class WorkdirError(errors.InvalidInput):
   """A workdir that cannot be used; the message names it and the fix."""
 
 
+# Schemes a workdir may have beside local paths: what orbax's checkpoints, the lock's
+# create-if-absent and every writer are known to work on (tests/test_train_gcs.py).
+WORKDIR_SCHEMES = ("gs",)
+
+
+def resolve(workdir: str) -> str:
+  """The workdir as runs name it: file:///PATH is the local PATH; a URL of another
+  scheme than WORKDIR_SCHEMES is refused in one line, before anything is written."""
+  workdir = os.fspath(workdir)
+  if not storage.is_url(workdir):
+    return workdir
+  scheme, rest = workdir.split("://", 1)
+  if scheme == "file":
+    host, slash, path = rest.partition("/")
+    if host not in ("", "localhost") or not slash:
+      raise WorkdirError(f"--workdir={workdir}: a file:// URL names a local path, "
+                         "file:///PATH (three slashes): pass that PATH")
+    return "/" + path
+  if scheme not in WORKDIR_SCHEMES:
+    raise WorkdirError(f"--workdir={workdir}: {scheme}:// cannot hold a run (its checkpoints "
+                       "and lock); pass a local path or a gs://BUCKET/PATH URL")
+  return workdir
+
+
 def _prepare_url(workdir: str) -> bool:
   """Object stores have no folders to create; checks that the store answers and that
   the workdir is not an object. Writability shows when the lock is created."""
@@ -59,6 +83,8 @@ def _prepare_url(workdir: str) -> bool:
       raise WorkdirError(f"--workdir={workdir} is an object, not a folder: pass a prefix "
                          "that holds no object of that name")
     return not storage.isdir(workdir)
+  except storage.UnsupportedURL as e:
+    raise WorkdirError(f"cannot use --workdir={workdir}: {e}") from None
   except (OSError, ValueError) as e:  # auth, unknown bucket, unreachable endpoint
     raise WorkdirError(f"cannot use --workdir={workdir}: {' '.join(str(e).split())[:300]}; "
                        "check the bucket name and your credentials (gcloud auth "
