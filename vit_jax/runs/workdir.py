@@ -10,7 +10,7 @@ run takes it over:
   * another host: stale when its heartbeat (the file's mtime, touched every
     HEARTBEAT_S by the holder) is older than STALE_AFTER_S.
 The workdir may be a local path or an object-store URL (gs://): everything here goes
-through runs/storage.py. On GCS the lock is created with the precondition "no live object"
+through vit_jax/storage.py. On GCS the lock is created with the precondition "no live object"
 and a stale one is deleted only at the generation that was judged stale, so of two runs
 racing for it exactly one wins, as with O_EXCL and rename on a local disk.
 """
