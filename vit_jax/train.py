@@ -17,13 +17,14 @@ import ml_collections
 import numpy as np
 
 from vit_jax import config_checks, errors, lora, objectives, optim, param_groups, sharding, storage
+from vit_jax import workdir_files
 from vit_jax import train_step, trainer
 from vit_jax import evaluators as evaluators_lib
 from vit_jax.checkpoints import formats, hub, released
 from vit_jax.console import log
 from vit_jax.data import device_batches, pipeline, splits
 from vit_jax.models import attention, zoo
-from vit_jax.runs import class_report, dataset_record, files, metrics, outputs
+from vit_jax.runs import class_report, dataset_record, metrics, outputs
 from vit_jax.runs import preemption, train_state
 from vit_jax.runs import workdir as workdir_lib
 
@@ -194,7 +195,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
   if finished is not None:
     log.info("already finished at step %d; results in %s (%s, %s, %s): pass a larger "
              "--config.total_steps to train on, or use a new --workdir", latest_step, workdir,
-             files.PARAMS, files.METRICS, files.FINAL_METRICS)
+             workdir_files.PARAMS, workdir_files.METRICS, workdir_files.FINAL_METRICS)
     return finished
   record = dataset_record.describe(config, dataset.info, dataset.fingerprints())
   changed_record = None
@@ -221,7 +222,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
       if not changed:
         raise
       raise train_state.CheckpointRestoreError(
-          f"{e}; changed since the run started ({files.CONFIG}): "
+          f"{e}; changed since the run started ({workdir_files.CONFIG}): "
           f"{', '.join(changed)}") from None
     log.info("resumed from step %d (checkpoint in %s)", resume_step, checkpointer.directory)
   elif host_params is not None:
@@ -242,7 +243,7 @@ def _run(config, workdir: str, mesh, started: float, dataset: pipeline.Dataset,
       num_params = outputs.write_parameter_table(state.params, workdir, columns)
       log.info("%s (table in %s)", param_groups.trained_summary(columns, state.params,
                                                                 state.opt_state),
-               storage.join(workdir, files.PARAMETER_TABLE))
+               storage.join(workdir, workdir_files.PARAMETER_TABLE))
       writer.write_hparams({"num_params": num_params})
 
   # --- Loop -------------------------------------------------------------------------------

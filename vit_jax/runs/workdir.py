@@ -29,9 +29,8 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from vit_jax.runs import files
 
-from vit_jax import errors, storage
+from vit_jax import errors, storage, workdir_files
 
 HEARTBEAT_S = 15.0
 STALE_AFTER_S = 90.0  # six missed heartbeats: a restarted job waits at most this long
@@ -132,7 +131,7 @@ class WorkdirLock:
   """Exclusive use of a workdir by one job; `release()` (or the context) gives it back."""
 
   def __init__(self, workdir: str):
-    self.path = storage.join(workdir, files.LOCK)
+    self.path = storage.join(workdir, workdir_files.LOCK)
     self.workdir = workdir
     self._stop = threading.Event()
     self._heartbeat: Optional[threading.Thread] = None
