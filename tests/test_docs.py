@@ -92,3 +92,12 @@ def test_every_command_in_the_table_exists_with_a_main(command):
     source = pathlib.Path(spec.origin).read_text(encoding="utf-8")
   assert re.search(r"^def main\(", source, re.M), f"{command} defines no main()"
   assert re.search(r"^if __name__ == .__main__.:", source, re.M), f"{command} does not run main()"
+
+
+def test_ci_runs_the_readme_test_command():
+  """.ci/run's install and pytest lines are the README's test command, word for word."""
+  readme = README.read_text(encoding="utf-8")
+  ci = [line for line in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+        if line.startswith(("pip install", "python -m pytest"))]
+  assert len(ci) == 2
+  assert f"python3 -m venv .venv && . .venv/bin/activate && {ci[0]} && {ci[1]}\n" in readme
