@@ -32,7 +32,7 @@ def test_cli_writes_a_table_and_json(tmp_path, capsys):
   run_command("--model=Ti/16", "--mode=infer", "--batch=2", "--image-size=32",
               "--steps=3", f"--json={out}", "--peak_tflops=1")
   row = table(capsys.readouterr().out)
-  # The columns README's "Speed" section lists.
+  # The columns docs/speed.md lists.
   assert (row["model"], row["size"]) == ("ViT-Ti_16", "32") and float(row["compile_s"]) > 0
   assert float(row["min_s"]) <= float(row["median_s"]) <= float(row["max_s"])
   assert float(row["img/s/dev"]) == pytest.approx(float(row["img/s"]) / jax.device_count(),

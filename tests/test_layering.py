@@ -1,7 +1,9 @@
 """The package's import graph, read from the source (nothing imported), against the five
-floors the code is built in: a module imports only from its own floor or below, units
-(a package, or a module at the top of vit_jax) import each other without cycles, and only
-commands import the loop (vit_jax.train)."""
+floors the code is built in. A floor is given to a folder (a package under vit_jax/, every
+module in it included) or to a module at the top of vit_jax/, never to a module inside a
+folder: a file is on the floor of the folder that holds it. A module imports only from its
+own floor or below, no two units (folders or top modules) import each other, directly or
+round a cycle, and only commands import the loop (vit_jax.train)."""
 
 import ast
 import pathlib
@@ -12,25 +14,24 @@ PACKAGE = pathlib.Path(REPO) / "vit_jax"
 BASE, MODELS_DATA, CHECKPOINTS, LIBRARY, TOP = range(5)
 FLOOR_NAMES = ("base", "models and data", "checkpoints", "training library",
                "loop and commands")
-# Unit (a package or module, relative to vit_jax) -> floor. A module belongs to the longest
-# unit its name starts with; a command (a module with a __main__ entry, found below) that
-# no row names itself is on the top floor.
+# Unit (a folder under vit_jax/, or a module at its top) -> floor. A command at the top (a
+# module with a __main__ entry, found below) that no row names is on the top floor.
 FLOORS = {
     "errors": BASE, "console": BASE,
     # The storage layer: every file and URL read or written; what a command may write over.
     "storage": BASE, "no_clobber": BASE,
     "platforms": BASE,  # which JAX platforms start: before anything starts a backend
     "config_checks": BASE,  # the run's counts and the rules every owner refuses a value by
-    "runs.files": BASE,  # the workdir's file names: a leaf, so any owner may name them
+    "workdir_files": BASE,  # the workdir's file names: a leaf, so any owner may name them
+    "cli": BASE,  # the command-line layer (flags, usage errors): any command's, lora's too
     "models": MODELS_DATA, "data": MODELS_DATA,
     "checkpoints": CHECKPOINTS,  # released weights and their formats
-    # Maintainer's command that rebuilds the Hub table checkpoints.hub reads.
-    "checkpoints.hub_table": CHECKPOINTS,
     "optim": LIBRARY, "param_groups": LIBRARY, "lora": LIBRARY, "sharding": LIBRARY,
     "objectives": LIBRARY, "train_step": LIBRARY, "trainer": LIBRARY,
     "evaluators": LIBRARY, "runs": LIBRARY, "config_defaults": LIBRARY,
     "tpu_slices": LIBRARY, "planner": LIBRARY, "fit_search": LIBRARY, "throughput": LIBRARY,
-    "train": TOP, "cli": TOP,
+    "train": TOP,
+    "vtab_runner": TOP, "vtab_report": TOP,  # python -m vit_jax.vtab's runs and its table
     "export": TOP,  # the export command's own package
     "": TOP,  # vit_jax/__init__.py: the public API (create_model, load_npz, save_npz)
 }
@@ -76,25 +77,23 @@ def read_package():
 GRAPH, COMMANDS = read_package()
 
 
-def unit_of(module: str):
-  """The FLOORS row a module belongs to; a command no row names is its own unit; None for a
-  module no row places."""
-  if module in FLOORS:
-    return module
-  if module in COMMANDS:
-    return module
-  rows = [row for row in FLOORS if row and module.startswith(row + ".")]
-  return max(rows, key=len) if rows else None
+def unit_of(module: str) -> str:
+  """The folder that holds a module (its first name under vit_jax), or the module itself
+  at the top; "" for vit_jax/__init__.py."""
+  return module.split(".")[0]
 
 
 def floor_of(module: str) -> int:
   unit = unit_of(module)
-  return FLOORS.get(unit, TOP)
+  return FLOORS[unit] if unit in FLOORS else TOP
 
 
-def test_every_module_has_a_floor_and_every_row_a_module():
-  assert not sorted(m for m in GRAPH if unit_of(m) is None), "modules on no floor (FLOORS)"
-  assert not sorted(set(FLOORS) - set(GRAPH)), "FLOORS rows naming no module or package"
+def test_floors_are_given_to_folders_and_top_modules_only():
+  units = {unit_of(module) for module in GRAPH}
+  assert not sorted(row for row in FLOORS if "." in row), "rows naming a module in a folder"
+  assert not sorted(set(FLOORS) - units), "FLOORS rows naming no folder or top module"
+  unplaced = sorted(unit for unit in units if unit not in FLOORS and unit not in COMMANDS)
+  assert not unplaced, f"folders or modules on no floor (FLOORS): {unplaced}"
 
 
 def test_the_commands_are_found():
@@ -145,10 +144,18 @@ def test_no_import_cycles_between_modules():
 
 
 def test_no_import_cycles_between_units():
+  """Counted by folder: no two folders (or top modules) import each other, directly or
+  round a longer cycle."""
   edges = {}
   for module, imports in GRAPH.items():
     edges.setdefault(unit_of(module), set()).update(
-        unit_of(m) for m in imports
-        if unit_of(m) != unit_of(module))
+        unit_of(m) for m in imports if unit_of(m) != unit_of(module))
   cycles = find_cycles(edges)
   assert not cycles, "import cycles between packages: " + "; ".join(cycles)
+
+
+def test_the_checks_see_a_cycle_and_an_upward_import():
+  """The walk finds a two-unit and a three-unit cycle, and a floor is the folder's."""
+  assert find_cycles({"a": {"b"}, "b": {"a"}}) == ["a -> b -> a"]
+  assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a -> b -> c -> a"]
+  assert floor_of("runs.anything") == FLOORS["runs"] and floor_of("checkpoints.npz") == CHECKPOINTS

@@ -82,7 +82,7 @@ def test_frozen_parameters_stay_bit_identical_and_have_no_optimizer_state():
   after = flat(state.params)
   for name in start:
     if name.startswith("head/"):
-      assert not np.array_equal(after[name], start[name])
+      assert np.abs(after[name] - start[name]).max() > 1e-2, name  # two Adam steps: ~lr each
     else:
       np.testing.assert_array_equal(after[name], start[name], err_msg=name)
   state_shapes = {x.shape for x in jax.tree.leaves(state.opt_state)}
@@ -104,7 +104,9 @@ def test_freeze_steps_unfreezes_at_that_step():
   for _ in range(3):
     before = encoder(state)
     state, _ = step(state, batch, jax.random.PRNGKey(1))
-    moved.append(not np.array_equal(encoder(state), before))
+    change = np.abs(encoder(state) - before).max()
+    assert change == 0 or change > 1e-2, change  # frozen: not at all; training: a real step
+    moved.append(bool(change))
   assert moved == [False, False, True]
   trains = param_groups.table_columns(state.params, config)["trains"]
   assert trains["Transformer/encoder_norm/scale"] == "from step 2" and trains["head/bias"] == "yes"

@@ -1,4 +1,4 @@
-"""The VTAB-1k runner (vit_jax.runs.vtab) and its command (vit_jax.vtab): real tiny
+"""The VTAB-1k runner (vit_jax.vtab_runner) and its command (vit_jax.vtab): real tiny
 runs on image folders, group means and the table, the sweep, reruns, usage errors."""
 
 import json
@@ -17,7 +17,7 @@ from conftest import REPO, init_params, tiny_model
 from helpers import read_metrics, write_image
 from vit_jax import cli, no_clobber, save_npz, storage, train
 from vit_jax import vtab as command
-from vit_jax.runs import vtab
+from vit_jax import vtab_runner as vtab  # the runs; `command` is python -m vit_jax.vtab
 
 FOLDERS = {"alpha": 0, "beta": 3, "gamma": 6}  # folder -> test images with the wrong label
 TINY = {"batch": 16, "batch_eval": 16, "total_steps": 4, "accum_steps": 1, "pp.crop": 16,

@@ -18,13 +18,14 @@ import ml_collections
 import numpy as np
 
 from vit_jax import config_checks, errors, lora, objectives, optim, param_groups, sharding, storage
+from vit_jax import workdir_files
 from vit_jax import train_step, trainer
 from vit_jax import evaluators as evaluators_lib
 from vit_jax.checkpoints import formats, hub, released
 from vit_jax.console import log
 from vit_jax.data import device_batches, loaders, splits
 from vit_jax.models import attention, zoo
-from vit_jax.runs import class_report, dataset_record, files, metrics, outputs
+from vit_jax.runs import class_report, dataset_record, metrics, outputs
 from vit_jax.runs import preemption, train_state
 from vit_jax.runs import workdir as workdir_lib
 
@@ -226,7 +227,8 @@ def _run(job: Job) -> Dict[str, float]:
   if finished is not None:
     log.info("already finished at step %d; results in %s (%s, %s, %s): pass a larger "
              "--config.total_steps to train on, or use a new --workdir", latest_step,
-             job.workdir, files.PARAMS, files.METRICS, files.FINAL_METRICS)
+             job.workdir, workdir_files.PARAMS, workdir_files.METRICS,
+             workdir_files.FINAL_METRICS)
     return finished
   record = dataset_record.describe(job.config, job.dataset.info, job.dataset.fingerprints())
   changed_record = None
@@ -264,7 +266,7 @@ def _initial_state(job: Job, run: trainer.Trainer, host_params, latest_step):
       if not changed:
         raise
       raise train_state.CheckpointRestoreError(
-          f"{e}; changed since the run started ({files.CONFIG}): "
+          f"{e}; changed since the run started ({workdir_files.CONFIG}): "
           f"{', '.join(changed)}") from None
     log.info("resumed from step %d (checkpoint in %s)", resume_step, job.checkpointer.directory)
     return state, resume_step
@@ -288,7 +290,7 @@ def _write_start_files(job: Job, state, resume_step: Optional[int], record: dict
     num_params = outputs.write_parameter_table(state.params, job.workdir, columns)
     log.info("%s (table in %s)", param_groups.trained_summary(columns, state.params,
                                                               state.opt_state),
-             storage.join(job.workdir, files.PARAMETER_TABLE))
+             storage.join(job.workdir, workdir_files.PARAMETER_TABLE))
     writer.write_hparams({"num_params": num_params})
 
 

@@ -6,16 +6,15 @@ DIR/<task>/, then writes DIR/vtab.json and DIR/vtab.md and prints the table. --t
 takes task names, groups (natural, specialized, structured) and image directories;
 --lr_sweep first selects lr and schedule on the 200-example validation sets. Any config
 key can be overridden (--config.batch=64 --config.pp.crop=224). Rerunning the same
-command resumes: finished runs are skipped. The runs are in vit_jax.runs.vtab.
+command resumes: finished runs are skipped. The runs are in vit_jax.vtab_runner.
 """
 
 from absl import flags
 from ml_collections import config_flags
 
-from vit_jax import cli, console, errors, no_clobber
+from vit_jax import cli, console, errors, no_clobber, vtab_report, vtab_runner
 from vit_jax.checkpoints import hub
 from vit_jax.data import vtab as tasks_lib
-from vit_jax.runs import vtab, vtab_report
 from vit_jax.runs import workdir as workdir_lib
 
 
@@ -33,21 +32,21 @@ def main(argv, flag_values=flags.FLAGS):
     sweep = (cli.positive_numbers(flag_values.sweep_lrs, float, "sweep_lrs"),
              cli.positive_numbers(flag_values.sweep_steps, int, "sweep_steps"))
   try:
-    vtab.check_overrides(overrides, sweep is not None)
-    vtab.resolve_tasks(flag_values.tasks)
+    vtab_runner.check_overrides(overrides, sweep is not None)
+    vtab_runner.resolve_tasks(flag_values.tasks)
   except errors.InvalidInput as e:
     raise cli.UsageError(str(e)) from None
   cli.keep_tensorflow_off_accelerators()
   from vit_jax import train  # jax and the models: only once the flags are right
   try:
-    report = vtab.run_benchmark(flag_values.config, flag_values.tasks,
-                                checkpoint=flag_values.checkpoint,
-                                workdir=workdir_lib.resolve(flag_values.workdir),
-                                overrides=overrides, sweep=sweep,
-                                select=flag_values.sweep_select,
-                                train_fn=train.train_and_evaluate,
-                                overwrite=flag_values.overwrite)
-  except vtab.Preempted as e:
+    report = vtab_runner.run_benchmark(flag_values.config, flag_values.tasks,
+                                       checkpoint=flag_values.checkpoint,
+                                       workdir=workdir_lib.resolve(flag_values.workdir),
+                                       overrides=overrides, sweep=sweep,
+                                       select=flag_values.sweep_select,
+                                       train_fn=train.train_and_evaluate,
+                                       overwrite=flag_values.overwrite)
+  except vtab_runner.Preempted as e:
     console.log.warning("%s", e)
     return
   print(vtab_report.format_table(report), end="")
@@ -57,7 +56,7 @@ def define_flags(flag_values=flags.FLAGS) -> None:
   """The command's flags; not defined on import, so importers' flags stay their own."""
   define = dict(flag_values=flag_values)
   config_flags.DEFINE_config_dict(
-      "config", vtab.base_config(), "The settings every task starts from (the paper's VTAB "
+      "config", vtab_runner.base_config(), "The settings every task starts from (the paper's VTAB "
       "setting); override any key: --config.batch=64.", lock_config=True, **define)
   flags.DEFINE_string("checkpoint", None, "The checkpoint to fine-tune. " +
                       hub.CHECKPOINT_HELP, **define)
@@ -68,11 +67,11 @@ def define_flags(flag_values=flags.FLAGS) -> None:
                     "(train/<class>/, test/<class>/); default: all 19.", **define)
   flags.DEFINE_boolean("lr_sweep", False, "Select lr and steps per task on val200 (runs "
                        "trained on train800) before the final run.", **define)
-  flags.DEFINE_list("sweep_lrs", [f"{lr:g}" for lr in vtab.SWEEP_LRS], "Learning rates "
+  flags.DEFINE_list("sweep_lrs", [f"{lr:g}" for lr in vtab_runner.SWEEP_LRS], "Learning rates "
                     "of the sweep.", **define)
-  flags.DEFINE_list("sweep_steps", [str(s) for s in vtab.SWEEP_STEPS], "Schedule lengths "
+  flags.DEFINE_list("sweep_steps", [str(s) for s in vtab_runner.SWEEP_STEPS], "Schedule lengths "
                     "(steps) of the sweep.", **define)
-  flags.DEFINE_enum("sweep_select", "mean", vtab.SELECTIONS, "mean: the setting with the "
+  flags.DEFINE_enum("sweep_select", "mean", vtab_runner.SELECTIONS, "mean: the setting with the "
                     "best mean val200 accuracy, for all tasks (the paper's choice); task: the "
                     "best setting per task.", **define)
   flags.DEFINE_boolean("overwrite", False, no_clobber.OVERWRITE_HELP + " For --workdir: one "

@@ -3,8 +3,8 @@
 import json
 import os
 
-from vit_jax import storage
-from vit_jax.runs import files, metrics
+from vit_jax import storage, workdir_files
+from vit_jax.runs import metrics
 
 
 def test_jsonl_and_tensorboard(tmp_path):
@@ -62,8 +62,9 @@ def test_final_summary_names_the_result_and_every_output():
   assert summary.splitlines()[:2] == [
       "done: trained steps 5-10 of 10 in 1m15s, 1,234 img/s after compilation",
       "  eval accuracy 0.9000, loss 0.2500 on 300 examples"]
-  assert f"params:      /w/{files.PARAMS}" in summary
-  assert f"metrics:     /w/{files.METRICS} (final: {files.FINAL_METRICS})" in summary
+  assert f"params:      /w/{workdir_files.PARAMS}" in summary
+  assert (f"metrics:     /w/{workdir_files.METRICS} (final: {workdir_files.FINAL_METRICS})"
+          in summary)
   assert summary.endswith("checkpoints: /w/ckpt (steps 8, 10)")
   spaced = metrics.final_summary(
       workdir="/path/my run", steps=(4, 10), seconds=75, img_per_sec=None,
@@ -87,7 +88,7 @@ def test_on_object_stores_each_write_is_one_small_object_merged_once(gcs, tmp_pa
   writer = metrics.create_writer(workdir, is_main_process=True)
   for step in (0, 10, 20, 30):
     writer.write_scalars(step, {"train/loss": float(step)})
-  folder = f"{workdir}/{files.METRIC_PARTS}"
+  folder = f"{workdir}/{workdir_files.METRIC_PARTS}"
   parts = [f"{folder}/{name}" for name in storage.listdir(folder)]
   assert [storage.read_text(part).count("\n") for part in parts] == [1, 1, 1, 1]
   assert [row["step"] for row in metrics.read_rows(workdir)] == [0, 10, 20, 30]
@@ -103,7 +104,7 @@ def test_on_object_stores_each_write_is_one_small_object_merged_once(gcs, tmp_pa
   assert metrics.read_rows(workdir) == rows
   assert storage.read_text(f"{workdir}/metrics.superseded.jsonl").splitlines() == [
       '{"step": 30, "train/loss": 30.0}']
-  assert storage.listdir(f"{workdir}/{files.METRIC_PARTS}") == []
+  assert storage.listdir(f"{workdir}/{workdir_files.METRIC_PARTS}") == []
 
   events = [name for name in storage.listdir(workdir) if name.startswith("events.out.tfevents")]
   assert len(events) == 5

@@ -5,7 +5,8 @@ import json
 import ml_collections
 
 from conftest import init_params, tiny_model
-from vit_jax.runs import files, outputs
+from vit_jax import workdir_files
+from vit_jax.runs import outputs
 
 
 def test_a_run_is_finished_only_with_both_result_files_and_the_last_step(tmp_path):
@@ -14,7 +15,7 @@ def test_a_run_is_finished_only_with_both_result_files_and_the_last_step(tmp_pat
   assert outputs.finished_results(str(tmp_path), 10, 10) == {"eval/accuracy": 0.5}
   assert outputs.finished_results(str(tmp_path), 8, 10) is None  # asked to train on
   assert outputs.finished_results(str(tmp_path), None, 10) is None  # no checkpoint
-  (tmp_path / files.PARAMS).unlink()  # killed between the last save and params.npz
+  (tmp_path / workdir_files.PARAMS).unlink()  # killed between the last save and params.npz
   assert outputs.finished_results(str(tmp_path), 10, 10) is None
 
 

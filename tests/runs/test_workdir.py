@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from vit_jax import storage
-from vit_jax.runs import files, workdir
+from vit_jax import storage, workdir_files
+from vit_jax.runs import workdir
 
 HOLD_LOCK = """
 import sys, time
@@ -65,10 +65,10 @@ def test_a_live_holder_in_another_process_is_refused_with_host_and_pid(tmp_path)
     holder.kill()
     holder.wait()
   # SIGKILL left the lock behind: it is stale (its pid is gone) and is taken over.
-  assert json.loads((tmp_path / files.LOCK).read_text())["pid"] == holder.pid
+  assert json.loads((tmp_path / workdir_files.LOCK).read_text())["pid"] == holder.pid
   with workdir.WorkdirLock(str(tmp_path)):
-    assert json.loads((tmp_path / files.LOCK).read_text())["pid"] == os.getpid()
-  assert not (tmp_path / files.LOCK).exists()  # released
+    assert json.loads((tmp_path / workdir_files.LOCK).read_text())["pid"] == os.getpid()
+  assert not (tmp_path / workdir_files.LOCK).exists()  # released
 
 
 def test_staleness_rules():
@@ -84,7 +84,7 @@ def test_staleness_rules():
 
 
 def test_a_half_written_lock_of_a_dead_holder_expires_by_its_age(tmp_path):
-  lock = tmp_path / files.LOCK
+  lock = tmp_path / workdir_files.LOCK
   lock.write_text("{")
   with pytest.raises(workdir.WorkdirError):
     workdir.WorkdirLock(str(tmp_path)).acquire()
@@ -95,7 +95,7 @@ def test_a_half_written_lock_of_a_dead_holder_expires_by_its_age(tmp_path):
 
 def test_an_empty_lock_is_described_and_taken_over_within_seconds(tmp_path):
   """What a run leaves when its disk turns read-only as it creates the lock: 0 bytes."""
-  lock = tmp_path / files.LOCK
+  lock = tmp_path / workdir_files.LOCK
   lock.write_bytes(b"")
   with pytest.raises(workdir.WorkdirError, match="in use by another run \\(a lock written at "
                      ".* that names no holder; it is taken over 10 s after it was written\\)"):
@@ -152,10 +152,10 @@ def test_gcs_workdirs_lock_like_local_ones(gcs):
   with pytest.raises(workdir.WorkdirError, match=f"in use by another run .*pid {os.getpid()},"):
     workdir.WorkdirLock(root).acquire()
   lock.release()
-  assert not storage.exists(f"{root}/{files.LOCK}")
+  assert not storage.exists(f"{root}/{workdir_files.LOCK}")
   dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                         capture_output=True, text=True, check=True).stdout.strip()
-  storage.write_atomic(f"{root}/{files.LOCK}", json.dumps(
+  storage.write_atomic(f"{root}/{workdir_files.LOCK}", json.dumps(
       {"host": socket.gethostname(), "pid": int(dead), "started": time.time() - 5}))
   workdir.WorkdirLock(root).acquire().release()  # a dead holder on this host: taken over
   storage.write_atomic(f"{root}/results.txt", "keep me")

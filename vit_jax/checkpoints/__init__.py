@@ -1,2 +1,3 @@
-"""Checkpoint files: the released .npz layout (read, write, resolve, fetch) and the orbax
-train state a run resumes from."""
+"""Released weights and their formats: the .npz layout (read, write, check), the names and
+their Hub mirrors (resolve, fetch), and timm / Hugging Face / big_vision files read and
+written as that layout. A run's own orbax train state is runs/train_state.py."""

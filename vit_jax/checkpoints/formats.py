@@ -24,10 +24,10 @@ from typing import Any, Dict, Tuple
 import ml_dtypes
 import numpy as np
 
-from vit_jax import console, errors, storage
+from vit_jax import console, errors, storage, workdir_files
 from vit_jax.checkpoints import (config_consistency, hf_layout, npz_layout, timm_layout,
                                  torch_layout, transfer)
-from vit_jax.runs import files
+
 
 Flat = Dict[str, np.ndarray]
 SAFETENSORS = ".safetensors"
@@ -174,7 +174,7 @@ def _locate(path: str) -> Tuple[str, Dict[str, Any]]:
     for name in WEIGHT_FILES:
       if os.path.isfile(os.path.join(path, name)):
         return os.path.join(path, name), config
-    params = os.path.join(path, files.PARAMS)
+    params = os.path.join(path, workdir_files.PARAMS)
     if os.path.isfile(params):  # its config.json is the run's, not a model's
       raise FormatError(f"is a vit_jax run's workdir, not a model folder: pass {params}")
     raise FormatError(f"has {CONFIG} but none of the weight files {', '.join(WEIGHT_FILES)}")

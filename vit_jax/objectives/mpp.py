@@ -49,11 +49,11 @@ import ml_collections
 import numpy as np
 import optax
 
-from vit_jax import errors
+from vit_jax import errors, workdir_files
 from vit_jax.console import log
 from vit_jax.models import mpp as mpp_model
 from vit_jax.models import zoo
-from vit_jax.runs import files
+
 
 TARGETS = ("mean_color", "downsized_4x4", "l2_patch")
 DOWNSIZED_GRID = 4  # downsized_4x4: cells per patch side
@@ -256,7 +256,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   if config.pretrained is not None:
     raise errors.InvalidInput(
         "config.objective='mpp' pre-trains from scratch: set "
-        f"config.pretrained=None (fine-tune from the run's {files.PARAMS} after)")
+        f"config.pretrained=None (fine-tune from the run's {workdir_files.PARAMS} after)")
   architecture = zoo.get_architecture(config.model_name)
   patch_size = config.model.get("patch_size", architecture.patch_size)
   if config.model.get("resnet_stages", architecture.resnet_stages) is not None:
@@ -325,7 +325,7 @@ def export_backbone(params: Dict[str, Any]) -> Dict[str, Any]:
   backbone["head"] = {"kernel": np.zeros((hidden, EXPORTED_CLASSES), np.float32),
                       "bias": np.zeros((EXPORTED_CLASSES,), np.float32)}
   log.info("%s: the MPP backbone, [mask] embedding and prediction head dropped, with a "
-           "zero %d-class head (replaced when fine-tuning)", files.PARAMS, EXPORTED_CLASSES)
+           "zero %d-class head (replaced when fine-tuning)", workdir_files.PARAMS, EXPORTED_CLASSES)
   return backbone
 
 

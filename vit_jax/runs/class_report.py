@@ -10,9 +10,9 @@ Reports are keyed like the metrics: 'eval/<set>' for every set, and 'eval' (or
 import json
 from typing import Dict, Mapping
 
-from vit_jax import storage
+from vit_jax import storage, workdir_files
 from vit_jax.evaluators.per_class import ClassReport
-from vit_jax.runs import confusion_plot, files
+from vit_jax.runs import confusion_plot
 
 PRIMARY = "eval"  # the reports key of the primary set's report on the evaluated params
 
@@ -28,13 +28,14 @@ def record(workdir: str, writer, step: int, reports: Mapping[str, ClassReport]) 
   """Writes this evaluation's per-class results (main process only; nothing if none)."""
   if not reports:
     return
-  storage.write_atomic(storage.join(workdir, files.PER_CLASS), _to_json(step, reports))
+  storage.write_atomic(storage.join(workdir, workdir_files.PER_CLASS), _to_json(step, reports))
   primary = reports.get(PRIMARY)
   if primary is None or primary.confusion is None:
     return
   title = next(key for key, report in reports.items() if report is primary and key != PRIMARY)
   rgb = confusion_plot.draw(primary.confusion, primary.class_names, f"{title}, step {step}")
-  storage.write_atomic(storage.join(workdir, files.CONFUSION_PNG), confusion_plot.png_bytes(rgb))
+  storage.write_atomic(storage.join(workdir, workdir_files.CONFUSION_PNG),
+                       confusion_plot.png_bytes(rgb))
   writer.write_images(step, {f"{PRIMARY}/confusion_matrix": rgb[None]})
 
 

@@ -17,10 +17,10 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Sequence
 
-from vit_jax import errors, storage
+from vit_jax import errors, storage, workdir_files
 from vit_jax.console import log
 from vit_jax.data import fingerprint
-from vit_jax.runs import files
+
 
 _SHOWN = 4  # changes listed in the one-line error
 
@@ -52,7 +52,7 @@ def describe(config, info, fingerprints: Dict[str, Any]) -> Dict[str, Any]:
 
 def read(workdir: str) -> Optional[Dict[str, Any]]:
   """The workdir's record; None if it has none (a run from before records existed)."""
-  path = storage.join(workdir, files.DATASET_RECORD)
+  path = storage.join(workdir, workdir_files.DATASET_RECORD)
   if not storage.exists(path):
     return None
   try:
@@ -63,7 +63,7 @@ def read(workdir: str) -> Optional[Dict[str, Any]]:
 
 
 def write(workdir: str, record: Dict[str, Any]) -> None:
-  storage.write_atomic(storage.join(workdir, files.DATASET_RECORD),
+  storage.write_atomic(storage.join(workdir, workdir_files.DATASET_RECORD),
                   json.dumps(record, indent=2, sort_keys=True))
 
 
@@ -103,8 +103,8 @@ def check_resume(workdir: str, record: Dict[str, Any], *, step: int,
   if old != new:
     raise ClassesChangedError(
         f"the classes of {record['source']} changed since this run started in {workdir} "
-        f"({files.DATASET_RECORD}): {describe_change(old, new)}; resuming would train on other "
-        "labels: restore the class folders as they were, or use a new --workdir")
+        f"({workdir_files.DATASET_RECORD}): {describe_change(old, new)}; resuming would train "
+        "on other labels: restore the class folders as they were, or use a new --workdir")
   before = saved.get("fingerprints", {})
   changed = {split: fingerprint.describe_change(before[split], value)
              for split, value in record["fingerprints"].items()
@@ -114,7 +114,7 @@ def check_resume(workdir: str, record: Dict[str, Any], *, step: int,
   if relabelling and not allow_change:
     raise DataChangedError(
         f"the data of {record['source']} changed since this run started in {workdir} "
-        f"({files.DATASET_RECORD}): "
+        f"({workdir_files.DATASET_RECORD}): "
         f"{'; '.join(f'{k} split: {v}' for k, v in relabelling.items())}; restore it, use a "
         "new --workdir, or pass --config.allow_data_change=True to resume on it")
   identity = [f"{key} {saved.get(key)} -> {record[key]}" for key in

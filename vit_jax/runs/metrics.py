@@ -11,11 +11,10 @@ import shlex
 import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from vit_jax import storage
+from vit_jax import storage, workdir_files
 from vit_jax.console import log
-from vit_jax.runs import event_files, files
+from vit_jax.runs import event_files
 from vit_jax.runs.scalar_writer import Fanout, ScalarWriter
-
 
 
 
@@ -33,7 +32,7 @@ def _lines(path: str) -> List[str]:
 
 
 def _part_paths(workdir: str) -> List[str]:
-  parts = storage.join(workdir, files.METRIC_PARTS)
+  parts = storage.join(workdir, workdir_files.METRIC_PARTS)
   return [storage.join(parts, name) for name in storage.listdir(parts)]
 
 
@@ -41,7 +40,7 @@ def _all_lines(workdir: str) -> Tuple[List[str], List[str]]:
   """(every row line in step order, the part objects they came from). Parts at or below
   the last step of metrics.jsonl were already merged into it (by a close that was
   interrupted before deleting them) and are skipped."""
-  lines = _lines(storage.join(workdir, files.METRICS))
+  lines = _lines(storage.join(workdir, workdir_files.METRICS))
   merged_up_to = max((s for s in map(_step_of, lines) if s is not None), default=-1)
   parts = _part_paths(workdir) if storage.is_url(workdir) else []
   for part in parts:  # names sort by step, then by write order
@@ -56,7 +55,8 @@ def read_rows(workdir: str) -> List[Dict[str, Any]]:
 
 
 def _rewrite(workdir: str, lines: List[str], parts: List[str]) -> None:
-  storage.write_atomic(storage.join(workdir, files.METRICS), "".join(line + "\n" for line in lines))
+  storage.write_atomic(storage.join(workdir, workdir_files.METRICS),
+                       "".join(line + "\n" for line in lines))
   for part in parts:  # after the merged file is complete: a kill in between loses nothing
     storage.remove(part)
 
@@ -74,7 +74,7 @@ def supersede_rows_after(workdir: str, step: Optional[int]) -> None:
   if not moved and not parts:
     return
   if moved:
-    superseded = storage.join(workdir, files.SUPERSEDED_METRICS)
+    superseded = storage.join(workdir, workdir_files.SUPERSEDED_METRICS)
     storage.write_atomic(superseded, "".join(line + "\n" for line in _lines(superseded) + moved))
     log.info("moved %d metrics.jsonl row(s) past step %d (from before the restart) to %s",
              len(moved), step or 0, superseded)
@@ -92,7 +92,7 @@ class JsonlWriter(ScalarWriter):
   def __init__(self, workdir: str):
     self._workdir = workdir
     self._file = (None if storage.is_url(workdir)
-                  else storage.open_append(storage.join(workdir, files.METRICS)))
+                  else storage.open_append(storage.join(workdir, workdir_files.METRICS)))
     self._sequence = 0
 
   def _write(self, step: int, values: Mapping[str, Any]) -> None:
@@ -102,7 +102,7 @@ class JsonlWriter(ScalarWriter):
       self._file.flush()
       return
     self._sequence += 1
-    storage.write_atomic(storage.join(self._workdir, files.METRIC_PARTS,
+    storage.write_atomic(storage.join(self._workdir, workdir_files.METRIC_PARTS,
                             f"{int(step):010d}-{self._sequence:06d}.jsonl"), line)
   def write_scalars(self, step, scalars):
     self._write(step, {name: float(value) for name, value in scalars.items()})
@@ -211,8 +211,9 @@ def final_summary(*, workdir: str, steps: tuple, seconds: float, img_per_sec: Op
       *[f"    {name}: accuracy {eval_metrics[f'eval/{name}/accuracy']:.4f} on "
         f"{int(eval_metrics[f'eval/{name}/examples'])} examples"
         for name in _eval_set_names(eval_metrics)],
-      f"  params:      {storage.join(workdir, files.PARAMS)}",
-      f"  metrics:     {storage.join(workdir, files.METRICS)} (final: {files.FINAL_METRICS})",
+      f"  params:      {storage.join(workdir, workdir_files.PARAMS)}",
+      f"  metrics:     {storage.join(workdir, workdir_files.METRICS)} "
+      f"(final: {workdir_files.FINAL_METRICS})",
       f"  tensorboard: tensorboard --logdir={shlex.quote(workdir)}",
       f"  checkpoints: {checkpoint_dir} (steps "
       f"{', '.join(map(str, checkpoint_steps))})",

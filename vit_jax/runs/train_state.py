@@ -22,9 +22,8 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
-from vit_jax import console, errors, storage
+from vit_jax import console, errors, storage, workdir_files
 from vit_jax.console import log
-from vit_jax.runs import files
 
 
 class CheckpointRestoreError(errors.UserError, RuntimeError):
@@ -152,8 +151,8 @@ class Checkpointer:
 
   def __init__(self, workdir: str, *, keep: int = 2):
     root = workdir if storage.is_url(workdir) else os.path.abspath(workdir)
-    self.directory = storage.join(root, files.CHECKPOINTS)
-    self.damaged_directory = storage.join(root, files.DAMAGED_CHECKPOINTS)
+    self.directory = storage.join(root, workdir_files.CHECKPOINTS)
+    self.damaged_directory = storage.join(root, workdir_files.DAMAGED_CHECKPOINTS)
     self._keep = keep
     self._manager: Optional[ocp.CheckpointManager] = None
     self._pending_step = 0  # the step of the save in flight, for error messages

@@ -10,7 +10,7 @@ run takes it over:
   * another host: stale when its heartbeat (the file's mtime, touched every
     HEARTBEAT_S by the holder) is older than STALE_AFTER_S.
 The workdir may be a local path or an object-store URL (gs://): everything here goes
-through runs/storage.py. On GCS the lock is created with the precondition "no live object"
+through vit_jax/storage.py. On GCS the lock is created with the precondition "no live object"
 and a stale one is deleted only at the generation that was judged stale, so of two runs
 racing for it exactly one wins, as with O_EXCL and rename on a local disk.
 """
@@ -29,9 +29,8 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from vit_jax.runs import files
 
-from vit_jax import errors, storage
+from vit_jax import errors, storage, workdir_files
 
 HEARTBEAT_S = 15.0
 STALE_AFTER_S = 90.0  # six missed heartbeats: a restarted job waits at most this long
@@ -158,7 +157,7 @@ class WorkdirLock:
   """Exclusive use of a workdir by one job; `release()` (or the context) gives it back."""
 
   def __init__(self, workdir: str):
-    self.path = storage.join(workdir, files.LOCK)
+    self.path = storage.join(workdir, workdir_files.LOCK)
     self.workdir = workdir
     self._stop = threading.Event()
     self._heartbeat: Optional[threading.Thread] = None

@@ -1,4 +1,4 @@
-"""The VTAB-1k report (vit_jax.runs.vtab runs the tasks): each task's top-1 grouped as the
+"""The VTAB-1k report (vit_jax.vtab_runner runs the tasks): each task's top-1 grouped as the
 paper reports VTAB, each group's mean and the mean, written as WORKDIR/vtab.json and the
 Markdown table WORKDIR/vtab.md that the command also prints."""
 

@@ -1,5 +1,8 @@
 """The names of the files a run keeps in its workdir, in one place.
 
+On the base floor, outside runs/: the checkpoints (a run's folder given as a checkpoint)
+and the objectives (their advice) name these files too, and must not import runs/ for it.
+
 The loop writes them, the VTAB runner and the end-of-run summary read or name them, the
 objectives name params.npz in their advice, and users' scripts rely on them (they are
 public). Names only, no imports: naming a run's file never imports what writes it.

@@ -25,13 +25,13 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import ml_collections
 
-from vit_jax import config_defaults, errors, no_clobber, storage
+from vit_jax import config_defaults, errors, no_clobber, storage, vtab_report, workdir_files
 from vit_jax.checkpoints import hub, npz
 from vit_jax.console import log
 from vit_jax.data import vtab as tasks_lib
 from vit_jax.models import zoo
 from vit_jax.objectives import classification
-from vit_jax.runs import files, outputs, vtab_report
+from vit_jax.runs import outputs
 from vit_jax.runs import workdir as workdir_lib
 
 KIND = "vtab"  # the writer's name in WORKDIR's no-clobber marker (vit_jax.no_clobber)
@@ -183,7 +183,7 @@ def _read_json(path: str) -> Optional[dict]:
 
 def changed_settings(workdir: str, config: ml_collections.ConfigDict) -> Optional[List[str]]:
   """The config keys in which the run in `workdir` differs from `config` (None: no run)."""
-  saved = _read_json(storage.join(workdir, files.CONFIG))
+  saved = _read_json(storage.join(workdir, workdir_files.CONFIG))
   if saved is None:
     return None
   return outputs.changed_keys(saved, json.loads(config.to_json_best_effort(sort_keys=True)))
@@ -192,8 +192,8 @@ def changed_settings(workdir: str, config: ml_collections.ConfigDict) -> Optiona
 def finished_metrics(workdir: str) -> Optional[dict]:
   """The final metrics of a run that finished in `workdir` (its settings are checked
   separately, see changed_settings)."""
-  final = _read_json(storage.join(workdir, files.FINAL_METRICS))
-  if final is None or not storage.exists(storage.join(workdir, files.PARAMS)):
+  final = _read_json(storage.join(workdir, workdir_files.FINAL_METRICS))
+  if final is None or not storage.exists(storage.join(workdir, workdir_files.PARAMS)):
     return None
   return final
 
@@ -208,7 +208,7 @@ def set_aside(workdir: str) -> str:
     dest = storage.join(parent, str(len(storage.listdir(parent)) + 1))
     storage.makedirs(dest)
     for name in storage.listdir(workdir):
-      if name not in (SWEEP_DIR, SUPERSEDED, files.LOCK):
+      if name not in (SWEEP_DIR, SUPERSEDED, workdir_files.LOCK):
         storage.move(storage.join(workdir, name), storage.join(dest, name))
   return dest
 
