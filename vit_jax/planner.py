@@ -11,9 +11,14 @@ in the compiler's out-of-memory message), FLOPs and the compiler's time estimate
 
 XLA's cost analysis counts a loop body once: gradient accumulation (a scan over
 micro-batches) and scan_layers (a scan over blocks) would report a fraction of the work.
-So FLOPs and time come from a loop-free twin of the step (accum_steps=1 on one
-micro-batch, blocks unrolled) and from the optimizer update compiled alone
-(train_step.make_apply_gradients): a step = accum_steps x (twin - update) + update.
+With accumulation alone, the compiled step counts one micro-batch and the optimizer update
+once, so a step = accum_steps x (step - update) + update, the update compiled alone
+(train_step.make_apply_gradients: small, seconds). Scanned blocks, and a step that does
+not fit (nothing compiled to read), are priced on a loop-free twin instead (accum_steps=1
+on one micro-batch, blocks unrolled): a second program as large as the step, which costs
+a second compile of about the step's time.
+
+Each compile is logged as it starts and ends, with its time (vit_jax.console.stage).
 """
 
 import contextlib
@@ -28,8 +33,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from vit_jax import (errors, lora, objectives, platforms, sharding, tpu_slices, trainer,
-                     train_step)
+from vit_jax import (console, errors, lora, objectives, platforms, sharding, tpu_slices,
+                     trainer, train_step)
 from vit_jax.data import batch_spec, registry
 from vit_jax.evaluators import classification as classification_eval
 from vit_jax.models import zoo
@@ -258,59 +263,78 @@ def loop_free(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
                         **{"model.scan_layers": False})
 
 
-def has_loops(config: ml_collections.ConfigDict) -> bool:
-  return config.accum_steps > 1 or config.model.scan_layers
+def size(value: Optional[int]) -> str:
+  """Bytes as GiB in progress lines (the report formats its own)."""
+  return "?" if value is None else f"{value / GIB:.2f} GiB"
 
 
-def _compiled_or_shortfall(fn_args: Tuple[Callable, Tuple], target: Target
+def _compiled_or_shortfall(fn_args: Tuple[Callable, Tuple], target: Target, what: str
                            ) -> Tuple[Any, Dict[str, Any]]:
   """(compiled program or None, its memory and fit) under the target's HBM limit."""
   fn, args = fn_args
   started = time.perf_counter()
-  try:
-    compiled = compile_for(fn, args, target)
-  except DoesNotFit as e:
-    return None, {"fits": False, "peak_bytes_per_device": e.need,
-                  "shortfall_bytes": (e.need - e.have) if e.need and e.have else None,
-                  "compiler_message": str(e),
-                  "compile_seconds": time.perf_counter() - started}
-  used = memory(compiled, target.is_tpu)
-  limit = target.hbm_bytes_per_device
-  fits = limit is None or used["peak_bytes_per_device"] <= limit
+  with console.stage(f"compiling {what} for {target.name}") as outcome:
+    try:
+      compiled = compile_for(fn, args, target)
+    except DoesNotFit as e:
+      outcome(f"does not fit: needs {size(e.need)} per device, {size(e.have)} usable")
+      return None, {"fits": False, "peak_bytes_per_device": e.need,
+                    "shortfall_bytes": (e.need - e.have) if e.need and e.have else None,
+                    "compiler_message": str(e),
+                    "compile_seconds": time.perf_counter() - started}
+    used = memory(compiled, target.is_tpu)
+    limit = target.hbm_bytes_per_device
+    fits = limit is None or used["peak_bytes_per_device"] <= limit
+    outcome(f"peak {size(used['peak_bytes_per_device'])} per device"
+            + (f" of {size(limit)}" if limit else "") + (", fits" if fits else ", DOES NOT FIT"))
   return compiled, {"fits": fits, **used,
                     "shortfall_bytes": None if fits else used["peak_bytes_per_device"] - limit,
                     "compile_seconds": time.perf_counter() - started}
 
 
-def _costed(fn_args: Tuple[Callable, Tuple], target: Target) -> Optional[Dict[str, Any]]:
-  """Cost of a loop-free program compiled without the user's HBM limit; None if even
-  that does not fit."""
-  try:
-    return cost(compile_for(*fn_args, target, limit=False))
-  except DoesNotFit:
-    return None
+def _costed(fn_args: Tuple[Callable, Tuple], target: Target, what: str
+            ) -> Optional[Dict[str, Any]]:
+  """Cost of a program compiled only to be priced, without the user's HBM limit; None if
+  even that does not fit."""
+  with console.stage(f"compiling {what}, to count its cost") as outcome:
+    try:
+      return cost(compile_for(*fn_args, target, limit=False))
+    except DoesNotFit:
+      outcome("does not fit either")
+      return None
 
 
-def _step_cost(config, programs: Programs, compiled_train, mesh, num_classes: int,
+def has_loop(compiled) -> bool:
+  """Whether a compiled program still holds a loop (XLA may unroll a short one: its cost
+  analysis then counts every iteration)."""
+  return " while(" in compiled.as_text()
+
+
+def _step_cost(config, programs: Programs, compiled_train, twin: Callable[[], Programs],
                target: Target) -> Optional[Dict[str, Any]]:
   """FLOPs and estimated seconds of one whole train step, loops counted in full."""
-  if not has_loops(config):
-    return cost(compiled_train) if compiled_train is not None else None
-  twin = build_programs(loop_free(config), mesh, num_classes)
-  micro, update = _costed(twin.train, target), _costed(twin.update, target)
+  k = config.accum_steps
+  if compiled_train is not None and not config.model.scan_layers:
+    whole = cost(compiled_train)
+    if k == 1 or not has_loop(compiled_train):
+      return whole
+    micro = whole  # one micro-batch (the loop body, counted once) and the update
+    update = _costed(programs.update, target, "the optimizer update alone")
+  else:
+    micro = _costed(twin().train, target, "the train step's loop-free twin (one micro-batch)")
+    update = _costed(twin().update, target, "the optimizer update alone") if micro else None
   if micro is None or update is None:
     return None
-  k = config.accum_steps
   combine = lambda key: (None if micro[key] is None or update[key] is None
                          else k * (micro[key] - update[key]) + update[key])
   return {key: combine(key) for key in ("flops", "bytes", "seconds")}
 
 
-def _eval_cost(config, programs: Programs, compiled_eval, mesh, num_classes: int,
+def _eval_cost(config, compiled_eval, twin: Callable[[], Programs],
                target: Target) -> Optional[Dict[str, Any]]:
   if not config.model.scan_layers:
     return cost(compiled_eval) if compiled_eval is not None else None
-  return _costed(build_programs(loop_free(config), mesh, num_classes).eval, target)
+  return _costed(twin().eval, target, "the eval step's loop-free twin (blocks unrolled)")
 
 
 def model_flops_per_image(config, num_classes: int) -> Optional[float]:
@@ -356,17 +380,29 @@ def plan_steps(config: ml_collections.ConfigDict, target: Target,
   programs = build_programs(config, mesh, num_classes)
   model_flops = model_flops_per_image(config, num_classes)
 
-  compiled_train, train = _compiled_or_shortfall(programs.train, target)
+  twins = []  # the loop-free twin, built once if needed
+
+  def twin() -> Programs:
+    if not twins:
+      twins.append(build_programs(loop_free(config), mesh, num_classes))
+    return twins[0]
+
+  micro_batch = config.batch // config.accum_steps // parallel
+  compiled_train, train = _compiled_or_shortfall(
+      programs.train, target, f"the train step (batch {config.batch}: {config.accum_steps} "
+      f"micro-batch(es) of {micro_batch} per device)")
   train.update(state_bytes_per_device=programs.state_bytes,
                batch_bytes_per_device=programs.train_batch_bytes)
-  train.update(_speed(_step_cost(config, programs, compiled_train, mesh, num_classes, target),
+  train.update(_speed(_step_cost(config, programs, compiled_train, twin, target),
                       config.batch, model_flops, target, passes=3))
   train["collectives"] = collectives(compiled_train) if compiled_train is not None else None
-  compiled_eval, evaluation = _compiled_or_shortfall(programs.eval, target)
+  compiled_eval, evaluation = _compiled_or_shortfall(
+      programs.eval, target, f"the eval step (batch {config.batch_eval}: "
+      f"{config.batch_eval // parallel} per device)")
   evaluation.update(state_bytes_per_device=programs.state_bytes,
                     batch_bytes_per_device=programs.eval_batch_bytes)
-  evaluation.update(_speed(_eval_cost(config, programs, compiled_eval, mesh, num_classes,
-                                      target), config.batch_eval, model_flops, target, 1))
+  evaluation.update(_speed(_eval_cost(config, compiled_eval, twin, target),
+                           config.batch_eval, model_flops, target, 1))
 
   hosts = len({device.process_index for device in target.devices})
   hours = (config.total_steps * train["estimated_step_seconds"] / 3600
