@@ -135,17 +135,18 @@ def table(rows_path: str) -> str:
 
 def times(rows_path: str) -> str:
   """Each plan's time against one compile of the train and eval steps it reports."""
-  lines = ["| config | slice | plan s (CPU s) | train + eval compile s | plan / compiles |",
-           "|---|---|---|---|---|"]
+  lines = ["| config | slice | plan s | train + eval compile s | plan / compiles | "
+           "plan CPU s | compiles CPU s | CPU plan / compiles |", "|---" * 8 + "|"]
   for (name, tpu), r in sorted(read_rows(rows_path).items()):
     if "error" in r or "seconds" not in r:
       continue
-    compiles = r["train"].get("compile_seconds", 0) + r["eval"].get("compile_seconds", 0)
-    if not compiles:
-      continue
-    cpu = f" ({r['cpu_seconds']:,.0f})" if "cpu_seconds" in r else ""
-    lines.append(f"| {name} | {tpu} | {r['seconds']:,.0f}{cpu} | {compiles:,.0f} | "
-                 f"{r['seconds'] / compiles:.2f}x |")
+    compiles, cpu = (sum(r[step].get(key) or 0 for step in ("train", "eval"))
+                     for key in ("compile_seconds", "compile_cpu_seconds"))
+    cpu_cells = (f"{r['cpu_seconds']:,.0f} | {cpu:,.0f} | {r['cpu_seconds'] / cpu:.2f}x"
+                 if cpu and "cpu_seconds" in r else "- | - | -")
+    if compiles:
+      lines.append(f"| {name} | {tpu} | {r['seconds']:,.0f} | {compiles:,.0f} | "
+                   f"{r['seconds'] / compiles:.2f}x | {cpu_cells} |")
   return "\n".join(lines)
 
 

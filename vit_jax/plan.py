@@ -23,8 +23,8 @@ its budget says so and names the changes it did not try.
 Each compile is logged as it starts and ends, with its time, and a long one shows its
 elapsed time while it runs. A plan compiles the train and eval steps once each, plus the
 optimizer update alone where the step accumulates gradients (seconds); a config with
-scan_layers, or a step that does not fit, adds a loop-free twin of the step (about one
-more compile of the step) to count its FLOPs in full.
+scan_layers, or a step that does not fit, adds loop-free twins of one and two blocks
+(seconds each) to count its FLOPs in full. docs/plan_time.md says more.
 
 Exit status: 0 everything fits, 3 something does not, 2 a usage mistake.
 """
@@ -173,7 +173,7 @@ def does_not_fit_line(report: Dict[str, Any]) -> str:
     tail = f"; not searched for changes that fit (--nosuggest): {others}"
   elif search["out_of_budget"]:
     left = search["not_tried"]
-    listed = " | ".join(" ".join(flags) for flags in left[:4])
+    listed = " | ".join(" ".join(changes) for changes in left[:4])
     more = f" and {len(left) - 4} more" if len(left) > 4 else ""
     tail = (f"; the search for changes ran out of its {search['budget_s']:.0f} s budget after "
             f"{len(search['tried'])} tried" + ("; fits with: " + " | ".join(fixes) if fixes
@@ -203,10 +203,10 @@ def check_json_path(path: str) -> None:
   if not os.path.isdir(folder):
     raise errors.InvalidInput(f"--json={path}: {folder} is a file, not a folder; name "
                               "another path")
+  probe = os.path.join(folder, f".vit_jax-plan-probe-{os.getpid()}")
   try:
-    os.close(os.open(os.path.join(folder, f".vit_jax-plan-probe-{os.getpid()}"),
-                     os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-    os.unlink(os.path.join(folder, f".vit_jax-plan-probe-{os.getpid()}"))
+    os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    os.unlink(probe)
   except OSError as e:
     raise errors.InvalidInput(f"--json={path}: cannot create files in {folder} "
                               f"({e.strerror}); name a path you may write") from None

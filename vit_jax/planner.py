@@ -14,9 +14,10 @@ micro-batches) and scan_layers (a scan over blocks) would report a fraction of t
 With accumulation alone, the compiled step counts one micro-batch and the optimizer update
 once, so a step = accum_steps x (step - update) + update, the update compiled alone
 (train_step.make_apply_gradients: small, seconds). Scanned blocks, and a step that does
-not fit (nothing compiled to read), are priced on a loop-free twin instead (accum_steps=1
-on one micro-batch, blocks unrolled): a second program as large as the step, which costs
-a second compile of about the step's time.
+not fit (nothing compiled to read), are priced on loop-free twins instead (accum_steps=1
+on one micro-batch, blocks unrolled) of one and two blocks: a cost is linear in the
+blocks, and these compile in seconds where a twin of the whole model would cost a second
+compile of about the step's time.
 
 Each compile is logged as it starts and ends, with its time (vit_jax.console.stage).
 """
@@ -272,7 +273,9 @@ def _compiled_or_shortfall(fn_args: Tuple[Callable, Tuple], target: Target, what
                            ) -> Tuple[Any, Dict[str, Any]]:
   """(compiled program or None, its memory and fit) under the target's HBM limit."""
   fn, args = fn_args
-  started = time.perf_counter()
+  started, cpu = time.perf_counter(), time.process_time()
+  timing = lambda: {"compile_seconds": time.perf_counter() - started,
+                    "compile_cpu_seconds": time.process_time() - cpu}  # all threads
   with console.stage(f"compiling {what} for {target.name}") as outcome:
     try:
       compiled = compile_for(fn, args, target)
@@ -280,8 +283,7 @@ def _compiled_or_shortfall(fn_args: Tuple[Callable, Tuple], target: Target, what
       outcome(f"does not fit: needs {size(e.need)} per device, {size(e.have)} usable")
       return None, {"fits": False, "peak_bytes_per_device": e.need,
                     "shortfall_bytes": (e.need - e.have) if e.need and e.have else None,
-                    "compiler_message": str(e),
-                    "compile_seconds": time.perf_counter() - started}
+                    "compiler_message": str(e), **timing()}
     used = memory(compiled, target.is_tpu)
     limit = target.hbm_bytes_per_device
     fits = limit is None or used["peak_bytes_per_device"] <= limit
@@ -289,7 +291,7 @@ def _compiled_or_shortfall(fn_args: Tuple[Callable, Tuple], target: Target, what
             + (f" of {size(limit)}" if limit else "") + (", fits" if fits else ", DOES NOT FIT"))
   return compiled, {"fits": fits, **used,
                     "shortfall_bytes": None if fits else used["peak_bytes_per_device"] - limit,
-                    "compile_seconds": time.perf_counter() - started}
+                    **timing()}
 
 
 def _costed(fn_args: Tuple[Callable, Tuple], target: Target, what: str
@@ -310,7 +312,49 @@ def has_loop(compiled) -> bool:
   return " while(" in compiled.as_text()
 
 
-def _step_cost(config, programs: Programs, compiled_train, twin: Callable[[], Programs],
+def twins(config: ml_collections.ConfigDict, mesh, num_classes: int
+          ) -> Tuple[Dict[int, Programs], int]:
+  """Loop-free twins of the steps (one micro-batch, blocks unrolled) by number of blocks,
+  and the model's number of blocks. A cost is linear in the blocks: twins of one and two
+  blocks (small programs, seconds to compile) give it for any depth. A config that cannot
+  be cut to two blocks (a freeze or lr_mults pattern naming a later one) gets the whole
+  model's twin, a program as large as the step."""
+  layers = zoo.model_from_config(config, num_classes).num_layers
+  twin = loop_free(config)
+  if layers > 2:
+    try:
+      return {n: build_programs(with_overrides(twin, **{"model.num_layers": n}), mesh,
+                                num_classes) for n in (1, 2)}, layers
+    except errors.InvalidInput:
+      pass
+  return {layers: build_programs(twin, mesh, num_classes)}, layers
+
+
+def _at_depth(costs: Dict[int, Optional[Dict[str, Any]]], layers: int
+              ) -> Optional[Dict[str, Any]]:
+  """A cost at `layers` blocks from the costs of twins of one and two blocks (or of the
+  whole model); None where a twin did not fit."""
+  if any(c is None for c in costs.values()):
+    return None
+  (n1, c1), *rest = sorted(costs.items())
+  if not rest:
+    return c1
+  ((n2, c2),) = rest
+  return {key: None if c1[key] is None or c2[key] is None
+          else c1[key] + (layers - n1) * (c2[key] - c1[key]) / (n2 - n1) for key in c1}
+
+
+def _accumulated(step: Optional[Dict[str, Any]], update: Optional[Dict[str, Any]], k: int
+                 ) -> Optional[Dict[str, Any]]:
+  """A step of k micro-batches from the cost of one (update included) and the update's."""
+  if step is None or update is None:
+    return None
+  combine = lambda key: (None if step[key] is None or update[key] is None
+                         else k * (step[key] - update[key]) + update[key])
+  return {key: combine(key) for key in ("flops", "bytes", "seconds")}
+
+
+def _step_cost(config, programs: Programs, compiled_train, get_twins: Callable,
                target: Target) -> Optional[Dict[str, Any]]:
   """FLOPs and estimated seconds of one whole train step, loops counted in full."""
   k = config.accum_steps
@@ -318,23 +362,28 @@ def _step_cost(config, programs: Programs, compiled_train, twin: Callable[[], Pr
     whole = cost(compiled_train)
     if k == 1 or not has_loop(compiled_train):
       return whole
-    micro = whole  # one micro-batch (the loop body, counted once) and the update
-    update = _costed(programs.update, target, "the optimizer update alone")
-  else:
-    micro = _costed(twin().train, target, "the train step's loop-free twin (one micro-batch)")
-    update = _costed(twin().update, target, "the optimizer update alone") if micro else None
-  if micro is None or update is None:
-    return None
-  combine = lambda key: (None if micro[key] is None or update[key] is None
-                         else k * (micro[key] - update[key]) + update[key])
-  return {key: combine(key) for key in ("flops", "bytes", "seconds")}
+    # One micro-batch (the loop body, counted once) and the update.
+    return _accumulated(whole, _costed(programs.update, target, "the optimizer update alone"),
+                        k)
+  by_depth, layers = get_twins()
+  steps, updates = {}, {}
+  for n, twin in by_depth.items():
+    steps[n] = _costed(twin.train, target,
+                       f"the train step's loop-free twin with {n} block(s)")
+    if steps[n] is None:
+      return None
+    updates[n] = _costed(twin.update, target, f"its optimizer update ({n} block(s))")
+  return _accumulated(_at_depth(steps, layers), _at_depth(updates, layers), k)
 
 
-def _eval_cost(config, compiled_eval, twin: Callable[[], Programs],
+def _eval_cost(config, compiled_eval, get_twins: Callable,
                target: Target) -> Optional[Dict[str, Any]]:
   if not config.model.scan_layers:
     return cost(compiled_eval) if compiled_eval is not None else None
-  return _costed(twin().eval, target, "the eval step's loop-free twin (blocks unrolled)")
+  by_depth, layers = get_twins()
+  return _at_depth({n: _costed(twin.eval, target,
+                               f"the eval step's loop-free twin with {n} block(s)")
+                    for n, twin in by_depth.items()}, layers)
 
 
 def model_flops_per_image(config, num_classes: int) -> Optional[float]:
@@ -380,12 +429,12 @@ def plan_steps(config: ml_collections.ConfigDict, target: Target,
   programs = build_programs(config, mesh, num_classes)
   model_flops = model_flops_per_image(config, num_classes)
 
-  twins = []  # the loop-free twin, built once if needed
+  built = []  # the loop-free twins, built once if needed
 
-  def twin() -> Programs:
-    if not twins:
-      twins.append(build_programs(loop_free(config), mesh, num_classes))
-    return twins[0]
+  def get_twins() -> Tuple[Dict[int, Programs], int]:
+    if not built:
+      built.append(twins(config, mesh, num_classes))
+    return built[0]
 
   micro_batch = config.batch // config.accum_steps // parallel
   compiled_train, train = _compiled_or_shortfall(
@@ -393,7 +442,7 @@ def plan_steps(config: ml_collections.ConfigDict, target: Target,
       f"micro-batch(es) of {micro_batch} per device)")
   train.update(state_bytes_per_device=programs.state_bytes,
                batch_bytes_per_device=programs.train_batch_bytes)
-  train.update(_speed(_step_cost(config, programs, compiled_train, twin, target),
+  train.update(_speed(_step_cost(config, programs, compiled_train, get_twins, target),
                       config.batch, model_flops, target, passes=3))
   train["collectives"] = collectives(compiled_train) if compiled_train is not None else None
   compiled_eval, evaluation = _compiled_or_shortfall(
@@ -401,7 +450,7 @@ def plan_steps(config: ml_collections.ConfigDict, target: Target,
       f"{config.batch_eval // parallel} per device)")
   evaluation.update(state_bytes_per_device=programs.state_bytes,
                     batch_bytes_per_device=programs.eval_batch_bytes)
-  evaluation.update(_speed(_eval_cost(config, compiled_eval, twin, target),
+  evaluation.update(_speed(_eval_cost(config, compiled_eval, get_twins, target),
                            config.batch_eval, model_flops, target, 1))
 
   hosts = len({device.process_index for device in target.devices})
