@@ -11,8 +11,9 @@ depend on it), then the fsdp mesh. Single changes first; pairs only when no sing
 fits.
 
 Each candidate costs about one compile of the step (minutes for the large models on a
-few CPU cores): a candidate is started only when the budget left covers the time the
-compiles so far took, and a search that runs out says so and names what it did not try.
+few CPU cores): a candidate is started only when the budget left covers the shortest
+candidate compile so far, and a search that runs out says so and names what it did not
+try.
 """
 
 import dataclasses
@@ -92,7 +93,7 @@ def search(config: ml_collections.ConfigDict, target: planner.Target, report: Di
            budget_s: float, max_suggestions: int = MAX_SUGGESTIONS) -> Search:
   """Up to max_suggestions changes under which every step that did not fit in `report`
   (planner.plan_steps) fits, smallest first. A change is started only while the budget
-  left covers the time one took so far (at first: the plan's compiles of those steps)."""
+  left covers the shortest one so far (at first: the plan's compiles of those steps)."""
   started = time.monotonic()
   steps = [step for step in ("train", "eval") if not report[step]["fits"]]
   num_classes = report["num_classes"]
