@@ -22,17 +22,20 @@ def run_plan(folder, *args):
 
 def test_a_step_that_does_not_fit_exits_3_with_a_change_that_fits(tmp_path):
   """The demo at batch 256 under a 30.7 MiB limit (it needs 40.8 MiB): the train step does
-  not fit; the change suggested was compiled under the same limit and fits it."""
-  report_path = tmp_path / "plan.json"
+  not fit; the change suggested was compiled under the same limit and fits it. --json=-:
+  the JSON on stdout, the report for people on stderr."""
   args = [*helpers.demo_args(batch=256, batch_eval=64), "--tpu=v5e-4", "--hbm_limit_gib=0.03",
-          "--max_suggestions=1", f"--json={report_path}"]
+          "--max_suggestions=1", "--json=-"]
   done = run_plan(tmp_path, *args)
   assert done.returncode == plan.DOES_NOT_FIT_EXIT_CODE, done.stderr
   errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
   assert len(errors) == 1 and "the train step does not fit v5e-4" in errors[0]
   assert "fits with: --config." in errors[0]
   assert not any(word in done.stderr + done.stdout for word in LIBTPU_CHATTER), done.stderr
-  report = json.loads(report_path.read_text())
+  report = json.loads(done.stdout)
+  assert "memory per device (usable: 30.7M):" in done.stderr
+  assert not (helpers.REPO / "-").exists()  # its working directory: no file named '-'
+
   assert report["slice"] == "v5e-4" and report["devices"] == 4 and not report["fits"]
   assert report["device_kind"] == "TPU v5 lite" and report["peak_tflops_per_device"] == 197.0
   assert report["hbm_bytes_per_device"] == int(0.03 * 2**30)  # --hbm_limit_gib

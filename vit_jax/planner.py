@@ -378,8 +378,8 @@ def _step_cost(config, programs: Programs, compiled_train, get_twins: Callable,
 
 def _eval_cost(config, compiled_eval, get_twins: Callable,
                target: Target) -> Optional[Dict[str, Any]]:
-  if not config.model.scan_layers:
-    return cost(compiled_eval) if compiled_eval is not None else None
+  if compiled_eval is not None and not config.model.scan_layers:
+    return cost(compiled_eval)
   by_depth, layers = get_twins()
   return _at_depth({n: _costed(twin.eval, target,
                                f"the eval step's loop-free twin with {n} block(s)")
