@@ -50,3 +50,18 @@ def test_a_search_out_of_budget_says_so_and_names_what_it_did_not_try():
   assert "ran out of its 20 s budget after 0 tried" in line and "no single" not in line
   assert "not tried: --config.accum_steps=2 | --config.model.remat_policy=dots" in line
   assert "--suggest_budget" in line
+
+
+def test_when_both_steps_fail_only_changes_that_touch_both_are_compiled():
+  """More accumulation cannot make an eval step fit, nor a smaller batch_eval a train step:
+  alone they are not tried, joined they are."""
+  config = helpers.demo_config(batch=256, batch_eval=64)
+  target = planner.tpu_target("v5e-4")
+  failing = {"fits": False, "shortfall_bytes": 2**20, "peak_bytes_per_device": None,
+             "compile_seconds": 30.0}
+  report = {"num_classes": 10, "fsdp_saving_bytes": 0, "train": failing, "eval": failing}
+  left = fit_search.search(config, target, report, budget_s=0).not_tried
+  assert ["--config.accum_steps=2"] not in left and ["--config.batch_eval=32"] not in left
+  assert ["--config.model.scan_layers=True"] in left  # changes both steps
+  assert ["--config.accum_steps=2", "--config.batch_eval=32"] in left
+  assert ["--config.accum_steps=2", "--config.model.remat_policy=dots"] not in left

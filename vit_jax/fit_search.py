@@ -8,7 +8,8 @@ the accumulation, full rematerialisation, one scanned block (`scan_layers`). Acc
 and remat come first: they fit most often, and the fsdp mesh adds collectives to every
 micro-batch. For an eval step: half, then a quarter, of batch_eval (results do not
 depend on it), then the fsdp mesh. Single changes first; pairs only when no single change
-fits.
+fits. A change that leaves a failing step as it was (more accumulation for an eval step) is
+not compiled: when both steps fail, the pairs then join a train change to an eval change.
 
 Each candidate costs about one compile of the step (minutes for the large models on a
 few CPU cores): a candidate is started only when the budget left covers the shortest
@@ -26,6 +27,9 @@ import ml_collections
 from vit_jax import console, planner, sharding
 
 MAX_SUGGESTIONS = 3
+# The steps a change can lower the memory of (any other key: both). An eval step has no
+# micro-batches and no backward pass to rematerialise; a train step never sees batch_eval.
+AFFECTS = {"accum_steps": ("train",), "model.remat_policy": ("train",), "batch_eval": ("eval",)}
 
 
 def candidates(config: ml_collections.ConfigDict, num_devices: int, steps=("train",),
@@ -98,9 +102,13 @@ def search(config: ml_collections.ConfigDict, target: planner.Target, report: Di
   steps = [step for step in ("train", "eval") if not report[step]["fits"]]
   num_classes = report["num_classes"]
   shortfall = max(report[step]["shortfall_bytes"] or 0 for step in steps) or None
-  singles = candidates(config, target.num_devices, steps, report["fsdp_saving_bytes"],
-                       shortfall)
-  pairs = [{**a, **b} for a, b in itertools.combinations(singles, 2) if not set(a) & set(b)]
+  every = candidates(config, target.num_devices, steps, report["fsdp_saving_bytes"], shortfall)
+  # A change that leaves a failing step as it was cannot make it fit: not compiled.
+  can_fix = lambda changes: all(any(step in AFFECTS.get(key, steps) for key in changes)
+                                for step in steps)
+  singles = [changes for changes in every if can_fix(changes)]
+  pairs = [{**a, **b} for a, b in itertools.combinations(every, 2)
+           if not set(a) & set(b) and can_fix({**a, **b})]
   expected = sum(report[step].get("compile_seconds") or 0 for step in steps)
   result = Search(budget_s=budget_s)
   for group in (singles, pairs):

@@ -280,7 +280,8 @@ def _compiled_or_shortfall(fn_args: Tuple[Callable, Tuple], target: Target, what
     try:
       compiled = compile_for(fn, args, target)
     except DoesNotFit as e:
-      outcome(f"does not fit: needs {size(e.need)} per device, {size(e.have)} usable")
+      outcome(f"does not fit: needs {size(e.need)} per device, {size(e.have)} usable"
+              if e.need and e.have else "does not fit (the compiler ran out of memory)")
       return None, {"fits": False, "peak_bytes_per_device": e.need,
                     "shortfall_bytes": (e.need - e.have) if e.need and e.have else None,
                     "compiler_message": str(e), **timing()}
