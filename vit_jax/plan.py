@@ -24,7 +24,7 @@ Each compile is logged as it starts and ends, with its time, and a long one show
 elapsed time while it runs. A plan compiles the train and eval steps once each, plus the
 optimizer update alone where the step accumulates gradients (seconds); a config with
 scan_layers, or a step that does not fit, adds loop-free twins of one and two blocks
-(seconds each) to count its FLOPs in full. docs/plan_time.md says more.
+to count its FLOPs in full. docs/plan_time.md says more.
 
 Exit status: 0 everything fits, 3 something does not, 2 a usage mistake.
 """

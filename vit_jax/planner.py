@@ -16,8 +16,8 @@ once, so a step = accum_steps x (step - update) + update, the update compiled al
 (train_step.make_apply_gradients: small, seconds). Scanned blocks, and a step that does
 not fit (nothing compiled to read), are priced on loop-free twins instead (accum_steps=1
 on one micro-batch, blocks unrolled) of one and two blocks: a cost is linear in the
-blocks, and these compile in seconds where a twin of the whole model would cost a second
-compile of about the step's time.
+blocks, and two small programs cost less to compile than a twin of the whole model for a
+deep one (for 12 blocks, about the same: a compile has a fixed part).
 
 Each compile is logged as it starts and ends, with its time (vit_jax.console.stage).
 """
@@ -317,7 +317,7 @@ def twins(config: ml_collections.ConfigDict, mesh, num_classes: int
           ) -> Tuple[Dict[int, Programs], int]:
   """Loop-free twins of the steps (one micro-batch, blocks unrolled) by number of blocks,
   and the model's number of blocks. A cost is linear in the blocks: twins of one and two
-  blocks (small programs, seconds to compile) give it for any depth. A config that cannot
+  blocks (small programs) give it for any depth. A config that cannot
   be cut to two blocks (a freeze or lr_mults pattern naming a later one) gets the whole
   model's twin, a program as large as the step."""
   layers = zoo.model_from_config(config, num_classes).num_layers
