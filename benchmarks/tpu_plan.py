@@ -54,13 +54,17 @@ def named_slice(config_file: str) -> str:
 
 
 def plan_row(name: str, config_arg: str, overrides: dict, tpu: str) -> dict:
-  started = time.time()
+  """One plan as a row; `seconds` and `cpu_seconds` (this process's, all threads: less
+  sensitive to other jobs on the machine) are the whole plan's, to set beside the
+  compile_seconds of its train and eval steps."""
+  started, cpu = time.time(), time.process_time()
   try:
     report = planner.plan_steps(load(config_arg, overrides), planner.tpu_target(tpu))
   except Exception as e:  # pylint: disable=broad-except  # a row that says why
     return {"name": name, "slice": tpu, "error": " ".join(str(e).split())[:300]}
   return {"name": name, "config": config_arg, "overrides": overrides, "slice": tpu,
-          "seconds": time.time() - started, **report}
+          "seconds": time.time() - started, "cpu_seconds": time.process_time() - cpu,
+          **report}
 
 
 def jobs(seconds_on_own_slice: dict):
@@ -129,14 +133,33 @@ def table(rows_path: str) -> str:
   return "\n".join(lines)
 
 
+def times(rows_path: str) -> str:
+  """Each plan's time against one compile of the train and eval steps it reports."""
+  lines = ["| config | slice | plan s | train + eval compile s | plan / compiles | "
+           "plan CPU s | compiles CPU s | CPU plan / compiles |", "|---" * 8 + "|"]
+  for (name, tpu), r in sorted(read_rows(rows_path).items()):
+    if "error" in r or "seconds" not in r:
+      continue
+    compiles, cpu = (sum(r[step].get(key) or 0 for step in ("train", "eval"))
+                     for key in ("compile_seconds", "compile_cpu_seconds"))
+    cpu_cells = (f"{r['cpu_seconds']:,.0f} | {cpu:,.0f} | {r['cpu_seconds'] / cpu:.2f}x"
+                 if cpu and "cpu_seconds" in r else "- | - | -")
+    if compiles:
+      lines.append(f"| {name} | {tpu} | {r['seconds']:,.0f} | {compiles:,.0f} | "
+                   f"{r['seconds'] / compiles:.2f}x | {cpu_cells} |")
+  return "\n".join(lines)
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--rows", default="benchmarks/tpu_plan.jsonl")
   parser.add_argument("--table", action="store_true", help="print the tables and exit")
+  parser.add_argument("--times", action="store_true",
+                      help="print each plan's time against its compiles and exit")
   parser.add_argument("--only", default="", help="regex over 'name slice' of the jobs to run")
   args = parser.parse_args()
-  if args.table:
-    print(table(args.rows))
+  if args.table or args.times:
+    print(table(args.rows) if args.table else times(args.rows))
     return
   done = read_rows(args.rows)
   seconds = {key: row.get("seconds", math.inf) for key, row in done.items()}

@@ -2,10 +2,14 @@
 
 import logging
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 from absl import logging as absl_logging
 
+import helpers
 from vit_jax import console
 
 
@@ -51,3 +55,28 @@ def test_orbax_errors_are_left_to_our_one_line(restore_levels, caplog):
   absl.handle(logging.LogRecord("absl", logging.WARNING, os.path.join("site", "orbax", "f.py"),
                                 1, "an orbax warning", None, None))
   assert [r.getMessage() for r in caplog.records] == ["failed in elsewhere", "an orbax warning"]
+
+
+def test_a_stage_says_what_runs_how_long_it_has_run_and_what_came_of_it(capsys):
+  with console.stage("compiling the train step", heartbeat_s=0.02) as outcome:
+    time.sleep(0.2)
+    outcome("peak 1.00 GiB per device, fits")
+  err = capsys.readouterr().err.splitlines()
+  assert err[0].endswith(" compiling the train step ...")
+  assert "compiling the train step: still running after 0 s" in err[1]
+  assert err[-1].endswith(" compiling the train step: peak 1.00 GiB per device, fits (0 s)")
+  assert [console.duration(s) for s in (8.4, 125, 3720)] == ["8 s", "2 min 05 s",
+                                                             "1 h 02 min"]
+
+
+def test_a_stage_ticks_while_a_library_s_stderr_is_hidden():
+  """platforms.quiet_stderr hides what C++ writes to descriptor 2 during a compile; the
+  elapsed time written meanwhile still reaches the terminal (a real process's stderr)."""
+  code = ("import time; from vit_jax import console, platforms\n"
+          "with console.stage('compiling', heartbeat_s=0.02):\n"
+          "  with platforms.quiet_stderr():\n"
+          "    time.sleep(0.2)\n")
+  done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        env=helpers.subprocess_env(), cwd=helpers.REPO, timeout=60, check=True)
+  assert "compiling: still running after 0 s" in done.stderr
+  assert done.stderr.splitlines()[-1].endswith(" compiling: done (0 s)")

@@ -32,7 +32,7 @@ def test_cloud_names_become_topologies(name, topology, devices, chips, cores):
 @pytest.mark.parametrize("name,says", [
     ("v3-6", "power of two from 8"), ("v3-4", "power of two from 8"), ("v9-8", "v3-8"),
     ("tpu", "v3-8"), ("v3:2x2x2", "2 sides"), ("v4:2x2", "3 sides, e.g. v4:2x2x1"),
-    ("v5e-3", "power of two"),
+    ("v5e-3", "power of two"), ("", "v3-8"),
 ])
 def test_names_that_are_not_slices_are_refused_with_examples(name, says):
   with pytest.raises(errors.InvalidInput, match=says):
@@ -47,3 +47,10 @@ def test_the_device_counts_are_libtpus(name):
   assert len(devices) == tpu.num_devices
   assert devices[0].platform == "tpu"
   assert devices[0].device_kind == tpu.generation.device_kind
+
+
+@pytest.mark.parametrize("name", ["v3:3x3", "v5e:1x2"])
+def test_topologies_libtpu_refuses_are_one_line(name):
+  """Two sides parse, but libtpu builds no such slice (not whole 2x2 hosts): a user error."""
+  with pytest.raises(errors.InvalidInput, match=f"--tpu={name}: libtpu has no such slice"):
+    tpu_slices.compile_only_devices(tpu_slices.parse(name))

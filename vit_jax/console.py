@@ -7,10 +7,14 @@ hides the libraries' INFO lines unless the user asks for them (`--verbosity=0` o
 command, or VIT_JAX_VERBOSE=1).
 """
 
+import contextlib
+import io
 import logging
 import os
 import sys
-from typing import Optional
+import threading
+import time
+from typing import Callable, Iterator, Optional, TextIO, Tuple
 
 VERBOSE_ENV = "VIT_JAX_VERBOSE"
 
@@ -71,3 +75,61 @@ def quiet_libraries(verbosity_flag_present: Optional[bool] = None) -> None:
 
 def _no_orbax_errors(record: logging.LogRecord) -> bool:
   return record.levelno < logging.ERROR or f"{os.sep}orbax{os.sep}" not in record.pathname
+
+
+def duration(seconds: float) -> str:
+  """'8 s', '2 min 05 s', '1 h 02 min': elapsed times in progress lines."""
+  seconds = int(round(seconds))
+  if seconds < 60:
+    return f"{seconds} s"
+  if seconds < 3600:
+    return f"{seconds // 60} min {seconds % 60:02d} s"
+  return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def _progress_stream() -> Tuple[TextIO, bool]:
+  """(where ticks go, whether to close it): a copy of file descriptor 2 made now, so that
+  ticks still show while platforms.quiet_stderr hides what C++ libraries write there; the
+  current sys.stderr where that is not descriptor 2 (notebooks, tests)."""
+  try:
+    if sys.stderr.fileno() == 2:
+      return os.fdopen(os.dup(2), "w"), True
+  except (AttributeError, OSError, io.UnsupportedOperation):
+    pass
+  return sys.stderr, False
+
+
+@contextlib.contextmanager
+def stage(what: str, heartbeat_s: float = 60.0) -> Iterator[Callable[[str], None]]:
+  """Logs `what ...`, then, while the block runs, how long it has run (a counter ticking in
+  place on a terminal, elsewhere a line every heartbeat_s), then `what: RESULT (TIME)`; the
+  block names RESULT by calling what this yields (default: done). A long compile is then
+  never one silent line."""
+  started = time.monotonic()
+  result = ["done"]
+  log.info("%s ...", what)
+  stream, owned = _progress_stream()
+  tty = stream.isatty()
+  stop = threading.Event()
+
+  def tick():
+    while not stop.wait(1.0 if tty else heartbeat_s):
+      elapsed = duration(time.monotonic() - started)
+      clock = time.strftime("%H:%M:%S")
+      stream.write(f"\r{clock} {what} ... {elapsed}\x1b[K" if tty else
+                   f"{clock} {what}: still running after {elapsed}\n")
+      stream.flush()
+
+  ticker = threading.Thread(target=tick, name="vit_jax-progress", daemon=True)
+  ticker.start()
+  try:
+    yield lambda text: result.__setitem__(0, text)
+  finally:
+    stop.set()
+    ticker.join()
+    if tty:
+      stream.write("\r\x1b[K")
+      stream.flush()
+    if owned:
+      stream.close()
+  log.info("%s: %s (%s)", what, result[0], duration(time.monotonic() - started))

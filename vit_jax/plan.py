@@ -17,14 +17,23 @@ Speeds are the compiler's per-operation roofline (XLA's optimal_seconds), not
 measurements: they leave out the input pipeline, the host and the network between hosts.
 
 When a step does not fit, the smallest changes that do (each verified by compiling it,
-within --suggest_budget seconds) are printed as --config flags.
+within --suggest_budget seconds) are printed as --config flags; a search that runs out of
+its budget says so and names the changes it did not try.
+
+Each compile is logged as it starts and ends, with its time, and a long one shows its
+elapsed time while it runs. A plan compiles the train and eval steps once each, plus the
+optimizer update alone where the step accumulates gradients (seconds); a config with
+scan_layers, or a step that does not fit, adds loop-free twins of one and two blocks
+to count its FLOPs in full. docs/plan_time.md says more.
 
 Exit status: 0 everything fits, 3 something does not, 2 a usage mistake.
 """
 
 import dataclasses
 import json
+import os
 import sys
+import time
 from typing import Any, Dict, Optional
 
 from absl import flags
@@ -40,6 +49,8 @@ NO_ESTIMATE_NOTE = ("XLA estimates time for TPUs only: time this config's step w
                     "python -m vit_jax.benchmark --config=...")
 NO_TPU_ESTIMATE_NOTE = ("the TPU compiler gave no usable time estimate for these steps "
                         "(a negative optimal_seconds): memory and FLOPs stand")
+DOES_NOT_FIT_NOTE = ("no estimate: neither step fits, nor does one micro-batch of the train "
+                     "step")
 
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
@@ -48,7 +59,9 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                                   "as for vit_jax.main.", lock_config=True, **define)
   flags.DEFINE_string("tpu", None, "TPU slice to compile for (v3-8, v5e-16, v3:4x4 ...); "
                       "default: this machine's devices.", **define)
-  flags.DEFINE_string("json", None, "Also write the report as JSON to this path.", **define)
+  flags.DEFINE_string("json", None, "Also write the report as JSON to this path (checked "
+                      "before compiling; '-': the JSON on stdout, the report on stderr).",
+                      **define)
   flags.DEFINE_integer("num_classes", None, "Head size (default: from the dataset's "
                        "metadata).", lower_bound=1, **define)
   flags.DEFINE_float("hbm_limit_gib", None, "Usable memory per device in GiB, below the "
@@ -73,6 +86,21 @@ def _number(value: Optional[float], spec: str = ",.0f") -> str:
   return "-" if value is None else format(value, spec)
 
 
+def compute_note(report: Dict[str, Any]) -> str:
+  """Where the speeds come from, or why there are none."""
+  if any(report[step]["estimated_step_seconds"] for step in ("train", "eval")):
+    return ESTIMATE_NOTE
+  if not report["chips"]:
+    return NO_ESTIMATE_NOTE
+  unfit = [step for step in ("train", "eval") if report[step]["gflop_per_image"] is None]
+  if len(unfit) == 2:  # nothing compiled to read
+    return DOES_NOT_FIT_NOTE
+  if unfit:
+    return (f"no time estimate: the {unfit[0]} step does not fit, and the TPU compiler priced "
+            "the other at a negative optimal_seconds: its memory and FLOPs stand")
+  return NO_TPU_ESTIMATE_NOTE
+
+
 def format_report(report: Dict[str, Any]) -> str:
   """The human-readable report."""
   mesh = " ".join(f"{axis}={size}" for axis, size in report["mesh"].items())
@@ -93,9 +121,7 @@ def format_report(report: Dict[str, Any]) -> str:
     lines.append(f"  {step:<5} {gib(r['state_bytes_per_device']):>7} "
                  f"{gib(r['batch_bytes_per_device']):>7} {gib(r.get('temp_bytes')):>13} "
                  f"{gib(r['peak_bytes_per_device']):>7}   {verdict}")
-  timed = any(report[step]["estimated_step_seconds"] for step in ("train", "eval"))
-  untimed = NO_TPU_ESTIMATE_NOTE if report["chips"] else NO_ESTIMATE_NOTE
-  lines.append(f"compute ({ESTIMATE_NOTE if timed else untimed}):")
+  lines.append(f"compute ({compute_note(report)}):")
   for step in ("train", "eval"):
     r = report[step]
     if r["estimated_img_per_sec"] is None and r["gflop_per_image"] is None:
@@ -139,10 +165,51 @@ def does_not_fit_line(report: Dict[str, Any]) -> str:
       parts.append(f"the {step} step does not fit {report['slice']}: {need}"
                    f"{gib(report['hbm_bytes_per_device'])} usable")
   fixes = [" ".join(s["flags"]) for s in report["suggestions"]]
-  tail = ("; fits with: " + " | ".join(fixes) if fixes else
-          "; no single change or pair tried fits: lower config.batch, use bfloat16 "
-          "(--config.dtype=bfloat16) or a larger slice")
+  search = report.get("search")
+  batches = " or ".join(f"config.{'batch' if step == 'train' else 'batch_eval'}"
+                        for step in ("train", "eval") if not report[step]["fits"])
+  others = f"lower {batches}, use bfloat16 (--config.dtype=bfloat16) or a larger slice"
+  if search is None:
+    tail = f"; not searched for changes that fit (--nosuggest): {others}"
+  elif search["out_of_budget"]:
+    left = search["not_tried"]
+    listed = " | ".join(" ".join(changes) for changes in left[:4])
+    more = f" and {len(left) - 4} more" if len(left) > 4 else ""
+    tail = (f"; the search for changes ran out of its {search['budget_s']:.0f} s budget after "
+            f"{len(search['tried'])} tried" + ("; fits with: " + " | ".join(fixes) if fixes
+                                                else ", none of which fits")
+            + f"; not tried: {listed}{more} (raise --suggest_budget to try them)")
+  elif fixes:
+    tail = "; fits with: " + " | ".join(fixes)
+  else:
+    tail = f"; no single change or pair tried fits: {others}"
   return "; ".join(parts) + tail
+
+
+def check_json_path(path: str) -> None:
+  """Fails in one line, before minutes of compiling, where --json cannot be written: a
+  folder, a path below a file, or a folder this user may not create files in (tried with
+  a file created and removed at once: permission bits do not stop root, a read-only mount
+  or /proc does)."""
+  from vit_jax import errors, storage  # pylint: disable=import-outside-toplevel
+  if path == "-" or storage.is_url(path):
+    return
+  if not path.strip() or os.path.isdir(path):
+    raise errors.InvalidInput(f"--json={path} is {'a folder' if path.strip() else 'empty'}: "
+                              "name the file to write, e.g. --json=plan.json")
+  folder = os.path.dirname(os.path.abspath(path))
+  while not os.path.exists(folder):
+    folder = os.path.dirname(folder)
+  if not os.path.isdir(folder):
+    raise errors.InvalidInput(f"--json={path}: {folder} is a file, not a folder; name "
+                              "another path")
+  probe = os.path.join(folder, f".vit_jax-plan-probe-{os.getpid()}")
+  try:
+    os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    os.unlink(probe)
+  except OSError as e:
+    raise errors.InvalidInput(f"--json={path}: cannot create files in {folder} "
+                              f"({e.strerror}); name a path you may write") from None
 
 
 @cli.command
@@ -154,8 +221,10 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   from vit_jax import (  # pylint: disable=import-outside-toplevel
       errors, fit_search, objectives, planner, sharding, train)
   try:
+    if flag_values.json is not None:
+      check_json_path(flag_values.json)
     limit = int(flag_values.hbm_limit_gib * 2**30) if flag_values.hbm_limit_gib else None
-    if flag_values.tpu:
+    if flag_values.tpu is not None:  # an empty --tpu= is a mistake, not this machine
       target = planner.tpu_target(flag_values.tpu, limit)
     else:
       target = planner.local_target()
@@ -165,23 +234,28 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
     train.check_static(config, mesh, objectives.get(config))
   except errors.InvalidInput as e:
     raise cli.UsageError(cli.one_line(e)) from None
-  console.log.info("compiling the train and eval steps for %s ...", target.name)
+  started = time.monotonic()
   report = {"config": flag_values["config"].config_filename,
             **planner.plan_steps(config, target, flag_values.num_classes)}
-  report["suggestions"] = []
+  report["suggestions"], report["search"] = [], None
   if not report["fits"] and flag_values.suggest:
     console.log.info("it does not fit: compiling changes that might (up to %.0f s)",
                      flag_values.suggest_budget)
-    report["suggestions"] = fit_search.search(config, target, report,
-                                              flag_values.suggest_budget,
-                                              flag_values.max_suggestions)
-  timed = report["train"]["estimated_step_seconds"] or report["eval"]["estimated_step_seconds"]
-  report["notes"] = [ESTIMATE_NOTE if timed else
-                     NO_TPU_ESTIMATE_NOTE if target.is_tpu else NO_ESTIMATE_NOTE]
-  print(format_report(report), flush=True)
-  if flag_values.json:
+    search = fit_search.search(config, target, report, flag_values.suggest_budget,
+                               flag_values.max_suggestions)
+    report["suggestions"], report["search"] = search.found, search.as_json()
+  report["notes"] = [compute_note(report)]
+  report["plan_seconds"] = time.monotonic() - started
+  console.log.info("planned in %s", console.duration(report["plan_seconds"]))
+  text = json.dumps(report, indent=1) + "\n"
+  if flag_values.json == "-":
+    print(format_report(report), file=sys.stderr, flush=True)
+    print(text, end="", flush=True)
+  else:
+    print(format_report(report), flush=True)
+  if flag_values.json and flag_values.json != "-":
     from vit_jax import storage  # pylint: disable=import-outside-toplevel
-    storage.write_atomic(flag_values.json, json.dumps(report, indent=1) + "\n")
+    storage.write_atomic(flag_values.json, text)
   if not report["fits"]:
     print(f"error: {does_not_fit_line(report)}", file=sys.stderr)
     sys.exit(DOES_NOT_FIT_EXIT_CODE)

@@ -11,9 +11,15 @@ in the compiler's out-of-memory message), FLOPs and the compiler's time estimate
 
 XLA's cost analysis counts a loop body once: gradient accumulation (a scan over
 micro-batches) and scan_layers (a scan over blocks) would report a fraction of the work.
-So FLOPs and time come from a loop-free twin of the step (accum_steps=1 on one
-micro-batch, blocks unrolled) and from the optimizer update compiled alone
-(train_step.make_apply_gradients): a step = accum_steps x (twin - update) + update.
+With accumulation alone, the compiled step counts one micro-batch and the optimizer update
+once, so a step = accum_steps x (step - update) + update, the update compiled alone
+(train_step.make_apply_gradients: small, seconds). Scanned blocks, and a step that does
+not fit (nothing compiled to read), are priced on loop-free twins instead (accum_steps=1
+on one micro-batch, blocks unrolled) of one and two blocks: a cost is linear in the
+blocks, and two small programs cost less to compile than a twin of the whole model for a
+deep one (for 12 blocks, about the same: a compile has a fixed part).
+
+Each compile is logged as it starts and ends, with its time (vit_jax.console.stage).
 """
 
 import contextlib
@@ -28,8 +34,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from vit_jax import (errors, lora, objectives, platforms, sharding, tpu_slices, trainer,
-                     train_step)
+from vit_jax import (console, errors, lora, objectives, platforms, sharding, tpu_slices,
+                     trainer, train_step)
 from vit_jax.data import batch_spec, registry
 from vit_jax.evaluators import classification as classification_eval
 from vit_jax.models import zoo
@@ -258,59 +264,127 @@ def loop_free(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
                         **{"model.scan_layers": False})
 
 
-def has_loops(config: ml_collections.ConfigDict) -> bool:
-  return config.accum_steps > 1 or config.model.scan_layers
+def size(value: Optional[int]) -> str:
+  """Bytes as GiB in progress lines (the report formats its own)."""
+  return "?" if value is None else f"{value / GIB:.2f} GiB"
 
 
-def _compiled_or_shortfall(fn_args: Tuple[Callable, Tuple], target: Target
+def _compiled_or_shortfall(fn_args: Tuple[Callable, Tuple], target: Target, what: str
                            ) -> Tuple[Any, Dict[str, Any]]:
   """(compiled program or None, its memory and fit) under the target's HBM limit."""
   fn, args = fn_args
-  started = time.perf_counter()
-  try:
-    compiled = compile_for(fn, args, target)
-  except DoesNotFit as e:
-    return None, {"fits": False, "peak_bytes_per_device": e.need,
-                  "shortfall_bytes": (e.need - e.have) if e.need and e.have else None,
-                  "compiler_message": str(e),
-                  "compile_seconds": time.perf_counter() - started}
-  used = memory(compiled, target.is_tpu)
-  limit = target.hbm_bytes_per_device
-  fits = limit is None or used["peak_bytes_per_device"] <= limit
+  started, cpu = time.perf_counter(), time.process_time()
+  timing = lambda: {"compile_seconds": time.perf_counter() - started,
+                    "compile_cpu_seconds": time.process_time() - cpu}  # all threads
+  with console.stage(f"compiling {what} for {target.name}") as outcome:
+    try:
+      compiled = compile_for(fn, args, target)
+    except DoesNotFit as e:
+      outcome(f"does not fit: needs {size(e.need)} per device, {size(e.have)} usable"
+              if e.need and e.have else "does not fit (the compiler ran out of memory)")
+      return None, {"fits": False, "peak_bytes_per_device": e.need,
+                    "shortfall_bytes": (e.need - e.have) if e.need and e.have else None,
+                    "compiler_message": str(e), **timing()}
+    used = memory(compiled, target.is_tpu)
+    limit = target.hbm_bytes_per_device
+    fits = limit is None or used["peak_bytes_per_device"] <= limit
+    outcome(f"peak {size(used['peak_bytes_per_device'])} per device"
+            + (f" of {size(limit)}" if limit else "") + (", fits" if fits else ", DOES NOT FIT"))
   return compiled, {"fits": fits, **used,
                     "shortfall_bytes": None if fits else used["peak_bytes_per_device"] - limit,
-                    "compile_seconds": time.perf_counter() - started}
+                    **timing()}
 
 
-def _costed(fn_args: Tuple[Callable, Tuple], target: Target) -> Optional[Dict[str, Any]]:
-  """Cost of a loop-free program compiled without the user's HBM limit; None if even
-  that does not fit."""
-  try:
-    return cost(compile_for(*fn_args, target, limit=False))
-  except DoesNotFit:
+def _costed(fn_args: Tuple[Callable, Tuple], target: Target, what: str
+            ) -> Optional[Dict[str, Any]]:
+  """Cost of a program compiled only to be priced, without the user's HBM limit; None if
+  even that does not fit."""
+  with console.stage(f"compiling {what}, to count its cost") as outcome:
+    try:
+      return cost(compile_for(*fn_args, target, limit=False))
+    except DoesNotFit:
+      outcome("does not fit either")
+      return None
+
+
+def has_loop(compiled) -> bool:
+  """Whether a compiled program still holds a loop (XLA may unroll a short one: its cost
+  analysis then counts every iteration)."""
+  return " while(" in compiled.as_text()
+
+
+def twins(config: ml_collections.ConfigDict, mesh, num_classes: int
+          ) -> Tuple[Dict[int, Programs], int]:
+  """Loop-free twins of the steps (one micro-batch, blocks unrolled) by number of blocks,
+  and the model's number of blocks. A cost is linear in the blocks: twins of one and two
+  blocks (small programs) give it for any depth. A config that cannot
+  be cut to two blocks (a freeze or lr_mults pattern naming a later one) gets the whole
+  model's twin, a program as large as the step."""
+  layers = zoo.model_from_config(config, num_classes).num_layers
+  twin = loop_free(config)
+  if layers > 2:
+    try:
+      return {n: build_programs(with_overrides(twin, **{"model.num_layers": n}), mesh,
+                                num_classes) for n in (1, 2)}, layers
+    except errors.InvalidInput:
+      pass
+  return {layers: build_programs(twin, mesh, num_classes)}, layers
+
+
+def _at_depth(costs: Dict[int, Optional[Dict[str, Any]]], layers: int
+              ) -> Optional[Dict[str, Any]]:
+  """A cost at `layers` blocks from the costs of twins of one and two blocks (or of the
+  whole model); None where a twin did not fit."""
+  if any(c is None for c in costs.values()):
     return None
+  (n1, c1), *rest = sorted(costs.items())
+  if not rest:
+    return c1
+  ((n2, c2),) = rest
+  return {key: None if c1[key] is None or c2[key] is None
+          else c1[key] + (layers - n1) * (c2[key] - c1[key]) / (n2 - n1) for key in c1}
 
 
-def _step_cost(config, programs: Programs, compiled_train, mesh, num_classes: int,
-               target: Target) -> Optional[Dict[str, Any]]:
-  """FLOPs and estimated seconds of one whole train step, loops counted in full."""
-  if not has_loops(config):
-    return cost(compiled_train) if compiled_train is not None else None
-  twin = build_programs(loop_free(config), mesh, num_classes)
-  micro, update = _costed(twin.train, target), _costed(twin.update, target)
-  if micro is None or update is None:
+def _accumulated(step: Optional[Dict[str, Any]], update: Optional[Dict[str, Any]], k: int
+                 ) -> Optional[Dict[str, Any]]:
+  """A step of k micro-batches from the cost of one (update included) and the update's."""
+  if step is None or update is None:
     return None
-  k = config.accum_steps
-  combine = lambda key: (None if micro[key] is None or update[key] is None
-                         else k * (micro[key] - update[key]) + update[key])
+  combine = lambda key: (None if step[key] is None or update[key] is None
+                         else k * (step[key] - update[key]) + update[key])
   return {key: combine(key) for key in ("flops", "bytes", "seconds")}
 
 
-def _eval_cost(config, programs: Programs, compiled_eval, mesh, num_classes: int,
+def _step_cost(config, programs: Programs, compiled_train, get_twins: Callable,
                target: Target) -> Optional[Dict[str, Any]]:
-  if not config.model.scan_layers:
-    return cost(compiled_eval) if compiled_eval is not None else None
-  return _costed(build_programs(loop_free(config), mesh, num_classes).eval, target)
+  """FLOPs and estimated seconds of one whole train step, loops counted in full."""
+  k = config.accum_steps
+  if compiled_train is not None and not config.model.scan_layers:
+    whole = cost(compiled_train)
+    if k == 1 or not has_loop(compiled_train):
+      return whole
+    # One micro-batch (the loop body, counted once) and the update.
+    return _accumulated(whole, _costed(programs.update, target, "the optimizer update alone"),
+                        k)
+  by_depth, layers = get_twins()
+  steps, updates = {}, {}
+  for n, twin in by_depth.items():
+    steps[n] = _costed(twin.train, target,
+                       f"the train step's loop-free twin with {n} block(s)")
+    if steps[n] is None:
+      return None
+    updates[n] = _costed(twin.update, target, f"its optimizer update ({n} block(s))")
+  return _accumulated(_at_depth(steps, layers), _at_depth(updates, layers), k)
+
+
+def _eval_cost(config, compiled_eval, get_twins: Callable,
+               target: Target) -> Optional[Dict[str, Any]]:
+  if compiled_eval is not None and not config.model.scan_layers:
+    return cost(compiled_eval)
+  by_depth, layers = get_twins()
+  return _at_depth({n: _costed(twin.eval, target,
+                               f"the eval step's loop-free twin with {n} block(s)")
+                    for n, twin in by_depth.items()}, layers)
 
 
 def model_flops_per_image(config, num_classes: int) -> Optional[float]:
@@ -356,17 +430,29 @@ def plan_steps(config: ml_collections.ConfigDict, target: Target,
   programs = build_programs(config, mesh, num_classes)
   model_flops = model_flops_per_image(config, num_classes)
 
-  compiled_train, train = _compiled_or_shortfall(programs.train, target)
+  built = []  # the loop-free twins, built once if needed
+
+  def get_twins() -> Tuple[Dict[int, Programs], int]:
+    if not built:
+      built.append(twins(config, mesh, num_classes))
+    return built[0]
+
+  micro_batch = config.batch // config.accum_steps // parallel
+  compiled_train, train = _compiled_or_shortfall(
+      programs.train, target, f"the train step (batch {config.batch}: {config.accum_steps} "
+      f"micro-batch(es) of {micro_batch} per device)")
   train.update(state_bytes_per_device=programs.state_bytes,
                batch_bytes_per_device=programs.train_batch_bytes)
-  train.update(_speed(_step_cost(config, programs, compiled_train, mesh, num_classes, target),
+  train.update(_speed(_step_cost(config, programs, compiled_train, get_twins, target),
                       config.batch, model_flops, target, passes=3))
   train["collectives"] = collectives(compiled_train) if compiled_train is not None else None
-  compiled_eval, evaluation = _compiled_or_shortfall(programs.eval, target)
+  compiled_eval, evaluation = _compiled_or_shortfall(
+      programs.eval, target, f"the eval step (batch {config.batch_eval}: "
+      f"{config.batch_eval // parallel} per device)")
   evaluation.update(state_bytes_per_device=programs.state_bytes,
                     batch_bytes_per_device=programs.eval_batch_bytes)
-  evaluation.update(_speed(_eval_cost(config, programs, compiled_eval, mesh, num_classes,
-                                      target), config.batch_eval, model_flops, target, 1))
+  evaluation.update(_speed(_eval_cost(config, compiled_eval, get_twins, target),
+                           config.batch_eval, model_flops, target, 1))
 
   hosts = len({device.process_index for device in target.devices})
   hours = (config.total_steps * train["estimated_step_seconds"] / 3600

@@ -128,8 +128,17 @@ def compile_only_devices(tpu_slice: Slice) -> list:
     raise errors.InvalidInput(
         "compiling for a TPU needs libtpu: pip install 'vit_jax[tpu]' (or "
         "pip install 'jax[tpu]'); it runs on a CPU machine, no TPU needed") from None
+  import jax  # pylint: disable=import-outside-toplevel
   from jax.experimental import topologies  # pylint: disable=import-outside-toplevel
-  with platforms.quiet_stderr():
-    topology = topologies.get_topology_desc(platform="tpu", topology_name=tpu_slice.topology,
-                                            chip_config_name=tpu_slice.generation.chip_config)
+  try:
+    with platforms.quiet_stderr():
+      topology = topologies.get_topology_desc(
+          platform="tpu", topology_name=tpu_slice.topology,
+          chip_config_name=tpu_slice.generation.chip_config)
+  except jax.errors.JaxRuntimeError as e:  # libtpu's INVALID_ARGUMENT: a shape it has not
+    if "INVALID_ARGUMENT" not in str(e):  # (v3:3x3 is not a whole number of 2x2 hosts)
+      raise
+    reason = " ".join(str(e).replace("INVALID_ARGUMENT:", "").split())
+    raise errors.InvalidInput(f"--tpu={tpu_slice.name}: libtpu has no such slice ({reason}): "
+                              f"use one of {EXAMPLES}") from None
   return list(topology.devices)
