@@ -72,24 +72,52 @@ class BlockOptions:
   dtype: Any = jnp.float32
   attention_impl: str = "softmax"
   unpadded_inference: bool = True
+  stochastic_depth: float = 0.0  # the last block's drop rate; 0: off (no RNG drawn)
+
+
+def stochastic_depth_rates(rate: float, num_layers: int) -> np.ndarray:
+  """Block i's drop probability, rate * i / (num_layers - 1): 0 for the first block, `rate`
+  for the last (DeiT's and timm's linear rule, `linspace(0, rate, depth)`)."""
+  if num_layers < 2:
+    return np.zeros((num_layers,), np.float32)
+  return (rate * np.arange(num_layers) / (num_layers - 1)).astype(np.float32)
+
+
+def drop_branch(module: nn.Module, branch, drop_rate, name: str):
+  """Stochastic depth of one residual branch [B, ...]: per example, zero with probability
+  drop_rate, else scaled by 1 / (1 - drop_rate). Its keep mask [B] is sown as `name`."""
+  keep = jax.random.bernoulli(module.make_rng("dropout"), 1.0 - drop_rate, branch.shape[:1])
+  module.sow("intermediates", name, keep)
+  scale = (1.0 / (1.0 - drop_rate)).astype(branch.dtype)
+  keep = keep.reshape(keep.shape + (1,) * (branch.ndim - 1))
+  return jnp.where(keep, branch * scale, jnp.zeros_like(branch))
 
 
 class Encoder1DBlock(nn.Module):
-  """Pre-LN transformer block: x + Drop(MHSA(LN(x))), then + MLP(LN(.))."""
+  """Pre-LN transformer block: x + Drop(MHSA(LN(x))), then + MLP(LN(.)).
+
+  With options.stochastic_depth > 0 and in training, each residual branch (attention, MLP)
+  is dropped per example with probability `drop_rate` (see drop_branch; masks from the
+  `dropout` RNG stream, sown as `stochastic_depth_attention` / `stochastic_depth_mlp`)."""
   options: BlockOptions
 
   @nn.compact
-  def __call__(self, inputs, deterministic: bool):
+  def __call__(self, inputs, deterministic: bool, drop_rate=0.0):
     o = self.options
+    stochastic = o.stochastic_depth > 0 and not deterministic
     x = layer_norm("LayerNorm_0", o.dtype)(inputs)
     x = attention.SelfAttention(o.num_heads, o.attention_dropout_rate, o.dtype, o.attention_impl,
                       o.unpadded_inference,
                       name="MultiHeadDotProductAttention_1")(x, deterministic=deterministic)
     x = nn.Dropout(o.dropout_rate)(x, deterministic=deterministic)
+    if stochastic:
+      x = drop_branch(self, x, drop_rate, "stochastic_depth_attention")
     x = x + inputs
     y = layer_norm("LayerNorm_2", o.dtype)(x)
     y = MlpBlock(o.mlp_dim, o.dropout_rate, o.dtype,
                  name="MlpBlock_3")(y, deterministic=deterministic)
+    if stochastic:
+      y = drop_branch(self, y, drop_rate, "stochastic_depth_mlp")
     out = x + y
     self.sow("intermediates", "block_output", out)
     return out
@@ -151,10 +179,11 @@ class MAPHead(nn.Module):
 
 
 class ScannedBlock(Encoder1DBlock):
-  """An encoder block as an nn.scan body: (carry, deterministic) -> (carry, None)."""
+  """An encoder block as an nn.scan body: (carry, deterministic, drop_rate) -> (carry, None),
+  drop_rate scanned (one per block)."""
 
-  def __call__(self, inputs, deterministic: bool):
-    return super().__call__(inputs, deterministic), None
+  def __call__(self, inputs, deterministic: bool, drop_rate=0.0):
+    return super().__call__(inputs, deterministic, drop_rate), None
 
 
 SCANNED_BLOCKS = "encoderblock"  # name of the stacked blocks under `Transformer`
@@ -168,6 +197,9 @@ class Encoder(nn.Module):
   instead of num_layers (much faster compiles for deep models); their parameters are
   then stacked under `encoderblock` with a leading depth axis (convert with
   to_scan_layout / to_block_layout; .npz files always hold the per-block layout).
+  Stochastic depth's per-block rates (stochastic_depth_rates) enter the scan as a scanned
+  input, so they still grow with depth; scanned and unrolled blocks draw their masks from
+  differently derived keys (as dropout does), so the two agree in law, not bit for bit.
   """
   num_layers: int
   options: BlockOptions
@@ -188,14 +220,16 @@ class Encoder(nn.Module):
                        static_argnums=(2,), prevent_cse=not self.scan_layers)
     x = position_embedding(x, self.posemb, grid, has_cls, self.posemb_grid)
     x = nn.Dropout(self.options.dropout_rate)(x, deterministic=not train)
+    rates = stochastic_depth_rates(self.options.stochastic_depth, self.num_layers)
     if self.scan_layers:
       stack = nn.scan(block, variable_axes={"params": 0, "intermediates": 0},
                       split_rngs={"params": True, "dropout": True},
-                      in_axes=nn.broadcast, length=self.num_layers)
-      x, _ = stack(self.options, name=SCANNED_BLOCKS)(x, not train)
+                      in_axes=(nn.broadcast, 0), length=self.num_layers)
+      x, _ = stack(self.options, name=SCANNED_BLOCKS)(x, not train, jnp.asarray(rates))
     else:
       for layer in range(self.num_layers):
-        x = block(self.options, name=f"encoderblock_{layer}")(x, not train)
+        x = block(self.options, name=f"encoderblock_{layer}")(x, not train,
+                                                                jnp.float32(rates[layer]))
     return layer_norm("encoder_norm", self.options.dtype)(x)
 
 
@@ -266,6 +300,13 @@ class VisionTransformer(nn.Module):
       'sincos2d' (big_vision's fixed 2-D sin-cos table: no parameter, any grid).
     representation_size: if set, a `pre_logits` Dense + tanh before the head.
     dropout_rate, attention_dropout_rate: only active with `train=True`.
+    stochastic_depth: only with `train=True`: block i's attention and MLP residual branches
+      are each dropped per example with probability stochastic_depth * i / (num_layers - 1)
+      (DeiT's and timm's linear rule: the first block never, the last at this rate), kept
+      ones scaled by 1 / (1 - p); masks from the `dropout` RNG stream. No parameters:
+      released checkpoints load unchanged. big_vision's public ViT has no stochastic depth
+      and the AugReg code that used it (the `sd_` of the released names) is not public, so
+      its exact rule is not known here.
     head_bias_init: constant head bias (-10 was used for i21k pre-training).
     dtype: compute dtype; parameters are always stored in float32.
     attention_impl: 'softmax' (explicit, float32 softmax), 'dot_product' (fused:
@@ -298,6 +339,7 @@ class VisionTransformer(nn.Module):
   representation_size: Optional[int] = None
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
+  stochastic_depth: float = 0.0
   head_bias_init: float = 0.0
   dtype: Any = jnp.float32
   attention_impl: str = "softmax"
@@ -352,7 +394,7 @@ class VisionTransformer(nn.Module):
       x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (batch, 1, 1)), x], axis=1)
     options = BlockOptions(self.mlp_dim, self.num_heads, self.dropout_rate,
                            self.attention_dropout_rate, self.dtype, self.attention_impl,
-                           self.unpadded_inference)
+                           self.unpadded_inference, self.stochastic_depth)
     return Encoder(self.num_layers, options, self.remat_policy, self.scan_layers, self.posemb,
                    self.posemb_grid, name="Transformer")(x, train=train, grid=grid,
                                        has_cls=self.classifier == "token")
