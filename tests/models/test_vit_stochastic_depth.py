@@ -58,6 +58,26 @@ def test_deterministic_for_a_key_and_different_across_keys():
   assert not np.allclose(a, jax.jit(module.apply)({"params": params}, x))
 
 
+@pytest.mark.parametrize("remat_policy", ["none", "dots"])
+def test_scanned_and_unrolled_blocks_drop_the_same_branches(remat_policy):
+  """Each block's key is split from one Encoder key, so scan_layers changes nothing but
+  the compiled program (float32 rounding: a tolerance, not bit equality)."""
+  unrolled = tiny_model(stochastic_depth=RATE, num_layers=3)
+  scanned = tiny_model(stochastic_depth=RATE, num_layers=3, scan_layers=True,
+                       remat_policy=remat_policy)
+  params = init_params(unrolled)
+  x = images(batch=32)
+  out, state = train_apply(unrolled, params, x, jax.random.PRNGKey(6), mutable=True)
+  scan_out, scan_state = train_apply(scanned, vit.to_scan_layout(params), x,
+                                     jax.random.PRNGKey(6), mutable=True)
+  np.testing.assert_allclose(scan_out, out, rtol=1e-5, atol=1e-5)
+  stacked = scan_state["intermediates"]["Transformer"][vit.SCANNED_BLOCKS]
+  for layer in range(3):
+    block = state["intermediates"]["Transformer"][f"encoderblock_{layer}"]
+    for name in ("stochastic_depth_attention", "stochastic_depth_mlp"):
+      np.testing.assert_array_equal(stacked[name][0][layer], block[name][0])
+
+
 def masks(state, layer, scan_layers, num_layers):
   """(attention, mlp) keep masks [batch] of block `layer` from the sown intermediates."""
   encoder = state["intermediates"]["Transformer"]

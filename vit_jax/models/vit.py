@@ -83,12 +83,14 @@ def stochastic_depth_rates(rate: float, num_layers: int) -> np.ndarray:
   return (rate * np.arange(num_layers) / (num_layers - 1)).astype(np.float32)
 
 
-def drop_branch(module: nn.Module, branch, drop_rate, name: str):
-  """Stochastic depth of one residual branch [B, ...]: per example, zero with probability
-  drop_rate, else scaled by 1 / (1 - drop_rate). Its keep mask [B] is sown as `name`."""
-  keep = jax.random.bernoulli(module.make_rng("dropout"), 1.0 - drop_rate, branch.shape[:1])
+def drop_branch(module: nn.Module, branch, depth_drop, index: int, name: str):
+  """Stochastic depth of one residual branch [B, ...]: per example, zero with probability p,
+  else scaled by 1 / (1 - p), where depth_drop = (p, this block's key) and `index` tells the
+  block's branches apart. Its keep mask [B] is sown as `name`."""
+  rate, key = depth_drop
+  keep = jax.random.bernoulli(jax.random.fold_in(key, index), 1.0 - rate, branch.shape[:1])
   module.sow("intermediates", name, keep)
-  scale = (1.0 / (1.0 - drop_rate)).astype(branch.dtype)
+  scale = (1.0 / (1.0 - rate)).astype(branch.dtype)
   keep = keep.reshape(keep.shape + (1,) * (branch.ndim - 1))
   return jnp.where(keep, branch * scale, jnp.zeros_like(branch))
 
@@ -96,28 +98,27 @@ def drop_branch(module: nn.Module, branch, drop_rate, name: str):
 class Encoder1DBlock(nn.Module):
   """Pre-LN transformer block: x + Drop(MHSA(LN(x))), then + MLP(LN(.)).
 
-  With options.stochastic_depth > 0 and in training, each residual branch (attention, MLP)
-  is dropped per example with probability `drop_rate` (see drop_branch; masks from the
-  `dropout` RNG stream, sown as `stochastic_depth_attention` / `stochastic_depth_mlp`)."""
+  With depth_drop = (p, key) (the Encoder passes it in training with stochastic depth),
+  each residual branch (attention, MLP) is dropped per example with probability p (see
+  drop_branch; masks sown as `stochastic_depth_attention` / `stochastic_depth_mlp`)."""
   options: BlockOptions
 
   @nn.compact
-  def __call__(self, inputs, deterministic: bool, drop_rate=0.0):
+  def __call__(self, inputs, deterministic: bool, depth_drop=None):
     o = self.options
-    stochastic = o.stochastic_depth > 0 and not deterministic
     x = layer_norm("LayerNorm_0", o.dtype)(inputs)
     x = attention.SelfAttention(o.num_heads, o.attention_dropout_rate, o.dtype, o.attention_impl,
                       o.unpadded_inference,
                       name="MultiHeadDotProductAttention_1")(x, deterministic=deterministic)
     x = nn.Dropout(o.dropout_rate)(x, deterministic=deterministic)
-    if stochastic:
-      x = drop_branch(self, x, drop_rate, "stochastic_depth_attention")
+    if depth_drop is not None:
+      x = drop_branch(self, x, depth_drop, 0, "stochastic_depth_attention")
     x = x + inputs
     y = layer_norm("LayerNorm_2", o.dtype)(x)
     y = MlpBlock(o.mlp_dim, o.dropout_rate, o.dtype,
                  name="MlpBlock_3")(y, deterministic=deterministic)
-    if stochastic:
-      y = drop_branch(self, y, drop_rate, "stochastic_depth_mlp")
+    if depth_drop is not None:
+      y = drop_branch(self, y, depth_drop, 1, "stochastic_depth_mlp")
     out = x + y
     self.sow("intermediates", "block_output", out)
     return out
@@ -179,11 +180,11 @@ class MAPHead(nn.Module):
 
 
 class ScannedBlock(Encoder1DBlock):
-  """An encoder block as an nn.scan body: (carry, deterministic, drop_rate) -> (carry, None),
-  drop_rate scanned (one per block)."""
+  """An encoder block as an nn.scan body: (carry, deterministic[, depth_drop]) -> (carry,
+  None), depth_drop scanned (one per block)."""
 
-  def __call__(self, inputs, deterministic: bool, drop_rate=0.0):
-    return super().__call__(inputs, deterministic, drop_rate), None
+  def __call__(self, inputs, deterministic: bool, depth_drop=None):
+    return super().__call__(inputs, deterministic, depth_drop), None
 
 
 SCANNED_BLOCKS = "encoderblock"  # name of the stacked blocks under `Transformer`
@@ -197,9 +198,9 @@ class Encoder(nn.Module):
   instead of num_layers (much faster compiles for deep models); their parameters are
   then stacked under `encoderblock` with a leading depth axis (convert with
   to_scan_layout / to_block_layout; .npz files always hold the per-block layout).
-  Stochastic depth's per-block rates (stochastic_depth_rates) enter the scan as a scanned
-  input, so they still grow with depth; scanned and unrolled blocks draw their masks from
-  differently derived keys (as dropout does), so the two agree in law, not bit for bit.
+  Stochastic depth: the Encoder draws one `dropout` key per block (split from its own) and
+  passes each block its (rate, key), a scanned input under scan_layers; so the rates still
+  grow with depth there, and scanned and unrolled blocks drop the same branches.
   """
   num_layers: int
   options: BlockOptions
@@ -220,16 +221,21 @@ class Encoder(nn.Module):
                        static_argnums=(2,), prevent_cse=not self.scan_layers)
     x = position_embedding(x, self.posemb, grid, has_cls, self.posemb_grid)
     x = nn.Dropout(self.options.dropout_rate)(x, deterministic=not train)
-    rates = stochastic_depth_rates(self.options.stochastic_depth, self.num_layers)
+    depth_drop = ()  # in training with stochastic depth: ((rates [L], keys [L]),)
+    if train and self.options.stochastic_depth > 0:
+      rates = stochastic_depth_rates(self.options.stochastic_depth, self.num_layers)
+      depth_drop = ((jnp.asarray(rates), jax.random.split(self.make_rng("dropout"),
+                                                          self.num_layers)),)
     if self.scan_layers:
       stack = nn.scan(block, variable_axes={"params": 0, "intermediates": 0},
                       split_rngs={"params": True, "dropout": True},
-                      in_axes=(nn.broadcast, 0), length=self.num_layers)
-      x, _ = stack(self.options, name=SCANNED_BLOCKS)(x, not train, jnp.asarray(rates))
+                      in_axes=(nn.broadcast, 0) if depth_drop else nn.broadcast,
+                      length=self.num_layers)
+      x, _ = stack(self.options, name=SCANNED_BLOCKS)(x, not train, *depth_drop)
     else:
       for layer in range(self.num_layers):
-        x = block(self.options, name=f"encoderblock_{layer}")(x, not train,
-                                                                jnp.float32(rates[layer]))
+        x = block(self.options, name=f"encoderblock_{layer}")(
+            x, not train, *jax.tree.map(lambda a, i=layer: a[i], depth_drop))
     return layer_norm("encoder_norm", self.options.dtype)(x)
 
 
