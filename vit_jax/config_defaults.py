@@ -56,6 +56,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.model_name = "ViT-B_16"
   config.model = ml_collections.ConfigDict()
   config.model.dropout_rate = 0.0
+  # Stochastic depth: block i's residual branches dropped per example with probability
+  # stochastic_depth * i / (num_layers - 1) in training (vit_jax.models.vit); 0 = off.
+  config.model.stochastic_depth = 0.0
   # Another patch size than model_name's (plain ViTs; None: the model's own): a pretrained
   # kernel is PI-resized to it (FlexiViT) and its position embedding to the new grid.
   config.model.patch_size = ml_collections.FieldReference(None, field_type=int)

@@ -75,24 +75,53 @@ class BlockOptions:
   attention_impl: str = "softmax"
   unpadded_inference: bool = True
   fp8: bool = False
+  stochastic_depth: float = 0.0  # the last block's drop rate; 0: off (no RNG drawn)
+
+
+def stochastic_depth_rates(rate: float, num_layers: int) -> np.ndarray:
+  """Block i's drop probability, rate * i / (num_layers - 1): 0 for the first block, `rate`
+  for the last (DeiT's and timm's linear rule, `linspace(0, rate, depth)`)."""
+  if num_layers < 2:
+    return np.zeros((num_layers,), np.float32)
+  return (rate * np.arange(num_layers) / (num_layers - 1)).astype(np.float32)
+
+
+def drop_branch(module: nn.Module, branch, depth_drop, index: int, name: str):
+  """Stochastic depth of one residual branch [B, ...]: per example, zero with probability p,
+  else scaled by 1 / (1 - p), where depth_drop = (p, this block's key) and `index` tells the
+  block's branches apart. Its keep mask [B] is sown as `name`."""
+  rate, key = depth_drop
+  keep = jax.random.bernoulli(jax.random.fold_in(key, index), 1.0 - rate, branch.shape[:1])
+  module.sow("intermediates", name, keep)
+  scale = (1.0 / (1.0 - rate)).astype(branch.dtype)
+  keep = keep.reshape(keep.shape + (1,) * (branch.ndim - 1))
+  return jnp.where(keep, branch * scale, jnp.zeros_like(branch))
 
 
 class Encoder1DBlock(nn.Module):
-  """Pre-LN transformer block: x + Drop(MHSA(LN(x))), then + MLP(LN(.))."""
+  """Pre-LN transformer block: x + Drop(MHSA(LN(x))), then + MLP(LN(.)).
+
+  With depth_drop = (p, key) (the Encoder passes it in training with stochastic depth),
+  each residual branch (attention, MLP) is dropped per example with probability p (see
+  drop_branch; masks sown as `stochastic_depth_attention` / `stochastic_depth_mlp`)."""
   options: BlockOptions
 
   @nn.compact
-  def __call__(self, inputs, deterministic: bool):
+  def __call__(self, inputs, deterministic: bool, depth_drop=None):
     o = self.options
     x = layer_norm("LayerNorm_0", o.dtype)(inputs)
     x = attention.SelfAttention(o.num_heads, o.attention_dropout_rate, o.dtype, o.attention_impl,
                       o.unpadded_inference, o.fp8,
                       name="MultiHeadDotProductAttention_1")(x, deterministic=deterministic)
     x = nn.Dropout(o.dropout_rate)(x, deterministic=deterministic)
+    if depth_drop is not None:
+      x = drop_branch(self, x, depth_drop, 0, "stochastic_depth_attention")
     x = x + inputs
     y = layer_norm("LayerNorm_2", o.dtype)(x)
     y = MlpBlock(o.mlp_dim, o.dropout_rate, o.dtype, o.fp8,
                  name="MlpBlock_3")(y, deterministic=deterministic)
+    if depth_drop is not None:
+      y = drop_branch(self, y, depth_drop, 1, "stochastic_depth_mlp")
     out = x + y
     self.sow("intermediates", "block_output", out)
     return out
@@ -154,10 +183,11 @@ class MAPHead(nn.Module):
 
 
 class ScannedBlock(Encoder1DBlock):
-  """An encoder block as an nn.scan body: (carry, deterministic) -> (carry, None)."""
+  """An encoder block as an nn.scan body: (carry, deterministic[, depth_drop]) -> (carry,
+  None), depth_drop scanned (one per block)."""
 
-  def __call__(self, inputs, deterministic: bool):
-    return super().__call__(inputs, deterministic), None
+  def __call__(self, inputs, deterministic: bool, depth_drop=None):
+    return super().__call__(inputs, deterministic, depth_drop), None
 
 
 SCANNED_BLOCKS = "encoderblock"  # name of the stacked blocks under `Transformer`
@@ -171,6 +201,9 @@ class Encoder(nn.Module):
   instead of num_layers (much faster compiles for deep models); their parameters are
   then stacked under `encoderblock` with a leading depth axis (convert with
   to_scan_layout / to_block_layout; .npz files always hold the per-block layout).
+  Stochastic depth: the Encoder draws one `dropout` key per block (split from its own) and
+  passes each block its (rate, key), a scanned input under scan_layers; so the rates still
+  grow with depth there, and scanned and unrolled blocks drop the same branches.
   """
   num_layers: int
   options: BlockOptions
@@ -191,14 +224,21 @@ class Encoder(nn.Module):
                        static_argnums=(2,), prevent_cse=not self.scan_layers)
     x = position_embedding(x, self.posemb, grid, has_cls, self.posemb_grid)
     x = nn.Dropout(self.options.dropout_rate)(x, deterministic=not train)
+    depth_drop = ()  # in training with stochastic depth: ((rates [L], keys [L]),)
+    if train and self.options.stochastic_depth > 0:
+      rates = stochastic_depth_rates(self.options.stochastic_depth, self.num_layers)
+      depth_drop = ((jnp.asarray(rates), jax.random.split(self.make_rng("dropout"),
+                                                          self.num_layers)),)
     if self.scan_layers:
       stack = nn.scan(block, variable_axes={"params": 0, "intermediates": 0},
                       split_rngs={"params": True, "dropout": True},
-                      in_axes=nn.broadcast, length=self.num_layers)
-      x, _ = stack(self.options, name=SCANNED_BLOCKS)(x, not train)
+                      in_axes=(nn.broadcast, 0) if depth_drop else nn.broadcast,
+                      length=self.num_layers)
+      x, _ = stack(self.options, name=SCANNED_BLOCKS)(x, not train, *depth_drop)
     else:
       for layer in range(self.num_layers):
-        x = block(self.options, name=f"encoderblock_{layer}")(x, not train)
+        x = block(self.options, name=f"encoderblock_{layer}")(
+            x, not train, *jax.tree.map(lambda a, i=layer: a[i], depth_drop))
     return layer_norm("encoder_norm", self.options.dtype)(x)
 
 
@@ -269,6 +309,13 @@ class VisionTransformer(nn.Module):
       'sincos2d' (big_vision's fixed 2-D sin-cos table: no parameter, any grid).
     representation_size: if set, a `pre_logits` Dense + tanh before the head.
     dropout_rate, attention_dropout_rate: only active with `train=True`.
+    stochastic_depth: only with `train=True`: block i's attention and MLP residual branches
+      are each dropped per example with probability stochastic_depth * i / (num_layers - 1)
+      (DeiT's and timm's linear rule: the first block never, the last at this rate), kept
+      ones scaled by 1 / (1 - p); masks from the `dropout` RNG stream. No parameters:
+      released checkpoints load unchanged. big_vision's public ViT has no stochastic depth
+      and the AugReg code that used it (the `sd_` of the released names) is not public, so
+      its exact rule is not known here.
     head_bias_init: constant head bias (-10 was used for i21k pre-training).
     dtype: compute dtype; parameters are always stored in float32.
     attention_impl: 'softmax' (explicit, float32 softmax), 'dot_product' (fused:
@@ -303,6 +350,7 @@ class VisionTransformer(nn.Module):
   representation_size: Optional[int] = None
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
+  stochastic_depth: float = 0.0
   head_bias_init: float = 0.0
   dtype: Any = jnp.float32
   attention_impl: str = "softmax"
@@ -358,7 +406,8 @@ class VisionTransformer(nn.Module):
       x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (batch, 1, 1)), x], axis=1)
     options = BlockOptions(self.mlp_dim, self.num_heads, self.dropout_rate,
                            self.attention_dropout_rate, self.dtype, self.attention_impl,
-                           self.unpadded_inference, self.fp8)
+                           self.unpadded_inference, self.fp8,
+                           self.stochastic_depth)
     return Encoder(self.num_layers, options, self.remat_policy, self.scan_layers, self.posemb,
                    self.posemb_grid, name="Transformer")(x, train=train, grid=grid,
                                        has_cls=self.classifier == "token")

@@ -132,6 +132,9 @@ def check_options(num_classes, kwargs: dict) -> None:
   for key in ("dropout_rate", "attention_dropout_rate"):
     config_checks.check_fraction(key, kwargs.get(key, 0.0), "the share of activations "
                                  "zeroed in training; 0 = off, the paper used 0.1 for L and H")
+  config_checks.check_fraction("stochastic_depth", kwargs.get("stochastic_depth", 0.0),
+                               "the last block's drop rate in training; 0 = off, AugReg "
+                               "used 0.1 (the names' sd_0.1)")
 
 
 def config_overrides(config) -> dict:
