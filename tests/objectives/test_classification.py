@@ -138,7 +138,7 @@ def test_labels_on_every_train_image_are_refused_or_named(caplog):
   every = pipeline.DatasetInfo(3, 8, 4, list("abc"), multi_label=True,
                                train_class_counts=[8, 8, 8])
   with pytest.raises(ValueError, match="every one of the 8 training images carries every "
-                     "label \('a', 'b', 'c'\): there is nothing to learn and mAP would be 1.0"):
+                     r"label \('a', 'b', 'c'\): there is nothing to learn and mAP would be 1.0"):
     classification.resolve(make_config(loss="auto"), every)
   one = dataclasses.replace(every, train_class_counts=[8, 3, 0])
   classification.resolve(make_config(loss="auto"), one)

@@ -63,6 +63,12 @@ class Fanout(ScalarWriter):
     for writer in self._writers:
       writer.write_hparams(hparams)
 
+  def write_images(self, step, images):
+    """The confusion matrix (runs.class_report): to the writers that keep images (clu's
+    TensorBoard writer); the others drop it."""
+    for writer in self._writers:
+      writer.write_images(step, images)
+
   def flush(self):
     for writer in self._writers:
       writer.flush()
