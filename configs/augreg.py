@@ -140,19 +140,8 @@ def pretraining_config(parts: dict, name: str, dataset: str = None):
       None if i21k else zoo.get_architecture(parts["model"]).hidden_size)
   config.model.head_bias_init = -10.0 if i21k else 0.0
   config.loss = "sigmoid_xent" if i21k else "softmax_xent"
-  config.pp.preset, config.pp.crop, config.pp.flip = "inception", 224, True
+  config_defaults.big_vision_from_scratch(config, parts["lr"], parts["wd"], BATCH)
   config.pp.randaug, config.pp.mixup_alpha = AUGS[parts["aug"]]
-  config.optimizer = "adam"
-  config.optim_dtype = "bfloat16"
-  config.adam_b1, config.adam_b2 = 0.9, 0.999
-  config.base_lr = parts["lr"]
-  config.weight_decay = parts["wd"]
-  config.decay_type = "cosine"
-  config.warmup_steps = 10_000
-  config.grad_norm_clip = 1.0
-  config.batch = BATCH
-  config.batch_eval = 1024
-  config.accum_steps = 1
   config.total_steps = examples * parts["epochs"] // BATCH
   config.eval_every = 5_000
   config.checkpoint_every = 2_000

@@ -261,6 +261,20 @@ def finetune_config(model_name: str, dataset: str = None, *, headline_crop: int 
   return with_dataset(config, dataset)
 
 
+def big_vision_from_scratch(config: ml_collections.ConfigDict, base_lr: float,
+                            weight_decay: float, batch: int) -> None:
+  """big_vision's from-scratch recipe shared by configs/augreg.py and
+  configs/vit_s16_i1k.py: inception crops at 224 px with flips, Adam with a bfloat16 first
+  moment, cosine decay after 10k warm-up steps, clip 1, one micro-batch. weight_decay is
+  this project's (decayed by lr x wd: configs/augreg.py says how big_vision's maps to it)."""
+  config.pp.preset, config.pp.crop, config.pp.flip = "inception", 224, True
+  config.optimizer, config.optim_dtype = "adam", "bfloat16"
+  config.adam_b1, config.adam_b2 = 0.9, 0.999
+  config.base_lr, config.weight_decay = base_lr, weight_decay
+  config.decay_type, config.warmup_steps, config.grad_norm_clip = "cosine", 10_000, 1.0
+  config.batch, config.batch_eval, config.accum_steps = batch, 1024, 1
+
+
 def demo_config(dataset: str = None) -> ml_collections.ConfigDict:
   """configs/demo.py: a 4-block ViT from scratch, on the digits or on `dataset`.
 
