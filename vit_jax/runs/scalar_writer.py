@@ -1,24 +1,29 @@
 """The part of clu's MetricWriter interface that our run writers keep, without clu's
 metric_writers package (it imports TensorFlow): the Grain loader's runs never load it.
 
-The train loop writes scalars, texts and hyperparameters; images, videos, audio,
-histograms and tensor summaries are TensorBoard's business and never reach metrics.jsonl
-or our event files. One base class says so once for every writer.
+The train loop writes scalars, texts and hyperparameters, and one image (the confusion
+matrix, which Fanout passes to clu's TensorBoard writer where a run has one); media never
+reach metrics.jsonl or our own event files. One base class says so once for every writer.
 """
 
+import abc
 
-class ScalarWriter:
+
+class ScalarWriter(abc.ABC):
   """A MetricWriter (clu's interface, duck-typed) that keeps scalars, texts and hparams
-  (subclasses decide how) and drops the media kinds the train loop never writes."""
+  (each subclass says how) and drops the media kinds."""
 
+  @abc.abstractmethod
   def write_scalars(self, step, scalars):
-    raise NotImplementedError
+    """Keeps {name: number} at `step`."""
 
+  @abc.abstractmethod
   def write_texts(self, step, texts):
-    raise NotImplementedError
+    """Keeps {name: text} at `step`."""
 
+  @abc.abstractmethod
   def write_hparams(self, hparams):
-    raise NotImplementedError
+    """Keeps the run's hyperparameters."""
 
   def flush(self):
     """Nothing is buffered."""
