@@ -41,7 +41,7 @@ CORE_REQUIRES = [
     "absl-py>=2.1",
     "safetensors>=0.8,<0.9",  # timm / Hugging Face checkpoints (its numpy API: no torch)
     # gs:// workdirs (TPU pods): the run's own files and the lock's create-if-absent
-    # precondition go through fsspec/gcsfs (vit_jax/storage.py), as do downloads (its
+    # precondition go through fsspec/gcsfs (vit_jax/base/storage.py), as do downloads (its
     # aiohttp for http(s)://); tf.io.gfile has no preconditions and cannot be pointed at a
     # test endpoint. A hard requirement, not an extra: a pod job would otherwise fail on
     # every worker only after setup.
@@ -76,7 +76,7 @@ setuptools.setup(
     python_requires=">=3.11",
     # configs/*.py are loaded by path (--config=configs/vit_b16.py), not imported: installing
     # them as a top-level `configs` package would collide with other projects' `configs`.
-    # Their shared defaults ship as vit_jax.config_defaults.
+    # Their shared defaults ship as vit_jax.training.config_defaults.
     packages=setuptools.find_packages(include=["vit_jax", "vit_jax.*"]),
     # The Hub mirrors of the released files (vit_jax.checkpoints.hub_table writes it).
     package_data={"vit_jax.checkpoints": ["hub_mirrors.json"]},
@@ -85,7 +85,7 @@ setuptools.setup(
         # gcp-storage-emulator: the Cloud Storage of the gs:// tests, on 127.0.0.1; pinned
         # because tests/gcs_emulator.py adds GCS's generation preconditions to its handlers.
         # libtpu (the tpu extra's): vit_jax.plan's tests compile for TPU topologies on the
-        # CPU (tests/test_planner.py); it starts no TPU backend where none is attached.
+        # CPU (tests/planning/test_compiled_plan.py); it starts no TPU backend where none is attached.
         "test": ["pytest>=8", "pytest-xdist>=3.5", "gcp-storage-emulator==2026.7.19",
                  "nbclient>=0.10", "nbformat>=5.10",
                  "ipykernel>=6", "nbconvert>=7",  # jupyter nbconvert --execute the notebook

@@ -4,7 +4,7 @@
   python benchmarks/input_pipeline.py --crop=224 --loader=tf,grain --randaug=2,15 --one_core
 
 Writes a generated JPEG folder, then runs the project's real training pipeline
-(config.loader's: tf.data, vit_jax.data.pipeline, or Grain, vit_jax.data.grain_pipeline)
+(config.loader's: tf.data, vit_jax.data.tf_stack.tf_pipeline, or Grain, vit_jax.data.grain_stack.grain_pipeline)
 over it for each preprocessing preset and prints throughput. --randaug=N,M adds each preset
 with config.pp.randaug=(N, M). On the CPU backend tf.data runs on one thread
 (pipeline.host_threading); --threads=K gives it K (all cores by default, as on an
@@ -22,21 +22,21 @@ import time
 import numpy as np
 
 from make_jpegs import write_jpegs
-from vit_jax import config_defaults as common
 from vit_jax.data import loaders, randaugment
+from vit_jax.training import config_defaults as common
 
 
 def use_tf_threads(threads: int) -> None:
   """tf.data on `threads` threads, whatever the JAX backend (imports TensorFlow)."""
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  from vit_jax.data import pipeline  # pylint: disable=import-outside-toplevel
+  from vit_jax.data.tf_stack import tf_pipeline  # pylint: disable=import-outside-toplevel
 
   def options():
     opts = tf.data.Options()
     opts.threading.private_threadpool_size = threads
     opts.threading.max_intra_op_parallelism = 1
     return opts
-  pipeline.host_threading = options
+  tf_pipeline.host_threading = options
 
 
 def measure(root: str, preset: str, crop: int, batch: int, steps: int, loader: str = "tf",

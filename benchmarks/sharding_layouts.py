@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from vit_jax import sharding, trainer
 from vit_jax.models import zoo
+from vit_jax.training import sharding, state_and_step
 
 LAYOUTS = {"data=8": {"data": -1}, "data=4 x fsdp=2": {"data": 4, "fsdp": 2},
            "data=2 x tensor=4": {"data": 2, "tensor": 4}, "fsdp=8": {"fsdp": -1}}
@@ -34,7 +34,7 @@ def measure(module, config, layout, batch_size, image_size, steps):
   mesh = sharding.make_mesh(layout)
   sharding.check_tensor_parallel(module.num_heads, module.mlp_dim, mesh)
   images = jnp.zeros((batch_size, image_size, image_size, 3))
-  run = trainer.build(config, module, mesh)
+  run = state_and_step.build(config, module, mesh)
   state = run.init(jax.random.PRNGKey(0))
   batch = jax.device_put({"image": images, "label": jnp.zeros((batch_size,), jnp.int32)},
                          sharding.batch_sharding(mesh))

@@ -23,7 +23,7 @@ from absl import flags
 from ml_collections import config_flags
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from vit_jax import planner  # pylint: disable=wrong-import-position
+from vit_jax.planning import compiled_plan  # pylint: disable=wrong-import-position
 
 SLICES = ("v2-8", "v3-8", "v4-8", "v5e-8", "v5p-8", "v6e-8")
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs")
@@ -43,7 +43,7 @@ def load(config_arg: str, overrides: dict):
   path = config_arg if os.path.isabs(config_arg) else os.path.join(CONFIG_DIR, "..", config_arg)
   config_flags.DEFINE_config_file("config", path, "", flag_values=flag_values)
   flag_values(["tpu_plan"])
-  return planner.with_overrides(flag_values.config, **overrides)
+  return compiled_plan.with_overrides(flag_values.config, **overrides)
 
 
 def named_slice(config_file: str) -> str:
@@ -59,7 +59,7 @@ def plan_row(name: str, config_arg: str, overrides: dict, tpu: str) -> dict:
   compile_seconds of its train and eval steps."""
   started, cpu = time.time(), time.process_time()
   try:
-    report = planner.plan_steps(load(config_arg, overrides), planner.tpu_target(tpu))
+    report = compiled_plan.plan_steps(load(config_arg, overrides), compiled_plan.tpu_target(tpu))
   except Exception as e:  # pylint: disable=broad-except  # a row that says why
     return {"name": name, "slice": tpu, "error": " ".join(str(e).split())[:300]}
   return {"name": name, "config": config_arg, "overrides": overrides, "slice": tpu,

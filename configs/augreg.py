@@ -19,7 +19,7 @@ batch 4096, Adam with a bfloat16 first moment, lr LR, 10k warm-up steps, cosine 
     image folder (DIR/train/<class>/*, DIR/test/<class>/*). Sigmoid loss, head bias -10.
   i1k: ImageNet-1k train[:99%] (minival: train[99%:]), softmax loss, a pre_logits layer
     (big_vision's configs/vit_i1k.py: rep_size=True).
-wd: this project decays by lr(step) * weight_decay * kernel (vit_jax.optim), big_vision by
+wd: this project decays by lr(step) * weight_decay * kernel (vit_jax.training.optim), big_vision by
 schedule(step) * wd * kernel with its lr outside the decay; its wd = name's wd * LR (wd=0.0001
 for the files named wd_0.1 with lr 0.001), so weight_decay = the name's wd, exactly.
 
@@ -36,8 +36,8 @@ wd_0.1-do_0.1-sd_0.1 --tpu=v3-256
 
 import re
 
-from vit_jax import config_defaults
 from vit_jax.models import zoo
+from vit_jax.training import config_defaults
 
 # aug level -> ((num_layers, magnitude) or None, mixup alpha): big_vision's RANDAUG_DEF and
 # MIXUP_DEF (configs/vit_i21k.py); light1's randaug(2,0) is "actually not nothing".

@@ -20,7 +20,7 @@ Slice: anything; it fits a v3-8 as it fits a CPU:
   python -m vit_jax.plan --config=configs/demo.py --tpu=v3-8
 """
 
-from vit_jax import config_defaults
+from vit_jax.training import config_defaults
 
 
 def get_config(dataset=None):

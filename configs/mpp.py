@@ -26,7 +26,7 @@ Slice: the ImageNet run is planned for a v3-256 (batch 4096 = 16 per core):
   python -m vit_jax.plan --config=configs/mpp.py:imagenet2012 --tpu=v3-256
 """
 
-from vit_jax import config_defaults
+from vit_jax.training import config_defaults
 
 BATCH = 4096
 

@@ -7,7 +7,7 @@ Slice: fits a v3-8 with these defaults (ImageNet, the largest of its presets); c
   python -m vit_jax.plan --config=configs/r_vit_ti16.py --tpu=v3-8
 """
 
-from vit_jax import config_defaults
+from vit_jax.training import config_defaults
 
 
 def get_config(dataset=None):

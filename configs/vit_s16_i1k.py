@@ -22,7 +22,7 @@ Slice: planned for a v3-8 (128 images per core; benchmarks/RESULTS.md, issue 40)
 
 import re
 
-from vit_jax import config_defaults
+from vit_jax.training import config_defaults
 
 TRAIN_EXAMPLES = 1_268_355  # train[:99%] of ImageNet's 1,281,167
 BATCH = 1024

@@ -54,9 +54,9 @@ def fixture_demo_run(tmp_path_factory):
   (its workdir, its result). How often it evaluates or saves does not change its params,
   so it is also the one-device reference of the runs on other layouts. Read-only: tests
   that go on from it copy it first."""
-  from vit_jax import train  # pylint: disable=import-outside-toplevel
+  from vit_jax.training import loop  # pylint: disable=import-outside-toplevel
   workdir = tmp_path_factory.mktemp("demo") / "run"
-  return workdir, train.train_and_evaluate(helpers.demo_config(), str(workdir))
+  return workdir, loop.train_and_evaluate(helpers.demo_config(), str(workdir))
 
 
 @pytest.fixture(scope="module")

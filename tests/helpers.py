@@ -77,13 +77,13 @@ def subprocess_env(devices=None, **extra):
 
 def exit_code_in_process(command, *args) -> int:
   """`python -m <command> ARGS` in this process (`command`: the module with main and
-  define_flags), parsed and ended by vit_jax.cli as cli.run does: a usage mistake exits 2, a
+  define_flags), parsed and ended by vit_jax.base.cli as cli.run does: a usage mistake exits 2, a
   user error 1, each with one `error:` line, Ctrl-C 130; a bug raises here. Its flags live on
   their own FlagValues (config_flags defines a --config.KEY flag for each override in
   sys.argv, so ARGS stand in sys.argv meanwhile). Its output goes where this process's
   goes; returns the exit status."""
   from absl import flags  # pylint: disable=import-outside-toplevel
-  from vit_jax import cli  # pylint: disable=import-outside-toplevel
+  from vit_jax.base import cli  # pylint: disable=import-outside-toplevel
   argv = [command.__name__, *map(str, args)]
   flag_values = flags.FlagValues()
   saved_argv, sys.argv = sys.argv, argv
@@ -115,7 +115,7 @@ def run_in_one_process(module_name, runs):
   set up as cli.run sets up a command (third-party logging quiet); after each run writes
   `== exit CODE; checkpoints: NAMES` (what its --workdir's checkpoints/ holds) on stderr.
   One process start (seconds: TensorFlow, jax) then serves several runs of a command."""
-  from vit_jax import cli  # pylint: disable=import-outside-toplevel
+  from vit_jax.base import cli  # pylint: disable=import-outside-toplevel
   command = importlib.import_module(module_name)
 
   def run_all(argv):
@@ -188,7 +188,7 @@ def wait_for(predicate, process=None, timeout=240, details=lambda: ""):
 
 def read_metrics(workdir):
   """The run's metrics.jsonl rows, through the package's one reader."""
-  from vit_jax.runs import metrics  # pylint: disable=import-outside-toplevel
+  from vit_jax.training.runs import metrics  # pylint: disable=import-outside-toplevel
   return metrics.read_rows(str(workdir))
 
 

@@ -16,7 +16,7 @@ import threading
 from typing import Dict, Optional
 
 from conftest import RELEASED_FIXTURES, init_params, tiny_model
-from vit_jax.checkpoints import convert, npz, released
+from vit_jax.checkpoints import format_conversion, npz, released
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -192,7 +192,7 @@ def as_flax_repo(folder) -> Dict[str, bytes]:
 
 
 def converted(src, dst, **kwargs):
-  convert.convert(str(src), str(dst), **kwargs)
+  format_conversion.convert(str(src), str(dst), **kwargs)
   return str(dst)
 
 

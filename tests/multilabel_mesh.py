@@ -11,9 +11,10 @@ import sys
 import jax
 
 from helpers import demo_config
-from vit_jax import load_npz, sharding
-from vit_jax.data import pipeline
-from vit_jax.evaluators import classification
+from vit_jax import load_npz
+from vit_jax.data.tf_stack import tf_pipeline
+from vit_jax.training import sharding
+from vit_jax.training.evaluators import classification
 
 
 def main(argv):
@@ -24,7 +25,7 @@ def main(argv):
   config = demo_config(dataset=dataset, batch_eval=32)
   module, params = load_npz(params_path)
   mesh = sharding.make_mesh({"data": -1})
-  evaluator = classification.Evaluator(config, module, mesh, pipeline.open_dataset(config))
+  evaluator = classification.Evaluator(config, module, mesh, tf_pipeline.open_dataset(config))
   replicated = jax.tree.map(lambda _: sharding.replicated(mesh), params)
   metrics = evaluator(sharding.put(params, replicated), step=0)
   if jax.process_index() == 0:

@@ -7,13 +7,15 @@ import jax
 import pytest
 from absl import flags
 
-from vit_jax import benchmark, cli, storage, throughput
+from vit_jax import benchmark
+from vit_jax.base import cli, storage
 from vit_jax.models import zoo
+from vit_jax.planning import throughput
 
 
 def run_command(*args):
   """`python -m vit_jax.benchmark ARGS` in this process: the command's flags on their own
-  FlagValues, parsed and ended by vit_jax.cli as cli.run does (a mistake: one line, exit 2)."""
+  FlagValues, parsed and ended by vit_jax.base.cli as cli.run does (a mistake: one line, exit 2)."""
   argv = ["benchmark", *args]  # config_flags defines a --config.KEY flag per override in it
   flag_values = flags.FlagValues()
   cli.define_or_exit(functools.partial(benchmark.define_flags, sys_argv=argv), flag_values)

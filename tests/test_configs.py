@@ -8,8 +8,9 @@ import pytest
 import setuptools
 
 from helpers import load_module
-from vit_jax import config_checks, config_defaults
+from vit_jax.base import config_checks
 from vit_jax.models import zoo
+from vit_jax.training import config_defaults
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO / "configs"

@@ -8,9 +8,9 @@ import optax
 import pytest
 
 from helpers import load_module
-from vit_jax import optim
 from vit_jax.checkpoints import hub_table, released
 from vit_jax.models import zoo
+from vit_jax.training import optim
 
 AUGREG = load_module("augreg.py")
 S16_I1K = load_module("vit_s16_i1k.py")
@@ -209,12 +209,12 @@ def test_plain_vit_s16_baseline():
 def test_a_name_trains_end_to_end_on_a_tiny_model(tmp_path):
   """L/16's recipe (dropout, stochastic depth, mixup, sigmoid loss, head bias, Adam with a
   bfloat16 moment) on a 2-block model and the embedded digits: a few steps run."""
-  from vit_jax import train  # pylint: disable=import-outside-toplevel
+  from vit_jax.training import loop  # pylint: disable=import-outside-toplevel
   config = AUGREG.get_config(L16)
   config.model.update(patch_size=4, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=2)
   config.update(dict(dataset="digits", train_split="train", eval_split="test", total_steps=4,
                      warmup_steps=2, batch=32, batch_eval=128, eval_every=4,
                      checkpoint_every=4, progress_every=2))
   config.pp.update(dict(crop=16, flip=False))
-  result = train.train_and_evaluate(config, str(tmp_path / "run"))
+  result = loop.train_and_evaluate(config, str(tmp_path / "run"))
   assert np.isfinite(result["eval/loss"]) and result["eval/examples"] == 300

@@ -13,10 +13,12 @@ from PIL import Image
 
 from conftest import init_params, tiny_model
 from helpers import demo_config, read_metrics, write_image, write_unicode_folder
-from vit_jax import fewshot, sharding, train
+from vit_jax import fewshot
 from vit_jax.checkpoints import npz
-from vit_jax.data import pipeline, splits
-from vit_jax.evaluators import fewshot as probes
+from vit_jax.data import splits
+from vit_jax.data.tf_stack import tf_pipeline
+from vit_jax.training import loop, sharding
+from vit_jax.training.evaluators import fewshot_probes as probes
 
 
 def ridge_reference(x, labels, num_classes, l2_reg):
@@ -91,7 +93,7 @@ def test_device_features_equal_the_model_and_drop_padding():
   rng = np.random.default_rng(0)
   split = lambda n: splits.IndexedSplit(rng.integers(0, 256, (n, 8, 8, 3), dtype=np.uint8),
                                     np.arange(n, dtype=np.int32) % 5, "pixels")
-  dataset = pipeline.Dataset(split(10), split(7), list("abcde"),
+  dataset = tf_pipeline.Dataset(split(10), split(7), list("abcde"),
                          fewshot.data_config("digits", 16).pp, 1)
   mesh = sharding.make_mesh({"data": -1})
   shardings = sharding.param_shardings(params, mesh)
@@ -204,7 +206,7 @@ def test_training_logs_fewshot_metrics(tmp_path):
   config = demo_config()
   config.fewshot.update(dict(datasets=("digits",), shots=(1, 5), seeds=2, every_steps=4,
                              batch_size=256))
-  train.train_and_evaluate(config, str(tmp_path / "run"))
+  loop.train_and_evaluate(config, str(tmp_path / "run"))
   rows = [r for r in read_metrics(tmp_path / "run") if "fewshot/digits_1shot" in r]
   assert [r["step"] for r in rows] == [4, 6]
   for row in rows:

@@ -11,9 +11,10 @@ from absl import flags
 
 from conftest import RELEASED_FIXTURES, REPO
 from helpers import run_in_process
-from vit_jax import fewshot, main, predict, vtab_runner
+from vit_jax import fewshot, main, predict
 from vit_jax.checkpoints import npz_layout
 from vit_jax.models import posemb
+from vit_jax.vtab import runner
 
 # What the released name ViT-Ti_16 is fetched as, through timm's mirror.
 TI16_AUGREG = "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0.npz"
@@ -64,7 +65,7 @@ def test_fewshot_with_a_released_name(hub_site_and_bucket, tmp_path, capsys):
 
 
 def test_vtab_reads_a_hub_name_once_to_build_its_tasks(hub_site_and_bucket):
-  settings = vtab_runner.model_settings("hf-hub:timm/vit_base_patch32_224.orig_in21k")
+  settings = runner.model_settings("hf-hub:timm/vit_base_patch32_224.orig_in21k")
   assert settings["model.hidden_size"] == 32 and settings["model.num_layers"] == 2
   assert os.path.isfile(os.path.join("checkpoints", "hf-hub", "timm",
                                      "vit_base_patch32_224.orig_in21k.npz"))

@@ -1,41 +1,32 @@
-"""The package's import graph, read from the source (nothing imported), against the five
-floors the code is built in. A floor is given to a folder (a package under vit_jax/, every
-module in it included) or to a module at the top of vit_jax/, never to a module inside a
-folder: a file is on the floor of the folder that holds it. A module imports only from its
-own floor or below, no two units (folders or top modules) import each other, directly or
-round a cycle, and only commands import the loop (vit_jax.train)."""
+"""The package's import graph, read from the source (nothing imported), against the seven
+floors the code is built in. A floor is given to a folder under vit_jax/ (every module in
+it included); the top of vit_jax/ holds only the commands and the public API. A module
+imports only from its own floor or below, no two units (folders or top modules) import
+each other, directly or round a cycle, no command imports another, no two modules share a
+name, only commands import the loop (vit_jax.training.loop), and docs/architecture.md
+shows the same floors."""
 
 import ast
 import pathlib
+import re
 
 from conftest import REPO
 
 PACKAGE = pathlib.Path(REPO) / "vit_jax"
-BASE, MODELS_DATA, CHECKPOINTS, LIBRARY, TOP = range(5)
-FLOOR_NAMES = ("base", "models and data", "checkpoints", "training library",
-               "loop and commands")
-# Unit (a folder under vit_jax/, or a module at its top) -> floor. A command at the top (a
-# module with a __main__ entry, found below) that no row names is on the top floor.
+BASE, MODELS_DATA, CHECKPOINTS, LIBRARY, PLANNING, SUITES, TOP = range(7)
+FLOOR_NAMES = ("base", "models and data", "checkpoints", "training and export", "planning",
+               "benchmark suites", "commands")
+# Folder under vit_jax/ -> floor. The top of vit_jax/ holds only the commands (modules with
+# a __main__ entry, found below) and the public API (__init__.py): both on the top floor.
 FLOORS = {
-    "errors": BASE, "console": BASE,
-    # The storage layer: every file and URL read or written; what a command may write over.
-    "storage": BASE, "no_clobber": BASE,
-    "platforms": BASE,  # which JAX platforms start: before anything starts a backend
-    "config_checks": BASE,  # the run's counts and the rules every owner refuses a value by
-    "workdir_files": BASE,  # the workdir's file names: a leaf, so any owner may name them
-    "cli": BASE,  # the command-line layer (flags, usage errors): any command's, lora's too
+    "base": BASE,  # errors, console, cli, storage, platforms, config checks
     "models": MODELS_DATA, "data": MODELS_DATA,
     "checkpoints": CHECKPOINTS,  # released weights and their formats
-    "optim": LIBRARY, "param_groups": LIBRARY, "lora": LIBRARY, "sharding": LIBRARY,
-    "objectives": LIBRARY, "train_step": LIBRARY, "trainer": LIBRARY,
-    "evaluators": LIBRARY, "runs": LIBRARY, "config_defaults": LIBRARY,
-    "tpu_slices": LIBRARY, "planner": LIBRARY, "fit_search": LIBRARY, "throughput": LIBRARY,
-    "train": TOP,
-    "vtab_runner": TOP, "vtab_report": TOP,  # python -m vit_jax.vtab's runs and its table
-    "export": TOP,  # the export command's own package
-    "": TOP,  # vit_jax/__init__.py: the public API (create_model, load_npz, save_npz)
+    "training": LIBRARY, "export": LIBRARY,  # the main job's library; the export formats
+    "planning": PLANNING,  # what a config needs on a slice, compiled ahead of time
+    "vtab": SUITES,  # python -m vit_jax.vtab: its runs and its report
 }
-LOOP = "train"
+LOOP = "training.loop"
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -88,18 +79,76 @@ def floor_of(module: str) -> int:
   return FLOORS[unit] if unit in FLOORS else TOP
 
 
-def test_floors_are_given_to_folders_and_top_modules_only():
+def test_floors_are_folders_and_the_top_holds_only_commands_and_the_api():
   units = {unit_of(module) for module in GRAPH}
-  assert not sorted(row for row in FLOORS if "." in row), "rows naming a module in a folder"
-  assert not sorted(set(FLOORS) - units), "FLOORS rows naming no folder or top module"
-  unplaced = sorted(unit for unit in units if unit not in FLOORS and unit not in COMMANDS)
-  assert not unplaced, f"folders or modules on no floor (FLOORS): {unplaced}"
+  assert len(FLOORS) <= 8, "at most 8 rows: a floor is a folder, not a module"
+  assert all((PACKAGE / row).is_dir() for row in FLOORS), "FLOORS rows must name folders"
+  assert not sorted(set(FLOORS) - units), "FLOORS rows naming no folder"
+  top_modules = {unit for unit in units if not (PACKAGE / unit).is_dir()}
+  library_at_top = sorted(top_modules - COMMANDS - {""})
+  assert not library_at_top, f"library modules at the top of vit_jax/: {library_at_top}"
+  unplaced = sorted(unit for unit in units if (PACKAGE / unit).is_dir() and unit
+                    and unit not in FLOORS)
+  assert not unplaced, f"folders on no floor (FLOORS): {unplaced}"
 
 
 def test_the_commands_are_found():
   """The derivation finds python -m vit_jax.<command>'s modules (and not its libraries)."""
-  assert {"main", "predict", "export.__main__", "lora.__main__"} <= COMMANDS
-  assert not {"train", "cli", "export.api", "lora"} & COMMANDS
+  assert {"main", "predict", "export.__main__", "lora", "vtab.__main__"} <= COMMANDS
+  assert not {"training.loop", "base.cli", "export.api", "training.lora_adapters"} & COMMANDS
+
+
+def test_commands_do_not_import_commands():
+  """What two commands share lives on a library floor, so that a command stays a thin
+  entry point (plan once stood on the top floor of all because it imported main)."""
+  imports = sorted(f"{name} -> {imported}" for name in COMMANDS for imported in GRAPH[name]
+                   if imported in COMMANDS)
+  assert not imports, "commands importing commands: " + "; ".join(imports)
+
+
+def test_no_two_modules_share_a_name():
+  """One name per idea. Plug-ins of one kind in the objectives and evaluators registries
+  may share a name (each registry's `classification`); a package's __init__ and __main__
+  are not names of their own."""
+  registries = ("training.objectives.", "training.evaluators.")
+  stems = {}
+  for name in GRAPH:
+    if not name or name.endswith("__main__"):
+      continue
+    stems.setdefault(name.split(".")[-1], []).append(name)
+  twins = {stem: sorted(names) for stem, names in stems.items()
+           if len(names) > 1 and not (len(names) == 2 and all(n.startswith(registries)
+                                                               for n in names)
+                                      and names[0].split(".")[-2] != names[1].split(".")[-2])}
+  assert not twins, f"modules sharing a name: {twins}"
+
+
+ARCHITECTURE = pathlib.Path(REPO) / "docs" / "architecture.md"
+
+
+def documented_floors() -> dict:
+  """docs/architecture.md's floor table: {floor name: the folders its row names}."""
+  rows = {}
+  for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines():
+    cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+    if line.startswith("|") and len(cells) >= 2 and cells[0] in FLOOR_NAMES:
+      rows[cells[0]] = set(re.findall(r"`(\w+)/`", cells[1]))
+  return rows
+
+
+def test_the_architecture_page_shows_the_floors_of_the_code():
+  code = {FLOOR_NAMES[floor]: {row for row, f in FLOORS.items() if f == floor}
+          for floor in range(TOP)}
+  documented = documented_floors()
+  assert {name: documented.get(name, set()) for name in code} == code, (
+      "docs/architecture.md's floor table differs from tests/test_layering.py's FLOORS")
+  top = documented.get(FLOOR_NAMES[TOP], set())
+  commands = {name for name in COMMANDS if "." not in name}
+  assert set(re.findall(r"`(\w+)`", next(
+      line for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines()
+      if line.startswith(f"| {FLOOR_NAMES[TOP]} |")))) >= commands, (
+      "docs/architecture.md's commands row misses a command")
+  assert not top, "the commands floor holds no folder"
 
 
 def test_nothing_imports_from_a_floor_above():
@@ -158,4 +207,4 @@ def test_the_checks_see_a_cycle_and_an_upward_import():
   """The walk finds a two-unit and a three-unit cycle, and a floor is the folder's."""
   assert find_cycles({"a": {"b"}, "b": {"a"}}) == ["a -> b -> a"]
   assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a -> b -> c -> a"]
-  assert floor_of("runs.anything") == FLOORS["runs"] and floor_of("checkpoints.npz") == CHECKPOINTS
+  assert floor_of("training.runs.anything") == LIBRARY and floor_of("checkpoints.npz") == CHECKPOINTS

@@ -9,8 +9,10 @@ import pytest
 import tensorflow_datasets as tfds
 
 from helpers import make_config, run_in_process, train, write_image
-from vit_jax import errors, make_arrayrecord
-from vit_jax.data import arrayrecord, loaders
+from vit_jax import make_arrayrecord
+from vit_jax.base import errors
+from vit_jax.data import loaders
+from vit_jax.data.sources import arrayrecord
 
 
 def grain_config(dataset, **keys):

@@ -13,7 +13,7 @@ import fork_server
 from conftest import REPO
 from helpers import (assert_params_close, demo_args, demo_config, free_port, load_params,
                      read_metrics, subprocess_env, wait_for)
-from vit_jax import train
+from vit_jax.training import loop
 
 pytestmark = pytest.mark.long  # real-process runs: start first (conftest)
 
@@ -54,7 +54,7 @@ def test_two_processes_match_one_process_and_resume_in_one(tmp_path, caplog, dem
   assert_params_close(load_params(demo_run[0]), load_params(two))
 
   with caplog.at_level(logging.INFO):  # in one process, here
-    train.train_and_evaluate(demo_config(**AT_THE_END, total_steps=8), two)
+    loop.train_and_evaluate(demo_config(**AT_THE_END, total_steps=8), two)
   assert "resumed from step 6" in caplog.text
 
 

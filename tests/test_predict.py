@@ -1,6 +1,6 @@
 """vit_jax.predict: classify() against the model run by hand, labels, and the command: one
 run as a real process (the command line; tests/fork_server.py), the others in this process
-through the command's flags and vit_jax.cli's endings (helpers.run_in_process)."""
+through the command's flags and vit_jax.base.cli's endings (helpers.run_in_process)."""
 
 import json
 import os
@@ -14,8 +14,10 @@ import fork_server
 from conftest import REPO, RELEASED_FIXTURES, random_params, tiny_model
 from helpers import closed_port, run_in_process, subprocess_env
 from hub_server import HubServer
-from vit_jax import load_npz, lora, predict, save_npz
+from vit_jax import load_npz, predict, save_npz
 from vit_jax.checkpoints import released
+from vit_jax.data import image_files
+from vit_jax.training import lora_adapters
 
 
 @pytest.fixture
@@ -34,7 +36,7 @@ def test_classify_matches_the_model_and_ignores_batch_padding(images):
   module = tiny_model(num_classes=7)
   params = random_params(module, 16)  # numpy draws: nothing compiled
   paths = [images["rgb"], images["photo"], images["gray"]]
-  batch = np.stack([predict.load_image(p, 16) for p in paths])
+  batch = np.stack([image_files.load_image(p, 16) for p in paths])
   probs = np.asarray(jax.nn.softmax(module.apply({"params": params}, batch, train=False)))
 
   for batch_size, top_k in ((2, 3), (32, 50)):  # 2: the last batch is padded; 50 > K
@@ -48,11 +50,11 @@ def test_classify_matches_the_model_and_ignores_batch_padding(images):
 
 
 def test_images_are_preprocessed_like_evaluation(images):
-  image = predict.load_image(images["alpha"], 24)
+  image = image_files.load_image(images["alpha"], 24)
   assert image.shape == (24, 24, 3) and image.dtype == np.float32
   assert -1 <= image.min() < image.max() <= 1
-  with pytest.raises(predict.ImageError, match=f"cannot read image {images['corrupt']}: "):
-    predict.load_image(images["corrupt"], 24)
+  with pytest.raises(image_files.ImageError, match=f"cannot read image {images['corrupt']}: "):
+    image_files.load_image(images["corrupt"], 24)
 
 
 def test_labels_file_and_imagenet_names_fetched_once(tmp_path, monkeypatch, caplog):
@@ -83,7 +85,7 @@ def test_labels_file_and_imagenet_names_fetched_once(tmp_path, monkeypatch, capl
 def run_predict(folder, *args):
   """`python -m vit_jax.predict ARGS` as a real process (forked from tests/fork_server.py,
   which imported TensorFlow once), its stdout and stderr apart, in files under `folder`.
-  Its first lines (a fresh start's): tests/test_cli.py."""
+  Its first lines (a fresh start's): tests/base/test_cli.py."""
   return fork_server.run(["vit_jax.predict", *args], subprocess_env(), REPO, folder, 120)
 
 
@@ -231,7 +233,7 @@ def test_predict_command_directory_and_malformed_checkpoints(images, tiny_checkp
   assert line == (f"error: {tmp_path} is a directory, not an .npz checkpoint: pass one of its "
                   f".npz files: {path}")
   adapters = tmp_path / "adapters.npz"  # a LoRA run's other file, not a model
-  np.savez(adapters, **{**np.load(path), lora.SETTINGS: np.array("{}")})
+  np.savez(adapters, **{**np.load(path), lora_adapters.SETTINGS: np.array("{}")})
   line = one_error_line(predict_command(f"--checkpoint={adapters}", images["rgb"]))
   assert line == (f"error: {adapters} is a LoRA run's adapters file, not a model: pass that "
                   "run's params.npz (the merged model), or rebuild it with python -m "
@@ -246,7 +248,7 @@ def test_predict_json_for_scripts_single_and_multi_label(images, tmp_path, monke
   names = ["a", "b", "c", "d", "e", "f", "g"]
   paths = [images["rgb"], images["gray"], images["photo"]]
   logits = np.asarray(module.apply({"params": params}, np.stack(
-      [predict.load_image(p, 16) for p in paths]), train=False), np.float64)
+      [image_files.load_image(p, 16) for p in paths]), train=False), np.float64)
   for multi_label in (False, True):
     checkpoint, out = tmp_path / f"m{multi_label}.npz", tmp_path / f"m{multi_label}.json"
     save_npz(params, checkpoint, class_names=names, multi_label=multi_label)

@@ -22,8 +22,9 @@ import fork_server
 from conftest import REPO
 from helpers import (demo_args, demo_config, read_metrics, run_in_process, sigterm_at_step,
                      split_runs, subprocess_env, wait_for)
-from vit_jax import main, train
+from vit_jax import main
 from vit_jax.data import device_batches
+from vit_jax.training import loop
 
 pytestmark = pytest.mark.long  # real-process runs: start first (conftest)
 
@@ -151,7 +152,7 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path, loader):
   killed.wait()
   # The uninterrupted run, in this process: the same job and programs as the command
   # (compiled by now, so they come from the persistent cache), saved only at its end.
-  train.train_and_evaluate(demo_config(**DEMO, **SHORT, checkpoint_every=SHORT["total_steps"],
+  loop.train_and_evaluate(demo_config(**DEMO, **SHORT, checkpoint_every=SHORT["total_steps"],
                                        loader=loader), reference_dir)
   code, stderr = run_here(killed_dir, **common)  # the rerun, after a dead owner
   assert code == 0, stderr[-2000:]

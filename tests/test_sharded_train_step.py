@@ -28,9 +28,9 @@ def run_layouts(results_path):
   import jax
   import jax.numpy as jnp
   import ml_collections
-  from vit_jax import optim, sharding, train_step
-  from vit_jax.objectives import classification
   from vit_jax.models import vit, zoo
+  from vit_jax.training import optim, sharding, update_step
+  from vit_jax.training.objectives import classification
 
   tiny = dict(num_classes=8, patch_size=8, hidden_size=128, mlp_dim=512, num_heads=4,
               num_layers=2)
@@ -58,12 +58,12 @@ def run_layouts(results_path):
     mesh = sharding.make_mesh(layout, devices)
     scan = name in SCANNED
     model = scanned if scan else fp8 if name in FP8 else module
-    step = train_step.make_train_step(classification.make_batch_loss(model, config), optimizer,
+    step = update_step.make_train_step(classification.make_batch_loss(model, config), optimizer,
                                       config)
     layout_params = vit.to_scan_layout(params) if scan else params
     state_sharding = sharding.param_shardings(jax.eval_shape(
-        lambda p=layout_params: train_step.create_train_state(p, optimizer)), mesh)
-    state = jax.jit(lambda p: train_step.create_train_state(p, optimizer),
+        lambda p=layout_params: update_step.create_train_state(p, optimizer)), mesh)
+    state = jax.jit(lambda p: update_step.create_train_state(p, optimizer),
                     out_shardings=state_sharding)(layout_params)
     jitted = jax.jit(step, in_shardings=(state_sharding, sharding.batch_sharding(mesh),
                                          sharding.replicated(mesh)),

@@ -18,7 +18,8 @@ import gcs_emulator
 import helpers
 from conftest import REPO
 from helpers import read_metrics, run_in_process, wait_for
-from vit_jax import main, storage
+from vit_jax import main
+from vit_jax.base import storage
 from vit_jax.data import device_batches
 
 pytestmark = pytest.mark.long

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from helpers import demo_config, load_module, read_metrics, sigterm_at_step
-from vit_jax import errors, load_npz, predict, train
+from vit_jax import load_npz, predict
+from vit_jax.base import errors
 from vit_jax.data import device_batches
+from vit_jax.training import loop
 
 
 def mpp_digits():
@@ -29,9 +31,9 @@ def test_mpp_pretraining_then_finetuning_from_its_params(tmp_path, caplog, monke
   workdir = str(tmp_path / "mpp")
   with monkeypatch.context() as patch:  # preempted after step 6, then resumed: one program
     patch.setattr(device_batches, "prefetch_to_device", sigterm_at_step(6))
-    assert train.train_and_evaluate(mpp_digits(), workdir)["preempted_at_step"] == 6
+    assert loop.train_and_evaluate(mpp_digits(), workdir)["preempted_at_step"] == 6
   with caplog.at_level(logging.INFO):
-    result = train.train_and_evaluate(mpp_digits(), workdir)
+    result = loop.train_and_evaluate(mpp_digits(), workdir)
   assert "resumed from step 6" in caplog.text
   rows = read_metrics(workdir)
   evals = [r for r in rows if "eval/loss" in r]
@@ -55,7 +57,7 @@ def test_mpp_pretraining_then_finetuning_from_its_params(tmp_path, caplog, monke
   config = demo_config(pretrained=os.path.join(workdir, "params.npz"), total_steps=2,
                        eval_every=2, checkpoint_every=2, base_lr=1e-6)
   config.model.num_layers = 2  # the backbone's
-  finetuned = train.train_and_evaluate(config, str(tmp_path / "finetune"))
+  finetuned = loop.train_and_evaluate(config, str(tmp_path / "finetune"))
   assert finetuned["eval/examples"] == 300
   _, tuned = load_npz(tmp_path / "finetune" / "params.npz")
   assert tuned["head"]["kernel"].shape == (64, 10)

@@ -14,8 +14,9 @@ import pytest
 import fork_server
 from conftest import REPO
 from helpers import demo_config, free_port, subprocess_env
-from vit_jax import read_class_names, train
+from vit_jax import read_class_names
 from vit_jax.checkpoints import class_names
+from vit_jax.training import loop
 
 _spec = importlib.util.spec_from_file_location("make_shapes", REPO / "benchmarks/make_shapes.py")
 make_shapes = importlib.util.module_from_spec(_spec)
@@ -51,7 +52,7 @@ def fixture_one_device_run(shapes, tmp_path_factory):
   handler.emit = lambda record: records.append(record.getMessage())
   logger.addHandler(handler)
   try:
-    result = train.train_and_evaluate(demo_config(dataset=str(shapes), **SETTINGS),
+    result = loop.train_and_evaluate(demo_config(dataset=str(shapes), **SETTINGS),
                                       str(workdir))
   finally:
     logger.removeHandler(handler)

@@ -8,7 +8,8 @@ from absl import flags
 from PIL import Image
 
 from conftest import RELEASED_FIXTURES, init_params, tiny_model
-from vit_jax import save_npz, storage, visualize
+from vit_jax import save_npz, visualize
+from vit_jax.base import storage
 
 FIGURES = ["attention_rollout.png", "embedding_filters.png", "position_similarity.png",
            "attention_distance.png"]

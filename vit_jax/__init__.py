@@ -18,7 +18,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-from vit_jax import platforms  # pylint: disable=wrong-import-position
+from vit_jax.base import platforms  # pylint: disable=wrong-import-position
 
 platforms.skip_absent_tpu()  # before anything starts JAX's backends
 

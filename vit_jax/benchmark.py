@@ -32,8 +32,10 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from vit_jax import cli, errors, objectives, sharding, storage, throughput
+from vit_jax.base import cli, errors, storage
 from vit_jax.models import attention, vit, zoo
+from vit_jax.planning import throughput
+from vit_jax.training import objectives, sharding
 
 __doc__ += "\nmodels (--model):\n" + textwrap.fill(  # in --help: absl's wrap splits ViT-|L_16
     ", ".join(zoo.RELEASED), width=90, break_on_hyphens=False, initial_indent="  ",

@@ -2,7 +2,7 @@
     [--patch_size=PX] [--pre_logits=drop|pooler] [--overwrite]
 
 Converts a checkpoint between our released .npz layout, timm and Hugging Face transformers
-(see vit_jax.checkpoints.convert): SRC is anything load_npz reads (a released, big_vision
+(see vit_jax.checkpoints.format_conversion): SRC is anything load_npz reads (a released, big_vision
 or params.npz file, a timm / HF .safetensors, .pth or .bin file, or a model folder), a
 released name (ViT-B_16, FAMILY/NAME) or a Hub ViT (hf-hub:ORG/NAME), fetched into
 checkpoints/ first (see vit_jax.checkpoints.hub); the
@@ -13,8 +13,8 @@ conversion's output): anything else is refused unless --overwrite.
 
 from absl import flags
 
-from vit_jax import cli, no_clobber
-from vit_jax.checkpoints import convert, hub
+from vit_jax.base import cli, no_clobber
+from vit_jax.checkpoints import format_conversion, hub
 
 FLAGS = flags.FLAGS
 
@@ -24,7 +24,7 @@ def main(argv, flag_values=FLAGS):
   if len(argv) != 3:
     raise cli.UsageError("pass SRC and DST, e.g. python -m vit_jax.convert params.npz "
                          "out/ --to=hf")
-  lines = convert.convert(hub.resolve(argv[1]), argv[2], to=flag_values.to,
+  lines = format_conversion.convert(hub.resolve(argv[1]), argv[2], to=flag_values.to,
                           model_name=flag_values.model, pre_logits=flag_values.pre_logits,
                           image_size=flag_values.image_size, patch_size=flag_values.patch_size,
                           overwrite=flag_values.overwrite)
@@ -34,7 +34,7 @@ def main(argv, flag_values=FLAGS):
 def define_flags(flag_values=flags.FLAGS) -> None:
   """The command's flags; not defined on import, so importers' flags stay their own."""
   define = dict(flag_values=flag_values)
-  flags.DEFINE_enum("to", None, list(convert.TARGETS), "Target format: npz (released layout), "
+  flags.DEFINE_enum("to", None, list(format_conversion.TARGETS), "Target format: npz (released layout), "
                     "timm (folder for timm.create_model('local-dir:DST'), or one .safetensors "
                     "file), hf (transformers ViT folder). Default: from DST's name.", **define)
   flags.DEFINE_string("model", None, "Released model name (ViT-B_16, R50+ViT-B_16, ...) that "
@@ -46,7 +46,7 @@ def define_flags(flag_values=flags.FLAGS) -> None:
                        "patch-embedding kernel is PI-resized (FlexiViT) and the position "
                        "embedding goes to the new grid at the same image size. Default: SRC's.",
                        lower_bound=1, **define)
-  flags.DEFINE_enum("pre_logits", None, list(convert.PRE_LOGITS), "For a SRC with a pre_logits "
+  flags.DEFINE_enum("pre_logits", None, list(format_conversion.PRE_LOGITS), "For a SRC with a pre_logits "
                     "layer, which timm and ViTForImageClassification lack: drop (it and the "
                     "head: a feature extractor) or pooler (hf only: ViTModel's pooler is that "
                     "layer). Default: refuse.", **define)

@@ -16,7 +16,7 @@ import sys
 
 from absl import flags
 
-from vit_jax import cli
+from vit_jax.base import cli
 from vit_jax.checkpoints import hub, released
 from vit_jax.checkpoints.transfer import DownloadError, fetch  # noqa: F401  (API)
 

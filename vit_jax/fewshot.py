@@ -2,7 +2,7 @@
 
 Few-shot linear probes (paper section 4.1) of a checkpoint's frozen representation,
 printed as a table (and written as JSON with --json); the probes themselves are in
-vit_jax.evaluators.fewshot.
+vit_jax.training.evaluators.fewshot_probes.
 """
 
 import json
@@ -13,11 +13,12 @@ import jax
 import ml_collections
 from absl import flags
 
-from vit_jax import cli, config_defaults, no_clobber, sharding
+from vit_jax.base import cli, no_clobber
 from vit_jax.checkpoints import hub, npz
-from vit_jax.evaluators import fewshot as probes
+from vit_jax.training import config_defaults, sharding
+from vit_jax.training.evaluators import fewshot_probes as probes
 
-KIND = "fewshot"  # the writer's name in --json's no-clobber stamp (vit_jax.no_clobber)
+KIND = "fewshot"  # the writer's name in --json's no-clobber stamp (vit_jax.base.no_clobber)
 
 def data_config(dataset: str, crop, train_split: str = "train", eval_split: str = "test",
                 tfds_data_dir: Optional[str] = None) -> ml_collections.ConfigDict:

@@ -9,7 +9,7 @@ import os
 from absl import flags
 from ml_collections import config_flags
 
-from vit_jax import cli, console
+from vit_jax.base import cli, console
 
 FLAGS = flags.FLAGS
 
@@ -57,32 +57,18 @@ def initialize_distributed(flag_values: flags.FlagValues = FLAGS) -> None:
                    jax.process_count(), jax.local_device_count(), jax.device_count())
 
 
-def check_dataset_override(flag_values: flags.FlagValues = FLAGS) -> None:
-  """--config.dataset=X would keep what the config file chose for its own dataset (splits,
-  steps, crop, extra eval sets): every config file takes the dataset after its colon,
-  which derives all of them, so the override is refused and the colon form named."""
-  overrides = config_flags.get_override_values(flag_values["config"])
-  if "dataset" not in overrides:
-    return
-  file = flag_values["config"].config_filename.split(":", 1)[0]
-  raise cli.UsageError(
-      f"--config.dataset={overrides['dataset']} would keep the splits, steps, crop and eval "
-      f"sets {file} chose for its own dataset; pass the dataset after the colon instead: "
-      f"--config={file}:{overrides['dataset']}")
-
-
 @cli.command
 def main(argv, flag_values: flags.FlagValues = FLAGS):
   """The main job; flag_values: the parsed flags (a test can run the command in its own
   process on a FlagValues of its own)."""
   cli.no_arguments(argv)
   config = cli.load_config(flag_values)
-  check_dataset_override(flag_values)
+  cli.check_dataset_override(flag_values)
   if config.get("loader", "tf") == "tf":  # the Grain loader never imports TensorFlow
     cli.keep_tensorflow_off_accelerators()
   initialize_distributed(flag_values)
-  from vit_jax import train
-  train.train_and_evaluate(config, flag_values.workdir)
+  from vit_jax.training import loop
+  loop.train_and_evaluate(config, flag_values.workdir)
 
 
 if __name__ == "__main__":

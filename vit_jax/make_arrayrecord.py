@@ -6,7 +6,7 @@ multi-label folder with labels.csv files) or a TFDS name (prepared in --tfds_dat
 --splits). The images are copied as they are encoded (no re-encoding), with the class
 names and each split's fingerprint (what dataset.json records for the source), so a run
 on DIR (--config.dataset=DIR --config.loader=grain) records what it was made from.
-Atomic and resumable (vit_jax.data.arrayrecord): rerun the same command after a kill to
+Atomic and resumable (vit_jax.data.sources.arrayrecord): rerun the same command after a kill to
 finish it. Needs no TensorFlow.
 """
 
@@ -17,9 +17,9 @@ import numpy as np
 import tqdm
 from absl import flags
 
-from vit_jax import cli, storage
-from vit_jax.data import arrayrecord, fingerprint, image_folder, multilabel_folder
-from vit_jax.data import tfds_data_source
+from vit_jax.base import cli, storage
+from vit_jax.data import fingerprint
+from vit_jax.data.sources import arrayrecord, image_folder, multilabel_folder, tfds_arrayrecord
 
 FLAGS = flags.FLAGS
 
@@ -47,11 +47,11 @@ def write(source: str, output: str, *, splits: List[str], tfds_data_dir=None,
     work = [(name, _read_file(split), split.labels, fingerprint.of_split(split))
             for name, split in parts]
   else:
-    builder = tfds_data_source.open_builder(source, tfds_data_dir)
-    names = tfds_data_source.class_names(builder, label_feature)
+    builder = tfds_arrayrecord.open_builder(source, tfds_data_dir)
+    names = tfds_arrayrecord.class_names(builder, label_feature)
     work = []
     for name in splits:
-      split = tfds_data_source.open_split(builder, name, label_feature, tfds_data_dir)
+      split = tfds_arrayrecord.open_split(builder, name, label_feature, tfds_data_dir)
       work.append((name, split.data.__getitem__, split.labels, split.fingerprint))
   total = sum(len(labels) for _, _, labels, _ in work)
   with tqdm.tqdm(total=total, unit="img", desc=f"writing {output}") as bar:

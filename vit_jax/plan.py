@@ -39,7 +39,7 @@ from typing import Any, Dict, Optional
 from absl import flags
 from ml_collections import config_flags
 
-from vit_jax import cli, console
+from vit_jax.base import cli, console
 
 FLAGS = flags.FLAGS
 DOES_NOT_FIT_EXIT_CODE = 3
@@ -191,7 +191,7 @@ def check_json_path(path: str) -> None:
   folder, a path below a file, or a folder this user may not create files in (tried with
   a file created and removed at once: permission bits do not stop root, a read-only mount
   or /proc does)."""
-  from vit_jax import errors, storage  # pylint: disable=import-outside-toplevel
+  from vit_jax.base import errors, storage  # pylint: disable=import-outside-toplevel
   if path == "-" or storage.is_url(path):
     return
   if not path.strip() or os.path.isdir(path):
@@ -216,27 +216,27 @@ def check_json_path(path: str) -> None:
 def main(argv, flag_values: flags.FlagValues = FLAGS):
   cli.no_arguments(argv)
   config = cli.load_config(flag_values)
-  from vit_jax import main as main_command  # pylint: disable=import-outside-toplevel
-  main_command.check_dataset_override(flag_values)
-  from vit_jax import (  # pylint: disable=import-outside-toplevel
-      errors, fit_search, objectives, planner, sharding, train)
+  cli.check_dataset_override(flag_values)
+  from vit_jax.base import errors
+  from vit_jax.planning import compiled_plan, fit_search
+  from vit_jax.training import objectives, sharding, static_checks
   try:
     if flag_values.json is not None:
       check_json_path(flag_values.json)
     limit = int(flag_values.hbm_limit_gib * 2**30) if flag_values.hbm_limit_gib else None
     if flag_values.tpu is not None:  # an empty --tpu= is a mistake, not this machine
-      target = planner.tpu_target(flag_values.tpu, limit)
+      target = compiled_plan.tpu_target(flag_values.tpu, limit)
     else:
-      target = planner.local_target()
+      target = compiled_plan.local_target()
       if limit:
         target = dataclasses.replace(target, hbm_bytes_per_device=limit)
     mesh = sharding.make_mesh(config.mesh, devices=target.devices)
-    train.check_static(config, mesh, objectives.get(config))
+    static_checks.check_static(config, mesh, objectives.get(config))
   except errors.InvalidInput as e:
     raise cli.UsageError(cli.one_line(e)) from None
   started = time.monotonic()
   report = {"config": flag_values["config"].config_filename,
-            **planner.plan_steps(config, target, flag_values.num_classes)}
+            **compiled_plan.plan_steps(config, target, flag_values.num_classes)}
   report["suggestions"], report["search"] = [], None
   if not report["fits"] and flag_values.suggest:
     console.log.info("it does not fit: compiling changes that might (up to %.0f s)",
@@ -254,7 +254,7 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   else:
     print(format_report(report), flush=True)
   if flag_values.json and flag_values.json != "-":
-    from vit_jax import storage  # pylint: disable=import-outside-toplevel
+    from vit_jax.base import storage  # pylint: disable=import-outside-toplevel
     storage.write_atomic(flag_values.json, text)
   if not report["fits"]:
     print(f"error: {does_not_fit_line(report)}", file=sys.stderr)

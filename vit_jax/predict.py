@@ -18,8 +18,9 @@ import jax
 import numpy as np
 from absl import flags, logging
 
-from vit_jax import cli, download, errors, no_clobber, storage
-from vit_jax.checkpoints import formats, hub, npz, released
+from vit_jax.base import cli, errors, no_clobber, storage
+from vit_jax.checkpoints import formats, hub, npz, transfer
+from vit_jax.data import image_files
 from vit_jax.models import vit
 
 IMAGENET_LABELS_URL = "https://storage.googleapis.com/bit_models/ilsvrc2012_wordnet_lemmas.txt"
@@ -29,35 +30,10 @@ FLAGS = flags.FLAGS
 Prediction = List[Tuple[int, float]]  # (class index, probability), most likely first
 
 
-class ImageError(errors.InvalidInput):
-  """An image that cannot be read or decoded; the message names the file."""
-
-
 def cache_dir() -> str:
   """~/.cache/vit_jax, or under $XDG_CACHE_HOME where the user moved their caches."""
   root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
   return os.path.join(root, "vit_jax")
-
-
-def _pil_message(error: Exception) -> str:
-  return " ".join(str(error).split()) or type(error).__name__
-
-
-def load_image(path: str, image_size) -> np.ndarray:
-  """[height, width, 3] float32 in [-1, 1] for image_size (a side or (height, width)),
-  preprocessed like evaluation (the same pixels as tf.data's: preprocess_np), without
-  TensorFlow."""
-  from vit_jax.data import preprocess_np  # pylint: disable=import-outside-toplevel (PIL)
-  try:
-    encoded = storage.read_bytes(path)
-  except FileNotFoundError:
-    raise ImageError(f"image not found: {path}") from None
-  except OSError as e:
-    raise ImageError(f"cannot read image {path}: {e.strerror or e}") from None
-  try:
-    return preprocess_np.eval_resize(preprocess_np.decode_image(encoded), image_size)
-  except (OSError, ValueError, SyntaxError) as e:  # PIL: not an image, truncated
-    raise ImageError(f"cannot read image {path}: {_pil_message(e)}") from None
 
 
 def score_batches(module: vit.VisionTransformer, params, image_paths: Sequence[str], *,
@@ -83,7 +59,7 @@ def score_batches(module: vit.VisionTransformer, params, image_paths: Sequence[s
     paths = image_paths[start:start + batch_size]
     images = np.zeros((batch_size, height, width, 3), np.float32)
     for i, path in enumerate(paths):
-      images[i] = load_image(path, (height, width))
+      images[i] = image_files.load_image(path, (height, width))
     yield np.asarray(jax.device_get(probabilities(params, images)))[:len(paths)]
 
 
@@ -142,8 +118,8 @@ def imagenet_labels() -> Optional[List[str]]:
   path = imagenet_labels_path()
   if not os.path.exists(path):
     try:
-      download.fetch(IMAGENET_LABELS_URL, path, verbose=False)
-    except download.DownloadError as e:
+      transfer.fetch(IMAGENET_LABELS_URL, path, verbose=False)
+    except transfer.DownloadError as e:
       logging.warning("no ImageNet class names, showing class indices: %s", e)
       return None
   return read_labels(path)
@@ -203,21 +179,9 @@ def format_prediction(path: str, prediction: Prediction, names: Optional[List[st
   return "\n".join(lines)
 
 
-def image_arguments(argv: Sequence[str]) -> List[str]:
-  """The command's IMAGE arguments; a missing local file fails here, before the (slow)
-  checkpoint load."""
-  image_paths = list(argv[1:])
-  if not image_paths:
-    raise cli.UsageError("give one or more images")
-  missing = [p for p in image_paths if not released.has_scheme(p) and not os.path.exists(p)]
-  if missing:
-    raise ImageError(f"image not found: {missing[0]}")
-  return image_paths
-
-
 @cli.command
 def main(argv, flag_values: flags.FlagValues = FLAGS):
-  image_paths = image_arguments(argv)
+  image_paths = image_files.image_arguments(argv)
   if flag_values.json:  # before the slow load: an existing file is not clobbered
     no_clobber.claim_output_file(flag_values.json, "predict", flag_values.overwrite,
                                  stdout_ok=True)

@@ -18,14 +18,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 from absl import flags
 
-from vit_jax import cli, no_clobber, predict, storage
+from vit_jax.base import cli, no_clobber, storage
 from vit_jax.checkpoints import hub, npz
-from vit_jax.models import introspect
+from vit_jax.data import image_files
+from vit_jax.models import introspect, vit, zoo
 from vit_jax.models import posemb as posemb_lib
-from vit_jax.models import vit, zoo
 
 FLAGS = flags.FLAGS
-KIND = "visualize"  # the writer's name in --out's no-clobber marker (vit_jax.no_clobber)
+KIND = "visualize"  # the writer's name in --out's no-clobber marker (vit_jax.base.no_clobber)
 NUM_COMPONENTS = 28  # as in the paper's Fig. 7 (left)
 DPI = 100
 
@@ -166,11 +166,11 @@ def write_figures(module: vit.VisionTransformer, params, images: np.ndarray,
 
 @cli.command
 def main(argv):
-  image_paths = predict.image_arguments(argv)
+  image_paths = image_files.image_arguments(argv)
   no_clobber.check_output_dir(FLAGS.out, KIND, FLAGS.overwrite)  # before the slow part
   module, params, image_size = hub.load_for_inference(
       FLAGS.checkpoint, FLAGS.image_size, allow_nonfinite=FLAGS.allow_nonfinite)
-  images = np.stack([predict.load_image(p, image_size) for p in image_paths])
+  images = np.stack([image_files.load_image(p, image_size) for p in image_paths])
   names = [os.path.basename(p) for p in image_paths]
   no_clobber.claim_output_dir(FLAGS.out, KIND, FLAGS.overwrite)
   written = write_figures(module, params, images, names, FLAGS.out)

@@ -85,8 +85,8 @@ def test_foreign_comments_and_files(released_fixtures, tmp_path):
 
 
 def test_converting_to_npz_keeps_the_names_and_the_multi_label_flag(params, tmp_path):
-  from vit_jax.checkpoints import convert  # pylint: disable=import-outside-toplevel
+  from vit_jax.checkpoints import format_conversion  # pylint: disable=import-outside-toplevel
   save_npz(params, tmp_path / "multi.npz", class_names=NAMES, multi_label=True)
-  convert.convert(tmp_path / "multi.npz", tmp_path / "copy.npz")
+  format_conversion.convert(tmp_path / "multi.npz", tmp_path / "copy.npz")
   assert read_class_names(tmp_path / "copy.npz") == NAMES
   assert class_names.read_multi_label(tmp_path / "copy.npz")

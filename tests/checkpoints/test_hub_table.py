@@ -5,8 +5,8 @@ import pytest
 
 from torch_libraries import fixture_timm, fixture_torch  # noqa: F401  # pylint: disable=unused-import
 from vit_jax.checkpoints import hub, hub_table, released
-from vit_jax.config_defaults import finetune_config
 from vit_jax.models import zoo
+from vit_jax.training.config_defaults import finetune_config
 
 
 def test_committed_table_is_what_timm_says(timm):

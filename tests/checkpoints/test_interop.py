@@ -1,4 +1,4 @@
-"""Conversions to and from timm and Hugging Face transformers (vit_jax.checkpoints.convert).
+"""Conversions to and from timm and Hugging Face transformers (vit_jax.checkpoints.format_conversion).
 
 Without PyTorch: the written safetensors files have timm's / transformers' documented key
 names and shapes, configs say what makes them compute our function, round trips are
@@ -23,11 +23,12 @@ from safetensors.numpy import load_file, save_file
 from conftest import REPO, TINY, init_params, random_params, tiny_model
 from helpers import run_in_process
 from interop_files import IMAGE, images, logits, shapes, tiny_file
-from vit_jax import CheckpointError, load_npz, no_clobber, read_class_names, save_npz
+from vit_jax import CheckpointError, load_npz, read_class_names, save_npz
 from vit_jax import convert as convert_command
-from vit_jax.checkpoints import convert, timm_layout, torch_layout
+from vit_jax.base import no_clobber
+from vit_jax.checkpoints import format_conversion, timm_layout, torch_layout
 from vit_jax.models import zoo
-from vit_jax.runs import outputs
+from vit_jax.training.runs import outputs
 
 D, LAYERS, PATCH = TINY["hidden_size"], TINY["num_layers"], TINY["patch_size"]
 
@@ -70,7 +71,7 @@ HF_TOP = {"vit.embeddings.cls_token": (1, 1, D), "vit.embeddings.position_embedd
     ("gap", {"pos_embed": (1, 16, D)}),
     ("map", {"pos_embed": (1, 16, D), **TIMM_MAP})])
 def test_timm_names_shapes_and_create_model_arguments(tmp_path, classifier, extra):
-  lines = convert.convert(tiny_file(tmp_path, classifier=classifier), tmp_path / "timm",
+  lines = format_conversion.convert(tiny_file(tmp_path, classifier=classifier), tmp_path / "timm",
                           to="timm")
   assert shapes(tmp_path / "timm/model.safetensors") == {
       **block_keys("blocks.{i}.{name}", TIMM_BLOCK), **TIMM_TOP, **extra}
@@ -88,7 +89,7 @@ def test_timm_names_shapes_and_create_model_arguments(tmp_path, classifier, extr
 
 
 def test_hf_names_shapes_and_configs(tmp_path):
-  convert.convert(tiny_file(tmp_path), tmp_path / "hf", to="hf")
+  format_conversion.convert(tiny_file(tmp_path), tmp_path / "hf", to="hf")
   assert shapes(tmp_path / "hf/model.safetensors") == {
       **block_keys("vit.encoder.layer.{i}.{name}", HF_BLOCK), **HF_TOP}
   config = json.loads((tmp_path / "hf/config.json").read_text())
@@ -124,8 +125,8 @@ def test_npz_timm_npz_and_npz_hf_npz_are_bit_identical(tmp_path, overrides):
   targets = ["timm", "hf"] if overrides.get("classifier", "token") == "token" else ["timm"]
   pre_logits = {"timm": "drop", "hf": "pooler"} if overrides.get("representation_size") else {}
   for to in targets:
-    convert.convert(src, tmp_path / to, to=to, pre_logits=pre_logits.get(to))
-    convert.convert(tmp_path / to, tmp_path / f"back-{to}.npz")
+    format_conversion.convert(src, tmp_path / to, to=to, pre_logits=pre_logits.get(to))
+    format_conversion.convert(tmp_path / to, tmp_path / f"back-{to}.npz")
     back = dict(np.load(tmp_path / f"back-{to}.npz"))
     kept = {k: v for k, v in original.items() if k in back}
     assert set(original) - set(back) <= {"head/kernel", "head/bias", "pre_logits/kernel",
@@ -136,7 +137,7 @@ def test_npz_timm_npz_and_npz_hf_npz_are_bit_identical(tmp_path, overrides):
       assert list(config["id2label"].values()) == names
       assert read_class_names(tmp_path / "back-hf.npz") == names
     # and again to the library: the same tensors, bit for bit
-    convert.convert(tmp_path / f"back-{to}.npz", tmp_path / f"again-{to}", to=to,
+    format_conversion.convert(tmp_path / f"back-{to}.npz", tmp_path / f"again-{to}", to=to,
                     pre_logits=pre_logits.get(to))
     jax.tree.map(np.testing.assert_array_equal,
                  load_file(str(tmp_path / f"again-{to}/model.safetensors")),
@@ -159,8 +160,8 @@ def test_hybrid_rules_round_trip():
 
 def test_load_npz_reads_safetensors_and_folders_directly(tmp_path):
   src = tiny_file(tmp_path, classifier="map")
-  convert.convert(src, tmp_path / "one.safetensors")
-  convert.convert(src, tmp_path / "folder", to="timm")
+  format_conversion.convert(src, tmp_path / "one.safetensors")
+  format_conversion.convert(src, tmp_path / "folder", to="timm")
   x = images()
   truth = logits(src, x)
   for path in (tmp_path / "one.safetensors", tmp_path / "folder"):
@@ -171,9 +172,9 @@ def test_load_npz_reads_safetensors_and_folders_directly(tmp_path):
 
 def test_sincos2d_becomes_a_table_of_the_same_values(tmp_path):
   src = tiny_file(tmp_path, classifier="gap", posemb="sincos2d")
-  lines = convert.convert(src, tmp_path / "timm", to="timm", image_size=IMAGE)
+  lines = format_conversion.convert(src, tmp_path / "timm", to="timm", image_size=IMAGE)
   assert any("sincos2d position embedding was written as a table" in line for line in lines)
-  convert.convert(tmp_path / "timm", tmp_path / "back.npz")
+  format_conversion.convert(tmp_path / "timm", tmp_path / "back.npz")
   np.testing.assert_allclose(logits(tmp_path / "back.npz", images()), logits(src, images()),
                              rtol=1e-6, atol=1e-6)
 
@@ -186,7 +187,7 @@ def resave(original, path, state):
 
 
 def test_half_precision_safetensors_read_as_float32(tmp_path):
-  convert.convert(tiny_file(tmp_path), tmp_path / "f32.safetensors")
+  format_conversion.convert(tiny_file(tmp_path), tmp_path / "f32.safetensors")
   state = load_file(str(tmp_path / "f32.safetensors"))
   resave(tmp_path / "f32.safetensors", tmp_path / "bf16.safetensors",
          {k: v.astype(ml_dtypes.bfloat16) for k, v in state.items()})
@@ -198,15 +199,15 @@ def test_half_precision_safetensors_read_as_float32(tmp_path):
 def test_pre_logits_is_refused_unless_told_what_to_do(tmp_path):
   src = tiny_file(tmp_path, representation_size=8)
   for to in ("timm", "hf"):
-    with pytest.raises(convert.ConversionError, match="has a pre_logits layer .* pass "
+    with pytest.raises(format_conversion.ConversionError, match="has a pre_logits layer .* pass "
                        "--pre_logits=drop .* --pre_logits=pooler"):
-      convert.convert(src, tmp_path / to, to=to)
-  with pytest.raises(convert.ConversionError, match="timm's VisionTransformer does not have"):
-    convert.convert(src, tmp_path / "t", to="timm", pre_logits="pooler")
-  convert.convert(src, tmp_path / "timm", to="timm", pre_logits="drop")
+      format_conversion.convert(src, tmp_path / to, to=to)
+  with pytest.raises(format_conversion.ConversionError, match="timm's VisionTransformer does not have"):
+    format_conversion.convert(src, tmp_path / "t", to="timm", pre_logits="pooler")
+  format_conversion.convert(src, tmp_path / "timm", to="timm", pre_logits="drop")
   assert json.loads((tmp_path / "timm/config.json").read_text())["model_args"]["num_classes"] == 0
   assert "head.weight" not in load_file(str(tmp_path / "timm/model.safetensors"))
-  convert.convert(src, tmp_path / "hf", to="hf", pre_logits="pooler")
+  format_conversion.convert(src, tmp_path / "hf", to="hf", pre_logits="pooler")
   assert shapes(tmp_path / "hf/model.safetensors")["pooler.dense.weight"] == (8, D)
   assert json.loads((tmp_path / "hf/config.json").read_text())["architectures"] == ["ViTModel"]
 
@@ -220,12 +221,12 @@ def test_pre_logits_is_refused_unless_told_what_to_do(tmp_path):
                                                       r"stages \(1,\)"),
 ])
 def test_conversions_no_library_computes_are_refused(tmp_path, overrides, to, message):
-  with pytest.raises(convert.ConversionError, match=message):
-    convert.convert(tiny_file(tmp_path, **overrides), tmp_path / "out", to=to)
+  with pytest.raises(format_conversion.ConversionError, match=message):
+    format_conversion.convert(tiny_file(tmp_path, **overrides), tmp_path / "out", to=to)
 
 
 def test_foreign_files_that_are_no_vit_say_what_they_hold(tmp_path):
-  convert.convert(tiny_file(tmp_path, classifier="gap"), tmp_path / "gap.safetensors")
+  format_conversion.convert(tiny_file(tmp_path, classifier="gap"), tmp_path / "gap.safetensors")
   state = load_file(str(tmp_path / "gap.safetensors"))
   resave(tmp_path / "gap.safetensors", tmp_path / "fc.safetensors",
          {**state, "fc_norm.weight": np.ones(D, np.float32)})
@@ -243,7 +244,7 @@ def test_foreign_files_that_are_no_vit_say_what_they_hold(tmp_path):
 
 def test_command(tmp_path):
   """One conversion as a process (the command line), the refusals in this process through
-  the command's flags and vit_jax.cli's endings."""
+  the command's flags and vit_jax.base.cli's endings."""
   src = tiny_file(tmp_path)
   done = subprocess.run([sys.executable, "-m", "vit_jax.convert", str(src), str(tmp_path / "hf"),
                          "--to=hf"], cwd=REPO, capture_output=True, text=True, check=False)
@@ -268,12 +269,12 @@ def test_command(tmp_path):
   refused = run(src, tmp_path / "hf" / "config.json" / "x.npz")
   assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
   assert "config.json is a file, not a folder" in refused.stderr
-  convert.convert(src, tmp_path / "hf", to="hf")  # its own earlier output: rewritten
-  convert.convert(src, tmp_path / "copy.npz")
+  format_conversion.convert(src, tmp_path / "hf", to="hf")  # its own earlier output: rewritten
+  format_conversion.convert(src, tmp_path / "copy.npz")
   with pytest.raises(no_clobber.OutputExistsError, match="copy.npz already exists"):
-    convert.convert(src, tmp_path / "copy.npz")
-  convert.convert(src, tmp_path / "copy.npz", overwrite=True)
-  convert.convert(src, workdir, to="hf", overwrite=True)
+    format_conversion.convert(src, tmp_path / "copy.npz")
+  format_conversion.convert(src, tmp_path / "copy.npz", overwrite=True)
+  format_conversion.convert(src, workdir, to="hf", overwrite=True)
 
 
 def test_a_conversion_into_a_destination_being_written_fails_at_once(tmp_path):
@@ -312,11 +313,11 @@ def test_destination_must_fit_the_target(tmp_path, dst, to, message):
   (tmp_path / "file.npz").write_bytes(b"")
   src = tiny_file(tmp_path)
   if message is None:
-    convert.convert(src, tmp_path / dst, to=to)
+    format_conversion.convert(src, tmp_path / dst, to=to)
     assert (tmp_path / dst).is_file()
     return
-  with pytest.raises(convert.ConversionError, match=message):
-    convert.convert(src, tmp_path / dst, to=to)
+  with pytest.raises(format_conversion.ConversionError, match=message):
+    format_conversion.convert(src, tmp_path / dst, to=to)
   assert (tmp_path / "file.npz").read_bytes() == b"" and not os.listdir(tmp_path / "folder")
 
 
@@ -333,12 +334,12 @@ def test_a_model_without_head_saves_and_loads(tmp_path):
 
 def test_training_accepts_model_folders_as_pretrained(tmp_path):
   import ml_collections  # pylint: disable=import-outside-toplevel
-  from vit_jax import train  # pylint: disable=import-outside-toplevel
-  convert.convert(tiny_file(tmp_path), tmp_path / "hf", to="hf")
-  train.resolve_pretrained(ml_collections.ConfigDict({"pretrained": str(tmp_path / "hf")}))
+  from vit_jax.training import loop  # pylint: disable=import-outside-toplevel
+  format_conversion.convert(tiny_file(tmp_path), tmp_path / "hf", to="hf")
+  loop.resolve_pretrained(ml_collections.ConfigDict({"pretrained": str(tmp_path / "hf")}))
   (tmp_path / "empty").mkdir()
   with pytest.raises(FileNotFoundError, match="a directory, not an .npz file or a model folder"):
-    train.resolve_pretrained(ml_collections.ConfigDict({"pretrained": str(tmp_path / "empty")}))
+    loop.resolve_pretrained(ml_collections.ConfigDict({"pretrained": str(tmp_path / "empty")}))
 
 
 def test_pytorch_files_without_pytorch_say_how_to_read_them(tmp_path, monkeypatch):
@@ -361,7 +362,7 @@ def test_pytorch_files_without_pytorch_say_how_to_read_them(tmp_path, monkeypatc
      "architectures ViTForImageClassification with num_labels 3 but the weights have 5"),
 ])
 def test_a_config_that_contradicts_its_weights_is_refused(tmp_path, to, edit, message):
-  convert.convert(tiny_file(tmp_path), tmp_path / to, to=to)
+  format_conversion.convert(tiny_file(tmp_path), tmp_path / to, to=to)
   config_path = tmp_path / to / "config.json"
   config = json.loads(config_path.read_text())
   model_args = {**config.get("model_args", {}), **edit.pop("model_args", {})}
@@ -373,7 +374,7 @@ def test_a_config_that_contradicts_its_weights_is_refused(tmp_path, to, edit, me
 
 
 def test_the_head_count_stays_the_configs(tmp_path):
-  convert.convert(tiny_file(tmp_path), tmp_path / "hf", to="hf")
+  format_conversion.convert(tiny_file(tmp_path), tmp_path / "hf", to="hf")
   config_path = tmp_path / "hf" / "config.json"
   config_path.write_text(json.dumps({**json.loads(config_path.read_text()),
                                      "num_attention_heads": 4}))

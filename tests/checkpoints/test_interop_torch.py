@@ -1,5 +1,5 @@
 """timm and Hugging Face transformers themselves (the `interop` extra: torch, timm,
-transformers) against our conversions (vit_jax.checkpoints.convert): their models compute
+transformers) against our conversions (vit_jax.checkpoints.format_conversion): their models compute
 our logits (1e-5 relative for plain ViTs, 2e-4 for hybrids, whose stem timm standardises
 with another epsilon), their checkpoints come back bit-identical through ours, and a
 PyTorch file with pickled objects is refused. Skipped where the libraries do not import;
@@ -17,8 +17,8 @@ from interop_files import IMAGE, images, logits, relative_error, saved, tiny_fil
 from torch_libraries import (  # noqa: F401  # pylint: disable=unused-import
     fixture_timm, fixture_torch, fixture_transformers)
 from vit_jax import CheckpointError, create_model, load_npz
-from vit_jax.checkpoints import convert
-from vit_jax.objectives import flexi
+from vit_jax.checkpoints import format_conversion
+from vit_jax.training.objectives import flexi
 
 
 def run_torch(torch, model, x):
@@ -56,10 +56,10 @@ def test_timm_and_hf_compute_our_logits(tmp_path, timm, transformers, torch, cas
   src = saved(module, params, tmp_path / "ours.npz")
   x = images(side, batch=1 if side > 224 else 2)
   ours = np.asarray(jax.jit(module.apply)({"params": params}, x))
-  convert.convert(src, tmp_path / "timm", to="timm", image_size=side)
+  format_conversion.convert(src, tmp_path / "timm", to="timm", image_size=side)
   assert relative_error(run_torch(torch, timm_model(timm, tmp_path / "timm"), x), ours) <= tolerance
   if module.classifier == "token" and module.resnet_stages is None:
-    convert.convert(src, tmp_path / "hf", to="hf")
+    format_conversion.convert(src, tmp_path / "hf", to="hf")
     hf = transformers.ViTForImageClassification.from_pretrained(tmp_path / "hf").eval()
     assert relative_error(run_torch(torch, hf, x), ours) <= tolerance
 
@@ -71,12 +71,12 @@ def test_pre_logits_model(tmp_path, timm, transformers, torch):
   x = images()
   module, params = load_npz(src)
   representation = np.asarray(module.apply({"params": params}, x, representation=True))
-  convert.convert(src, tmp_path / "hf", to="hf", pre_logits="pooler")
+  format_conversion.convert(src, tmp_path / "hf", to="hf", pre_logits="pooler")
   hf = transformers.ViTModel.from_pretrained(tmp_path / "hf").eval()
   with torch.no_grad():
     pooled = hf(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2))).pooler_output.numpy()
   assert relative_error(pooled, representation) <= 1e-5
-  convert.convert(src, tmp_path / "timm", to="timm", pre_logits="drop")
+  format_conversion.convert(src, tmp_path / "timm", to="timm", pre_logits="drop")
   module, params = load_npz(src, num_classes=1, pre_logits=False)
   features = np.asarray(module.apply({"params": params}, x, representation=True))
   assert relative_error(run_torch(torch, timm_model(timm, tmp_path / "timm"), x),
@@ -107,8 +107,8 @@ def test_their_checkpoints_round_trip_bit_identical_and_compute_their_logits(
                            ("hf", hf_vit, tmp_path / "hf")):
     truth = run_torch(torch, model, x)
     assert relative_error(logits(src, x), truth) <= 1e-5, src
-    convert.convert(src, tmp_path / "ours.npz", overwrite=True)  # one file per source
-    convert.convert(tmp_path / "ours.npz", tmp_path / f"back-{name}", to=name)
+    format_conversion.convert(src, tmp_path / "ours.npz", overwrite=True)  # one file per source
+    format_conversion.convert(tmp_path / "ours.npz", tmp_path / f"back-{name}", to=name)
     back = load_file(str(tmp_path / f"back-{name}/model.safetensors"))
     original = {k: v.numpy() for k, v in (theirs["timm"] if name == "timm" else
                                           load_file_torch(tmp_path / "hf")).items()}
@@ -120,8 +120,8 @@ def test_their_checkpoints_round_trip_bit_identical_and_compute_their_logits(
   save_torch(no_row.state_dict(), str(tmp_path / "no_row.safetensors"))
   assert relative_error(logits(tmp_path / "no_row.safetensors", x),
                         run_torch(torch, no_row, x)) <= 1e-5
-  convert.convert(tmp_path / "no_row.safetensors", tmp_path / "no_row.npz")
-  convert.convert(tmp_path / "no_row.npz", tmp_path / "back-no_row", to="timm")
+  format_conversion.convert(tmp_path / "no_row.safetensors", tmp_path / "no_row.npz")
+  format_conversion.convert(tmp_path / "no_row.npz", tmp_path / "back-no_row", to="timm")
   assert json.loads((tmp_path / "back-no_row/config.json").read_text())[
       "model_args"]["no_embed_class"] is True
   back = load_file(str(tmp_path / "back-no_row/model.safetensors"))
@@ -131,8 +131,8 @@ def test_their_checkpoints_round_trip_bit_identical_and_compute_their_logits(
   # A ViTModel without pooler: no head, no pre_logits; it comes back as that ViTModel.
   backbone = transformers.ViTModel(config, add_pooling_layer=False).eval()
   backbone.save_pretrained(tmp_path / "backbone")
-  convert.convert(tmp_path / "backbone", tmp_path / "backbone.npz")
-  lines = convert.convert(tmp_path / "backbone.npz", tmp_path / "back-backbone", to="hf")
+  format_conversion.convert(tmp_path / "backbone", tmp_path / "backbone.npz")
+  lines = format_conversion.convert(tmp_path / "backbone.npz", tmp_path / "back-backbone", to="hf")
   assert lines[-1].endswith("ViTModel.from_pretrained("
                             f"{str(tmp_path / 'back-backbone')!r}, add_pooling_layer=False)")
   back = load_file(str(tmp_path / "back-backbone/model.safetensors"))
@@ -168,9 +168,9 @@ def test_a_flexivit_export_runs_in_timm_at_its_patch_size(tmp_path, timm, torch)
   src = saved(underlying, flexi.export(params, 8, IMAGE, has_cls=True), tmp_path / "p8.npz")
   x = images()
   ours = np.asarray(jax.jit(underlying.apply)({"params": params}, x))
-  convert.convert(src, tmp_path / "timm8", to="timm")
+  format_conversion.convert(src, tmp_path / "timm8", to="timm")
   assert relative_error(run_torch(torch, timm_model(timm, tmp_path / "timm8"), x), ours) <= 1e-5
-  convert.convert(src, tmp_path / "timm4", to="timm", patch_size=4)
+  format_conversion.convert(src, tmp_path / "timm4", to="timm", patch_size=4)
   module, resized = load_npz(src, patch_size=4)
   ours = np.asarray(jax.jit(module.apply)({"params": resized}, x))
   assert relative_error(run_torch(torch, timm_model(timm, tmp_path / "timm4"), x), ours) <= 1e-5

@@ -7,9 +7,10 @@ import pytest
 
 from helpers import demo_config
 from interop_files import IMAGE, images, tiny_file
-from vit_jax import CheckpointError, load_npz, objectives
-from vit_jax.checkpoints import convert, npz
+from vit_jax import CheckpointError, load_npz
+from vit_jax.checkpoints import format_conversion, npz
 from vit_jax.models import patch_resize, posemb
+from vit_jax.training import objectives
 
 
 @pytest.fixture(name="tiny", scope="module")
@@ -39,7 +40,7 @@ def test_the_file_patch_size_changes_nothing_and_image_size_still_applies(tiny):
 
 
 def test_convert_writes_what_load_npz_loads(tiny, tmp_path):
-  convert.convert(tiny, tmp_path / "p8.npz", patch_size=8)
+  format_conversion.convert(tiny, tmp_path / "p8.npz", patch_size=8)
   module, params = load_npz(tmp_path / "p8.npz")
   _, expected = load_npz(tiny, patch_size=8)
   assert module.patch_size == 8

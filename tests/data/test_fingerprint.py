@@ -7,8 +7,9 @@ import numpy as np
 from PIL import Image
 
 from helpers import write_image
-from vit_jax.data import fingerprint, multilabel_folder
-from vit_jax.data.image_folder import directory_source
+from vit_jax.data import fingerprint
+from vit_jax.data.sources import multilabel_folder
+from vit_jax.data.sources.image_folder import directory_source
 
 
 def write_tags(root, rows):

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
+from vit_jax.base.no_clobber import OutputExistsError
 from vit_jax.export import output
-from vit_jax.no_clobber import OutputExistsError
 
 
 def test_failure_leaves_nothing_and_keeps_the_old_out(tmp_path):

@@ -11,6 +11,7 @@ from export_cases import (CASES, checkpoints,  # noqa: F401 (checkpoints: a fixt
                           relative)
 from vit_jax import export, predict
 from vit_jax.checkpoints import npz
+from vit_jax.data import image_files
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,7 @@ def test_with_preprocessing_gives_the_top_1_of_predict(checkpoints, tmp_path):
   module, params = npz.load_npz(path)
   predicted = predict.classify(module, params, files, top_k=1)
   assert [p[0][0] for p in predicted] == list(np.argmax(logits, axis=1))
-  images = np.stack([predict.load_image(f, 16) for f in files])
+  images = np.stack([image_files.load_image(f, 16) for f in files])
   assert relative(logits, flax_logits(path, 16, images)) <= 1e-5
   meta = read_metadata(out)
   assert meta["signature"]["inputs"]["images"]["dtype"] == "string"

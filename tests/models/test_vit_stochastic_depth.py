@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from conftest import init_params, tiny_model
-from vit_jax import config_defaults
 from vit_jax.models import vit, zoo
+from vit_jax.training import config_defaults
 
 RATE = 0.5
 BIG_BATCH = 4096  # drop frequencies within 5 binomial sigmas: +-0.04 at p = 0.5

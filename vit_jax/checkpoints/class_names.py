@@ -22,7 +22,7 @@ import os
 import zipfile
 from typing import List, Optional, Sequence
 
-from vit_jax import errors, storage
+from vit_jax.base import errors, storage
 
 COMMENT_LIMIT = 0xFFFF  # the zip format's 16-bit comment length
 SIDECAR_SUFFIX = ".classes.json"

@@ -11,7 +11,7 @@ import math
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from vit_jax import errors
+from vit_jax.base import errors
 from vit_jax.checkpoints import npz_layout
 
 Flat = Dict[str, Any]

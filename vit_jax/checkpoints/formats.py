@@ -24,7 +24,7 @@ from typing import Any, Dict, Tuple
 import ml_dtypes
 import numpy as np
 
-from vit_jax import console, errors, storage, workdir_files
+from vit_jax.base import console, errors, storage, workdir_files
 from vit_jax.checkpoints import (config_consistency, hf_layout, npz_layout, timm_layout,
                                  torch_layout, transfer)
 

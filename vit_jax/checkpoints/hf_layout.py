@@ -15,9 +15,9 @@ transformers 5 has no ViT without a class token, with a MAP head or with a ResNe
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from vit_jax import errors
+from vit_jax.base import errors
 from vit_jax.checkpoints import npz_layout
-from vit_jax.checkpoints.torch_layout import Rule, linear, norm, projections, rule
+from vit_jax.checkpoints.torch_layout import linear, norm, projections, Rule, rule
 from vit_jax.models import zoo
 
 BLOCK = "Transformer/encoderblock_{i}"

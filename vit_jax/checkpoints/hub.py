@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from vit_jax import console, errors, storage
+from vit_jax.base import console, errors, storage
 from vit_jax.checkpoints import (formats, hf_layout, hub_table, npz, npz_layout, released,
                                  timm_layout, transfer)
 from vit_jax.models import vit

@@ -20,7 +20,7 @@ import os
 import re
 from typing import Any, Dict, List
 
-from vit_jax import storage
+from vit_jax.base import storage
 from vit_jax.models import zoo
 
 TABLE = os.path.join(os.path.dirname(__file__), "hub_mirrors.json")

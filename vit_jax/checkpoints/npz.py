@@ -1,6 +1,6 @@
 """Released .npz checkpoints <-> (module, params).
 
-Files are read from local paths or URLs (gs://, https://) through vit_jax.storage, are
+Files are read from local paths or URLs (gs://, https://) through vit_jax.base.storage, are
 never unpickled, and are validated key by key against the module they build, so a
 wrong file fails with one line that names the problem instead of producing junk.
 timm and Hugging Face checkpoints (`.safetensors`, `.pth`/`.bin`, model folders) are read
@@ -19,7 +19,7 @@ import ml_dtypes
 import numpy as np
 from flax import traverse_util
 
-from vit_jax import console, errors, storage
+from vit_jax.base import console, errors, storage
 from vit_jax.checkpoints import class_names as class_names_lib
 from vit_jax.checkpoints import formats, npz_layout
 from vit_jax.checkpoints.class_names import (  # pylint: disable=unused-import
@@ -27,8 +27,7 @@ from vit_jax.checkpoints.class_names import (  # pylint: disable=unused-import
 from vit_jax.checkpoints.npz_checks import (  # pylint: disable=unused-import
     SINCOS_IMAGE_SIZE, CheckpointError, ImageSize, ImageSizeError, check_against, check_finite,
     check_image_size, expected_shapes, native_image_size, nonfinite_arrays, side_pair)
-from vit_jax.models import patch_resize, posemb
-from vit_jax.models import vit, zoo
+from vit_jax.models import patch_resize, posemb, vit, zoo
 
 POSEMB_KEY = npz_layout.POSEMB
 _DOWNLOAD_HINT = "fetch a released file with: python -m vit_jax.download imagenet21k/ViT-B_16"

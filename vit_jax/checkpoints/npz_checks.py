@@ -13,9 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
-from vit_jax import errors
-from vit_jax.models import posemb
-from vit_jax.models import vit, zoo
+from vit_jax.base import errors
+from vit_jax.models import posemb, vit, zoo
 
 ImageSize = Union[int, Sequence[int]]
 

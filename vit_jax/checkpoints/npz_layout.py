@@ -26,7 +26,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 from flax import traverse_util
 
-from vit_jax import errors
+from vit_jax.base import errors
 from vit_jax.models import resnet, vit, zoo
 
 Flat = Dict[str, np.ndarray]

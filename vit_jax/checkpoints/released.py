@@ -17,7 +17,7 @@ import re
 import urllib.parse
 from typing import Optional
 
-from vit_jax import errors
+from vit_jax.base import errors
 from vit_jax.models import zoo
 
 BUCKET = "gs://vit_models"

@@ -16,9 +16,9 @@ GroupNorm eps is 1e-5 (ours 1e-6): R50+B/16 logits differ by 5e-5 to 1.1e-4 rela
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from vit_jax import errors
+from vit_jax.base import errors
 from vit_jax.checkpoints import npz_layout
-from vit_jax.checkpoints.torch_layout import Rule, linear, norm, projections, rule
+from vit_jax.checkpoints.torch_layout import linear, norm, projections, Rule, rule
 from vit_jax.models import zoo
 
 BLOCK = "Transformer/encoderblock_{i}"

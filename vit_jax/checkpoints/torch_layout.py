@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, NamedTuple, Sequence, Tuple
 
 import numpy as np
 
-from vit_jax import errors
+from vit_jax.base import errors
 
 Flat = Dict[str, np.ndarray]
 

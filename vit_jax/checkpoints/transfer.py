@@ -15,7 +15,7 @@ from typing import Iterator, Optional, Tuple
 
 import tqdm
 
-from vit_jax import errors, storage
+from vit_jax.base import errors, storage
 from vit_jax.checkpoints import released
 
 CHUNK_BYTES = 1 << 20

@@ -1,5 +1,5 @@
-"""Shapes and dtypes of the global batches the pipeline (vit_jax.data.pipeline) feeds the
-train and eval steps, without reading data or importing TensorFlow: what vit_jax.planner
+"""Shapes and dtypes of the global batches the pipeline (vit_jax.data.tf_stack.tf_pipeline) feeds the
+train and eval steps, without reading data or importing TensorFlow: what vit_jax.planning.compiled_plan
 compiles the steps for ahead of time. tests/data/test_batch_spec.py holds them to the
 pipeline's real batches."""
 

@@ -1,5 +1,5 @@
 """Opening config.dataset with the input pipeline config.loader names: 'tf' (tf.data,
-vit_jax.data.pipeline) or 'grain' (Grain, no TensorFlow: vit_jax.data.grain_pipeline).
+vit_jax.data.tf_stack.tf_pipeline) or 'grain' (Grain, no TensorFlow: vit_jax.data.grain_stack.grain_pipeline).
 Only the chosen pipeline is imported."""
 
 from vit_jax.data.datasets import Dataset, DatasetInfo, check  # noqa: F401 (the API)
@@ -7,10 +7,11 @@ from vit_jax.data.datasets import Dataset, DatasetInfo, check  # noqa: F401 (the
 
 def _loader(config):
   if config.get("loader", "tf") == "grain":
-    from vit_jax.data import grain_pipeline  # pylint: disable=import-outside-toplevel
+    from vit_jax.data.grain_stack import grain_pipeline  # pylint: disable=import-outside-toplevel
     return grain_pipeline
-  from vit_jax.data import pipeline  # pylint: disable=import-outside-toplevel (TensorFlow)
-  return pipeline
+  from vit_jax.data.tf_stack import (  # pylint: disable=import-outside-toplevel (TensorFlow)
+      tf_pipeline)
+  return tf_pipeline
 
 
 def open_dataset(config) -> Dataset:

@@ -31,7 +31,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from vit_jax import errors
+from vit_jax.base import errors
 
 # big_vision's op order (the uniform draw of a layer indexes it).
 OPS = ("AutoContrast", "Equalize", "Invert", "Rotate", "Posterize", "Solarize", "Color",

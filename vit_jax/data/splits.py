@@ -10,7 +10,7 @@ from typing import Callable, ClassVar, Dict, Optional, Tuple
 
 import numpy as np
 
-from vit_jax import errors
+from vit_jax.base import errors
 
 
 class CorruptImageError(errors.InvalidInput):

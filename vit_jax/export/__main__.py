@@ -9,7 +9,7 @@ and comparing its logits with the Flax model's (see vit_jax.export.api).
 
 from absl import flags
 
-from vit_jax import cli
+from vit_jax.base import cli
 from vit_jax.checkpoints import npz
 from vit_jax.export import api
 

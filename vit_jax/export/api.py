@@ -10,7 +10,7 @@ import importlib
 import time
 from typing import Callable, Optional, Union
 
-from vit_jax import no_clobber
+from vit_jax.base import no_clobber
 from vit_jax.checkpoints import npz
 from vit_jax.export import metadata, output
 from vit_jax.export import source as source_lib

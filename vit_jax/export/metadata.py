@@ -8,21 +8,21 @@ from typing import Any, Dict
 
 import jax
 
-from vit_jax import storage
+from vit_jax.base import storage
 from vit_jax.export import source as source_lib
 
 FILE = "metadata.json"
 
 
 def preprocessing_contract(image_size, in_graph: bool) -> Dict[str, Any]:
-  """The evaluation preprocessing of vit_jax.data.preprocess.eval_resize, as a contract."""
+  """The evaluation preprocessing of vit_jax.data.tf_stack.tf_preprocess.eval_resize, as a contract."""
   height, width = image_size
   steps = ["decode to RGB uint8 (grayscale replicated, alpha dropped)",
            f"bilinear resize to {height}x{width} (height x width; no crop, no antialiasing, "
            "aspect ratio not kept)",
            "scale: (pixel - 127.5) / 127.5, i.e. [0, 255] -> [-1, 1]"]
   return {"in_graph": in_graph, "steps": steps,
-          "same_as": "vit_jax.data.preprocess.eval_resize (python -m vit_jax.predict)"}
+          "same_as": "vit_jax.data.tf_stack.tf_preprocess.eval_resize (python -m vit_jax.predict)"}
 
 
 def describe(source: source_lib.Source, *, fmt: str, files: Dict[str, str],

@@ -1,5 +1,5 @@
 """OUT appears complete or not at all: an export is written into a temporary folder beside
-OUT and renamed to OUT only after it verified (vit_jax.no_clobber.atomic_folder). What OUT
+OUT and renamed to OUT only after it verified (vit_jax.base.no_clobber.atomic_folder). What OUT
 may replace follows the project's no-clobber rule: a new or empty folder, an earlier
 export, or anything with overwrite."""
 
@@ -8,7 +8,7 @@ import json
 import os
 from typing import Iterator
 
-from vit_jax import no_clobber, storage
+from vit_jax.base import no_clobber, storage
 from vit_jax.checkpoints import released
 from vit_jax.export.source import ExportError
 

@@ -1,18 +1,18 @@
 """The image-bytes contract of --with_preprocessing, in TensorFlow: a batch of encoded
 images (JPEG, PNG, GIF, BMP) -> the model's input, exactly as python -m vit_jax.predict
-prepares a file (vit_jax.data.preprocess: decode to RGB, bilinear resize to the model's
+prepares a file (vit_jax.data.tf_stack.tf_preprocess: decode to RGB, bilinear resize to the model's
 side without crop, scale to [-1, 1])."""
 
 import numpy as np
 import tensorflow as tf
 
-from vit_jax.data import preprocess
+from vit_jax.data.tf_stack import tf_preprocess
 
 
 def images_from_bytes(encoded: tf.Tensor, image_size) -> tf.Tensor:
   """[B] tf.string -> [B, height, width, 3] float32 in [-1, 1] for image_size (h, w)."""
   def one(image_bytes):
-    return preprocess.eval_resize(preprocess.decode_image(image_bytes), image_size)
+    return tf_preprocess.eval_resize(tf_preprocess.decode_image(image_bytes), image_size)
   return tf.map_fn(one, encoded, fn_output_signature=tf.TensorSpec(
       [*image_size, 3], tf.float32))
 

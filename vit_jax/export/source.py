@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax import errors, storage
+from vit_jax.base import errors, storage
 from vit_jax.checkpoints import hub, npz
 from vit_jax.models import vit, zoo
 

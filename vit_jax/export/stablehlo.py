@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax import storage
+from vit_jax.base import storage
 from vit_jax.export import source as source_lib
 
 FILE = "model.stablehlo"

@@ -19,7 +19,7 @@ import tensorflow as tf
 from ai_edge_litert import __version__ as litert_version
 from ai_edge_litert.interpreter import Interpreter
 
-from vit_jax import storage
+from vit_jax.base import storage
 from vit_jax.export import saved_model
 from vit_jax.export import source as source_lib
 

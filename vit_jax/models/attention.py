@@ -9,7 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vit_jax import errors
+from vit_jax.base import errors
 from vit_jax.models import pallas_attention
 from vit_jax.models.fp8 import dot_general_for
 
@@ -27,7 +27,7 @@ PALLAS_FLOAT32_ONLY = ("TPU v2", "TPU v3")
 
 def traced_device() -> Tuple[str, str]:
   """(platform, device kind) a program is being traced for: the traced mesh's
-  (vit_jax.sharding.on_mesh; vit_jax.plan traces TPU programs on a CPU machine), else this
+  (vit_jax.training.sharding.on_mesh; vit_jax.plan traces TPU programs on a CPU machine), else this
   process's default."""
   mesh = jax.sharding.get_abstract_mesh()
   if mesh.empty:

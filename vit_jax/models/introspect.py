@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax import errors
+from vit_jax.base import errors
 from vit_jax.models import resnet, vit
 
 Grid = Tuple[int, int]  # tokens per (height, width)

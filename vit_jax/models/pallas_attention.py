@@ -10,7 +10,7 @@ softmax(q k^T / sqrt(d)) v, checked on the CPU in Pallas's TPU interpret mode.
 
 A Pallas kernel is one opaque call that XLA's partitioner cannot split, so under a mesh it
 runs per shard (shard_map): the batch over every mesh axis but 'tensor', the heads over
-'tensor'. The mesh is the abstract mesh the step is traced under (vit_jax.sharding.on_mesh).
+'tensor'. The mesh is the abstract mesh the step is traced under (vit_jax.training.sharding.on_mesh).
 """
 
 import jax
@@ -19,7 +19,7 @@ from jax.experimental.pallas.ops.tpu import flash_attention as pallas_flash
 from jax.sharding import PartitionSpec
 
 BLOCK = 128  # the kernel's default block of queries and keys
-HEAD_AXIS = "tensor"  # the mesh axis that splits heads (vit_jax.sharding.AXES)
+HEAD_AXIS = "tensor"  # the mesh axis that splits heads (vit_jax.training.sharding.AXES)
 
 
 def padded_tokens(tokens: int) -> int:

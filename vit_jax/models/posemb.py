@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax import errors
+from vit_jax.base import errors
 
 
 def _taps(old: int, new: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -23,10 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax import errors
-from vit_jax.models import attention, patch_resize
+from vit_jax.base import errors
+from vit_jax.models import attention, patch_resize, resnet
 from vit_jax.models import posemb as posemb_lib
-from vit_jax.models import resnet
 from vit_jax.models.fp8 import dot_general_for
 
 LAYER_NORM_EPS = 1e-6
@@ -377,7 +376,7 @@ class VisionTransformer(nn.Module):
     return logits.astype(jnp.float32)
 
   # The pieces of __call__, also called from the compact __call__ of subclasses that
-  # reuse the backbone under the same parameter names (vit_jax.models.mpp).
+  # reuse the backbone under the same parameter names (vit_jax.models.masked_patch_vit).
 
   def embed_patches(self, images):
     """(patch embeddings [B, patches, D] in row-major order, the patch grid (rows,

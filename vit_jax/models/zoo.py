@@ -10,7 +10,7 @@ from typing import Optional, Tuple
 
 import jax.numpy as jnp
 
-from vit_jax import config_checks, errors
+from vit_jax.base import config_checks, errors
 from vit_jax.models import resnet, vit
 
 
@@ -101,7 +101,7 @@ def find_name(architecture: Architecture) -> Optional[str]:
   return None
 
 
-# config.model keys that configure training, not the module (vit_jax.objectives.flexi).
+# config.model keys that configure training, not the module (vit_jax.training.objectives.flexi).
 NOT_MODULE_KEYS = ("flexi_patch_sizes", "flexi_export_patch_size")
 _MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(vit.VisionTransformer)
                       if f.name not in ("parent", "name"))
@@ -140,7 +140,7 @@ def check_options(num_classes, kwargs: dict) -> None:
 def config_overrides(config) -> dict:
   """The VisionTransformer attributes a training config sets: config.model.* (but the
   representation size, which depends on the checkpoint, and the FlexiViT keys of
-  vit_jax.objectives.flexi) and the compute dtype."""
+  vit_jax.training.objectives.flexi) and the compute dtype."""
   overrides = {k: v for k, v in config.model.items()
                if k not in ("representation_size", *NOT_MODULE_KEYS)
                and not (k == "patch_size" and v is None)}

@@ -1,0 +1,483 @@
+"""What a training config needs on a slice, from the compiler, before anything runs.
+
+The train step and the eval step are the main job's own (vit_jax.training.state_and_step.build and the
+evaluator's jit_eval_step, same mesh rules, shardings and batch split), lowered on
+ShapeDtypeStructs and compiled ahead of time for the target's devices: a TPU slice's
+compile-only devices (vit_jax.planning.tpu_slices) or the local ones. Nothing is allocated.
+
+From each compiled program: per-device memory (XLA's memory analysis, or the shortfall
+in the compiler's out-of-memory message), FLOPs and the compiler's time estimate
+(`optimal_seconds`: a per-operation roofline, not a measurement), and the collectives.
+
+XLA's cost analysis counts a loop body once: gradient accumulation (a scan over
+micro-batches) and scan_layers (a scan over blocks) would report a fraction of the work.
+With accumulation alone, the compiled step counts one micro-batch and the optimizer update
+once, so a step = accum_steps x (step - update) + update, the update compiled alone
+(train_step.make_apply_gradients: small, seconds). Scanned blocks, and a step that does
+not fit (nothing compiled to read), are priced on loop-free twins instead (accum_steps=1
+on one micro-batch, blocks unrolled) of one and two blocks: a cost is linear in the
+blocks, and two small programs cost less to compile than a twin of the whole model for a
+deep one (for 12 blocks, about the same: a compile has a fixed part).
+
+Each compile is logged as it starts and ends, with its time (vit_jax.base.console.stage).
+"""
+
+import contextlib
+import dataclasses
+import math
+import re
+import time
+import warnings
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from vit_jax.base import console, errors, platforms
+from vit_jax.data import batch_spec
+from vit_jax.data.sources import registry
+from vit_jax.models import zoo
+from vit_jax.planning import tpu_slices
+from vit_jax.training import lora_adapters, objectives, sharding, state_and_step, update_step
+from vit_jax.training.evaluators import classification as classification_eval
+
+GIB = 2**30
+# Datasets no metadata describes here (no TFDS builder): the paper's class counts.
+PAPER_CLASS_COUNTS = {"imagenet21k": 21_843, "jft": 18_291}
+_OOM = re.compile(r"required for (?P<what>[^()]*?) \((?P<need>[\d.]+)(?P<u1>[KMGT]?)\) exceeds "
+                  r"available HBM \((?P<have>[\d.]+)(?P<u2>[KMGT]?)\)")
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_COLLECTIVE = re.compile(r"^\s*(?:ROOT )?%\S+ = (?P<type>.*?) (?P<kind>all-reduce|all-gather|"
+                         r"reduce-scatter|all-to-all|collective-permute)(?:-start)?\(")
+_SHAPE = re.compile(r"\b(pred|[fsu]\d+|bf16|f8e\w+)\[([\d,]*)\]")
+_BITS = {"pred": 8, "bf16": 16}
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+  """Where the steps are compiled for: a TPU slice or this machine's devices."""
+  name: str
+  devices: list
+  hbm_bytes_per_device: Optional[int]  # None: unknown (the compiler then decides alone)
+  peak_flops_per_device: Optional[float]  # bf16; None where unknown (CPU)
+  chips: Optional[int] = None
+  cores: Optional[int] = None
+  is_tpu: bool = False
+
+  @property
+  def num_devices(self) -> int:
+    return len(self.devices)
+
+
+def tpu_target(name: str, hbm_limit_bytes: Optional[int] = None) -> Target:
+  tpu = tpu_slices.parse(name)
+  hbm = tpu.generation.hbm_bytes_per_device
+  return Target(name=name, devices=tpu_slices.compile_only_devices(tpu),
+                hbm_bytes_per_device=min(hbm, hbm_limit_bytes or hbm),
+                peak_flops_per_device=tpu.peak_flops_per_device, chips=tpu.chips,
+                cores=tpu.cores, is_tpu=True)
+
+
+def local_target() -> Target:
+  """This machine's devices: a GPU's memory limit, or the host memory shared by CPU devices."""
+  devices = jax.local_devices()
+  stats = devices[0].memory_stats() or {}
+  if "bytes_limit" in stats:
+    hbm = int(stats["bytes_limit"])
+  else:
+    import os  # pylint: disable=import-outside-toplevel
+    hbm = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // len(devices)
+  return Target(name="local", devices=devices,
+                hbm_bytes_per_device=hbm, peak_flops_per_device=None)
+
+
+class DoesNotFit(errors.UserError):
+  """The compiler refused a program for memory; `need` / `have` bytes per device."""
+
+  def __init__(self, message: str, need: Optional[int], have: Optional[int]):
+    super().__init__(message)
+    self.need, self.have = need, have
+
+
+def _bytes(number: str, unit: str) -> int:
+  return int(float(number) * _UNITS[unit])
+
+
+def compile_for(fn: Callable, args: Tuple, target: Target, limit: bool = True):
+  """fn lowered on `args` (ShapeDtypeStructs) and compiled for the target's devices;
+  DoesNotFit when the compiler runs out of memory. limit=False: compiled without the
+  HBM limit a user asked for (for cost twins only)."""
+  options = {}
+  if limit and target.is_tpu and target.hbm_bytes_per_device:
+    options["xla_tpu_max_hbm_size_mib"] = target.hbm_bytes_per_device // 2**20
+  lowered = fn.lower(*args)
+  try:
+    with platforms.quiet_stderr(), _unreadable_cache_entries_ignored():
+      return lowered.compile(compiler_options=options or None)
+  except jax.errors.JaxRuntimeError as e:
+    if "RESOURCE_EXHAUSTED" not in str(e):
+      raise
+    found = _OOM.search(str(e))
+    need = _bytes(found["need"], found["u1"]) if found else None
+    have = _bytes(found["have"], found["u2"]) if found else None
+    raise DoesNotFit(" ".join(str(e).split()), need, have) from None
+
+
+@contextlib.contextmanager
+def _unreadable_cache_entries_ignored() -> Iterator[None]:
+  """Programs compiled for compile-only TPU devices are written to JAX's persistent cache
+  (when a user set one) but cannot be loaded back: each later hit warns and compiles
+  again. The warning says nothing a planner's user can act on."""
+  with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="Error reading persistent compilation cache")
+    yield
+
+
+def shard_bytes(tree: Any) -> int:
+  """Bytes one device holds of a tree of ShapeDtypeStructs with shardings (the largest
+  shard: every device holds one of that size)."""
+  total = 0
+  for leaf in jax.tree.leaves(tree):
+    shape = leaf.sharding.shard_shape(leaf.shape)
+    total += math.prod(shape) * jnp.dtype(leaf.dtype).itemsize
+  return total
+
+
+def fsdp_saving(tree: Any, num_devices: int) -> int:
+  """Bytes per device an fsdp mesh over every device would save on a replicated tree: the
+  tensors large enough to be split (sharding.FSDP_MIN_SIZE) all but one part."""
+  sizes = [(math.prod(leaf.shape), jnp.dtype(leaf.dtype).itemsize)
+           for leaf in jax.tree.leaves(tree)]
+  large = sum(n * itemsize for n, itemsize in sizes if n >= sharding.FSDP_MIN_SIZE)
+  return large - large // num_devices
+
+
+def memory(compiled, is_tpu: bool) -> Dict[str, int]:
+  """Per-device bytes of a compiled program: arguments, temporaries, peak. The TPU
+  compiler's peak comes from its buffer schedule; elsewhere (where that figure is not the
+  peak) arguments, outputs and temporaries are counted as live at once."""
+  stats = compiled.memory_analysis()
+  live = (stats.argument_size_in_bytes + stats.output_size_in_bytes
+          + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
+  peak = (getattr(stats, "peak_memory_in_bytes", 0) if is_tpu else 0) or live
+  return {"argument_bytes": int(stats.argument_size_in_bytes),
+          "temp_bytes": int(stats.temp_size_in_bytes), "peak_bytes_per_device": int(peak)}
+
+
+def cost(compiled) -> Dict[str, Optional[float]]:
+  """Per-device FLOPs, bytes accessed and the compiler's time estimate (None if absent).
+  libtpu 0.0.42 returns a negative optimal_seconds for some programs on v4, v5e and v6e
+  (float32 fine-tuning steps that it prices well on v2, v3 and v5p): no estimate, then."""
+  analysis = compiled.cost_analysis() or {}
+  analysis = analysis[0] if isinstance(analysis, list) else analysis
+  get = lambda key: float(analysis[key]) if key in analysis else None
+  seconds = get("optimal_seconds")
+  return {"flops": get("flops"), "bytes": get("bytes accessed"),
+          "seconds": seconds if seconds is not None and seconds > 0 else None}
+
+
+def collectives(compiled) -> List[Dict[str, Any]]:
+  """[{kind, count, bytes}] of the collectives in the compiled program, as written (an
+  op inside a loop body, e.g. per micro-batch, is listed once)."""
+  found: Dict[str, List[int]] = {}
+  for line in compiled.as_text().splitlines():
+    match = _COLLECTIVE.match(line)
+    if not match:
+      continue
+    size = 0
+    for dtype, dims in _SHAPE.findall(match["type"]):
+      bits = _BITS.get(dtype) or int(re.sub(r"\D", "", dtype.split("e")[0]) or 8)
+      size += math.prod(int(d) for d in dims.split(",") if d) * bits // 8
+    counted = found.setdefault(match["kind"], [0, 0])
+    counted[0] += 1
+    counted[1] += size
+  return [{"kind": kind, "count": n, "bytes": b} for kind, (n, b) in sorted(found.items())]
+
+
+def with_overrides(config: ml_collections.ConfigDict, **changes) -> ml_collections.ConfigDict:
+  """A copy of config with 'a.b'-style keys (as in --config.a.b=...) changed."""
+  config = config.copy_and_resolve_references()
+  with config.unlocked():
+    for key, value in changes.items():
+      *parents, leaf = key.split(".")
+      node = config
+      for parent in parents:
+        node = node[parent]
+      node[leaf] = value
+  return config
+
+
+def num_classes_of(config: ml_collections.ConfigDict) -> int:
+  """The head's size, from the dataset's metadata (no example read)."""
+  try:
+    return registry.class_count(config)
+  except errors.UserError:
+    if config.dataset in PAPER_CLASS_COUNTS:
+      return PAPER_CLASS_COUNTS[config.dataset]
+    raise
+
+
+def _abstract(spec: batch_spec.Spec, placed) -> Dict[str, jax.ShapeDtypeStruct]:
+  return {name: jax.ShapeDtypeStruct(shape, dtype, sharding=placed)
+          for name, (shape, dtype) in spec.items()}
+
+
+@dataclasses.dataclass
+class Programs:
+  """The steps of one config on one mesh, ready to lower: (jitted fn, abstract args)."""
+  train: Tuple[Callable, Tuple]
+  eval: Tuple[Callable, Tuple]
+  update: Tuple[Callable, Tuple]
+  state_bytes: int  # per device: params, optimizer state (and Polyak average)
+  fsdp_saving_bytes: int  # per device, if the state were split over every device
+  train_batch_bytes: int
+  eval_batch_bytes: int
+
+
+def build_programs(config: ml_collections.ConfigDict, mesh, num_classes: int) -> Programs:
+  """The main job's train and eval steps for `config` on `mesh` (vit_jax.training.state_and_step.build,
+  classification_eval.jit_eval_step), and the optimizer update alone."""
+  objective = objectives.get(config)
+  module, _ = objective.create_model(config, num_classes, load_pretrained=False)
+  module = lora_adapters.wrap(module, config)  # as vit_jax.training.loop evaluates it
+  run = state_and_step.build(config, module, mesh, objective)
+  state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                       run.abstract_state, run.state_shardings)
+  batches, replicated = sharding.batch_sharding(mesh), sharding.replicated(mesh)
+  rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
+  train_batch = _abstract(batch_spec.train_batch(config, num_classes, config.batch), batches)
+  eval_batch = _abstract(batch_spec.eval_batch(config, config.batch_eval), batches)
+  eval_step = classification_eval.jit_eval_step(objective.make_eval_step(module, config), mesh)
+  update = jax.jit(update_step.make_apply_gradients(run.optimizer, config),
+                   in_shardings=(run.state_shardings, run.state_shardings.params),
+                   out_shardings=run.state_shardings, donate_argnums=(0,))
+  return Programs(train=(run.step, (state, train_batch, rng)),
+                  eval=(eval_step, (state.params, eval_batch)),
+                  update=(update, (state, state.params)), state_bytes=shard_bytes(state),
+                  fsdp_saving_bytes=fsdp_saving(state, mesh.size),
+                  train_batch_bytes=shard_bytes(train_batch),
+                  eval_batch_bytes=shard_bytes(eval_batch))
+
+
+def loop_free(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The twin whose cost analysis counts everything once: one micro-batch, blocks unrolled."""
+  return with_overrides(config, accum_steps=1, batch=config.batch // config.accum_steps,
+                        **{"model.scan_layers": False})
+
+
+def size(value: Optional[int]) -> str:
+  """Bytes as GiB in progress lines (the report formats its own)."""
+  return "?" if value is None else f"{value / GIB:.2f} GiB"
+
+
+def _compiled_or_shortfall(fn_args: Tuple[Callable, Tuple], target: Target, what: str
+                           ) -> Tuple[Any, Dict[str, Any]]:
+  """(compiled program or None, its memory and fit) under the target's HBM limit."""
+  fn, args = fn_args
+  started, cpu = time.perf_counter(), time.process_time()
+  timing = lambda: {"compile_seconds": time.perf_counter() - started,
+                    "compile_cpu_seconds": time.process_time() - cpu}  # all threads
+  with console.stage(f"compiling {what} for {target.name}") as outcome:
+    try:
+      compiled = compile_for(fn, args, target)
+    except DoesNotFit as e:
+      outcome(f"does not fit: needs {size(e.need)} per device, {size(e.have)} usable"
+              if e.need and e.have else "does not fit (the compiler ran out of memory)")
+      return None, {"fits": False, "peak_bytes_per_device": e.need,
+                    "shortfall_bytes": (e.need - e.have) if e.need and e.have else None,
+                    "compiler_message": str(e), **timing()}
+    used = memory(compiled, target.is_tpu)
+    limit = target.hbm_bytes_per_device
+    fits = limit is None or used["peak_bytes_per_device"] <= limit
+    outcome(f"peak {size(used['peak_bytes_per_device'])} per device"
+            + (f" of {size(limit)}" if limit else "") + (", fits" if fits else ", DOES NOT FIT"))
+  return compiled, {"fits": fits, **used,
+                    "shortfall_bytes": None if fits else used["peak_bytes_per_device"] - limit,
+                    **timing()}
+
+
+def _costed(fn_args: Tuple[Callable, Tuple], target: Target, what: str
+            ) -> Optional[Dict[str, Any]]:
+  """Cost of a program compiled only to be priced, without the user's HBM limit; None if
+  even that does not fit."""
+  with console.stage(f"compiling {what}, to count its cost") as outcome:
+    try:
+      return cost(compile_for(*fn_args, target, limit=False))
+    except DoesNotFit:
+      outcome("does not fit either")
+      return None
+
+
+def has_loop(compiled) -> bool:
+  """Whether a compiled program still holds a loop (XLA may unroll a short one: its cost
+  analysis then counts every iteration)."""
+  return " while(" in compiled.as_text()
+
+
+def twins(config: ml_collections.ConfigDict, mesh, num_classes: int
+          ) -> Tuple[Dict[int, Programs], int]:
+  """Loop-free twins of the steps (one micro-batch, blocks unrolled) by number of blocks,
+  and the model's number of blocks. A cost is linear in the blocks: twins of one and two
+  blocks (small programs) give it for any depth. A config that cannot
+  be cut to two blocks (a freeze or lr_mults pattern naming a later one) gets the whole
+  model's twin, a program as large as the step."""
+  layers = zoo.model_from_config(config, num_classes).num_layers
+  twin = loop_free(config)
+  if layers > 2:
+    try:
+      return {n: build_programs(with_overrides(twin, **{"model.num_layers": n}), mesh,
+                                num_classes) for n in (1, 2)}, layers
+    except errors.InvalidInput:
+      pass
+  return {layers: build_programs(twin, mesh, num_classes)}, layers
+
+
+def _at_depth(costs: Dict[int, Optional[Dict[str, Any]]], layers: int
+              ) -> Optional[Dict[str, Any]]:
+  """A cost at `layers` blocks from the costs of twins of one and two blocks (or of the
+  whole model); None where a twin did not fit."""
+  if any(c is None for c in costs.values()):
+    return None
+  (n1, c1), *rest = sorted(costs.items())
+  if not rest:
+    return c1
+  ((n2, c2),) = rest
+  return {key: None if c1[key] is None or c2[key] is None
+          else c1[key] + (layers - n1) * (c2[key] - c1[key]) / (n2 - n1) for key in c1}
+
+
+def _accumulated(step: Optional[Dict[str, Any]], update: Optional[Dict[str, Any]], k: int
+                 ) -> Optional[Dict[str, Any]]:
+  """A step of k micro-batches from the cost of one (update included) and the update's."""
+  if step is None or update is None:
+    return None
+  combine = lambda key: (None if step[key] is None or update[key] is None
+                         else k * (step[key] - update[key]) + update[key])
+  return {key: combine(key) for key in ("flops", "bytes", "seconds")}
+
+
+def _step_cost(config, programs: Programs, compiled_train, get_twins: Callable,
+               target: Target) -> Optional[Dict[str, Any]]:
+  """FLOPs and estimated seconds of one whole train step, loops counted in full."""
+  k = config.accum_steps
+  if compiled_train is not None and not config.model.scan_layers:
+    whole = cost(compiled_train)
+    if k == 1 or not has_loop(compiled_train):
+      return whole
+    # One micro-batch (the loop body, counted once) and the update.
+    return _accumulated(whole, _costed(programs.update, target, "the optimizer update alone"),
+                        k)
+  by_depth, layers = get_twins()
+  steps, updates = {}, {}
+  for n, twin in by_depth.items():
+    steps[n] = _costed(twin.train, target,
+                       f"the train step's loop-free twin with {n} block(s)")
+    if steps[n] is None:
+      return None
+    updates[n] = _costed(twin.update, target, f"its optimizer update ({n} block(s))")
+  return _accumulated(_at_depth(steps, layers), _at_depth(updates, layers), k)
+
+
+def _eval_cost(config, compiled_eval, get_twins: Callable,
+               target: Target) -> Optional[Dict[str, Any]]:
+  if compiled_eval is not None and not config.model.scan_layers:
+    return cost(compiled_eval)
+  by_depth, layers = get_twins()
+  return _at_depth({n: _costed(twin.eval, target,
+                               f"the eval step's loop-free twin with {n} block(s)")
+                    for n, twin in by_depth.items()}, layers)
+
+
+def model_flops_per_image(config, num_classes: int) -> Optional[float]:
+  """Analytic matmul FLOPs of one forward pass (vit_jax.planning.throughput); None for hybrids."""
+  from vit_jax.planning import throughput  # pylint: disable=import-outside-toplevel
+  module = zoo.model_from_config(config, num_classes=num_classes)
+  return throughput.forward_flops_per_image(module, config.pp.crop)
+
+
+def _speed(step_cost: Optional[dict], batch: int, model_flops: Optional[float],
+           target: Target, passes: int) -> Dict[str, Any]:
+  """Per-image FLOPs, the compiler's img/s and MFU from one step's per-device cost."""
+  if step_cost is None:
+    return {"gflop_per_image": None, "estimated_step_seconds": None,
+            "estimated_img_per_sec": None, "estimated_mfu": None}
+  devices = target.num_devices
+  flops = step_cost["flops"] * devices / batch if step_cost["flops"] is not None else None
+  seconds = step_cost["seconds"]
+  img_per_sec = batch / seconds if seconds else None
+  # Model FLOPs: the analytic count, or the compiled one where that is lower (a frozen
+  # backbone runs no backward pass; rematerialisation only ever adds to the compiled count).
+  per_image = min(passes * model_flops, flops) if model_flops and flops else flops
+  peak = target.peak_flops_per_device
+  return {
+      "gflop_per_image": flops / 1e9 if flops else None,
+      "model_gflop_per_image": per_image / 1e9 if per_image else None,
+      "flops_vs_analytic": flops / (passes * model_flops) if flops and model_flops else None,
+      "estimated_step_seconds": seconds,
+      "estimated_img_per_sec": img_per_sec,
+      "estimated_img_per_sec_per_chip": (img_per_sec / target.chips
+                                         if img_per_sec and target.chips else None),
+      "estimated_mfu": (per_image * img_per_sec / (peak * devices)
+                        if per_image and img_per_sec and peak else None),
+  }
+
+
+def plan_steps(config: ml_collections.ConfigDict, target: Target,
+               num_classes: Optional[int] = None) -> Dict[str, Any]:
+  """The report of vit_jax.plan for `config` on `target` (see the module docstring)."""
+  num_classes = num_classes or num_classes_of(config)
+  mesh = sharding.make_mesh(config.mesh, devices=target.devices)
+  parallel = sharding.batch_parallelism(mesh)
+  programs = build_programs(config, mesh, num_classes)
+  model_flops = model_flops_per_image(config, num_classes)
+
+  built = []  # the loop-free twins, built once if needed
+
+  def get_twins() -> Tuple[Dict[int, Programs], int]:
+    if not built:
+      built.append(twins(config, mesh, num_classes))
+    return built[0]
+
+  micro_batch = config.batch // config.accum_steps // parallel
+  compiled_train, train = _compiled_or_shortfall(
+      programs.train, target, f"the train step (batch {config.batch}: {config.accum_steps} "
+      f"micro-batch(es) of {micro_batch} per device)")
+  train.update(state_bytes_per_device=programs.state_bytes,
+               batch_bytes_per_device=programs.train_batch_bytes)
+  train.update(_speed(_step_cost(config, programs, compiled_train, get_twins, target),
+                      config.batch, model_flops, target, passes=3))
+  train["collectives"] = collectives(compiled_train) if compiled_train is not None else None
+  compiled_eval, evaluation = _compiled_or_shortfall(
+      programs.eval, target, f"the eval step (batch {config.batch_eval}: "
+      f"{config.batch_eval // parallel} per device)")
+  evaluation.update(state_bytes_per_device=programs.state_bytes,
+                    batch_bytes_per_device=programs.eval_batch_bytes)
+  evaluation.update(_speed(_eval_cost(config, compiled_eval, get_twins, target),
+                           config.batch_eval, model_flops, target, 1))
+
+  hosts = len({device.process_index for device in target.devices})
+  hours = (config.total_steps * train["estimated_step_seconds"] / 3600
+           if train["estimated_step_seconds"] and config.total_steps > 0 else None)
+  return {
+      "slice": target.name, "devices": target.num_devices, "chips": target.chips,
+      "cores": target.cores, "hosts": hosts, "device_kind": target.devices[0].device_kind,
+      "mesh": dict(mesh.shape), "model": config.model_name, "num_classes": num_classes,
+      "image_size": config.pp.crop, "dtype": config.dtype, "batch": config.batch,
+      "accum_steps": config.accum_steps, "per_device_batch": config.batch // parallel,
+      "per_device_micro_batch": config.batch // config.accum_steps // parallel,
+      "batch_eval": config.batch_eval, "per_device_eval_batch": config.batch_eval // parallel,
+      "per_host_batch": config.batch // hosts,
+      # What each host's input pipeline must deliver to keep up (not checked here).
+      "needed_img_per_sec_per_host": (train["estimated_img_per_sec"] / hosts
+                                      if train["estimated_img_per_sec"] else None),
+      "hbm_bytes_per_device": target.hbm_bytes_per_device,
+      "peak_tflops_per_device": (target.peak_flops_per_device / 1e12
+                                 if target.peak_flops_per_device else None),
+      "fits": bool(train["fits"] and evaluation["fits"]),
+      "fsdp_saving_bytes": programs.fsdp_saving_bytes if mesh.shape["fsdp"] == 1 else 0,
+      "train": train, "eval": evaluation, "total_steps": config.total_steps,
+      "estimated_hours": hours,
+      "estimated_chip_hours": hours * target.chips if hours and target.chips else None,
+      "estimated_core_days": hours * target.cores / 24 if hours and target.cores else None,
+  }

@@ -1,0 +1,152 @@
+"""Throughput of the real train step or of inference on synthetic data, as numbers.
+
+What `python -m vit_jax.benchmark` prints (its docstring explains each number): compile
+time kept apart from the step times, img/s, device memory, and MFU, which divides model
+FLOPs (analytic, cross-checked with XLA's cost analysis) by a peak measured on the spot
+with a large matmul in the same dtype (or the peak given). The train step is the main
+job's own (vit_jax.training.state_and_step), so a run's train/img_per_sec compares with it.
+"""
+
+import statistics
+import time
+from typing import Dict, Optional
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from vit_jax.data.sources import registry
+from vit_jax.models import attention, vit, zoo
+from vit_jax.training import objectives, sharding, state_and_step
+
+
+def forward_flops_per_image(module: vit.VisionTransformer, image_size: int) -> float:
+  """Matmul FLOPs (2 per multiply-add) of one plain-ViT forward pass; None for hybrids."""
+  if module.resnet_stages is not None:
+    return None
+  patches = (image_size // module.patch_size) ** 2
+  tokens = patches + (module.classifier == "token")
+  d, m = module.hidden_size, module.mlp_dim
+  per_layer = 2 * tokens * (4 * d * d + 2 * d * m) + 4 * tokens * tokens * d
+  embedding = 2 * patches * module.patch_size**2 * 3 * d
+  head = 2 * (module.representation_size or d) * module.num_classes
+  return embedding + module.num_layers * per_layer + head
+
+
+def measure_peak_flops(dtype, size: Optional[int] = None, repeats: int = 5) -> float:
+  """FLOP/s of a large square matmul on device 0 (the best of a few runs).
+
+  Random operands: constant ones or zeros run measurably faster on GPUs."""
+  size = size or (8192 if jax.devices()[0].platform != "cpu" else 2048)
+  a = jax.random.normal(jax.random.PRNGKey(0), (size, size), dtype)
+  matmul = jax.jit(lambda x: x @ x)
+  matmul(a).block_until_ready()
+  best = float("inf")
+  for _ in range(repeats):
+    start = time.perf_counter()
+    matmul(a).block_until_ready()
+    best = min(best, time.perf_counter() - start)
+  return 2 * size**3 / best
+
+
+def benchmark_config(image_size: int) -> ml_collections.ConfigDict:
+  """Classification with the fine-tuning optimizer of the paper: SGD momentum (bf16
+  buffer), clip 1, cosine; no accumulation, no Polyak average."""
+  return ml_collections.ConfigDict(dict(
+      objective="classification", optimizer="sgd", momentum=0.9, optim_dtype="bfloat16",
+      base_lr=0.01, warmup_steps=10, total_steps=1000, decay_type="cosine", grad_norm_clip=1.0,
+      weight_decay=0.0, adam_b1=0.9, adam_b2=0.999, accum_steps=1, polyak_decay=0.0,
+      loss="softmax_xent", label_smoothing=0.0, pp={"crop": image_size}))
+
+
+def step_function(module, mode, mesh, batch, image_size, config):
+  """(jitted fn, args) of the train step `config` trains `module` with (vit_jax.training.state_and_step:
+  the main job's own) or of inference, state placed on the mesh."""
+  images = jax.random.uniform(jax.random.PRNGKey(2), (batch, image_size, image_size, 3),
+                              minval=-1, maxval=1)  # not zeros: those can run faster
+  batch_sharding = sharding.batch_sharding(mesh)
+  if mode == "infer":
+    params = jax.eval_shape(module.init, jax.random.PRNGKey(0), images[:1])["params"]
+    param_sharding = sharding.param_shardings(params, mesh)
+    params = jax.jit(lambda r: module.init(r, images[:1])["params"],
+                     out_shardings=param_sharding)(jax.random.PRNGKey(0))
+    fn = jax.jit(lambda p, x: module.apply({"params": p}, x),
+                 in_shardings=(param_sharding, batch_sharding))
+    return fn, (params, jax.device_put(images, batch_sharding))
+  run = state_and_step.build(config, module, mesh)
+  labels = jax.random.randint(jax.random.PRNGKey(3), (batch,), 0, max(module.num_classes, 1))
+  data = jax.device_put({"image": images, "label": labels}, batch_sharding)
+  return run.step, (run.init(jax.random.PRNGKey(0)), data, jax.random.PRNGKey(1))
+
+
+def run(model: str, mode: str, batch: int, image_size: int, dtype: str = "float32",
+        steps: int = 10, mesh_config: Optional[Dict[str, int]] = None,
+        peak_flops: Optional[float] = None, **model_overrides) -> dict:
+  """Benchmarks one configuration; returns the numbers as a dict."""
+  mesh = sharding.make_mesh(mesh_config or {"data": -1})
+  sharding.check_batch_size(batch, mesh)
+  module = zoo.create_model(model, num_classes=1000, dtype=jnp.dtype(dtype), **model_overrides)
+  return measure(module, mode, mesh, batch, image_size, benchmark_config(image_size), steps,
+                 peak_flops, model_name=model)
+
+
+def run_config(config: ml_collections.ConfigDict, mode: str = "train", steps: int = 10,
+               peak_flops: Optional[float] = None) -> dict:
+  """Benchmarks the step a training config runs (see the module docstring)."""
+  mesh = sharding.make_mesh(config.mesh)
+  sharding.check_config_batches(config, mesh)
+  module, _ = objectives.get(config).create_model(config, registry.class_count(config),
+                                                  load_pretrained=False)
+  batch = config.batch if mode == "train" else config.batch_eval
+  result = measure(module, mode, mesh, batch, config.pp.crop, config, steps, peak_flops,
+                   model_name=config.model_name)
+  return {**result, "accum_steps": config.accum_steps if mode == "train" else 1}
+
+
+def measure(module: vit.VisionTransformer, mode: str, mesh, batch: int, image_size: int,
+            config: ml_collections.ConfigDict, steps: int, peak_flops: Optional[float],
+            model_name: str) -> dict:
+  """Compiles and times `steps` steps of `module`; the numbers as a dict."""
+  dtype = jnp.dtype(module.dtype).name
+  fn, args = step_function(module, mode, mesh, batch, image_size, config)
+  start = time.perf_counter()
+  compiled = fn.lower(*args).compile()
+  compile_s = time.perf_counter() - start
+  times = []  # steps=0: compile only
+  for _ in range(steps):
+    start = time.perf_counter()
+    out = compiled(*args)
+    jax.block_until_ready(out)
+    times.append(time.perf_counter() - start)
+    if mode == "train":
+      args = (out[0], *args[1:])
+  step_s = statistics.median(times) if times else None
+  forward = forward_flops_per_image(module, image_size)
+  cost = (compiled.cost_analysis() or {})
+  cost = cost[0] if isinstance(cost, list) else cost
+  xla_flops = float(cost.get("flops", 0.0)) * jax.device_count() / batch or None
+  flops = (3 if mode == "train" else 1) * forward if forward else xla_flops
+  peak = peak_flops or measure_peak_flops(jnp.dtype(dtype))
+  memory = compiled.memory_analysis()
+  device_mib = (memory.argument_size_in_bytes + memory.output_size_in_bytes +
+                memory.temp_size_in_bytes - memory.alias_size_in_bytes) / 2**20
+  img_per_sec = batch / step_s if step_s else None
+  measured = (jax.local_devices()[0].memory_stats() or {}).get("peak_bytes_in_use")  # GPU/TPU
+  return {
+      "model": model_name, "mode": mode, "batch": batch, "image_size": image_size,
+      "dtype": dtype,
+      "attention_impl": attention.attention_backend(module.attention_impl, module.dtype),
+      "unpadded_inference": module.unpadded_inference,
+      "remat_policy": module.remat_policy,
+      "scan_layers": module.scan_layers, "fp8": module.fp8,
+      "devices": jax.device_count(), "platform": jax.devices()[0].platform,
+      "compile_s": compile_s, "step_s_median": step_s, "step_s_min": min(times, default=None),
+      "step_s_max": max(times, default=None), "img_per_sec": img_per_sec,
+      "img_per_sec_per_device": img_per_sec / jax.device_count() if img_per_sec else None,
+      "gflop_per_image": flops / 1e9 if flops else None,
+      "xla_gflop_per_image": xla_flops / 1e9 if xla_flops else None,
+      "peak_tflops_per_device": peak / 1e12,
+      "mfu": flops * img_per_sec / (peak * jax.device_count()) if flops and img_per_sec else None,
+      "mib_per_device": device_mib,
+      "peak_mib_measured": measured / 2**20 if measured else None,
+  }
