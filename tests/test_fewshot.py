@@ -102,7 +102,7 @@ def test_device_features_equal_the_model_and_drop_padding():
   batch_size = 4 * sharding.batch_parallelism(mesh)
   for split_name, size in (("train", 10), ("eval", 7)):
     features, labels = probes.dataset_features(feature_fn, params, dataset, split_name,
-                                                batch_size, mesh)
+                                                batch_size, sharding.batch_sharding(mesh))
     images = np.concatenate([b["image"] for b in dataset.eval_batches(
         batch_size=batch_size, process_index=0, process_count=1, split=split_name)])[:size]
     expected = module.apply({"params": params}, images, representation=True)

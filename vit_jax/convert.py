@@ -34,9 +34,10 @@ def main(argv, flag_values=FLAGS):
 def define_flags(flag_values=flags.FLAGS) -> None:
   """The command's flags; not defined on import, so importers' flags stay their own."""
   define = dict(flag_values=flag_values)
-  flags.DEFINE_enum("to", None, list(format_conversion.TARGETS), "Target format: npz (released layout), "
-                    "timm (folder for timm.create_model('local-dir:DST'), or one .safetensors "
-                    "file), hf (transformers ViT folder). Default: from DST's name.", **define)
+  flags.DEFINE_enum("to", None, list(format_conversion.TARGETS),
+                    "Target format: npz (released layout), timm (folder for "
+                    "timm.create_model('local-dir:DST'), or one .safetensors file), hf "
+                    "(transformers ViT folder). Default: from DST's name.", **define)
   flags.DEFINE_string("model", None, "Released model name (ViT-B_16, R50+ViT-B_16, ...) that "
                       "SRC must be; default: inferred from its shapes.", **define)
   flags.DEFINE_integer("image_size", None, "Input side of the written model: the position "
@@ -46,8 +47,9 @@ def define_flags(flag_values=flags.FLAGS) -> None:
                        "patch-embedding kernel is PI-resized (FlexiViT) and the position "
                        "embedding goes to the new grid at the same image size. Default: SRC's.",
                        lower_bound=1, **define)
-  flags.DEFINE_enum("pre_logits", None, list(format_conversion.PRE_LOGITS), "For a SRC with a pre_logits "
-                    "layer, which timm and ViTForImageClassification lack: drop (it and the "
+  flags.DEFINE_enum("pre_logits", None, list(format_conversion.PRE_LOGITS),
+                    "For a SRC with a pre_logits layer, which timm and ViTForImageClassification "
+                    "lack: drop (it and the "
                     "head: a feature extractor) or pooler (hf only: ViTModel's pooler is that "
                     "layer). Default: refuse.", **define)
   flags.DEFINE_boolean("overwrite", False, no_clobber.OVERWRITE_HELP, **define)

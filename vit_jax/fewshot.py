@@ -62,7 +62,8 @@ def run(flag_values) -> Dict[str, Any]:
   shardings = sharding.param_shardings(params, mesh)
   params = jax.device_put(params, shardings)
   feature_fn = probes.feature_function(module, mesh, shardings)
-  features = probes.split_features(feature_fn, params, dataset, batch_size, mesh)
+  features = probes.split_features(feature_fn, params, dataset, batch_size,
+                                   sharding.batch_sharding(mesh))
   seeds = list(range(flag_values.seeds))
   per_seed = probes.fewshot_accuracies(*features, shots=shots, seeds=seeds,
                                 l2_reg=flag_values.l2_reg, num_classes=dataset.info.num_classes)

@@ -2,8 +2,8 @@
 
 Rebuilds a LoRA run's params.npz (merged weights, released layout, the head's class names)
 from the base checkpoint it started from (a file or released name) and the run's
-adapters.npz, bit for bit (see vit_jax.lora.merge). adapters.npz records a sha256 of the
-base arrays it was trained on: another base of the same shapes is refused unless
+adapters.npz, bit for bit (see vit_jax.training.lora_adapters.merge). adapters.npz records a sha256
+of the base arrays it was trained on: another base of the same shapes is refused unless
 --allow_other_base.
 """
 
@@ -27,8 +27,8 @@ def main(argv, flag_values=FLAGS):
   no_clobber.claim_output_file(out, "lora", flag_values.overwrite)
   arrays = npz.read_npz(adapters)
   if lora_adapters.SETTINGS not in arrays:
-    raise errors.InvalidInput(f"{adapters} holds no {lora_adapters.SETTINGS}: pass the adapters.npz "
-                              "that a LoRA run (config.lora.rank >= 1) wrote")
+    raise errors.InvalidInput(f"{adapters} holds no {lora_adapters.SETTINGS}: pass the "
+                              "adapters.npz that a LoRA run (config.lora.rank >= 1) wrote")
   base_arrays = npz.read_checkpoint(base).flat
   matches = lora_adapters.base_matches(base_arrays, arrays)
   if matches is None:

@@ -321,7 +321,7 @@ def test_a_second_run_on_a_busy_workdir_is_refused(tmp_path):
 
 
 def diverging_from(bad_step, poison_loss):
-  """trainer.build whose step turns the state's params (and the loss, if poison_loss) NaN
+  """state_and_step.build whose step turns the state's params (and the loss, if poison_loss) NaN
   from bad_step on. The poison runs after the compiled train step, which stays the shared
   demo program (a program of its own would cost a compile)."""
   original = state_and_step.build

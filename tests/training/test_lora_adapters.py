@@ -1,4 +1,5 @@
-"""LoRA adapters (vit_jax.lora): step 0 is the base model, merged kernels move by rank <= r,
+"""LoRA adapters (vit_jax.training.lora_adapters; the command vit_jax.lora): step 0 is the base
+model, merged kernels move by rank <= r,
 only adapters and the head train, adapters shard like their kernels, adapter dropout trains
 the adapter path and evaluates merged, and a run on an 8-device mesh (data, fsdp and tensor
 axes, adapter dropout) resumes exactly and writes a params.npz that `python -m vit_jax.lora`
@@ -57,7 +58,7 @@ def assert_only_adapters_and_head_moved(before, after):
 
 def test_step_zero_is_the_base_model_exactly():
   model = tiny_model(5)
-  wrapped = lora_adapters.wrap(model, lora_config())
+  wrapped = lora_adapters.wrap(model, lora_adapters.settings(lora_config()))
   images = make_batch()["image"]
   params = wrapped.init(jax.random.PRNGKey(0), images[:1])["params"]
   adapters = [name for name in flat(params) if name.endswith(lora_adapters.A)]
@@ -71,9 +72,10 @@ def test_step_zero_is_the_base_model_exactly():
 @pytest.mark.parametrize("scan_layers", [False, True])
 def test_training_moves_kernels_by_rank_at_most_r_and_only_adapters_and_head(scan_layers):
   config = lora_config(grad_norm_clip=0.0)
-  model = lora_adapters.wrap(tiny_model(5, scan_layers=scan_layers), config)
-  optimizer = optim.make_optimizer(config, lora_adapters.trained_regex(config))
-  params = lora_adapters.with_adapters(init_params(model.module), config)
+  model = lora_adapters.wrap(tiny_model(5, scan_layers=scan_layers),
+                               lora_adapters.settings(config))
+  optimizer = optim.make_optimizer(config, lora_adapters.TRAINED)
+  params = lora_adapters.with_adapters(init_params(model.module), model.lora, config.seed)
   state = update_step.create_train_state(params, optimizer)
   step = jax.jit(classification_step(model, optimizer, config))
   for seed in range(2):
@@ -108,11 +110,12 @@ def test_adapter_dropout_trains_the_adapter_path_and_evaluates_the_merged_model(
   params = traverse_util.unflatten_dict(
       {name: (rng.normal(0, 0.1, value.shape).astype(value.dtype) if name.endswith(lora_adapters.B)
               else value + 0.01)
-       for name, value in flat(lora_adapters.with_adapters(init_params(model), lora_config())).items()},
+       for name, value in flat(lora_adapters.with_adapters(
+           init_params(model), lora_adapters.settings(lora_config()), seed=0)).items()},
       sep="/")
   merged = model.apply({"params": lora_adapters.merged(params, lora_adapters.settings(lora_config()))}, images)
-  apply = lambda dropout, train, key=0: lora_adapters.wrap(model, lora_config(
-      lora=dict(rank=RANK, alpha=4.0, dropout=dropout, targets=MLP_TOO))).apply(
+  apply = lambda dropout, train, key=0: lora_adapters.wrap(model, lora_adapters.settings(lora_config(
+      lora=dict(rank=RANK, alpha=4.0, dropout=dropout, targets=MLP_TOO)))).apply(
           {"params": params}, images, train=train, rngs={"dropout": jax.random.PRNGKey(key)})
   np.testing.assert_array_equal(apply(0.0, train=True), merged)
   np.testing.assert_array_equal(apply(0.5, train=False), merged)
@@ -122,8 +125,9 @@ def test_adapter_dropout_trains_the_adapter_path_and_evaluates_the_merged_model(
   assert np.abs(dropped - apply(0.5, train=True, key=1)).max() > 0.1
   config = lora_config(grad_norm_clip=0.0, lora=dict(rank=RANK, alpha=4.0, dropout=0.5,
                                                      targets=MLP_TOO))
-  optimizer = optim.make_optimizer(config, lora_adapters.trained_regex(config))
-  step = jax.jit(classification_step(lora_adapters.wrap(model, config), optimizer, config))
+  optimizer = optim.make_optimizer(config, lora_adapters.TRAINED)
+  step = jax.jit(classification_step(
+      lora_adapters.wrap(model, lora_adapters.settings(config)), optimizer, config))
   start = update_step.create_train_state(params, optimizer)
   state, metrics = step(start, make_batch(), jax.random.PRNGKey(1))
   again, _ = step(start, make_batch(), jax.random.PRNGKey(1))
@@ -150,9 +154,11 @@ def test_merge_takes_what_the_run_used_from_a_released_style_base():
   """A released base has another head, a pre_logits layer the run dropped and a position
   embedding for another image size: merge still rebuilds the run's params bit for bit."""
   config = lora_config()
-  params = lora_adapters.with_adapters(init_params(tiny_model(5)), config)
+  params = lora_adapters.with_adapters(init_params(tiny_model(5)), lora_adapters.settings(config),
+                                       config.seed)
   trained = jax.tree.map(lambda x: x + 0.01, params)  # adapters and head moved
-  merged, adapters = lora_adapters.export(params, trained, config, class_names=list("abcde"))
+  merged, adapters = lora_adapters.export(params, trained, lora_adapters.settings(config),
+                                         class_names=list("abcde"))
   base = {k: v for k, v in flat(params).items() if not k.endswith((lora_adapters.A, lora_adapters.B))}
   base.update({"head/kernel": np.ones((32, 7)), "head/bias": np.ones(7),
                "pre_logits/kernel": np.ones((32, 32)), "pre_logits/bias": np.ones(32),
@@ -211,7 +217,8 @@ def test_targets_and_ranks_that_cannot_work_are_one_line(overrides, message):
   config = lora_config()
   config.lora.update(overrides)
   with pytest.raises(errors.InvalidInput) as caught:
-    lora_adapters.with_adapters(init_params(tiny_model(5)), config)
+    lora_adapters.with_adapters(init_params(tiny_model(5)), lora_adapters.settings(config),
+                                config.seed)
   assert message in str(caught.value) and "\n" not in str(caught.value)
 
 
@@ -272,8 +279,8 @@ def test_merge_onto_another_base_of_the_same_shapes_is_refused(mesh_runs, tmp_pa
   """Another run's params.npz fits every array of the adapters' base: only the identity
   recorded in adapters.npz tells them apart."""
   _, whole, _ = mesh_runs
-  other, adapters, out = whole / "params.npz", whole / lora_adapters.ADAPTERS, tmp_path / "merged.npz"
-  done = run_in_process(lora_command, other, adapters, out)
+  other, adapters, out = whole / "params.npz", whole / lora_adapters.ADAPTERS, tmp_path /
+  "merged.npz" done = run_in_process(lora_command, other, adapters, out)
   assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
   assert (f"error: {adapters} were trained from another base than {other} (its frozen "
           "arrays differ): pass the checkpoint the run started from (its config.json's "

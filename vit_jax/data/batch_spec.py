@@ -1,7 +1,7 @@
-"""Shapes and dtypes of the global batches the pipeline (vit_jax.data.tf_stack.tf_pipeline) feeds the
-train and eval steps, without reading data or importing TensorFlow: what vit_jax.planning.compiled_plan
-compiles the steps for ahead of time. tests/data/test_batch_spec.py holds them to the
-pipeline's real batches."""
+"""Shapes and dtypes of the global batches both loaders feed the train and eval steps,
+without reading data or importing TensorFlow: what vit_jax.planning.compiled_plan compiles
+the steps for ahead of time. tests/data/test_batch_spec.py holds them to the loaders' real
+batches."""
 
 from typing import Dict, Tuple
 

@@ -1,4 +1,4 @@
-"""What both input pipelines (tf.data: pipeline.py, Grain: grain_pipeline.py) share,
+"""What both input pipelines (tf.data: tf_pipeline.py, Grain: grain_pipeline.py) share,
 without TensorFlow: the dataset's description, its base class, and the checks of the
 loader, data and preprocessing keys. Each loader's Dataset answers train_batches and
 eval_batches (see pipeline.Dataset); loaders.py opens the one config.loader names."""

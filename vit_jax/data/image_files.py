@@ -20,7 +20,7 @@ def _pil_message(error: Exception) -> str:
 
 def load_image(path: str, image_size) -> np.ndarray:
   """[height, width, 3] float32 in [-1, 1] for image_size (a side or (height, width)),
-  preprocessed like evaluation (the same pixels as tf.data's: preprocess_np), without
+  preprocessed like evaluation (the same pixels as tf.data's: np_preprocess), without
   TensorFlow."""
   from vit_jax.data.grain_stack import (  # pylint: disable=import-outside-toplevel (PIL)
       np_preprocess)

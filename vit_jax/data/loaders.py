@@ -1,6 +1,6 @@
 """Opening config.dataset with the input pipeline config.loader names: 'tf' (tf.data,
-vit_jax.data.tf_stack.tf_pipeline) or 'grain' (Grain, no TensorFlow: vit_jax.data.grain_stack.grain_pipeline).
-Only the chosen pipeline is imported."""
+vit_jax.data.tf_stack.tf_pipeline) or 'grain' (Grain, no TensorFlow:
+vit_jax.data.grain_stack.grain_pipeline). Only the chosen pipeline is imported."""
 
 from vit_jax.data.datasets import Dataset, DatasetInfo, check  # noqa: F401 (the API)
 

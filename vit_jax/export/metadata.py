@@ -15,7 +15,8 @@ FILE = "metadata.json"
 
 
 def preprocessing_contract(image_size, in_graph: bool) -> Dict[str, Any]:
-  """The evaluation preprocessing of vit_jax.data.tf_stack.tf_preprocess.eval_resize, as a contract."""
+  """The evaluation preprocessing of vit_jax.data.tf_stack.tf_preprocess.eval_resize, as a
+  contract."""
   height, width = image_size
   steps = ["decode to RGB uint8 (grayscale replicated, alpha dropped)",
            f"bilinear resize to {height}x{width} (height x width; no crop, no antialiasing, "

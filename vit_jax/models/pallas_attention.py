@@ -10,7 +10,8 @@ softmax(q k^T / sqrt(d)) v, checked on the CPU in Pallas's TPU interpret mode.
 
 A Pallas kernel is one opaque call that XLA's partitioner cannot split, so under a mesh it
 runs per shard (shard_map): the batch over every mesh axis but 'tensor', the heads over
-'tensor'. The mesh is the abstract mesh the step is traced under (vit_jax.training.sharding.on_mesh).
+'tensor'. The mesh is the abstract mesh the step is traced under
+(vit_jax.training.sharding.on_mesh).
 """
 
 import jax

@@ -1,7 +1,7 @@
 """What a training config needs on a slice, from the compiler, before anything runs.
 
-The train step and the eval step are the main job's own (vit_jax.training.state_and_step.build and the
-evaluator's jit_eval_step, same mesh rules, shardings and batch split), lowered on
+The train step and the eval step are the main job's own (vit_jax.training.state_and_step.build and
+the evaluator's jit_eval_step, same mesh rules, shardings and batch split), lowered on
 ShapeDtypeStructs and compiled ahead of time for the target's devices: a TPU slice's
 compile-only devices (vit_jax.planning.tpu_slices) or the local ones. Nothing is allocated.
 
@@ -39,7 +39,7 @@ from vit_jax.data import batch_spec
 from vit_jax.data.sources import registry
 from vit_jax.models import zoo
 from vit_jax.planning import tpu_slices
-from vit_jax.training import lora_adapters, objectives, sharding, state_and_step, update_step
+from vit_jax.training import objectives, sharding, state_and_step, update_step
 from vit_jax.training.evaluators import classification as classification_eval
 
 GIB = 2**30
@@ -236,19 +236,20 @@ class Programs:
 
 
 def build_programs(config: ml_collections.ConfigDict, mesh, num_classes: int) -> Programs:
-  """The main job's train and eval steps for `config` on `mesh` (vit_jax.training.state_and_step.build,
+  """The main job's train and eval steps for `config` on `mesh`
+  (vit_jax.training.state_and_step.build,
   classification_eval.jit_eval_step), and the optimizer update alone."""
   objective = objectives.get(config)
   module, _ = objective.create_model(config, num_classes, load_pretrained=False)
-  module = lora_adapters.wrap(module, config)  # as vit_jax.training.loop evaluates it
   run = state_and_step.build(config, module, mesh, objective)
   state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                        run.abstract_state, run.state_shardings)
-  batches, replicated = sharding.batch_sharding(mesh), sharding.replicated(mesh)
+  batches, replicated = run.batch_sharding, run.replicated
   rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
   train_batch = _abstract(batch_spec.train_batch(config, num_classes, config.batch), batches)
   eval_batch = _abstract(batch_spec.eval_batch(config, config.batch_eval), batches)
-  eval_step = classification_eval.jit_eval_step(objective.make_eval_step(module, config), mesh)
+  eval_step = classification_eval.jit_eval_step(objective.make_eval_step(run.module, config),
+                                                mesh)  # as the loop evaluates it (LoRA's)
   update = jax.jit(update_step.make_apply_gradients(run.optimizer, config),
                    in_shardings=(run.state_shardings, run.state_shardings.params),
                    out_shardings=run.state_shardings, donate_argnums=(0,))

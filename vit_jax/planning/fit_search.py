@@ -98,7 +98,7 @@ class Search:
 def search(config: ml_collections.ConfigDict, target: compiled_plan.Target, report: Dict[str, Any],
            budget_s: float, max_suggestions: int = MAX_SUGGESTIONS) -> Search:
   """Up to max_suggestions changes under which every step that did not fit in `report`
-  (planner.plan_steps) fits, smallest first. A change is started only while the budget
+  (compiled_plan.plan_steps) fits, smallest first. A change is started only while the budget
   left covers the shortest one so far (at first: the plan's compiles of those steps)."""
   started = time.monotonic()
   steps = [step for step in ("train", "eval") if not report[step]["fits"]]

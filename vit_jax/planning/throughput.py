@@ -60,7 +60,8 @@ def benchmark_config(image_size: int) -> ml_collections.ConfigDict:
 
 
 def step_function(module, mode, mesh, batch, image_size, config):
-  """(jitted fn, args) of the train step `config` trains `module` with (vit_jax.training.state_and_step:
+  """(jitted fn, args) of the train step `config` trains `module` with
+  (vit_jax.training.state_and_step:
   the main job's own) or of inference, state placed on the mesh."""
   images = jax.random.uniform(jax.random.PRNGKey(2), (batch, image_size, image_size, 3),
                               minval=-1, maxval=1)  # not zeros: those can run faster

@@ -51,7 +51,17 @@ FEWSHOT_L2_REG = 2.0**10
 def get_config() -> ml_collections.ConfigDict:
   """The shared defaults; model configs override model_name/pretrained/dataset."""
   config = ml_collections.ConfigDict()
+  _add_model_keys(config)
+  _add_data_keys(config)
+  _add_optimisation_keys(config)
+  _add_fine_tuning_keys(config)
+  _add_objective_keys(config)
+  _add_devices_and_cadence_keys(config)
+  return config
 
+
+def _add_model_keys(config: ml_collections.ConfigDict) -> None:
+  """The model: a released name, its overrides, its fast paths, and where it starts from."""
   # Model: a released name plus attribute overrides (see vit_jax.create_model).
   config.model_name = "ViT-B_16"
   config.model = ml_collections.ConfigDict()
@@ -94,7 +104,9 @@ def get_config() -> ml_collections.ConfigDict:
   # A pretrained file with NaN/Inf weights is refused (naming the arrays); True loads it.
   config.allow_nonfinite_pretrained = False
 
-  # Data.
+
+def _add_data_keys(config: ml_collections.ConfigDict) -> None:
+  """The data: the dataset, its splits and evaluation sets, the loader and preprocessing."""
   config.dataset = "cifar10"  # TFDS name, image directory, or 'digits' (embedded)
   config.train_split = "train[:98%]"
   config.eval_split = "test"
@@ -127,7 +139,9 @@ def get_config() -> ml_collections.ConfigDict:
   # (num_layers, magnitude): big_vision's RandAugment on train crops, e.g. (2, 15); None = off.
   config.pp.randaug = ml_collections.FieldReference(None, field_type=tuple)
 
-  # Optimisation.
+
+def _add_optimisation_keys(config: ml_collections.ConfigDict) -> None:
+  """The optimizer, its schedule, the batch and the loss."""
   config.optimizer = "sgd"  # sgd | adam | adamw
   config.momentum = 0.9
   config.optim_dtype = "bfloat16"  # dtype of the momentum / first-moment buffer
@@ -155,6 +169,10 @@ def get_config() -> ml_collections.ConfigDict:
   # and the raw parameters are also evaluated (eval_raw/...). 0 = off.
   config.polyak_decay = 0.0
   config.label_smoothing = 0.0
+
+
+def _add_fine_tuning_keys(config: ml_collections.ConfigDict) -> None:
+  """Fine-tuning controls: layer decay, lr_mults, freezing, LoRA."""
   # Fine-tuning controls (vit_jax/training/param_groups.py). layer_decay: BEiT / timm layer-wise
   # decay, block i (0-based) at decay ** (num_layers - i), embeddings at decay **
   # (num_layers + 1), final norm / pre_logits / head at the full rate (1.0 = off).
@@ -166,8 +184,8 @@ def get_config() -> ml_collections.ConfigDict:
   # for the whole run.
   config.freeze = ""
   config.freeze_steps = ml_collections.FieldReference(None, field_type=int)
-  # LoRA (vit_jax/lora.py): rank 0 = off; frozen base, trained low-rank adapters and head;
-  # params.npz holds the merged weights, adapters.npz the adapters. alpha None = rank.
+  # LoRA (vit_jax/training/lora_adapters.py): rank 0 = off; frozen base, trained low-rank adapters
+  # and head; params.npz holds the merged weights, adapters.npz the adapters. alpha None = rank.
   # dropout: of the adapter path's input, in training only (the paper's); in [0, 1).
   # MLP too: --config.lora.targets='(MultiHeadDotProductAttention_1/(query|key|value|out)
   # |MlpBlock_3/Dense_[01])/kernel$' (one line, no space).
@@ -177,6 +195,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.lora.dropout = 0.0
   config.lora.targets = r"MultiHeadDotProductAttention_1/(query|key|value|out)/kernel$"
 
+
+def _add_objective_keys(config: ml_collections.ConfigDict) -> None:
+  """What a run optimises: classification, or masked patch prediction."""
   # Objective: classification (the labels) | mpp (masked patch prediction, paper 4.6:
   # self-supervised, labels unused; params.npz holds the backbone with a zero 1-class head).
   # See vit_jax/training/objectives/mpp.py for the exact corruption and targets.
@@ -189,6 +210,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.mpp.keep = 0.1  # or left unchanged
   config.mpp.color_bits = 3  # per RGB channel: 3 bits = 512 colour classes
 
+
+def _add_devices_and_cadence_keys(config: ml_collections.ConfigDict) -> None:
+  """The mesh, the few-shot probes, the cadence of logs, evaluations and checkpoints."""
   # Devices: sizes of the mesh axes (-1 = all remaining devices).
   config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
 
@@ -211,8 +235,6 @@ def get_config() -> ml_collections.ConfigDict:
   config.checkpoint_every = 1_000
   config.keep_checkpoints = 2
   config.seed = 0
-  return config
-
 
 def with_dataset(config: ml_collections.ConfigDict, dataset: str) -> ml_collections.ConfigDict:
   """Points `config` at a dataset: a preset, a VTAB task, any other TFDS name, or a

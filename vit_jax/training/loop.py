@@ -218,19 +218,18 @@ def _run(job: Job) -> Dict[str, float]:
   load_pretrained = latest_step is None and job.config.pretrained is not None
   module, host_params = job.objective.create_model(job.config, job.dataset.info.num_classes,
                                                    load_pretrained=load_pretrained)
-  module = lora_adapters.wrap(module, job.config)  # LoRA: adapters merged into the kernels at every apply
-  evaluators = evaluators_lib.build_all(job.config, module, job.mesh, job.dataset,
-                                        job.objective)  # opens their data
   run = state_and_step.build(job.config, module, job.mesh, job.objective)
+  evaluators = evaluators_lib.build_all(job.config, run.module, job.mesh, job.dataset,
+                                        job.objective)  # opens their data; LoRA's module
   state, resume_step = _initial_state(job, run, host_params, latest_step)
   log.info("devices: %s", describe_devices(job.config))  # after a resume that can fail in one line
   writer = metrics.create_writer(job.workdir, is_main_process=job.is_main,
                                  resume_step=resume_step, tensorflow=job.config.loader == "tf")
   if job.is_main:
-    _write_start_files(job, state, resume_step, record if changed_record is None
+    _write_start_files(job, run, state, resume_step, record if changed_record is None
                        else changed_record, changed_record is not None, writer)
   end = _train_loop(job, run, state, evaluators, writer)
-  return _finish(job, end, evaluators, writer)
+  return _finish(job, run, end, evaluators, writer)
 
 
 def _initial_state(job: Job, run: state_and_step.Trainer, host_params, latest_step):
@@ -257,16 +256,16 @@ def _initial_state(job: Job, run: state_and_step.Trainer, host_params, latest_st
   return run.init(jax.random.PRNGKey(job.config.seed)), None
 
 
-def _write_start_files(job: Job, state, resume_step: Optional[int], record: dict,
-                       record_changed: bool, writer) -> None:
+def _write_start_files(job: Job, run: state_and_step.Trainer, state,
+                       resume_step: Optional[int], record: dict, record_changed: bool,
+                       writer) -> None:
   """config.json, dataset.json (new, changed or missing) and, on a fresh start, the
   parameter table."""
   outputs.save_config(job.config, job.workdir, resume_step)
   if resume_step is None or record_changed or dataset_record.read(job.workdir) is None:
     dataset_record.write(job.workdir, record)
   if resume_step is None:
-    columns = param_groups.table_columns(state.params, job.config,
-                                         lora_adapters.trained_regex(job.config))
+    columns = param_groups.table_columns(state.params, job.config, run.trained)
     num_params = outputs.write_parameter_table(state.params, job.workdir, columns)
     log.info("%s (table in %s)", param_groups.trained_summary(columns, state.params,
                                                               state.opt_state),
@@ -285,7 +284,7 @@ def _train_loop(job: Job, run: state_and_step.Trainer, state, evaluators, writer
     log.info("process %d of %d reads rows [%d, %d) of every global batch of %d",
              jax.process_index(), jax.process_count(), jax.process_index() * rows,
              (jax.process_index() + 1) * rows, config.batch)
-  batch_sharding, replicated = sharding.batch_sharding(job.mesh), sharding.replicated(job.mesh)
+  batch_sharding, replicated = run.batch_sharding, run.replicated
   batches = device_batches.prefetch_to_device(job.dataset.train_batches(
       batch_size=config.batch, start_step=start_step, num_steps=total_steps, seed=config.seed,
       process_index=jax.process_index(), process_count=jax.process_count()), batch_sharding)
@@ -343,11 +342,11 @@ def _evaluate(job: Job, evaluator, end: LoopEnd, step: int, writer) -> None:
     class_report.record(job.workdir, writer, step, evaluator.reports)
 
 
-def _finish(job: Job, end: LoopEnd, evaluators, writer) -> Dict[str, float]:
+def _finish(job: Job, run: state_and_step.Trainer, end: LoopEnd, evaluators,
+            writer) -> Dict[str, float]:
   """A preempted run: its checkpoint named (Ctrl-C raises). A finished one: the final
   evaluation if none ran at the end, params.npz (and LoRA's adapters.npz), the final
   metrics and the summary."""
-  config, checkpointer, total_steps = job.config, job.checkpointer, job.config.total_steps
   if end.preempted_at is not None:
     checkpointer.wait()
     writer.close()
@@ -364,9 +363,9 @@ def _finish(job: Job, end: LoopEnd, evaluators, writer) -> Dict[str, float]:
   final_params = sharding.to_host(end.state.eval_params)  # a collective  # classes by name
   # a classifier's head carries the dataset's class names; mpp exports none
   class_names = job.dataset.info.class_names if job.objective.predicts_classes else None
-  if lora_adapters.settings(config):  # params.npz: merged weights; adapters.npz (first) beside it
-    final_params, adapters = lora_adapters.export(sharding.to_host(end.state.params), final_params,
-                                         config, class_names)
+  if run.lora:  # params.npz: merged weights; adapters.npz (first) beside it
+    final_params, adapters = lora_adapters.export(sharding.to_host(end.state.params),
+                                                  final_params, run.lora, class_names)
     if job.is_main:
       lora_adapters.save_adapters(adapters, storage.join(job.workdir, lora_adapters.ADAPTERS))
   final_params = job.objective.export_params(final_params)

@@ -59,7 +59,8 @@ class Settings:
 
 
 def settings(config: ml_collections.ConfigDict) -> Optional[Settings]:
-  """The run's LoRA settings, None when config.lora.rank is 0 (off)."""
+  """The run's LoRA settings, None when config.lora.rank is 0 (off): parsed once per run
+  (vit_jax.training.state_and_step.build), and passed to what needs them."""
   lora = config.get("lora")
   if not lora or not lora.rank:
     return None
@@ -67,8 +68,9 @@ def settings(config: ml_collections.ConfigDict) -> Optional[Settings]:
   return Settings(int(lora.rank), float(alpha), lora.targets, float(lora.dropout or 0.0))
 
 
-def trained_regex(config: ml_collections.ConfigDict) -> str:
-  return TRAINED if settings(config) else ""
+def trained_regex(lora: Optional[Settings]) -> str:
+  """What trains under LoRA (the adapters and the head); "" (everything) without it."""
+  return TRAINED if lora else ""
 
 
 def check(config: ml_collections.ConfigDict) -> None:
@@ -197,23 +199,21 @@ class Merging:
     return getattr(self.module, name)
 
 
-def wrap(module, config: ml_collections.ConfigDict):
-  """`module` itself when LoRA is off (or it is wrapped already)."""
-  lora = settings(config)
-  return Merging(module, lora) if lora and not isinstance(module, Merging) else module
+def wrap(module, lora: Optional[Settings]):
+  """`module` itself when LoRA is off."""
+  return Merging(module, lora) if lora else module
 
 
-def with_adapters(params, config: ml_collections.ConfigDict):
+def with_adapters(params, lora: Optional[Settings], seed: int):
   """Pretrained params as a LoRA run starts from them (unchanged when LoRA is off)."""
-  lora = settings(config)
-  return add_adapters(params, lora, jax.random.PRNGKey(config.seed)) if lora else params
+  return add_adapters(params, lora, jax.random.PRNGKey(seed)) if lora else params
 
 
 # Frozen, yet not always the base file's: loading resizes it to the run's image size.
 POSEMB = "Transformer/posembed_input/pos_embedding"
 
 
-def export(raw_params, eval_params, config: ml_collections.ConfigDict,
+def export(raw_params, eval_params, lora: Settings,
            class_names=None) -> Tuple[Any, Flat]:
   """(merged params, adapters.npz arrays) at the end of a run, from two host copies of the
   params: the frozen base from the raw params (unchanged since the start) and the trained
@@ -221,7 +221,6 @@ def export(raw_params, eval_params, config: ml_collections.ConfigDict,
   base file cannot give: the adapters, the trained head, the position embedding (resized to
   the run's image size), which of the base's arrays the run used (not a dropped
   pre_logits, nor the base's head) and their sha256 (merging onto another base is refused)."""
-  lora = settings(config)
   released = lambda tree: traverse_util.flatten_dict(vit.to_block_layout(tree), sep="/")
   raw = {name: np.asarray(value) for name, value in released(raw_params).items()}
   adapters = {name: np.asarray(value) for name, value in released(eval_params).items()

@@ -10,7 +10,7 @@ except `linear_end` (default: the reference code's 1e-5) and the param_groups ke
 """
 
 import math
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 import jax
 import jax.numpy as jnp
@@ -105,8 +105,8 @@ def _adam(config, dtype) -> optax.GradientTransformation:
 _OPTIMIZERS = {"sgd": _sgd, "adam": _adam, "adamw": _adam}
 
 
-def make_optimizer(config: ml_collections.ConfigDict,
-                   trained_regex: str = "") -> optax.GradientTransformation:
+def make_optimizer(config: ml_collections.ConfigDict, trained_regex: str = "",
+                   schedule: Optional[optax.Schedule] = None) -> optax.GradientTransformation:
   """The full update rule; optim_dtype is the momentum / first-moment buffer's dtype.
 
   Weight decay is decoupled from the gradient statistics but scaled by the schedule
@@ -122,7 +122,7 @@ def make_optimizer(config: ml_collections.ConfigDict,
   rule = [direction(config, jnp.dtype(config.optim_dtype))]
   if config.weight_decay:
     rule.append(optax.add_decayed_weights(config.weight_decay, mask=decay_mask))
-  learning_rate = optax.scale_by_learning_rate(make_schedule(config))
+  learning_rate = optax.scale_by_learning_rate(schedule or make_schedule(config))
   if not (param_groups.is_active(config) or trained_regex):
     return optax.chain(*clip, *rule, learning_rate)
   steps = config.get("freeze_steps")

@@ -145,7 +145,7 @@ TENSOR_RULES = (
     (r"MlpBlock_3/Dense_0/kernel$", (None, "tensor")),
     (r"MlpBlock_3/Dense_0/bias$", ("tensor",)),
     (r"MlpBlock_3/Dense_1/kernel$", ("tensor", None)),
-    # LoRA adapters (vit_jax.lora) split like the kernel dims they stand for.
+    # LoRA adapters (vit_jax.training.lora_adapters) split like the kernel dims they stand for.
     (r"MultiHeadDotProductAttention_1/(query|key|value)/lora_b$", (None, "tensor", None)),
     (r"MultiHeadDotProductAttention_1/out/lora_a$", ("tensor", None, None)),
     (r"MlpBlock_3/Dense_0/lora_b$", (None, "tensor")),

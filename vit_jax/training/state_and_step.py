@@ -1,10 +1,12 @@
 """The train state and the compiled train step of a config, placed on a mesh: built here
-once, for the main job (vit_jax.training.loop) and the benchmark (vit_jax.benchmark --config), so
-the benchmark times exactly the step that trains (objective, Polyak, accumulation,
-optimizer, shardings)."""
+once, for the main job (vit_jax.training.loop), the plan and the benchmark, so that they
+compile and time exactly the step that trains (objective, Polyak, accumulation, optimizer,
+shardings). What the step is made of (the LoRA settings, the schedule, the batch and
+replicated shardings) is built once here and handed on in the Trainer, not rebuilt by its
+users."""
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -16,12 +18,19 @@ from vit_jax.training import lora_adapters, objectives, optim, param_groups, sha
 
 @dataclasses.dataclass(frozen=True)
 class Trainer:
-  """optimizer; abstract_state (shapes) and state_shardings; init(rng) and
-  from_params(host params) -> a placed state at step 0; step(state, batch, rng) ->
-  (state, metrics), jitted with the state donated."""
+  """module (with LoRA's adapters where config.lora asks: what evaluators apply too), lora
+  (its settings or None) and trained (the regex of what trains, "" for everything);
+  optimizer; abstract_state (shapes) and state_shardings; batch_sharding and replicated;
+  init(rng) and from_params(host params) -> a placed state at step 0;
+  step(state, batch, rng) -> (state, metrics), jitted with the state donated."""
+  module: Any
+  lora: Optional[lora_adapters.Settings]
+  trained: str
   optimizer: optax.GradientTransformation
   abstract_state: Any
   state_shardings: Any
+  batch_sharding: Any
+  replicated: Any
   init: Callable
   from_params: Callable
   step: Callable
@@ -29,11 +38,14 @@ class Trainer:
 
 def build(config: ml_collections.ConfigDict, module, mesh,
           objective: objectives.Objective = None) -> Trainer:
-  """The state and step that `config` trains `module` with on `mesh`."""
+  """The state and step that `config` trains `module` (as created, without adapters) with on
+  `mesh`."""
   objective = objective or objectives.get(config)
-  module = lora_adapters.wrap(module, config)
-  trained = lora_adapters.trained_regex(config)  # LoRA: only the adapters and the head train
-  optimizer = optim.make_optimizer(config, trained)
+  lora = lora_adapters.settings(config)
+  module = lora_adapters.wrap(module, lora)
+  trained = lora_adapters.trained_regex(lora)  # LoRA: only the adapters and the head train
+  schedule = optim.make_schedule(config)
+  optimizer = optim.make_optimizer(config, trained, schedule)
   polyak = config.polyak_decay > 0
   image_shape = (1, config.pp.crop, config.pp.crop, 3)
 
@@ -49,13 +61,17 @@ def build(config: ml_collections.ConfigDict, module, mesh,
   batch_loss = param_groups.without_frozen_gradients(objective.make_batch_loss(module, config),
                                                      config, trained)
   step = jax.jit(
-      sharding.on_mesh(mesh, update_step.make_train_step(batch_loss, optimizer, config)),
+      sharding.on_mesh(mesh, update_step.make_train_step(batch_loss, optimizer, config,
+                                                         schedule)),
       in_shardings=(state_shardings, batch_sharding, replicated),
       out_shardings=(state_shardings, replicated), donate_argnums=(0,))
   place = jax.jit(state_of, out_shardings=state_shardings)
+  with_adapters = lambda params: lora_adapters.with_adapters(params, lora, config.seed)
   return Trainer(
-      optimizer=optimizer, abstract_state=abstract_state, state_shardings=state_shardings,
+      module=module, lora=lora, trained=trained, optimizer=optimizer,
+      abstract_state=abstract_state, state_shardings=state_shardings,
+      batch_sharding=batch_sharding, replicated=replicated,
       init=jax.jit(init_state, out_shardings=state_shardings),
-      from_params=lambda params: place(sharding.put(lora_adapters.with_adapters(params, config),
+      from_params=lambda params: place(sharding.put(with_adapters(params),
                                                     state_shardings.params)),
       step=step)

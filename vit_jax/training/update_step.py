@@ -5,7 +5,7 @@ Keys read: accum_steps, polyak_decay (when the state keeps an average), and the 
 keys of vit_jax.training.optim (for the `lr` metric).
 """
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import flax
 import jax
@@ -91,7 +91,8 @@ def accumulate_gradients(loss_and_grad, params, micro_batches, rng):
 
 
 def make_train_step(batch_loss: Callable, optimizer: optax.GradientTransformation,
-                    config: ml_collections.ConfigDict):
+                    config: ml_collections.ConfigDict,
+                    schedule: Optional[optax.Schedule] = None):
   """train_step(state, batch, rng) -> (state, metrics) for batch {'image', 'label'}.
 
   batch_loss(params, micro_batch, key) -> scalar mean loss is what is minimised (an
@@ -102,7 +103,7 @@ def make_train_step(batch_loss: Callable, optimizer: optax.GradientTransformatio
   metrics: `loss` (batch mean), `grad_norm` (of the mean gradient, before clipping),
   `lr` (the schedule's value used by this update).
   """
-  schedule = optim.make_schedule(config)
+  schedule = schedule or optim.make_schedule(config)  # the optimizer's, when given
   accum_steps = config.accum_steps
   loss_and_grad = jax.value_and_grad(batch_loss)
   apply_gradients = make_apply_gradients(optimizer, config)

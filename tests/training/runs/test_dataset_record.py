@@ -126,7 +126,7 @@ def test_files_replaced_in_place_keep_their_labels():
 def test_labels_exchanged_in_labels_csv_are_refused_on_resume(tmp_path):
   """A multi-label folder's labels live in labels.csv, not in the folders: two rows'
   labels exchanged keep every file, size and count, and must still be refused (the
-  record written and checked as train.py does; the run itself: the test above)."""
+  record written and checked as the loop does; the run itself: the test above)."""
   data, workdir = tmp_path / "tags", str(tmp_path)
 
   def record(rows):

@@ -1,7 +1,7 @@
 """The Grain input pipeline (config.loader='grain'): the tf.data pipeline's batches
-without TensorFlow, decoded and augmented in numpy/PIL (preprocess_np).
+without TensorFlow, decoded and augmented in numpy/PIL (np_preprocess).
 
-The order rule is pipeline.py's (order.py): the example at stream position x of step s
+The order rule is tf_pipeline.py's (order.py): the example at stream position x of step s
 is a function of (seed, batch size, x) alone, process p of P reads rows [p*B/P,
 (p+1)*B/P) of every global batch, and the augmentation of position x draws from
 order.example_rng(seed, x). So the iterator's state is the step: a run resumed at step k
@@ -179,7 +179,7 @@ def _check_source(config) -> None:
 
 def open_dataset(config) -> Dataset:
   """The dataset of config.dataset for the Grain loader (see pipeline.open_dataset); a
-  TFDS name is read through tfds.data_source (tfds_data_source)."""
+  TFDS name is read through tfds.data_source (tfds_arrayrecord)."""
   datasets.check_pp(config.pp)
   _check_source(config)
   source = registry.find(config)

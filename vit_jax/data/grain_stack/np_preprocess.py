@@ -2,7 +2,7 @@
 `predict`'s) decoding, the train/eval presets and MixUp, and the settings both loaders
 share (presets, the BiT HyperRule).
 
-The operations are those of preprocess.py (tf.data): bilinear resizes use TensorFlow's
+The operations are those of tf_preprocess.py (tf.data): bilinear resizes use TensorFlow's
 half-pixel-centre sampling without antialiasing, so evaluation pixels agree with the
 tf.data path's within a level. Random choices come from a numpy Generator the caller
 seeds per example (order.example_rng), so an example's augmentation depends on the seed

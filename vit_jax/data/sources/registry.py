@@ -22,7 +22,7 @@ from typing import List, Tuple
 from vit_jax.base import errors
 from vit_jax.data import VTAB_PREFIX, VTAB_SELECTIONS
 from vit_jax.data.sources import arrayrecord, digits, image_folder, multilabel_folder
-# tfds_source and vtab import TensorFlow: loaded by the kinds that read through it only.
+# tfds_builder and vtab_tasks import TensorFlow: loaded by the kinds that read through it only.
 
 
 def _is_path(name: str) -> bool:

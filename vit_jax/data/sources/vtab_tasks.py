@@ -18,7 +18,8 @@ Labels: the dataset's own class label, except CLEVR count (objects - 3), CLEVR d
 and KITTI distance (buckets of the closest object's / vehicle's depth), dSprites x
 position and orientation (32 and 40 values in 16 bins) and SmallNORB azimuth / elevation.
 
-`config.dataset = 'vtab/<task>'` opens a task through vit_jax.data.tf_stack.tf_pipeline.open_dataset,
+`config.dataset = 'vtab/<task>'` opens a task through
+vit_jax.data.tf_stack.tf_pipeline.open_dataset,
 with config.train_split / eval_split naming VTAB splits (default train800val200 / test).
 An image directory (train/<class>/, test/<class>/) read with VTAB split names is a custom
 task: 800 + 200 images drawn from train/ with a fixed seed, all of test/ as its test.

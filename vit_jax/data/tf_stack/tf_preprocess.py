@@ -14,11 +14,12 @@ import tensorflow as tf
 
 from vit_jax.data import randaugment
 from vit_jax.data.grain_stack.np_preprocess import (
-    HYPERRULE_LARGE, HYPERRULE_SMALL, INCEPTION_AREA, INCEPTION_ASPECT, PRESETS, bit_resize, side_pair)
+    HYPERRULE_LARGE, HYPERRULE_SMALL, INCEPTION_AREA, INCEPTION_ASPECT, PRESETS, bit_resize,
+    side_pair)
 
 
 # JPEGs decode with the accurate integer IDCT (TF's default is the fast one, up to 18
-# levels off it): PIL's, so that the Grain loader and predict (preprocess_np) see the
+# levels off it): PIL's, so that the Grain loader and predict (np_preprocess) see the
 # same pixels as tf.data.
 JPEG_DCT = "INTEGER_ACCURATE"
 

@@ -110,7 +110,8 @@ def check(config: ml_collections.ConfigDict, predicts_classes: bool) -> None:
 
 def jit_eval_step(eval_step: Callable, mesh) -> Callable:
   """The jitted eval step of a run: params as the train state holds them, batches over the
-  mesh's batch axes, sums replicated (vit_jax.planning.compiled_plan compiles this same function)."""
+  mesh's batch axes, sums replicated (vit_jax.planning.compiled_plan compiles this same
+  function)."""
   return jax.jit(sharding.on_mesh(mesh, eval_step), out_shardings=sharding.replicated(mesh))
 
 
@@ -165,13 +166,14 @@ def _extras(results: Dict[str, float]) -> str:
 class Evaluator:
   """config.evals during training: the sets are opened (and checked) up front, each
   metric's step is compiled on first use. `eval_step` replaces the 'accuracy' step (an
-  objective other than classification brings its own)."""
+  objective other than classification brings its own). The config is checked once, before
+  anything is opened (`check`, through evaluators.check_all)."""
 
   def __init__(self, config: ml_collections.ConfigDict, module, mesh,
                dataset: loaders.Dataset, eval_step: Optional[Callable] = None,
                predicts_classes: bool = True):
-    check(config, predicts_classes)
     self.config, self.mesh = config, mesh
+    self.batch_sharding = sharding.batch_sharding(mesh)
     self.sets = open_sets(config, dataset)
     if not predicts_classes:  # labels unused: the objective's own step scores every set
       self.sets = [dataclasses.replace(s, metric="accuracy") if s.metric == "multilabel"
@@ -196,12 +198,12 @@ class Evaluator:
                                                          Optional[per_class.ClassReport]]:
     """Sums over the whole split, then ({'accuracy', 'loss', 'examples'[, 'excluded',
     'balanced_accuracy']}, the per-class report or None)."""
-    step, batch_sharding = self._step(eval_set.metric), sharding.batch_sharding(self.mesh)
+    step = self._step(eval_set.metric)
     totals, rows = None, []
     for batch in eval_set.dataset.eval_batches(batch_size=self.config.batch_eval,
                                                process_index=jax.process_index(),
                                                process_count=jax.process_count()):
-      sums = step(params, device_batches.to_global(batch, batch_sharding))
+      sums = step(params, device_batches.to_global(batch, self.batch_sharding))
       if "rows" in sums:  # replicated: the whole global batch, on every process
         rows.append(sums.pop("rows"))  # fetched with the sums: no wait per batch
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)

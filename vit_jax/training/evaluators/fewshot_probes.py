@@ -176,11 +176,11 @@ def feature_function(module, mesh: jax.sharding.Mesh, param_shardings: Any):
 
 
 def compute_features(feature_fn, params, batches: Iterator[dict],
-                     mesh: jax.sharding.Mesh) -> Tuple[np.ndarray, np.ndarray]:
+                     batch_sharding) -> Tuple[np.ndarray, np.ndarray]:
   """Host features [N, D] and labels [N] of every real (unpadded) example; every process
   gets all of them, gathered batch by batch."""
   features, labels = [], []
-  for batch in device_batches.prefetch_to_device(batches, sharding.batch_sharding(mesh)):
+  for batch in device_batches.prefetch_to_device(batches, batch_sharding):
     x, y, mask = multihost_utils.process_allgather(feature_fn(params, batch), tiled=True)
     features.append(x[mask > 0])
     labels.append(y[mask > 0])
@@ -188,18 +188,19 @@ def compute_features(feature_fn, params, batches: Iterator[dict],
 
 
 def dataset_features(feature_fn, params, dataset: loaders.Dataset, split: str, batch_size: int,
-                     mesh: jax.sharding.Mesh) -> Tuple[np.ndarray, np.ndarray]:
+                     batch_sharding) -> Tuple[np.ndarray, np.ndarray]:
   """compute_features over one split ('train' or 'eval'), unaugmented."""
   batches = dataset.eval_batches(batch_size=batch_size, process_index=jax.process_index(),
                                  process_count=jax.process_count(), split=split)
-  return compute_features(feature_fn, params, batches, mesh)
+  return compute_features(feature_fn, params, batches, batch_sharding)
 
 
 def split_features(feature_fn, params, dataset: loaders.Dataset, batch_size: int,
-                   mesh: jax.sharding.Mesh) -> Tuple[np.ndarray, ...]:
-  """(train features, train labels, test features, test labels): the probes' inputs."""
-  train = dataset_features(feature_fn, params, dataset, "train", batch_size, mesh)
-  test = dataset_features(feature_fn, params, dataset, "eval", batch_size, mesh)
+                   batch_sharding) -> Tuple[np.ndarray, ...]:
+  """(train features, train labels, test features, test labels): the probes' inputs;
+  batch_sharding: the mesh's (sharding.batch_sharding), made once by the caller."""
+  train = dataset_features(feature_fn, params, dataset, "train", batch_size, batch_sharding)
+  test = dataset_features(feature_fn, params, dataset, "eval", batch_size, batch_sharding)
   return (*train, *test)
 
 
@@ -231,6 +232,7 @@ class Evaluator:
   def __init__(self, config: ml_collections.ConfigDict, module, mesh: jax.sharding.Mesh):
     settings = config.fewshot
     self.module, self.mesh = module, mesh
+    self.batch_sharding = sharding.batch_sharding(mesh)
     self.shots, self.seeds = tuple(settings.shots), tuple(range(settings.seeds))
     self.l2_reg, self.every_steps = settings.l2_reg, settings.every_steps
     self.batch_size = settings.batch_size
@@ -268,7 +270,8 @@ class Evaluator:
       self._feature_fn = feature_function(self.module, self.mesh, shardings)
     results = {}
     for key, dataset in self.datasets.items():
-      features = split_features(self._feature_fn, params, dataset, self.batch_size, self.mesh)
+      features = split_features(self._feature_fn, params, dataset, self.batch_size,
+                                self.batch_sharding)
       summary = evaluate_fewshot(*features, shots=self.shots, seeds=self.seeds,
                                  l2_reg=self.l2_reg, num_classes=dataset.info.num_classes)
       log.info("few-shot %s: %s", key, ", ".join(

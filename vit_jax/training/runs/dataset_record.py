@@ -10,7 +10,8 @@ that shows the difference, and changed data in one line that counts the files re
 (another class folder, or other labels in a multi-label folder's labels.csv), added,
 removed or replaced (what is and is not detected: docs/fingerprint.md); files only replaced
 in place (a corrupt image fixed) keep every label, so they only warn.
---config.allow_data_change=True goes on with changed data (not with other classes). Every change a resume accepts is recorded under `data_changes`.
+--config.allow_data_change=True goes on with changed data (not with other classes). Every change a
+resume accepts is recorded under `data_changes`.
 """
 
 import json

@@ -4,8 +4,8 @@ TensorFlow's summary writer appends to one event file, which an object store can
 imitate by uploading the whole file again at every flush (a cost that grows with the run),
 and it goes through tf.io.gfile, whose GCS client cannot be pointed at any other endpoint
 (so no test could see it). Here every write becomes its own small event file, uploaded
-once through vit_jax/base/storage.py: TensorBoard reads all `events.out.tfevents.*` files of a folder
-in name order, so the sequence numbers keep the steps in order. Local workdirs keep clu's
+once through vit_jax/base/storage.py: TensorBoard reads all `events.out.tfevents.*` files of a
+folder in name order, so the sequence numbers keep the steps in order. Local workdirs keep clu's
 TensorFlow writer.
 """
 
