@@ -279,8 +279,9 @@ def test_merge_onto_another_base_of_the_same_shapes_is_refused(mesh_runs, tmp_pa
   """Another run's params.npz fits every array of the adapters' base: only the identity
   recorded in adapters.npz tells them apart."""
   _, whole, _ = mesh_runs
-  other, adapters, out = whole / "params.npz", whole / lora_adapters.ADAPTERS, tmp_path /
-  "merged.npz" done = run_in_process(lora_command, other, adapters, out)
+  other, adapters = whole / "params.npz", whole / lora_adapters.ADAPTERS
+  out = tmp_path / "merged.npz"
+  done = run_in_process(lora_command, other, adapters, out)
   assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
   assert (f"error: {adapters} were trained from another base than {other} (its frozen "
           "arrays differ): pass the checkpoint the run started from (its config.json's "

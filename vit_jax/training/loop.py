@@ -347,6 +347,7 @@ def _finish(job: Job, run: state_and_step.Trainer, end: LoopEnd, evaluators,
   """A preempted run: its checkpoint named (Ctrl-C raises). A finished one: the final
   evaluation if none ran at the end, params.npz (and LoRA's adapters.npz), the final
   metrics and the summary."""
+  checkpointer, total_steps = job.checkpointer, job.config.total_steps
   if end.preempted_at is not None:
     checkpointer.wait()
     writer.close()
