@@ -68,7 +68,7 @@ def pipeline_img_per_sec(config: str, overrides, steps: int) -> float:
   code = f"""
 import json, sys, time
 from vit_jax import benchmark
-from vit_jax.data import pipeline
+from vit_jax.data.tf_stack import tf_pipeline as pipeline
 config = benchmark.load_config({config!r}, {[f"--{o}" for o in overrides]!r})
 dataset = pipeline.open_dataset(config)
 batches = dataset.train_batches(batch_size=config.batch, start_step=0, num_steps={steps},

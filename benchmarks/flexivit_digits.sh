@@ -30,8 +30,9 @@ python - "$out" "$export_size" $sizes <<'EOF'
 import json, sys, time
 import jax
 import numpy as np
-from vit_jax import config_defaults, load_npz
-from vit_jax.data import pipeline
+from vit_jax import load_npz
+from vit_jax.training import config_defaults
+from vit_jax.data.tf_stack import tf_pipeline as pipeline
 
 out, export_size, sizes = sys.argv[1], int(sys.argv[2]), [int(s) for s in sys.argv[3:]]
 config = config_defaults.demo_config()

@@ -30,7 +30,8 @@ for seed in $seeds; do
 import sys
 import jax
 import jax.numpy as jnp
-from vit_jax import config_defaults, objectives, save_npz
+from vit_jax import save_npz
+from vit_jax.training import config_defaults, objectives
 config = config_defaults.demo_config()
 module, _ = objectives.get(config).create_model(config, 10, load_pretrained=False)
 side = config.pp.crop

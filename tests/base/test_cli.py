@@ -133,7 +133,7 @@ def test_an_error_exit_does_not_wait_for_a_thread_a_library_left_waiting():
   command still exits within seconds of its error line, its exit handlers run."""
   program = textwrap.dedent("""
       import atexit, threading
-      from vit_jax import cli
+      from vit_jax.base import cli
       threading.Thread(target=threading.Event().wait, name="left waiting").start()
       atexit.register(print, "exit handlers ran")
       def main(argv):

@@ -72,7 +72,7 @@ def test_a_stage_says_what_runs_how_long_it_has_run_and_what_came_of_it(capsys):
 def test_a_stage_ticks_while_a_library_s_stderr_is_hidden():
   """platforms.quiet_stderr hides what C++ writes to descriptor 2 during a compile; the
   elapsed time written meanwhile still reaches the terminal (a real process's stderr)."""
-  code = ("import time; from vit_jax import console, platforms\n"
+  code = ("import time; from vit_jax.base import console, platforms\n"
           "with console.stage('compiling', heartbeat_s=0.02):\n"
           "  with platforms.quiet_stderr():\n"
           "    time.sleep(0.2)\n")

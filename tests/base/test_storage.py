@@ -49,7 +49,7 @@ def test_a_kill_during_write_atomic_leaves_the_old_file(tmp_path):
   path.write_text('{"old": 1}')
   child = subprocess.Popen([sys.executable, "-c", f"""
 import os, sys
-from vit_jax import storage
+from vit_jax.base import storage
 real_fsync = os.fsync
 def stall(fd):
   print("writing", flush=True)
