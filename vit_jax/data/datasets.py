@@ -11,8 +11,7 @@ import jax
 import numpy as np
 
 from vit_jax.base import errors
-from vit_jax.data import fingerprint
-from vit_jax.data.grain_stack import np_preprocess
+from vit_jax.data import fingerprint, presets
 from vit_jax.data.splits import IndexedSplit
 
 LOADERS = ("tf", "grain")
@@ -67,16 +66,16 @@ class Dataset:
 
 def check_pp(pp) -> None:
   """Preprocessing settings that cannot work fail here, before any data is read."""
-  if pp.preset not in np_preprocess.PRESETS:
+  if pp.preset not in presets.PRESETS:
     raise errors.InvalidInput(
         f"unknown config.pp.preset={pp.preset!r}; choose one of "
-        f"{', '.join(np_preprocess.PRESETS)}")
+        f"{', '.join(presets.PRESETS)}")
   if pp.preset != "bit" and pp.resize is not None:
     raise errors.InvalidInput(
         f"config.pp.resize={pp.resize} applies to the bit preset only; set it "
         f"to None for pp.preset={pp.preset!r}")
   if pp.preset == "bit":
-    np_preprocess.bit_resize(pp.crop, pp.resize)
+    presets.bit_resize(pp.crop, pp.resize)
   if not 0 <= pp.mixup_alpha < math.inf:  # nan and inf mixed the batch into NaN
     raise errors.InvalidInput(f"config.pp.mixup_alpha={pp.mixup_alpha} must be >= 0 and "
                               "finite (0 = off)")

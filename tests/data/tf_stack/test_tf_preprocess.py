@@ -57,13 +57,6 @@ def test_bit_crop_shape_and_range(pixels, resize):
                      32)
 
 
-def test_bit_resize_follows_the_hyperrule():
-  assert (tf_preprocess.bit_resize(128), tf_preprocess.bit_resize(384)) == (160, 448)
-  assert tf_preprocess.bit_resize(16, 18) == 18
-  with pytest.raises(ValueError, match="resize=12 is smaller than crop=16"):
-    tf_preprocess.bit_resize(16, 12)
-
-
 def test_eval_resize_is_exact_and_scales_to_unit_range():
   white = np.full((30, 50, 3), 255, np.uint8)
   image = tf_preprocess.eval_resize(tf.constant(white), 20)

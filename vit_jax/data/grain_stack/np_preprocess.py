@@ -1,6 +1,6 @@
 """Image preprocessing in numpy and PIL, without TensorFlow: the Grain loader's (and
-`predict`'s) decoding, the train/eval presets and MixUp, and the settings both loaders
-share (presets, the BiT HyperRule).
+`predict`'s) decoding, the train/eval presets and MixUp (their settings, which both
+loaders share: vit_jax.data.presets).
 
 The operations are those of tf_preprocess.py (tf.data): bilinear resizes use TensorFlow's
 half-pixel-centre sampling without antialiasing, so evaluation pixels agree with the
@@ -16,36 +16,9 @@ from typing import Optional, Tuple
 import numpy as np
 from PIL import Image
 
-from vit_jax.base import errors
 from vit_jax.data import randaugment
-
-PRESETS = ("inception", "bit")
-INCEPTION_AREA = (0.05, 1.0)
-INCEPTION_ASPECT = (3 / 4, 4 / 3)
-INCEPTION_ATTEMPTS = 100
-# BiT HyperRule (resize, crop): images under 96x96 px -> (160, 128), others -> (448, 384).
-# The crop (model resolution) is the config's choice; bit_resize maps it to the resize.
-HYPERRULE_SMALL = (160, 128)
-HYPERRULE_LARGE = (448, 384)
-
-
-def side_pair(size) -> list:
-  """[height, width] of a side or of a (height, width) pair."""
-  return [size, size] if isinstance(size, int) else list(size)
-
-
-def bit_resize(crop: int, resize: int = None) -> int:
-  """`resize`, or by default the HyperRule's resize for `crop`, keeping the rule's ratio
-  (160/128 for crops up to 128 px, 448/384 above) for crops it does not list."""
-  if resize is None:
-    rule_resize, rule_crop = HYPERRULE_SMALL if crop <= HYPERRULE_SMALL[1] else HYPERRULE_LARGE
-    resize = round(crop * rule_resize / rule_crop)
-  if resize < crop:
-    raise errors.InvalidInput(
-        f"bit preprocessing: resize={resize} is smaller than crop={crop}; "
-        "set pp.resize >= pp.crop")
-  return resize
-
+from vit_jax.data.presets import (
+    INCEPTION_AREA, INCEPTION_ASPECT, INCEPTION_ATTEMPTS, bit_resize, side_pair)
 
 def decode_image(encoded: bytes) -> np.ndarray:
   """Encoded bytes (JPEG, PNG, GIF, BMP) -> uint8 [H, W, 3]; grayscale is replicated and

@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from vit_jax.base import errors
-from vit_jax.data import datasets, order
+from vit_jax.data import datasets, order, presets
 from vit_jax.data.sources import registry
 from vit_jax.data.tf_stack import indexed_reader, tf_preprocess
 from vit_jax.data.datasets import (DatasetInfo, check, check_pp, class_counts,  # noqa: F401
@@ -178,7 +178,7 @@ class Dataset(datasets.Dataset):
     examples = data.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     label_spec = examples.element_spec["label"]
     padding = tf.data.Dataset.from_tensors({
-        "image": tf.zeros([*tf_preprocess.side_pair(self.pp.crop), 3]),
+        "image": tf.zeros([*presets.side_pair(self.pp.crop), 3]),
         "label": tf.zeros(label_spec.shape, label_spec.dtype), "mask": tf.constant(0.0)}).repeat()
     return examples.concatenate(padding), -(-longest // rows)
 

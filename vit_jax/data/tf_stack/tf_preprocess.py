@@ -13,9 +13,7 @@ from typing import Optional, Tuple
 import tensorflow as tf
 
 from vit_jax.data import randaugment
-from vit_jax.data.grain_stack.np_preprocess import (
-    HYPERRULE_LARGE, HYPERRULE_SMALL, INCEPTION_AREA, INCEPTION_ASPECT, PRESETS, bit_resize,
-    side_pair)
+from vit_jax.data.presets import bit_resize, INCEPTION_AREA, INCEPTION_ASPECT, side_pair
 
 
 # JPEGs decode with the accurate integer IDCT (TF's default is the fast one, up to 18
