@@ -53,16 +53,23 @@ def test_dct_scaled_decode_and_its_choice(photo):
 
 @pytest.mark.parametrize("size", [(224, 224), (32, 32), (900, 500), (100, 300)])
 def test_resize_is_tf_image_resize_bilinear(photo, size):
+  """float32 pixels: tf.image.resize's values to float rounding; uint8 pixels: those
+  values rounded by OpenCV's fixed point, within 0.8 of a level."""
   expected = tf.image.resize(photo, size, method="bilinear", antialias=False).numpy()
-  got = image_codec.resize(photo, size)
+  got = image_codec.resize(photo.astype(np.float32), size)
   assert got.dtype == np.float32 and got.shape == (*size, 3)
-  assert np.abs(got - expected).max() < 0.02  # float rounding, not a level
+  assert np.abs(got - expected).max() < 0.02
+  rounded = image_codec.resize(photo, size)
+  assert rounded.dtype == np.uint8 and rounded.shape == (*size, 3)
+  assert np.abs(rounded - expected).max() <= 0.8
+  assert np.abs(rounded - expected).mean() < 0.3
 
 
 def test_mirror_and_model_range_are_the_numpy_ones(photo):
   np.testing.assert_array_equal(image_codec.mirror(photo[:50, :70]), photo[:50, 69::-1])
-  np.testing.assert_array_equal(image_codec.model_range(photo),
-                                (photo.astype(np.float32) - 127.5) / 127.5)
+  for pixels in (photo, np.stack([photo, photo[::-1]])):  # an image, a batch
+    np.testing.assert_array_equal(image_codec.model_range(pixels),
+                                  (pixels.astype(np.float32) - 127.5) / 127.5)
 
 
 def test_a_large_jpeg_crop_decodes_scaled_and_antialiased(photo):
@@ -83,3 +90,21 @@ def test_a_large_jpeg_crop_decodes_scaled_and_antialiased(photo):
     assert scaled.shape == full.shape == (32, 32, 3)
     assert np.abs(scaled - area).mean() < np.abs(full - area).mean()
     assert np.abs(scaled - area).mean() * 127.5 < 8
+
+
+def test_scratch_decodes_are_reused_but_crops_are_not(photo):
+  """decode(scratch=True) reuses this thread's buffer; the crops made from it are new
+  arrays that a later decode leaves alone."""
+  first, second = encode(photo), encode(photo[::-1].copy())
+  np.testing.assert_array_equal(image_codec.decode(first, scratch=True), photo_pixels(first))
+  crop = preprocess_np.inception_pixels(first, 48, np.random.default_rng(0))
+  kept = crop.copy()
+  preprocess_np.inception_pixels(second, 48, np.random.default_rng(0))
+  np.testing.assert_array_equal(crop, kept)
+  assert not np.shares_memory(image_codec.decode(first, scratch=True),
+                              image_codec.decode(first))
+
+
+def photo_pixels(encoded: bytes) -> np.ndarray:
+  with Image.open(io.BytesIO(encoded)) as image:
+    return np.asarray(image.convert("RGB"))

@@ -69,16 +69,18 @@ class _TrainExample:
     return {"image": image, "label": self.split.labels[index], "position": position}
 
   def _crop(self, payload, rng) -> np.ndarray:
+    """uint8 pixels: _Finish scales the whole batch (4x less memory to stack)."""
     pp = self.pp
     if pp.preset == "inception":
-      return preprocess_np.inception_crop(payload, pp.crop, rng, flip=pp.flip,
-                                          randaug=pp.get("randaug"))
-    return preprocess_np.bit_crop(payload, pp.crop, rng, resize=pp.resize, flip=pp.flip,
-                                  randaug=pp.get("randaug"))
+      return preprocess_np.inception_pixels(payload, pp.crop, rng, flip=pp.flip,
+                                            randaug=pp.get("randaug"))
+    return preprocess_np.bit_pixels(payload, pp.crop, rng, resize=pp.resize, flip=pp.flip,
+                                    randaug=pp.get("randaug"))
 
 
 class _Finish:
-  """A batch of examples -> the step's rows: MixUp (one lambda per global batch)."""
+  """A batch of examples -> the step's rows: uint8 pixels to [-1, 1] in one call, MixUp
+  (one lambda per global batch)."""
 
   def __init__(self, mixup_alpha: float, seed: int, batch_size: int, num_classes: int,
                multi_label: bool):
@@ -87,8 +89,8 @@ class _Finish:
 
   def __call__(self, batch: dict) -> dict:
     position = batch.pop("position")
-    batch["image"] = batch["image"].astype(np.float32)
-    batch["label"] = batch["label"].astype(np.int32)
+    batch["image"] = preprocess_np.to_model_range(batch["image"])
+    batch["label"] = batch["label"].astype(np.int32, copy=False)
     if self.mixup_alpha:
       onehot = (batch["label"].astype(np.float32) if self.multi_label
                 else np.eye(self.num_classes, dtype=np.float32)[batch["label"]])

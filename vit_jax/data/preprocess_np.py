@@ -67,14 +67,16 @@ def to_model_range(image: np.ndarray) -> np.ndarray:
 
 def resize_bilinear(image: np.ndarray, size) -> np.ndarray:
   """float32 [h, w, C] bilinear resize of [H, W, C] to size (a side or (height, width)):
-  tf.image.resize's half-pixel sampling without antialiasing (image_codec.resize)."""
-  return image_codec.resize(image, side_pair(size))
+  tf.image.resize's values (half-pixel sampling, no antialiasing; image_codec.resize)."""
+  return image_codec.resize(np.asarray(image, np.float32), side_pair(size))
 
 
 def eval_resize(image, size) -> np.ndarray:
   """Evaluation and prediction: plain bilinear resize to size x size (or to size =
   (height, width)), no crop."""
-  return to_model_range(resize_bilinear(pixels_of(image), size))
+  if isinstance(image, (bytes, np.bytes_)):
+    image = image_codec.decode(bytes(image), scratch=True)
+  return to_model_range(resize_bilinear(image, size))
 
 
 def _maybe_flip(image: np.ndarray, rng: np.random.Generator, flip: bool) -> np.ndarray:
@@ -96,7 +98,7 @@ def _scaled_window(image, window, size: int) -> np.ndarray:
   if not isinstance(image, (bytes, np.bytes_)):
     return image[top:top + crop_h, left:left + crop_w]
   scale = image_codec.dct_scale((crop_h, crop_w), (size, size))
-  pixels = image_codec.decode(bytes(image), scale)
+  pixels = image_codec.decode(bytes(image), scale, scratch=True)
   if scale == 1:
     return pixels[top:top + crop_h, left:left + crop_w]
   height, width = image_codec.jpeg_size(bytes(image))
@@ -119,36 +121,48 @@ def _image_size(image):
 
 def _finish_train(resized: np.ndarray, rng: np.random.Generator, flip: bool,
                   randaug: Optional[Tuple[int, int]]) -> np.ndarray:
-  """Flip and, with randaug = (N, M), the tf.data path's order (preprocess._finish_train,
-  big_vision's): the resized crop back to uint8 (clipped, truncated), flip, RandAugment
-  seeded from the example's generator, [-1, 1]."""
-  if not randaug:
-    return to_model_range(_maybe_flip(resized, rng, flip))
-  pixels = _maybe_flip(np.clip(resized, 0, 255, out=resized).astype(np.uint8), rng, flip)
-  seed = rng.integers(0, 2**32, size=2, dtype=np.uint32)
-  return to_model_range(randaugment.randaugment(pixels, *randaug, seed))
+  """Flip and, with randaug = (N, M), RandAugment seeded from the example's generator
+  (the tf.data path's order: preprocess._finish_train, big_vision's): uint8 pixels. The
+  resized crop is uint8 throughout, rounded, where tf.data resizes to floats and, for
+  RandAugment only, truncates them (its crops are then half a level darker on average)."""
+  pixels = _maybe_flip(np.asarray(resized, np.uint8), rng, flip)
+  if randaug:
+    seed = rng.integers(0, 2**32, size=2, dtype=np.uint32)
+    pixels = randaugment.randaugment(pixels, *randaug, seed)
+  return pixels
 
 
-def inception_crop(image, size: int, rng: np.random.Generator, *, flip: bool = True,
-                   randaug: Optional[Tuple[int, int]] = None) -> np.ndarray:
-  """Reference fine-tuning train crop: random window, bilinear resize, random flip (then
-  RandAugment with randaug = (N, M))."""
+def inception_pixels(image, size: int, rng: np.random.Generator, *, flip: bool = True,
+                     randaug: Optional[Tuple[int, int]] = None) -> np.ndarray:
+  """Reference fine-tuning train crop as uint8 pixels: random window, bilinear resize,
+  random flip (then RandAugment with randaug = (N, M))."""
   image, (height, width) = _image_size(image)
   window = inception_window(height, width, rng)
-  crop = resize_bilinear(_scaled_window(image, window, size), size)
+  crop = image_codec.resize(_scaled_window(image, window, size), (size, size))
   return _finish_train(crop, rng, flip, randaug)
 
 
-def bit_crop(image, crop: int, rng: np.random.Generator, *, resize: int = None,
-             flip: bool = True, randaug: Optional[Tuple[int, int]] = None) -> np.ndarray:
-  """BiT train preprocessing: resize to `resize` (HyperRule default), random crop, flip
-  (then RandAugment with randaug = (N, M))."""
+def bit_pixels(image, crop: int, rng: np.random.Generator, *, resize: int = None,
+               flip: bool = True, randaug: Optional[Tuple[int, int]] = None) -> np.ndarray:
+  """BiT train preprocessing as uint8 pixels: resize to `resize` (HyperRule default),
+  random crop, flip (then RandAugment with randaug = (N, M))."""
   resize = bit_resize(crop, resize)
   image, (height, width) = _image_size(image)
-  resized = resize_bilinear(_scaled_window(image, (0, 0, height, width), resize), resize)
+  resized = image_codec.resize(_scaled_window(image, (0, 0, height, width), resize),
+                               (resize, resize))
   top, left = rng.integers(0, resize - crop + 1, size=2)
   window = resized[top:top + crop, left:left + crop]
   return _finish_train(window, rng, flip, randaug)
+
+
+def inception_crop(image, size: int, rng: np.random.Generator, **options) -> np.ndarray:
+  """inception_pixels in [-1, 1] (a loader scales whole batches instead)."""
+  return to_model_range(inception_pixels(image, size, rng, **options))
+
+
+def bit_crop(image, crop: int, rng: np.random.Generator, **options) -> np.ndarray:
+  """bit_pixels in [-1, 1]."""
+  return to_model_range(bit_pixels(image, crop, rng, **options))
 
 
 def swap_pairs(x: np.ndarray) -> np.ndarray:
