@@ -67,7 +67,7 @@ def measure(root: str, preset: str, crop: int, batch: int, steps: int, loader: s
   config.loader = loader
   config.grain_workers = workers if loader == "grain" else 0
   if loader == "tf":
-    use_tf_threads(max(1, workers))
+    use_tf_threads(workers)
   dataset = loaders.open_dataset(config)
   batches = dataset.train_batches(batch_size=batch, start_step=0, num_steps=steps + 1, seed=0,
                                   process_index=0, process_count=1)
@@ -132,6 +132,8 @@ def main(argv=None):
       for preset in args.presets.split(","):
         for randaug in randaugs:
           for workers in (int(w) for w in args.workers.split(",")):
+            if loader == "tf" and workers == 0:
+              continue  # tf.data has no in-process mode apart from its threads
             rate, per_cpu = measure(root, preset, args.crop, args.batch, args.steps, loader,
                                     workers, randaug)
             label = "-" if randaug is None else ",".join(map(str, randaug))

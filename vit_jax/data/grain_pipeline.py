@@ -126,8 +126,10 @@ class Dataset(datasets.Dataset):
     super().__init__(train, eval_split, class_names, pp)
     self.workers = workers
 
-  def _iterate(self, dataset: grain.MapDataset) -> Iterator[dict]:
-    """The batches of `dataset`, made ahead by threads or by worker processes."""
+  def _iterate(self, dataset: grain.MapDataset, finish=None) -> Iterator[dict]:
+    """The batches of `dataset`, made ahead by threads or by worker processes, then
+    finish(batch) here: workers hand over uint8 train batches, 4x less to copy through
+    shared memory than their [-1, 1] floats."""
     batches = dataset.to_iter_dataset(grain.ReadOptions(
         num_threads=1 if self.workers else 2, prefetch_buffer_size=_PREFETCH_BATCHES))
     if self.workers:
@@ -135,6 +137,8 @@ class Dataset(datasets.Dataset):
         flags.FLAGS.mark_as_parsed()
       batches = batches.mp_prefetch(grain.MultiprocessingOptions(
           num_workers=self.workers, per_worker_buffer_size=_PREFETCH_BATCHES))
+    if finish is not None:
+      batches = batches.map(finish)
     iterator = iter(batches)
     try:
       yield from iterator
@@ -154,7 +158,7 @@ class Dataset(datasets.Dataset):
                      self.info.multi_label)
     steps = max(0, num_steps - start_step)
     dataset = grain.MapDataset.range(steps * rows).map(example)
-    return self._iterate(dataset.batch(rows, drop_remainder=True).map(finish))
+    return self._iterate(dataset.batch(rows, drop_remainder=True), finish)
 
   def eval_batches(self, *, batch_size: int, process_index: int, process_count: int,
                    split: str = "eval") -> Iterator[dict]:
