@@ -1,5 +1,6 @@
 """The Grain input pipeline (config.loader='grain'): the tf.data pipeline's batches
-without TensorFlow, decoded and augmented in numpy/PIL (preprocess_np).
+without TensorFlow, decoded and augmented in C (libjpeg-turbo, OpenCV) and numpy
+(preprocess_np).
 
 The order rule is pipeline.py's (order.py): the example at stream position x of step s
 is a function of (seed, batch size, x) alone, process p of P reads rows [p*B/P,

@@ -6,9 +6,10 @@ The operations are those of preprocess.py (tf.data), in C where it counts (image
 libjpeg-turbo, OpenCV): bilinear resizes use TensorFlow's half-pixel-centre sampling
 without antialiasing, so evaluation pixels agree with the tf.data path's within a level;
 the inception window is drawn as TensorFlow draws it (crop_window), and a JPEG crop far
-larger than the output decodes at a DCT scale (train only). Random choices come from a numpy Generator the caller
-seeds per example (order.example_rng), so an example's augmentation depends on the seed
-and its stream position alone. Outputs are float32 in [-1, 1].
+larger than the output decodes at a DCT scale (train only). Random choices come from a
+numpy Generator the caller seeds per example (order.example_rng), so an example's
+augmentation depends on the seed and its stream position alone. Outputs are float32 in
+[-1, 1], or uint8 pixels (*_pixels) for a loader that scales whole batches.
 """
 
 from typing import Optional, Tuple
