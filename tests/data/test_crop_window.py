@@ -6,7 +6,7 @@ import pytest
 import scipy.stats
 import tensorflow as tf
 
-from vit_jax.data import crop_window, preprocess
+from vit_jax.data import crop_window, preprocess, preprocess_np
 
 DRAWS = 3000
 
@@ -23,8 +23,9 @@ def tf_boxes(height: int, width: int) -> np.ndarray:
 
 
 def numpy_boxes(height: int, width: int) -> np.ndarray:
+  """[DRAWS, 4] of the Grain loader's window (preprocess_np's settings)."""
   rng = np.random.default_rng(5)
-  return np.array([crop_window.inception_window(height, width, rng) for _ in range(DRAWS)])
+  return np.array([preprocess_np.inception_window(height, width, rng) for _ in range(DRAWS)])
 
 
 def features(boxes: np.ndarray, height: int, width: int) -> dict:
