@@ -53,11 +53,6 @@ def decode_image(encoded: bytes) -> np.ndarray:
   return image_codec.decode(bytes(encoded))
 
 
-def pixels_of(image) -> np.ndarray:
-  """uint8 RGB pixels of an image given as pixels or as encoded bytes."""
-  return decode_image(image) if isinstance(image, (bytes, np.bytes_)) else image
-
-
 def to_model_range(image: np.ndarray) -> np.ndarray:
   """[0, 255] -> [-1, 1], the input range of every released model."""
   image = np.asarray(image)
