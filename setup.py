@@ -34,6 +34,9 @@ CORE_REQUIRES = [
     "numpy>=2.0,<3",
     "ml_dtypes>=0.5",  # reads bfloat16 .npz files (a jax dependency too)
     "pillow>=10",
+    # The Grain loader's JPEG decoding (libjpeg-turbo) and resizes (docs/grain.md).
+    "simplejpeg>=1.8,<2",
+    "opencv-python-headless>=4.8,<6",
     "scikit-learn>=1.5",  # ships the embedded demo dataset (digits)
     "scipy>=1.11",  # few-shot ridge solves
     "matplotlib>=3.8",

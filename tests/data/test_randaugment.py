@@ -128,3 +128,29 @@ def test_every_op_takes_tiny_images():
     image = np.full(shape, 7, np.uint8)
     for name in randaugment.OPS:
       assert randaugment.apply_op(image, name, 20, seed=1).shape == shape
+
+
+def reference_smooth(image: np.ndarray) -> np.ndarray:
+  """The reference's SMOOTH sum over the whole interior, the slow way: float32 fused
+  multiply-adds in row order (each exact in float64, rounded once), truncated."""
+  height, width = image.shape[:2]
+  side, centre = np.float32(1.0) / np.float32(13.0), np.float32(5.0) / np.float32(13.0)
+  smooth = np.zeros((height - 2, width - 2, 3), np.float32)
+  for dy in range(3):
+    for dx in range(3):
+      weight = np.float64(centre if (dy, dx) == (1, 1) else side)
+      smooth[...] = image[dy:dy + height - 2, dx:dx + width - 2] * weight + smooth
+  return np.clip(smooth, 0.0, 255.0).astype(np.uint8)
+
+
+def test_sharpness_fast_sum_equals_the_sum_in_order(golden):
+  """Sharpness sums most values as integers and only those that 13 divides in the
+  reference's order (flat 3x3 areas from a table): every value as the slow sum has it,
+  on noise, on flat images of every level, and on a photo."""
+  rng = np.random.default_rng(1)
+  levels = np.arange(256, dtype=np.uint8).reshape(16, 16)  # 4 x 4 blocks of each level
+  flat = np.repeat(np.repeat(np.repeat(levels[..., None], 3, 2), 4, 0), 4, 1)
+  blocks = np.repeat(np.repeat(rng.integers(0, 256, (8, 8, 3), np.uint8), 4, 0), 4, 1)
+  for image in (rng.integers(0, 256, (40, 57, 3), np.uint8), flat, blocks, golden["image"]):
+    image = np.ascontiguousarray(image)
+    np.testing.assert_array_equal(randaugment._smooth(image), reference_smooth(image))

@@ -1,137 +1,139 @@
-"""Image preprocessing in numpy and PIL, without TensorFlow: the Grain loader's (and
-`predict`'s) decoding, the train/eval presets and MixUp (their settings, which both
-loaders share: vit_jax.data.presets).
+"""Image preprocessing without TensorFlow: the Grain loader's (and `predict`'s) decoding,
+the train/eval presets and MixUp (their settings, which both loaders share:
+vit_jax.data.presets).
 
-The operations are those of tf_preprocess.py (tf.data): bilinear resizes use TensorFlow's
-half-pixel-centre sampling without antialiasing, so evaluation pixels agree with the
-tf.data path's within a level. Random choices come from a numpy Generator the caller
-seeds per example (order.example_rng), so an example's augmentation depends on the seed
-and its stream position alone. Outputs are float32 in [-1, 1].
+The operations are those of tf_preprocess.py (tf.data), in C where it counts (image_codec:
+libjpeg-turbo, OpenCV): bilinear resizes use TensorFlow's half-pixel-centre sampling
+without antialiasing, so evaluation pixels agree with the tf.data path's within a level;
+the inception window is drawn as TensorFlow draws it (crop_window), and a JPEG crop far
+larger than the output decodes at a DCT scale (train only). Random choices come from a
+numpy Generator the caller seeds per example (order.example_rng), so an example's
+augmentation depends on the seed and its stream position alone. Outputs are float32 in
+[-1, 1], or uint8 pixels (*_pixels) for a loader that scales whole batches.
 """
 
-import functools
-import io
 from typing import Optional, Tuple
 
 import numpy as np
-from PIL import Image
 
 from vit_jax.data import randaugment
+from vit_jax.data.grain_stack import crop_window, image_codec
 from vit_jax.data.presets import (
     INCEPTION_AREA, INCEPTION_ASPECT, INCEPTION_ATTEMPTS, bit_resize, side_pair)
+
 
 def decode_image(encoded: bytes) -> np.ndarray:
   """Encoded bytes (JPEG, PNG, GIF, BMP) -> uint8 [H, W, 3]; grayscale is replicated and
   alpha dropped, as tf.io.decode_image(channels=3) does."""
-  with Image.open(io.BytesIO(encoded)) as image:
-    image.load()  # a truncated file raises here (OSError), not later
-    return np.asarray(image.convert("RGB"), np.uint8)
-
-
-def pixels_of(image) -> np.ndarray:
-  """uint8 RGB pixels of an image given as pixels or as encoded bytes."""
-  return decode_image(bytes(image)) if isinstance(image, (bytes, np.bytes_)) else image
+  return image_codec.decode(bytes(encoded))
 
 
 def to_model_range(image: np.ndarray) -> np.ndarray:
   """[0, 255] -> [-1, 1], the input range of every released model."""
-  return (np.asarray(image, np.float32) - 127.5) / 127.5
-
-
-@functools.lru_cache(maxsize=64)
-def _axis_weights(in_size: int, out_size: int):
-  """(lower, upper, fraction) of each output row/column: TensorFlow's half-pixel-centre
-  bilinear sampling (tf.image.resize, antialias=False)."""
-  scale = np.float32(in_size / out_size)
-  source = (np.arange(out_size, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5)
-  floor = np.floor(source)
-  lower = np.clip(floor, 0, in_size - 1).astype(np.int64)
-  upper = np.minimum(np.ceil(source), in_size - 1).astype(np.int64)
-  upper = np.maximum(upper, 0)
-  fraction = (source - floor).astype(np.float32)
-  for array in (lower, upper, fraction):
-    array.flags.writeable = False  # cached and shared
-  return lower, upper, fraction
+  image = np.asarray(image)
+  if image.dtype == np.uint8:
+    return image_codec.model_range(image)
+  return (np.ascontiguousarray(image, np.float32) - 127.5) / 127.5
 
 
 def resize_bilinear(image: np.ndarray, size) -> np.ndarray:
-  """float32 [h, w, C] bilinear resize of [H, W, C], TensorFlow's arithmetic step for
-  step (the four neighbours gathered as uint8, columns blended, then rows): the same
-  floats as tf.image.resize, and the float work is done at the output's size."""
-  height, width = side_pair(size)
-  image = np.asarray(image)
-  top_row, bottom_row, row_fraction = _axis_weights(image.shape[0], height)
-  left, right, column_fraction = _axis_weights(image.shape[1], width)
-  upper, lower = np.take(image, top_row, axis=0), np.take(image, bottom_row, axis=0)
-
-  def corner(rows, columns):
-    return np.take(rows, columns, axis=1).astype(np.float32)
-
-  column_fraction = column_fraction[None, :, None]
-  top_left, top_right = corner(upper, left), corner(upper, right)
-  bottom_left, bottom_right = corner(lower, left), corner(lower, right)
-  top = top_left + (top_right - top_left) * column_fraction
-  bottom = bottom_left + (bottom_right - bottom_left) * column_fraction
-  return top + (bottom - top) * row_fraction[:, None, None]
+  """float32 [h, w, C] bilinear resize of [H, W, C] to size (a side or (height, width)):
+  tf.image.resize's values (half-pixel sampling, no antialiasing; image_codec.resize)."""
+  return image_codec.resize(np.asarray(image, np.float32), side_pair(size))
 
 
 def eval_resize(image, size) -> np.ndarray:
   """Evaluation and prediction: plain bilinear resize to size x size (or to size =
   (height, width)), no crop."""
-  return to_model_range(resize_bilinear(pixels_of(image), size))
+  if isinstance(image, (bytes, np.bytes_)):
+    image = image_codec.decode(bytes(image), scratch=True)
+  return to_model_range(resize_bilinear(image, size))
 
 
 def _maybe_flip(image: np.ndarray, rng: np.random.Generator, flip: bool) -> np.ndarray:
-  return image[:, ::-1] if flip and rng.random() < 0.5 else image
+  return image_codec.mirror(image) if flip and rng.random() < 0.5 else image
 
 
 def inception_window(height: int, width: int, rng: np.random.Generator):
   """(top, left, crop height, crop width): 5-100% of the area, aspect 3/4-4/3, up to
-  INCEPTION_ATTEMPTS draws, else the whole image."""
-  area = height * width
-  for _ in range(INCEPTION_ATTEMPTS):
-    target = area * rng.uniform(*INCEPTION_AREA)
-    aspect = rng.uniform(*INCEPTION_ASPECT)
-    crop_w = int(round(np.sqrt(target * aspect)))
-    crop_h = int(round(np.sqrt(target / aspect)))
-    if 0 < crop_h <= height and 0 < crop_w <= width:
-      top = int(rng.integers(0, height - crop_h + 1))
-      left = int(rng.integers(0, width - crop_w + 1))
-      return top, left, crop_h, crop_w
-  return 0, 0, height, width
+  INCEPTION_ATTEMPTS draws, else the whole image; tf.data's distribution (crop_window)."""
+  return crop_window.inception_window(height, width, rng, INCEPTION_AREA, INCEPTION_ASPECT,
+                                      INCEPTION_ATTEMPTS)
+
+
+def _scaled_window(image, window, size: int) -> np.ndarray:
+  """The pixels of window (top, left, height, width) of an image given as pixels or
+  bytes; a JPEG whose window holds 2x, 4x or 8x the pixels `size` needs decodes at that
+  DCT scale, the window mapped onto it."""
+  top, left, crop_h, crop_w = window
+  if not isinstance(image, (bytes, np.bytes_)):
+    return image[top:top + crop_h, left:left + crop_w]
+  scale = image_codec.dct_scale((crop_h, crop_w), (size, size))
+  pixels = image_codec.decode(bytes(image), scale, scratch=True)
+  if scale == 1:
+    return pixels[top:top + crop_h, left:left + crop_w]
+  height, width = image_codec.jpeg_size(bytes(image))
+  rows = np.rint(np.array([top, top + crop_h]) * pixels.shape[0] / height).astype(int)
+  columns = np.rint(np.array([left, left + crop_w]) * pixels.shape[1] / width).astype(int)
+  return pixels[rows[0]:rows[1], columns[0]:columns[1]]
+
+
+def _image_size(image):
+  """(height, width) of pixels or of encoded bytes (a JPEG's from its header; others
+  decoded, then returned as pixels so that they decode once)."""
+  if not isinstance(image, (bytes, np.bytes_)):
+    return image, image.shape[:2]
+  size = image_codec.jpeg_size(bytes(image)) if image_codec.is_jpeg(bytes(image)) else None
+  if size is None:
+    image = decode_image(image)
+    return image, image.shape[:2]
+  return image, size
 
 
 def _finish_train(resized: np.ndarray, rng: np.random.Generator, flip: bool,
                   randaug: Optional[Tuple[int, int]]) -> np.ndarray:
-  """Flip and, with randaug = (N, M), the tf.data path's order (preprocess._finish_train,
-  big_vision's): the resized crop back to uint8 (clipped, truncated), flip, RandAugment
-  seeded from the example's generator, [-1, 1]."""
-  if not randaug:
-    return to_model_range(_maybe_flip(resized, rng, flip))
-  pixels = _maybe_flip(np.clip(resized, 0, 255).astype(np.uint8), rng, flip)
-  seed = rng.integers(0, 2**32, size=2, dtype=np.uint32)
-  return to_model_range(randaugment.randaugment(pixels, *randaug, seed))
+  """Flip and, with randaug = (N, M), RandAugment seeded from the example's generator
+  (the tf.data path's order: preprocess._finish_train, big_vision's): uint8 pixels. The
+  resized crop is uint8 throughout, rounded, where tf.data resizes to floats and, for
+  RandAugment only, truncates them (its crops are then half a level darker on average)."""
+  pixels = _maybe_flip(np.asarray(resized, np.uint8), rng, flip)
+  if randaug:
+    seed = rng.integers(0, 2**32, size=2, dtype=np.uint32)
+    pixels = randaugment.randaugment(pixels, *randaug, seed)
+  return pixels
 
 
-def inception_crop(image, size: int, rng: np.random.Generator, *, flip: bool = True,
-                   randaug: Optional[Tuple[int, int]] = None) -> np.ndarray:
-  """Reference fine-tuning train crop: random window, bilinear resize, random flip (then
-  RandAugment with randaug = (N, M))."""
-  pixels = pixels_of(image)
-  top, left, crop_h, crop_w = inception_window(*pixels.shape[:2], rng)
-  crop = resize_bilinear(pixels[top:top + crop_h, left:left + crop_w], size)
+def inception_pixels(image, size: int, rng: np.random.Generator, *, flip: bool = True,
+                     randaug: Optional[Tuple[int, int]] = None) -> np.ndarray:
+  """Reference fine-tuning train crop as uint8 pixels: random window, bilinear resize,
+  random flip (then RandAugment with randaug = (N, M))."""
+  image, (height, width) = _image_size(image)
+  window = inception_window(height, width, rng)
+  crop = image_codec.resize(_scaled_window(image, window, size), (size, size))
   return _finish_train(crop, rng, flip, randaug)
 
 
-def bit_crop(image, crop: int, rng: np.random.Generator, *, resize: int = None,
-             flip: bool = True, randaug: Optional[Tuple[int, int]] = None) -> np.ndarray:
-  """BiT train preprocessing: resize to `resize` (HyperRule default), random crop, flip
-  (then RandAugment with randaug = (N, M))."""
+def bit_pixels(image, crop: int, rng: np.random.Generator, *, resize: int = None,
+               flip: bool = True, randaug: Optional[Tuple[int, int]] = None) -> np.ndarray:
+  """BiT train preprocessing as uint8 pixels: resize to `resize` (HyperRule default),
+  random crop, flip (then RandAugment with randaug = (N, M))."""
   resize = bit_resize(crop, resize)
-  resized = resize_bilinear(pixels_of(image), resize)
+  image, (height, width) = _image_size(image)
+  resized = image_codec.resize(_scaled_window(image, (0, 0, height, width), resize),
+                               (resize, resize))
   top, left = rng.integers(0, resize - crop + 1, size=2)
   window = resized[top:top + crop, left:left + crop]
   return _finish_train(window, rng, flip, randaug)
+
+
+def inception_crop(image, size: int, rng: np.random.Generator, **options) -> np.ndarray:
+  """inception_pixels in [-1, 1] (a loader scales whole batches instead)."""
+  return to_model_range(inception_pixels(image, size, rng, **options))
+
+
+def bit_crop(image, crop: int, rng: np.random.Generator, **options) -> np.ndarray:
+  """bit_pixels in [-1, 1]."""
+  return to_model_range(bit_pixels(image, crop, rng, **options))
 
 
 def swap_pairs(x: np.ndarray) -> np.ndarray:
