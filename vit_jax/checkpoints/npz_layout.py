@@ -94,6 +94,16 @@ def _renumber_linen_blocks(flat: Flat) -> Flat:
   return out
 
 
+def released_blocks(flat: Flat) -> Flat:
+  """`Transformer/` blocks in the released per-block layout and numbering, whether stacked
+  (scan) or Linen-numbered (big_vision): the encoder part of to_released_layout, which the
+  text towers of two-tower files share (vit_jax.checkpoints.two_tower_layout)."""
+  return _renumber_linen_blocks(_unstack_blocks(flat))
+
+
+LINEN_TO_RELEASED = _LINEN_TO_RELEASED
+
+
 def _move_big_vision_posemb(flat: Flat) -> Flat:
   """big_vision's top-level posemb skips the class token: give that token a zero row.
 
