@@ -1,0 +1,119 @@
+"""python -m vit_jax.zeroshot end to end on random-weight models saved to disk: a LiT model
+with a BERT vocabulary beside it (softmax) and a SigLIP one with a sentencepiece model
+(sigmoid), on scikit-learn's sample photos; --json records; one-line mistakes."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from absl import app, flags
+from PIL import Image
+
+from vit_jax import zeroshot
+from vit_jax.checkpoints import two_tower_load
+from vit_jax.models import text_tower, two_tower, vit
+
+CLASSES = ["china", "flower", "cat"]
+
+
+@pytest.fixture(name="photos", scope="module")
+def fixture_photos(tmp_path_factory):
+  datasets = pytest.importorskip("sklearn.datasets")
+  folder = tmp_path_factory.mktemp("photos")
+  paths = []
+  for name, pixels in zip(("china", "flower"), datasets.load_sample_images().images):
+    paths.append(str(folder / f"{name}.jpg"))
+    Image.fromarray(pixels).save(paths[-1])
+  return paths
+
+
+@pytest.fixture(name="lit", scope="module")
+def fixture_lit(tmp_path_factory):
+  folder = tmp_path_factory.mktemp("lit")
+  img = vit.VisionTransformer(num_classes=0, patch_size=8, hidden_size=16, mlp_dim=32,
+                              num_heads=2, num_layers=1)
+  # One head: what a BERT of width 16 is read as (2-D kernels do not show the head count).
+  txt = text_tower.BertTextEncoder(16, 16, 1, 32, 1, vocab_size=12, max_length=16)
+  model = two_tower.TwoTower(img, txt)
+  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)),
+                      jnp.ones((1, 16), jnp.int32))
+  two_tower_load.save_two_tower(params, str(folder / "LiT-tiny.npz"))
+  (folder / "LiT-tiny.txt").write_text("\n".join(
+      ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "photo", "of"] + CLASSES) + "\n")
+  return str(folder / "LiT-tiny.npz"), model, params
+
+
+@pytest.fixture(name="run")
+def fixture_run(monkeypatch, capsys):
+  def run(*argv):
+    values = flags.FlagValues()
+    zeroshot.define_flags(values)
+    monkeypatch.setattr(zeroshot, "FLAGS", values)
+    try:
+      zeroshot.main(values(["zeroshot", *argv]), values)
+      code = 0
+    except SystemExit as e:
+      code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+  return run
+
+
+def test_lit_softmax_json_matches_the_model(run, lit, photos, tmp_path):
+  path, model, params = lit
+  out_json = str(tmp_path / "scores.json")
+  code, out, err = run(f"--checkpoint={path}", "--classes=" + ",".join(CLASSES),
+                       "--templates=a photo of {}|{}", f"--json={out_json}", *photos)
+  assert code == 0, err
+  assert "softmax" in out
+  records = json.load(open(out_json, encoding="utf-8"))
+  assert [r["path"] for r in records] == photos
+  scores = np.array([r["scores"] for r in records])
+  np.testing.assert_allclose(scores.sum(1), 1, rtol=1e-5)
+  assert records[0]["top_k"][0]["score"] == max(records[0]["scores"])
+  # The same numbers by hand: tokens, template-mean class embeddings, images at 32 px.
+  from vit_jax import text_tokens  # pylint: disable=import-outside-toplevel
+  from vit_jax.data import preprocess_np  # pylint: disable=import-outside-toplevel
+  tokens = text_tokens.BertTokenizer(path[:-4] + ".txt", 16)(
+      [t.format(c) for c in CLASSES for t in ("a photo of {}", "{}")])
+  ztxt = model.apply(params, tokens, method=model.embed_texts).reshape(3, 2, -1).mean(1)
+  images = np.stack([preprocess_np.eval_resize(np.asarray(Image.open(p)), 32) for p in photos])
+  zimg = model.apply(params, images, method=model.embed_images)
+  logits = model.apply(params, zimg, two_tower.normalize(ztxt), method=model.logits)
+  np.testing.assert_allclose(scores, two_tower.scores(logits, "lit"), rtol=1e-4, atol=1e-6)
+
+
+def test_siglip_sigmoid_with_sentencepiece(run, photos, tmp_path):
+  sentencepiece = pytest.importorskip("sentencepiece")
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("\n".join(["a photo of a cat", "a flower", "china"] * 30))
+  sentencepiece.SentencePieceTrainer.Train(input=str(corpus), model_prefix=str(tmp_path / "s"),
+                                           vocab_size=18, pad_id=0, eos_id=1, unk_id=2,
+                                           bos_id=-1, minloglevel=2)
+  img = vit.VisionTransformer(num_classes=0, patch_size=8, hidden_size=16, mlp_dim=32,
+                              num_heads=2, num_layers=1, classifier="map")
+  txt = text_tower.TextTransformer(16, 16, 1, 32, 2, vocab_size=18, max_len=8)
+  model = two_tower.TwoTower(img, txt, bias_init=-10.0, temperature_init=10.0)
+  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)),
+                      jnp.ones((1, 8), jnp.int32))
+  two_tower_load.save_two_tower(params, str(tmp_path / "siglip.npz"))
+  (tmp_path / "classes.txt").write_text("\n".join(CLASSES) + "\n")
+  code, out, err = run(f"--checkpoint={tmp_path / 'siglip.npz'}",
+                       f"--classes=@{tmp_path / 'classes.txt'}",
+                       f"--tokenizer={tmp_path / 's.model'}", "--json=-", *photos)
+  assert code == 0, err
+  records = json.loads(out)
+  assert "sigmoid" in err and len(records[0]["scores"]) == 3
+  assert all(0 < s < 1 for r in records for s in r["scores"])
+
+
+def test_mistakes_are_one_line(run, lit, photos):
+  path = lit[0]
+  with pytest.raises(app.UsageError, match="empty class name"):
+    run(f"--checkpoint={path}", "--classes=cat,,dog", *photos)
+  with pytest.raises(app.UsageError, match="exactly one"):
+    run(f"--checkpoint={path}", "--classes=cat", "--templates=a photo", *photos)
+  code, _, err = run(f"--checkpoint={path}", "--classes=cat", "missing.png")
+  assert code == 1 and "missing.png" in err and len(err.strip().splitlines()) == 1
