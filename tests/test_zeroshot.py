@@ -74,7 +74,7 @@ def test_lit_softmax_json_matches_the_model(run, lit, photos, tmp_path):
   np.testing.assert_allclose(scores.sum(1), 1, rtol=1e-5)
   assert records[0]["top_k"][0]["score"] == max(records[0]["scores"])
   # The same numbers by hand: tokens, template-mean class embeddings, images at 32 px.
-  from vit_jax import text_tokens  # pylint: disable=import-outside-toplevel
+  from vit_jax.data import text_tokens  # pylint: disable=import-outside-toplevel
   from vit_jax.data import preprocess_np  # pylint: disable=import-outside-toplevel
   tokens = text_tokens.BertTokenizer(path[:-4] + ".txt", 16)(
       [t.format(c) for c in CLASSES for t in ("a photo of {}", "{}")])

@@ -20,7 +20,8 @@ import numpy as np
 import tqdm
 from absl import flags
 
-from vit_jax import cli, errors, no_clobber, storage, text_tokens
+from vit_jax import cli, errors, no_clobber, storage
+from vit_jax.data import text_tokens
 from vit_jax.checkpoints import two_tower_load
 from vit_jax.models import two_tower
 

@@ -5,7 +5,8 @@ rules; tricky text (unicode, accents, punctuation, over-long, empty) included.""
 import numpy as np
 import pytest
 
-from vit_jax import errors, text_tokens
+from vit_jax import errors
+from vit_jax.data import text_tokens
 
 TRICKY = ["A photo of a Café!", "naïve résumé, São Paulo", "東京 tower", "dog-cat: (x)?",
           "", "   ", "one two three four five six seven eight nine ten eleven twelve "
