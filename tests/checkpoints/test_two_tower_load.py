@@ -6,6 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from torch_libraries import (  # noqa: F401  # pylint: disable=unused-import
+    declare_missing_torchvision_ops, fixture_torch)
 from vit_jax.checkpoints import npz, two_tower_layout, two_tower_load
 from vit_jax.models import text_tower, two_tower, vit
 
@@ -89,3 +91,46 @@ def test_lit_text_transformer_layout_is_released_numbering():
   assert "txt/Encoder_0/encoderblock_0/MlpBlock_3/Dense_0/kernel" in ours
   stacked = two_tower_layout.to_ours({k: v for k, v in flat.items() if "_0/Mlp" not in k})
   assert "txt/Encoder_0/encoderblock_0/MlpBlock_3/Dense_1/kernel" in stacked
+
+
+@pytest.fixture(name="hf_folder")
+def fixture_hf_folder(tmp_path, torch):
+  declare_missing_torchvision_ops(torch)
+  transformers = pytest.importorskip("transformers")
+  config = transformers.SiglipConfig(
+      text_config=dict(vocab_size=50, hidden_size=16, intermediate_size=32,
+                       num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=8),
+      vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, image_size=32, patch_size=8))
+  torch.manual_seed(0)
+  model = transformers.SiglipModel(config).eval()
+  with torch.no_grad():
+    for p in model.parameters():
+      p.normal_(0, 0.3)
+  model.save_pretrained(tmp_path / "siglip-hf")
+  return str(tmp_path / "siglip-hf"), model
+
+
+def test_hugging_face_folder_loads_and_saves_as_big_vision(hf_folder, torch, tmp_path):
+  folder, hf_model = hf_folder
+  model, params, info = two_tower_load.load_two_tower(folder)
+  assert (info.family, info.source, info.text_length, info.image_size) == ("siglip", "hf", 8, 32)
+  tokens = np.random.default_rng(1).integers(0, 50, (3, 8)).astype(np.int32)
+  logits = model.apply({"params": params}, IMAGES, tokens)[2]
+  with torch.no_grad():
+    expected = hf_model(input_ids=torch.tensor(tokens, dtype=torch.long),
+                        pixel_values=torch.tensor(IMAGES.transpose(0, 3, 1, 2))).logits_per_image
+  np.testing.assert_allclose(logits, expected.numpy(), rtol=1e-5, atol=1e-5)
+  # Converted to big_vision's layout and read back: the same model, bit for bit.
+  two_tower_load.save_two_tower(params, str(tmp_path / "converted.npz"))
+  again, again_params, _ = two_tower_load.load_two_tower(str(tmp_path / "converted.npz"))
+  np.testing.assert_array_equal(again.apply({"params": again_params}, IMAGES, tokens)[2], logits)
+
+
+def test_a_vit_folder_is_refused_in_one_line(tmp_path):
+  (tmp_path / "vit").mkdir()
+  (tmp_path / "vit" / "config.json").write_text('{"model_type": "vit"}')
+  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
+  save_file({"x": np.zeros(2, np.float32)}, str(tmp_path / "vit" / "model.safetensors"))
+  with pytest.raises(ValueError, match="not SigLIP"):
+    two_tower_load.load_two_tower(str(tmp_path / "vit"))
