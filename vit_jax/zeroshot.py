@@ -1,16 +1,17 @@
 """Zero-shot classification with a two-tower model (LiT, SigLIP, SigLIP 2):
 
-  python -m vit_jax.zeroshot --checkpoint=PATH --classes=cat,dog|@FILE \
+  python -m vit_jax.zeroshot --checkpoint=NAME|PATH --classes=cat,dog|@FILE \
       [--templates='a photo of a {}.|{}'] [--tokenizer=PATH] IMAGE... [--json=PATH|-]
 
-PATH is a LiT / big_vision SigLIP .npz or a Hugging Face SigLIP / SigLIP 2 folder
-(vit_jax.load_two_tower). Each class is embedded once per run: every template filled with
+PATH is a released name (fetched first: vit_jax.checkpoints.two_tower_names), a LiT /
+big_vision SigLIP .npz or a Hugging Face SigLIP / SigLIP 2 folder (load_two_tower). Each class is embedded once per run: every template filled with
 its name, the text embeddings averaged and normalised. Images are squashed to the model's
 resolution (bilinear, [-1, 1]) and embedded in batches. Scores are read the way each family
 is meant to be read: LiT a softmax over the classes, SigLIP a sigmoid per class.
 """
 
 import json
+import os
 import sys
 from typing import List, Sequence
 
@@ -22,7 +23,7 @@ from absl import flags
 
 from vit_jax import cli, errors, no_clobber, storage
 from vit_jax.data import text_tokens
-from vit_jax.checkpoints import two_tower_load
+from vit_jax.checkpoints import two_tower_load, two_tower_names
 from vit_jax.models import two_tower
 
 FLAGS = flags.FLAGS
@@ -109,7 +110,10 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
                                  stdout_ok=True)
   names = parse_names(flag_values.classes)
   templates = parse_templates(flag_values.templates)
-  model, params, info = two_tower_load.load_two_tower(flag_values.checkpoint)
+  checkpoint = flag_values.checkpoint
+  if checkpoint in two_tower_names.NAMES and not os.path.exists(checkpoint):
+    checkpoint = two_tower_names.fetch(checkpoint)  # into checkpoints/ unless already there
+  model, params, info = two_tower_load.load_two_tower(checkpoint, bert_heads=flag_values.bert_heads)
   tokenize = text_tokens.for_model(flag_values.tokenizer or info.tokenizer, family=info.family,
                                    max_len=info.text_length, bert=info.text_tower == "bert")
   zcls = class_embeddings(model, params, tokenize, names, templates)
@@ -137,8 +141,12 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   define = dict(flag_values=flag_values)
-  flags.DEFINE_string("checkpoint", None, "A LiT / SigLIP .npz or a Hugging Face SigLIP / "
-                      "SigLIP 2 folder.", **define)
+  flags.DEFINE_string("checkpoint", None, "A released name (LiT-B16B_2, SigLIP2-B_16-224, ...: "
+                      "python -m vit_jax.download --list two-tower; fetched into checkpoints/), "
+                      "a LiT / SigLIP .npz or a Hugging Face SigLIP / SigLIP 2 folder.", **define)
+  flags.DEFINE_integer("bert_heads", None, "Attention heads of a BERT text tower whose width "
+                       "is neither 768 nor 1024 (its arrays do not show it).", lower_bound=1,
+                       **define)
   flags.DEFINE_string("classes", None, "Class names: cat,dog,... or @FILE (one a line).",
                       **define)
   flags.DEFINE_string("templates", "{}", "Prompts with {} for the class name, separated by | "

@@ -23,9 +23,10 @@ from vit_jax.checkpoints import formats, npz, npz_layout, siglip_hf, two_tower_l
 from vit_jax.models import text_tower, two_tower
 
 LIT_TEXT_LENGTH = 16  # models_lit's pp.max_len for every LiT model
-# Tokenizer files, in the order looked for: beside an .npz (same stem), in an HF folder.
+# Tokenizer files, in the order looked for: beside an .npz (same stem), in an HF folder
+# (sentencepiece models first: big_vision's rules, which the models were trained with).
 TOKENIZER_SUFFIXES = (".txt", ".model")
-FOLDER_TOKENIZERS = ("tokenizer.json", "spiece.model", "tokenizer.model", "vocab.txt")
+FOLDER_TOKENIZERS = ("spiece.model", "tokenizer.model", "tokenizer.json", "vocab.txt")
 
 
 @dataclasses.dataclass(frozen=True)
