@@ -13,7 +13,8 @@ from PIL import Image
 
 from vit_jax import zeroshot
 from vit_jax.checkpoints import two_tower_load
-from vit_jax.models import text_tower, two_tower, vit
+from vit_jax.data import preprocess_np, text_tokens
+from vit_jax.models import text_tower, two_tower, two_tower_eval, vit
 
 CLASSES = ["china", "flower", "cat"]
 
@@ -45,6 +46,12 @@ def fixture_lit(tmp_path_factory):
   return str(folder / "LiT-tiny.npz"), model, params
 
 
+def _embed(model, params, files):
+  images = np.stack([preprocess_np.eval_resize(np.asarray(Image.open(p).convert("RGB")), 32)
+                     for p in files])
+  return model.apply(params, images, method=model.embed_images)
+
+
 @pytest.fixture(name="run")
 def fixture_run(monkeypatch, capsys):
   def run(*argv):
@@ -74,8 +81,6 @@ def test_lit_softmax_json_matches_the_model(run, lit, photos, tmp_path):
   np.testing.assert_allclose(scores.sum(1), 1, rtol=1e-5)
   assert records[0]["top_k"][0]["score"] == max(records[0]["scores"])
   # The same numbers by hand: tokens, template-mean class embeddings, images at 32 px.
-  from vit_jax.data import text_tokens  # pylint: disable=import-outside-toplevel
-  from vit_jax.data import preprocess_np  # pylint: disable=import-outside-toplevel
   tokens = text_tokens.BertTokenizer(path[:-4] + ".txt", 16)(
       [t.format(c) for c in CLASSES for t in ("a photo of {}", "{}")])
   ztxt = model.apply(params, tokens, method=model.embed_texts).reshape(3, 2, -1).mean(1)
@@ -117,3 +122,40 @@ def test_mistakes_are_one_line(run, lit, photos):
     run(f"--checkpoint={path}", "--classes=cat", "--templates=a photo", *photos)
   code, _, err = run(f"--checkpoint={path}", "--classes=cat", "missing.png")
   assert code == 1 and "missing.png" in err and len(err.strip().splitlines()) == 1
+
+
+def test_folder_accuracy_and_caption_retrieval(run, lit, photos, tmp_path):
+  path, model, params = lit
+  for name, photo in zip(("china", "flower"), photos):
+    (tmp_path / "folder" / name).mkdir(parents=True)
+    Image.open(photo).save(tmp_path / "folder" / name / "a.png")
+    Image.open(photo).transpose(Image.FLIP_LEFT_RIGHT).save(tmp_path / "folder" / name / "b.png")
+  code, out, err = run(f"--checkpoint={path}", f"--folder={tmp_path / 'folder'}",
+                       f"--json={tmp_path / 'top1.json'}")
+  assert code == 0, err
+  metrics = json.load(open(tmp_path / "top1.json", encoding="utf-8"))
+  assert metrics["images"] == 4 and metrics["classes"] == ["china", "flower"]
+  assert "wrote the zero-shot accuracy" in out
+  files = [str(tmp_path / "folder" / c / f) for c in ("china", "flower") for f in ("a.png", "b.png")]
+  tokenize = text_tokens.BertTokenizer(path[:-4] + ".txt", 16)
+  zcls = two_tower_eval.class_embeddings(model, params["params"], tokenize, ["china", "flower"],
+                                         ["{}"])
+  zimg = _embed(model, params, files)
+  logits = model.apply(params, zimg, zcls, method=model.logits)
+  assert metrics["top1"] == two_tower_eval.top1(np.asarray(logits), [0, 0, 1, 1])
+  captions = tmp_path / "captions.tsv"
+  captions.write_text(f"{photos[0]}\ta photo of china\n{photos[0]}\tchina\n"
+                      f"{photos[1]}\ta photo of a flower\n")
+  code, out, err = run(f"--checkpoint={path}", f"--captions={captions}", "--json=-")
+  assert code == 0, err
+  recall = json.loads(out)
+  ztxt = two_tower_eval.embed_texts(model, params["params"], tokenize(
+      ["a photo of china", "china", "a photo of a flower"]))
+  assert recall == two_tower_eval.recall_at_k(_embed(model, params, photos), ztxt, [0, 0, 1])
+
+
+def test_images_folder_and_captions_exclude_each_other(run, lit, photos, tmp_path):
+  with pytest.raises(app.UsageError, match="one of them"):
+    run(f"--checkpoint={lit[0]}", f"--folder={tmp_path}", *photos)
+  with pytest.raises(app.UsageError, match="--classes"):
+    run(f"--checkpoint={lit[0]}", *photos)

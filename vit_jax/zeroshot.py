@@ -3,6 +3,9 @@
   python -m vit_jax.zeroshot --checkpoint=NAME|PATH --classes=cat,dog|@FILE \
       [--templates='a photo of a {}.|{}'] [--tokenizer=PATH] IMAGE... [--json=PATH|-]
 
+  python -m vit_jax.zeroshot --checkpoint=... --folder=DIR        # top-1 on DIR/CLASS/IMAGE
+  python -m vit_jax.zeroshot --checkpoint=... --captions=FILE     # retrieval recall@1/5/10
+
 PATH is a released name (fetched first: vit_jax.checkpoints.two_tower_names), a LiT /
 big_vision SigLIP .npz or a Hugging Face SigLIP / SigLIP 2 folder (load_two_tower). Each class is embedded once per run: every template filled with
 its name, the text embeddings averaged and normalised. Images are squashed to the model's
@@ -24,10 +27,11 @@ from absl import flags
 from vit_jax import cli, errors, no_clobber, storage
 from vit_jax.data import text_tokens
 from vit_jax.checkpoints import two_tower_load, two_tower_names
-from vit_jax.models import two_tower
+from vit_jax.models import two_tower, two_tower_eval
 
 FLAGS = flags.FLAGS
 DEFAULT_IMAGE_SIZE = 224
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
 
 
 def parse_names(value: str) -> List[str]:
@@ -55,37 +59,33 @@ def parse_templates(value: str) -> List[str]:
   return templates
 
 
-def class_embeddings(model, params, tokenize, names: Sequence[str], templates: Sequence[str]):
-  """[classes, D]: per class, the mean of its templates' text embeddings, normalised."""
-  texts = [t.format(n) for n in names for t in templates]
-  tokens = tokenize(texts)
-  embed = jax.jit(lambda p, x: model.apply({"params": p}, x, method=model.embed_texts))
-  z = np.concatenate([np.asarray(embed(params, tokens[i:i + 64]))
-                      for i in range(0, len(tokens), 64)])
-  return np.asarray(two_tower.normalize(z.reshape(len(names), len(templates), -1).mean(1)))
-
-
-def image_scores(model, params, family: str, zcls, paths: Sequence[str], image_size: int,
-                 batch_size: int) -> np.ndarray:
-  """[images, classes] scores (softmax for LiT, sigmoid for SigLIP), images in batches."""
+def embed_image_files(model, params, paths: Sequence[str], image_size: int,
+                      batch_size: int) -> np.ndarray:
+  """Normalised image embeddings [images, D]: squashed to image_size, in batches of one
+  compiled shape, with a progress bar when there is more than one batch."""
   from vit_jax.data import preprocess_np  # pylint: disable=import-outside-toplevel (PIL)
-
-  @jax.jit
-  def score(p, images):
-    zimg = model.apply({"params": p}, images, method=model.embed_images)
-    logits = model.apply({"params": p}, zimg, jnp.asarray(zcls), method=model.logits)
-    return two_tower.scores(logits, family)
-
+  embed = jax.jit(lambda p, x: model.apply({"params": p}, x, method=model.embed_images))
   rows = []
   for start in tqdm.tqdm(range(0, len(paths), batch_size), desc="images", unit="batch",
                          disable=len(paths) <= batch_size, file=sys.stderr):
     chunk = paths[start:start + batch_size]
-    images = np.stack([preprocess_np.eval_resize(preprocess_np.decode_image(
-        storage.read_bytes(p)), image_size) for p in chunk])
-    padded = np.concatenate([images, np.zeros((batch_size - len(chunk),) + images.shape[1:],
-                                              images.dtype)])
-    rows.append(np.asarray(score(params, padded))[:len(chunk)])
+    try:
+      images = np.stack([preprocess_np.eval_resize(preprocess_np.decode_image(
+          storage.read_bytes(p)), image_size) for p in chunk])
+    except FileNotFoundError as e:
+      raise errors.InvalidInput(f"image not found: {e.filename or e}") from None
+    except (OSError, ValueError, SyntaxError) as e:
+      raise errors.InvalidInput(f"cannot read an image of {', '.join(chunk)}: {e}") from None
+    padded = np.concatenate([images, np.repeat(images[-1:], batch_size - len(chunk), axis=0)])
+    rows.append(np.asarray(embed(params, padded))[:len(chunk)])
   return np.concatenate(rows)
+
+
+def read_scores(model, params, family: str, zimg, zcls) -> np.ndarray:
+  """[images, classes] as the family reads them (LiT softmax, SigLIP sigmoid)."""
+  logits = model.apply({"params": params}, jnp.asarray(zimg), jnp.asarray(zcls),
+                       method=model.logits)
+  return np.asarray(two_tower.scores(logits, family))
 
 
 def records(paths, names, scores, top_k: int):
@@ -100,43 +100,104 @@ def records(paths, names, scores, top_k: int):
   return out
 
 
+def folder_images(root: str):
+  """(image paths, labels, class names) of root/<class>/<image>, classes sorted."""
+  if not os.path.isdir(root):
+    raise errors.InvalidInput(f"--folder={root} is no folder of class folders")
+  classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+  paths, labels = [], []
+  for label, name in enumerate(classes):
+    for file in sorted(os.listdir(os.path.join(root, name))):
+      if file.lower().endswith(IMAGE_SUFFIXES):
+        paths.append(os.path.join(root, name, file))
+        labels.append(label)
+  if not paths:
+    raise errors.InvalidInput(f"--folder={root} holds no images in class folders "
+                              f"(root/CLASS/IMAGE with {', '.join(IMAGE_SUFFIXES)})")
+  return paths, labels, classes
+
+
+def read_captions(path: str):
+  """(image paths, captions, image index of each caption) of 'IMAGE<TAB>CAPTION' lines;
+  relative image paths are taken from the captions file's folder."""
+  images, captions, owner = [], [], []
+  for number, line in enumerate(storage.read_text(path).splitlines(), 1):
+    if not line.strip():
+      continue
+    if "\t" not in line:
+      raise errors.InvalidInput(f"{path}:{number} is no 'IMAGE<TAB>CAPTION' line")
+    image, caption = line.split("\t", 1)
+    image = os.path.join(os.path.dirname(path), image)
+    if image not in images:
+      images.append(image)
+    captions.append(caption.strip())
+    owner.append(images.index(image))
+  if not captions:
+    raise errors.InvalidInput(f"{path} holds no 'IMAGE<TAB>CAPTION' lines")
+  return images, captions, owner
+
+
+def _report(flag_values, result, summary: str) -> None:
+  if flag_values.json:
+    no_clobber.write_text(flag_values.json,
+                          json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+    to_stdout = flag_values.json == no_clobber.STDOUT
+    print(f"wrote {summary} to {'standard output' if to_stdout else flag_values.json}",
+          file=sys.stderr if to_stdout else sys.stdout)
+
+
 @cli.command
 def main(argv, flag_values: flags.FlagValues = FLAGS):
   paths = argv[1:]
-  if not paths:
-    raise cli.UsageError("give one or more images")
-  if flag_values.json:
+  if [bool(paths), bool(flag_values.folder), bool(flag_values.captions)].count(True) != 1:
+    raise cli.UsageError("give IMAGE files, or --folder=DIR, or --captions=FILE (one of them)")
+  if flag_values.json:  # before the slow load: an existing file is not clobbered
     no_clobber.claim_output_file(flag_values.json, "zeroshot", flag_values.overwrite,
                                  stdout_ok=True)
-  names = parse_names(flag_values.classes)
   templates = parse_templates(flag_values.templates)
+  if paths and not flag_values.classes:
+    raise cli.UsageError("--classes=cat,dog,... (or @FILE) names the classes to score")
+  names = parse_names(flag_values.classes) if flag_values.classes else None
   checkpoint = flag_values.checkpoint
   if checkpoint in two_tower_names.NAMES and not os.path.exists(checkpoint):
     checkpoint = two_tower_names.fetch(checkpoint)  # into checkpoints/ unless already there
-  model, params, info = two_tower_load.load_two_tower(checkpoint, bert_heads=flag_values.bert_heads)
+  model, params, info = two_tower_load.load_two_tower(checkpoint,
+                                                      bert_heads=flag_values.bert_heads)
   tokenize = text_tokens.for_model(flag_values.tokenizer or info.tokenizer, family=info.family,
                                    max_len=info.text_length, bert=info.text_tower == "bert")
-  zcls = class_embeddings(model, params, tokenize, names, templates)
   image_size = flag_values.image_size or info.image_size or DEFAULT_IMAGE_SIZE
-  try:
-    scores = image_scores(model, params, info.family, zcls, paths, image_size,
-                          flag_values.batch_size)
-  except FileNotFoundError as e:
-    raise errors.InvalidInput(f"image not found: {e.filename or e}") from None
-  result = records(paths, names, scores, min(flag_values.top_k, len(names)))
+  embed = lambda files: embed_image_files(model, params, files, image_size,
+                                          flag_values.batch_size)
+  if flag_values.captions:
+    images, captions, owner = read_captions(flag_values.captions)
+    metrics = two_tower_eval.recall_at_k(
+        embed(images), two_tower_eval.embed_texts(model, params, tokenize(captions)), owner)
+    if not flag_values.json:
+      print(" ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+    return _report(flag_values, metrics, f"recall@k of {len(images)} images")
+  if flag_values.folder:
+    paths, labels, folder_classes = folder_images(flag_values.folder)
+    if names is not None and len(names) != len(folder_classes):
+      raise cli.UsageError(f"--classes has {len(names)} names for the folder's "
+                           f"{len(folder_classes)} classes ({', '.join(folder_classes[:5])}...)")
+    names = names or folder_classes
+  zcls = two_tower_eval.class_embeddings(model, params, tokenize, names, templates)
+  scores = read_scores(model, params, info.family, embed(paths), zcls)
   reading = "softmax over the classes" if info.family == "lit" else "sigmoid per class"
-  if flag_values.json:
-    no_clobber.write_text(flag_values.json, json.dumps(result, indent=1, ensure_ascii=False)
-                          + "\n")
-    to_stdout = flag_values.json == no_clobber.STDOUT
-    print(f"wrote {len(result)} zero-shot predictions ({reading}) to "
-          f"{'standard output' if to_stdout else flag_values.json}",
-          file=sys.stderr if to_stdout else sys.stdout)
-    return
-  print(f"zero-shot scores ({info.family}: {reading})")
-  for record in result:
-    top = ", ".join(f"{c['name']} {c['score']:.3f}" for c in record["top_k"])
-    print(f"{record['path']}: {top}")
+  if flag_values.folder:
+    metrics = {"top1": two_tower_eval.top1(scores, labels), "images": len(paths),
+               "classes": names}
+    if not flag_values.json:
+      print(f"zero-shot top-1 {metrics['top1']:.4f} on {len(paths)} images, {len(names)} "
+            "classes")
+    return _report(flag_values, metrics, "the zero-shot accuracy")
+  result = records(paths, names, scores, min(flag_values.top_k, len(names)))
+  if not flag_values.json:
+    print(f"zero-shot scores ({info.family}: {reading})")
+    for record in result:
+      print(f"{record['path']}: " + ", ".join(f"{c['name']} {c['score']:.3f}"
+                                              for c in record["top_k"]))
+  return _report(flag_values, result, f"{len(result)} zero-shot predictions ({reading})")
 
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
@@ -147,8 +208,14 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   flags.DEFINE_integer("bert_heads", None, "Attention heads of a BERT text tower whose width "
                        "is neither 768 nor 1024 (its arrays do not show it).", lower_bound=1,
                        **define)
-  flags.DEFINE_string("classes", None, "Class names: cat,dog,... or @FILE (one a line).",
+  flags.DEFINE_string("classes", None, "Class names: cat,dog,... or @FILE (one a line); with "
+                      "--folder, display names for its class folders in sorted order.", **define)
+  flags.DEFINE_string("folder", None, "Zero-shot top-1 accuracy on DIR/CLASS/IMAGE files "
+                      "instead of scoring IMAGE arguments (class names: the folder names).",
                       **define)
+  flags.DEFINE_string("captions", None, "Image <-> text retrieval recall@1/5/10 on a file of "
+                      "'IMAGE<TAB>CAPTION' lines (images relative to it; several captions per "
+                      "image allowed).", **define)
   flags.DEFINE_string("templates", "{}", "Prompts with {} for the class name, separated by | "
                       "(or @FILE, one a line); each class's embedding is their mean. Default: "
                       "the bare class names.", **define)
@@ -164,7 +231,6 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                       "scores in --classes order).", **define)
   flags.DEFINE_boolean("overwrite", False, no_clobber.OVERWRITE_HELP, **define)
   flags.mark_flag_as_required("checkpoint", flag_values=flag_values)
-  flags.mark_flag_as_required("classes", flag_values=flag_values)
 
 
 if __name__ == "__main__":
