@@ -131,7 +131,7 @@ def test_folder_accuracy_and_caption_retrieval(run, lit, photos, tmp_path):
     Image.open(photo).save(tmp_path / "folder" / name / "a.png")
     Image.open(photo).transpose(Image.FLIP_LEFT_RIGHT).save(tmp_path / "folder" / name / "b.png")
   code, out, err = run(f"--checkpoint={path}", f"--folder={tmp_path / 'folder'}",
-                       f"--json={tmp_path / 'top1.json'}")
+                       "--templates=class_name_only", f"--json={tmp_path / 'top1.json'}")
   assert code == 0, err
   metrics = json.load(open(tmp_path / "top1.json", encoding="utf-8"))
   assert metrics["images"] == 4 and metrics["classes"] == ["china", "flower"]
@@ -159,3 +159,14 @@ def test_images_folder_and_captions_exclude_each_other(run, lit, photos, tmp_pat
     run(f"--checkpoint={lit[0]}", f"--folder={tmp_path}", *photos)
   with pytest.raises(app.UsageError, match="--classes"):
     run(f"--checkpoint={lit[0]}", *photos)
+
+
+def test_prompt_sets_and_big_vision_canonical_text():
+  assert len(zeroshot.parse_templates("clip_paper")) > 50
+  assert zeroshot.parse_templates("clip_best")[-1] == "{}"
+  assert zeroshot.parse_templates("a {}.|the {}") == ["a {}.", "the {}"]
+  names, templates = zeroshot.prompt_texts(["Golden_Retriever", "Yorkshire-Terrier, dog"],
+                                           ["A photo of the {}."], canonicalize=True)
+  assert names == ["golden retriever", "yorkshireterrier, dog"]
+  assert templates == ["a photo of the {}"]
+  assert zeroshot.prompt_texts(["A_b"], ["{}!"], canonicalize=False) == (["A_b"], ["{}!"])

@@ -27,7 +27,7 @@ from absl import flags
 from vit_jax import cli, errors, no_clobber, storage
 from vit_jax.data import text_tokens
 from vit_jax.checkpoints import two_tower_load, two_tower_names
-from vit_jax.models import two_tower, two_tower_eval
+from vit_jax.models import prompt_templates, two_tower, two_tower_eval
 
 FLAGS = flags.FLAGS
 DEFAULT_IMAGE_SIZE = 224
@@ -48,15 +48,28 @@ def parse_names(value: str) -> List[str]:
 
 
 def parse_templates(value: str) -> List[str]:
-  """'a photo of a {}.|{}' or '@FILE' -> templates, each with exactly one '{}'."""
+  """A named set (clip_paper, clip_best, class_name_only), 'a photo of a {}.|{}' or '@FILE'
+  -> templates, each with exactly one '{}'."""
+  if value in prompt_templates.SETS:
+    return list(prompt_templates.SETS[value])
   templates = (storage.read_text(value[1:]).splitlines() if value.startswith("@")
                else value.split("|"))
   templates = [t.strip() for t in templates if t.strip()]
   bad = [t for t in templates if t.count("{}") != 1]
   if not templates or bad:
     raise cli.UsageError(f"--templates: each prompt needs exactly one {{}} for the class name "
-                         f"(got {bad[0] if bad else value!r}); separate prompts with |")
+                         f"(got {bad[0] if bad else value!r}); separate prompts with |, or name "
+                         f"a set: {', '.join(prompt_templates.SETS)}")
   return templates
+
+
+def prompt_texts(names: Sequence[str], templates: Sequence[str], canonicalize: bool):
+  """(class names, templates) as the text tower sees them: big_vision's canonical form
+  (lower case, punctuation dropped) unless canonicalize is off."""
+  if not canonicalize:
+    return list(names), list(templates)
+  return ([prompt_templates.canonicalize_text(n, ",") for n in names],
+          [prompt_templates.canonicalize_text(t, "{}") for t in templates])
 
 
 def embed_image_files(model, params, paths: Sequence[str], image_size: int,
@@ -170,6 +183,8 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
                                           flag_values.batch_size)
   if flag_values.captions:
     images, captions, owner = read_captions(flag_values.captions)
+    if flag_values.canonicalize:
+      captions = [prompt_templates.canonicalize_text(c) for c in captions]
     metrics = two_tower_eval.recall_at_k(
         embed(images), two_tower_eval.embed_texts(model, params, tokenize(captions)), owner)
     if not flag_values.json:
@@ -181,7 +196,8 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
       raise cli.UsageError(f"--classes has {len(names)} names for the folder's "
                            f"{len(folder_classes)} classes ({', '.join(folder_classes[:5])}...)")
     names = names or folder_classes
-  zcls = two_tower_eval.class_embeddings(model, params, tokenize, names, templates)
+  zcls = two_tower_eval.class_embeddings(
+      model, params, tokenize, *prompt_texts(names, templates, flag_values.canonicalize))
   scores = read_scores(model, params, info.family, embed(paths), zcls)
   reading = "softmax over the classes" if info.family == "lit" else "sigmoid per class"
   if flag_values.folder:
@@ -216,9 +232,12 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   flags.DEFINE_string("captions", None, "Image <-> text retrieval recall@1/5/10 on a file of "
                       "'IMAGE<TAB>CAPTION' lines (images relative to it; several captions per "
                       "image allowed).", **define)
-  flags.DEFINE_string("templates", "{}", "Prompts with {} for the class name, separated by | "
-                      "(or @FILE, one a line); each class's embedding is their mean. Default: "
-                      "the bare class names.", **define)
+  flags.DEFINE_string("templates", "clip_paper", "Prompts with {} for the class name, "
+                      "separated by | (or @FILE, one a line), or a named set: clip_paper (the "
+                      "CLIP paper's, big_vision's default), clip_best, class_name_only. Each "
+                      "class's embedding is the normalised mean over its prompts.", **define)
+  flags.DEFINE_boolean("canonicalize", True, "Lower-case class names, prompts and captions "
+                       "and drop their punctuation, as big_vision's evaluators do.", **define)
   flags.DEFINE_string("tokenizer", None, "The model's vocabulary (NAME.txt: BERT WordPiece; "
                       "NAME.model: sentencepiece; tokenizer.json); default: the file found "
                       "beside the checkpoint.", **define)
