@@ -3,9 +3,8 @@ embeddings, zero-shot scores and the similarity matrix drawn."""
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
-
 from conftest import REPO
+from nbclient import NotebookClient
 
 pytestmark = pytest.mark.long  # a real kernel: start first (conftest)
 

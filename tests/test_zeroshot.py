@@ -3,6 +3,8 @@ with a BERT vocabulary beside it (softmax) and a SigLIP one with a sentencepiece
 (sigmoid), on scikit-learn's sample photos; --json records; one-line mistakes."""
 
 import json
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -75,7 +77,7 @@ def test_lit_softmax_json_matches_the_model(run, lit, photos, tmp_path):
                        "--templates=a photo of {}|{}", f"--json={out_json}", *photos)
   assert code == 0, err
   assert "softmax" in out
-  records = json.load(open(out_json, encoding="utf-8"))
+  records = json.loads((tmp_path / "scores.json").read_text(encoding="utf-8"))
   assert [r["path"] for r in records] == photos
   scores = np.array([r["scores"] for r in records])
   np.testing.assert_allclose(scores.sum(1), 1, rtol=1e-5)
@@ -133,7 +135,7 @@ def test_folder_accuracy_and_caption_retrieval(run, lit, photos, tmp_path):
   code, out, err = run(f"--checkpoint={path}", f"--folder={tmp_path / 'folder'}",
                        "--templates=class_name_only", f"--json={tmp_path / 'top1.json'}")
   assert code == 0, err
-  metrics = json.load(open(tmp_path / "top1.json", encoding="utf-8"))
+  metrics = json.loads((tmp_path / "top1.json").read_text(encoding="utf-8"))
   assert metrics["images"] == 4 and metrics["classes"] == ["china", "flower"]
   assert "wrote the zero-shot accuracy" in out
   files = [str(tmp_path / "folder" / c / f) for c in ("china", "flower") for f in ("a.png", "b.png")]
@@ -170,3 +172,17 @@ def test_prompt_sets_and_big_vision_canonical_text():
   assert names == ["golden retriever", "yorkshireterrier, dog"]
   assert templates == ["a photo of the {}"]
   assert zeroshot.prompt_texts(["A_b"], ["{}!"], canonicalize=False) == (["A_b"], ["{}!"])
+
+
+@pytest.mark.long  # a real process: start first (conftest)
+def test_runs_without_tensorflow(lit, photos, tmp_path):
+  from conftest import REPO  # pylint: disable=import-outside-toplevel
+  from helpers import subprocess_env  # pylint: disable=import-outside-toplevel
+  done = subprocess.run(
+      [sys.executable, str(REPO / "tests" / "without_tensorflow.py"), "vit_jax.zeroshot",
+       f"--checkpoint={lit[0]}", "--classes=china,flower", "--templates=clip_best",
+       f"--json={tmp_path / 'out.json'}", *photos],
+      env=subprocess_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert done.stdout.strip().endswith("tensorflow imported: False")
+  assert len(json.loads((tmp_path / "out.json").read_text())) == 2

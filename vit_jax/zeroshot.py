@@ -25,8 +25,8 @@ import tqdm
 from absl import flags
 
 from vit_jax import cli, errors, no_clobber, storage
-from vit_jax.data import text_tokens
 from vit_jax.checkpoints import two_tower_load, two_tower_names
+from vit_jax.data import text_tokens
 from vit_jax.models import prompt_templates, two_tower, two_tower_eval
 
 FLAGS = flags.FLAGS

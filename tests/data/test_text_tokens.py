@@ -9,8 +9,8 @@ from vit_jax import errors
 from vit_jax.data import text_tokens
 
 TRICKY = ["A photo of a Café!", "naïve résumé, São Paulo", "東京 tower", "dog-cat: (x)?",
-          "", "   ", "one two three four five six seven eight nine ten eleven twelve "
-          "thirteen fourteen fifteen sixteen seventeen", "ÉCOLE", "emoji 🙂 here"]
+          "", "   ", ("one two three four five six seven eight nine ten eleven twelve "
+                     "thirteen fourteen fifteen sixteen seventeen"), "ÉCOLE", "emoji 🙂 here"]
 WORDS = ["a", "photo", "of", "cafe", "!", "naive", "resume", ",", "sao", "paulo", "東", "京",
          "tower", "dog", "-", "cat", ":", "(", "x", ")", "?", "one", "two", "three", "four",
          "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "ecole", "emoji",

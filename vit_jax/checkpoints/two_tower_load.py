@@ -57,7 +57,7 @@ def _image_size(model: two_tower.TwoTower, flat: Dict[str, np.ndarray]) -> Optio
   if posemb is None:
     return None
   rows = posemb.shape[1] - ("img/cls" in flat)
-  side = int(round(np.sqrt(rows)))
+  side = round(float(np.sqrt(rows)))
   return side * model.img.patch_size if side * side == rows else None
 
 
