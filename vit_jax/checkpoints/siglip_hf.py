@@ -179,3 +179,26 @@ def model_from_config(config: Dict[str, Any]) -> two_tower.TwoTower:
       num_heads=text["num_attention_heads"], vocab_size=text["vocab_size"],
       max_len=text["max_position_embeddings"])
   return two_tower.TwoTower(image, txt, bias_init=-10.0, temperature_init=10.0)
+
+
+def config_for(model: two_tower.TwoTower, image_size: int) -> Dict[str, Any]:
+  """The SiglipModel config.json of a SigLIP-shaped TwoTower (what model_from_config reads
+  back): fixed resolution, as transformers runs SigLIP and SigLIP 2 FixRes models."""
+  img, txt = model.img, model.txt
+  if model.family != "siglip" or not isinstance(txt, text_tower.TextTransformer) or (
+      img.classifier != "map" or img.posemb != "learn" or model.image_head):
+    raise errors.InvalidInput("only SigLIP-shaped models (MAP-pooled image tower, text "
+                              "transformer, a logit bias) have a Hugging Face SiglipModel form; "
+                              "LiT models stay .npz files")
+  common = {"hidden_act": "gelu_pytorch_tanh", "layer_norm_eps": 1e-6, "attention_dropout": 0.0}
+  return {
+      "architectures": ["SiglipModel"], "model_type": "siglip",
+      "text_config": {**common, "vocab_size": txt.vocab_size, "hidden_size": txt.width,
+                      "intermediate_size": txt.mlp_dim, "num_hidden_layers": txt.depth,
+                      "num_attention_heads": txt.num_heads, "max_position_embeddings": txt.max_len,
+                      "projection_size": txt.num_classes or txt.width, "model_type": "siglip_text_model"},
+      "vision_config": {**common, "hidden_size": img.hidden_size, "intermediate_size": img.mlp_dim,
+                        "num_hidden_layers": img.num_layers, "num_attention_heads": img.num_heads,
+                        "image_size": image_size, "patch_size": img.patch_size, "num_channels": 3,
+                        "model_type": "siglip_vision_model"},
+  }

@@ -118,8 +118,9 @@ def for_model(path: str, *, family: str, max_len: int, bert: bool):
   """The tokenizer a model's vocabulary file asks for: .txt -> BERT WordPiece, .model ->
   sentencepiece (lower-cased for SigLIP), tokenizer.json -> FolderTokenizer."""
   if path is None or not os.path.isfile(path):
-    raise errors.InvalidInput(f"no tokenizer file {path or ''}: pass --tokenizer=PATH (the "
-                              "model's NAME.txt, NAME.model or tokenizer.json)")
+    found = f"no tokenizer file {path}" if path else "no tokenizer file beside the checkpoint"
+    raise errors.InvalidInput(f"{found}: pass --tokenizer=PATH (the model's NAME.txt, "
+                              "NAME.model, spiece.model or tokenizer.json)")
   if path.endswith(".json"):
     return FolderTokenizer(path, max_len)
   if path.endswith(".txt") or bert:
