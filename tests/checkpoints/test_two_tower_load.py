@@ -134,3 +134,19 @@ def test_a_vit_folder_is_refused_in_one_line(tmp_path):
   save_file({"x": np.zeros(2, np.float32)}, str(tmp_path / "vit" / "model.safetensors"))
   with pytest.raises(ValueError, match="not SigLIP"):
     two_tower_load.load_two_tower(str(tmp_path / "vit"))
+
+
+def test_load_npz_reads_the_image_tower_as_features_or_points_to_zeroshot(tmp_path):
+  import vit_jax  # pylint: disable=import-outside-toplevel
+  model, length = _siglip()
+  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)),
+                      jnp.ones((1, length), jnp.int32))
+  path = str(tmp_path / "siglip.npz")
+  two_tower_load.save_two_tower(params, path)
+  module, vit_params = vit_jax.load_npz(path, num_classes=0)
+  features = module.apply({"params": vit_params}, IMAGES, representation=True)
+  expected = model.apply(params, IMAGES, method=lambda m, x: m.img(x, representation=True))
+  np.testing.assert_allclose(features, expected, rtol=1e-6, atol=1e-6)
+  with pytest.raises(npz.CheckpointError, match="vit_jax.zeroshot") as e:
+    vit_jax.load_npz(path)
+  assert "\n" not in str(e.value)

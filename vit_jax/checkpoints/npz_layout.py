@@ -40,7 +40,7 @@ _LINEN_TO_RELEASED = {
     "LayerNorm_1": "LayerNorm_2",
     "MlpBlock_0": "MlpBlock_3",
 }
-_PREFIXES = ("opt/target/", "params/img/", "params/")
+_PREFIXES = ("opt/target/", "params/img/", "params/", "img/")
 MAP_HEAD = "MAPHead_0"
 _INLINED_MAP_HEAD = ("probe", "MlpBlock_0", "MultiHeadDotProductAttention_0", "LayerNorm_0")
 _WEIGHT_KINDS = "fiu"  # float, int, unsigned: numbers that float32 holds
