@@ -85,3 +85,15 @@ def test_bad_inputs_fail_in_one_line(vocab, tmp_path):
     text_tokens.BertTokenizer(str(bad))
   with pytest.raises(errors.InvalidInput, match="--tokenizer"):
     text_tokens.for_model(None, family="lit", max_len=16, bert=True)
+
+
+def test_folder_tokenizer_matches_transformers_fast_tokenizer(vocab, tmp_path):
+  transformers = pytest.importorskip("transformers")
+  from tokenizers import BertWordPieceTokenizer  # pylint: disable=import-outside-toplevel
+  path = str(tmp_path / "tokenizer.json")
+  BertWordPieceTokenizer(vocab, lowercase=True).save(path)
+  reference = transformers.PreTrainedTokenizerFast(tokenizer_file=path, pad_token="[PAD]")
+  expected = reference(TRICKY, padding="max_length", truncation=True, max_length=8)["input_ids"]
+  ours = text_tokens.FolderTokenizer(path, 8)(TRICKY)
+  assert ours.tolist() == expected
+  assert ours.shape == (len(TRICKY), 8)
