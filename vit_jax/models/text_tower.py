@@ -18,6 +18,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
+from vit_jax import errors
 from vit_jax.models import vit
 
 POOLS = ("last", "first", "gap")
@@ -50,12 +51,13 @@ class TextTransformer(nn.Module):
   @nn.compact
   def __call__(self, tokens, *, train: bool = False):
     if self.pool not in POOLS:
-      raise ValueError(f"pool must be one of {', '.join(POOLS)}, got {self.pool!r}")
+      raise errors.InvalidInput(f"pool must be one of {', '.join(POOLS)}, got {self.pool!r}")
     x = nn.Embed(self.vocab_size, self.width, name="Embed_0")(tokens).astype(self.dtype)
     posemb = self.param("pos_embedding", nn.initializers.normal(stddev=1 / np.sqrt(self.width)),
                         (1, self.max_len, self.width), jnp.float32)
     if x.shape[1] > self.max_len:
-      raise ValueError(f"{x.shape[1]} tokens, but this text tower takes at most {self.max_len}")
+      raise errors.InvalidInput(f"{x.shape[1]} tokens, but this text tower takes at most "
+                                f"{self.max_len}: tokenize with max_len={self.max_len}")
     x = x + posemb[:, :x.shape[1]].astype(self.dtype)
     options = vit.BlockOptions(self.mlp_dim, self.num_heads, dtype=self.dtype)
     x = vit.Encoder(self.depth, options, posemb="none", name="Encoder_0")(x, train=train)

@@ -14,6 +14,8 @@ from typing import Optional
 import flax.linen as nn
 import jax.numpy as jnp
 
+from vit_jax import errors
+
 FAMILIES = ("lit", "siglip")
 
 
@@ -73,6 +75,6 @@ def scores(logits, family: str):
   """What a zero-shot user reads: LiT softmax over the texts (last axis), SigLIP a sigmoid
   per (image, text) pair."""
   if family not in FAMILIES:
-    raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
+    raise errors.InvalidInput(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
   logits = jnp.asarray(logits, jnp.float32)
   return nn.softmax(logits, axis=-1) if family == "lit" else nn.sigmoid(logits)
