@@ -65,6 +65,7 @@ def test_siglip_by_name_fetches_the_folder_then_zero_shot(servers, tmp_path, mon
   values = flags.FlagValues()
   zeroshot.define_flags(values)
   zeroshot.main(values(["zeroshot", f"--checkpoint={NAME}", "--classes=cat,dog", "--json=-",
+                        "--templates=class_name_only",
                         str(image)]), values)
   records = json.loads(capsys.readouterr().out)
   assert len(records) == 1 and len(records[0]["scores"]) == 2
