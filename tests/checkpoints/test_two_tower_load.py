@@ -2,52 +2,47 @@
 the geometry read off the arrays, and damaged or foreign files fail in one line."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from torch_libraries import (  # noqa: F401  # pylint: disable=unused-import
     declare_missing_torchvision_ops, fixture_torch)
+import two_tower_helpers
 from vit_jax.checkpoints import npz, two_tower_layout, two_tower_load
-from vit_jax.models import text_tower, two_tower, vit
 
 IMAGES = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
 
 
 def _siglip():
-  img = vit.VisionTransformer(num_classes=0, patch_size=8, hidden_size=16, mlp_dim=32,
-                              num_heads=2, num_layers=2, classifier="map")
-  txt = text_tower.TextTransformer(16, 16, 2, 24, 4, vocab_size=50, max_len=8)
-  return two_tower.TwoTower(img, txt, bias_init=-10.0, temperature_init=10.0), 8
+  return two_tower_helpers.tiny_siglip(), 8
 
 
 def _lit_bert():
-  img = vit.VisionTransformer(num_classes=12, patch_size=8, hidden_size=16, mlp_dim=32,
-                              num_heads=2, num_layers=1)
-  txt = text_tower.BertTextEncoder(12, 16, 2, 32, 2, vocab_size=50, max_length=20)
-  return two_tower.TwoTower(img, txt, image_head=True), 16
+  return two_tower_helpers.tiny_lit_bert(), 16
+
+
+def _params(model, length):
+  return two_tower_helpers.random_params(model, length)
 
 
 @pytest.mark.parametrize("make", [_siglip, _lit_bert], ids=["siglip", "lit_bert"])
 def test_saved_file_loads_the_same_model(tmp_path, make):
   model, length = make()
-  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)),
-                      jnp.ones((1, length), jnp.int32))
-  params = jax.tree.map(lambda a: a + 0.1, params)  # zero-initialised heads matter too
+  params = _params(model, length)
   path = str(tmp_path / "model.npz")
   two_tower_load.save_two_tower(params, path)
   loaded, loaded_params, info = two_tower_load.load_two_tower(path, bert_heads=2)
   tokens = np.arange(3 * length).reshape(3, length).astype(np.int32) % 50
-  np.testing.assert_array_equal(model.apply(params, IMAGES, tokens)[2],
-                                loaded.apply({"params": loaded_params}, IMAGES, tokens)[2])
+  np.testing.assert_array_equal(
+      two_tower_helpers.logits(model, params, IMAGES, tokens),
+      two_tower_helpers.logits(loaded, {"params": loaded_params}, IMAGES, tokens))
   assert info.family == model.family and info.text_length == length
   assert info.image_size == 32
 
 
 def test_siglip_file_is_in_big_vision_layout(tmp_path):
   model, length = _siglip()
-  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)),
-                      jnp.ones((1, length), jnp.int32))
+  params = _params(model, length)
   path = str(tmp_path / "siglip.npz")
   two_tower_load.save_two_tower(params, path)
   keys = set(np.load(path).keys())
@@ -64,8 +59,7 @@ def test_siglip_file_is_in_big_vision_layout(tmp_path):
 
 def test_bad_files_fail_in_one_line(tmp_path):
   model, length = _siglip()
-  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)),
-                      jnp.ones((1, length), jnp.int32))
+  params = _params(model, length)
   path = str(tmp_path / "siglip.npz")
   two_tower_load.save_two_tower(params, path)
   arrays = dict(np.load(path))
@@ -116,7 +110,7 @@ def test_hugging_face_folder_loads_and_saves_as_big_vision(hf_folder, torch, tmp
   model, params, info = two_tower_load.load_two_tower(folder)
   assert (info.family, info.source, info.text_length, info.image_size) == ("siglip", "hf", 8, 32)
   tokens = np.random.default_rng(1).integers(0, 50, (3, 8)).astype(np.int32)
-  logits = model.apply({"params": params}, IMAGES, tokens)[2]
+  logits = two_tower_helpers.logits(model, {"params": params}, IMAGES, tokens)
   with torch.no_grad():
     expected = hf_model(input_ids=torch.tensor(tokens, dtype=torch.long),
                         pixel_values=torch.tensor(IMAGES.transpose(0, 3, 1, 2))).logits_per_image
@@ -124,7 +118,8 @@ def test_hugging_face_folder_loads_and_saves_as_big_vision(hf_folder, torch, tmp
   # Converted to big_vision's layout and read back: the same model, bit for bit.
   two_tower_load.save_two_tower(params, str(tmp_path / "converted.npz"))
   again, again_params, _ = two_tower_load.load_two_tower(str(tmp_path / "converted.npz"))
-  np.testing.assert_array_equal(again.apply({"params": again_params}, IMAGES, tokens)[2], logits)
+  np.testing.assert_array_equal(
+      two_tower_helpers.logits(again, {"params": again_params}, IMAGES, tokens), logits)
 
 
 def test_a_vit_folder_is_refused_in_one_line(tmp_path):
@@ -139,13 +134,14 @@ def test_a_vit_folder_is_refused_in_one_line(tmp_path):
 def test_load_npz_reads_the_image_tower_as_features_or_points_to_zeroshot(tmp_path):
   import vit_jax  # pylint: disable=import-outside-toplevel
   model, length = _siglip()
-  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)),
-                      jnp.ones((1, length), jnp.int32))
+  params = _params(model, length)
   path = str(tmp_path / "siglip.npz")
   two_tower_load.save_two_tower(params, path)
   module, vit_params = vit_jax.load_npz(path, num_classes=0)
-  features = module.apply({"params": vit_params}, IMAGES, representation=True)
-  expected = model.apply(params, IMAGES, method=lambda m, x: m.img(x, representation=True))
+  features = jax.jit(lambda p: module.apply(p, IMAGES, representation=True))(
+      {"params": vit_params})
+  expected = jax.jit(lambda p: model.apply(
+      p, IMAGES, method=lambda m, x: m.img(x, representation=True)))(params)
   np.testing.assert_allclose(features, expected, rtol=1e-6, atol=1e-6)
   with pytest.raises(npz.CheckpointError, match="vit_jax.zeroshot") as e:
     vit_jax.load_npz(path)
