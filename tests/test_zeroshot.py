@@ -7,12 +7,12 @@ import subprocess
 import sys
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from absl import app, flags
 from PIL import Image
 
+import two_tower_helpers
 from vit_jax import zeroshot
 from vit_jax.checkpoints import two_tower_load
 from vit_jax.data import preprocess_np, text_tokens
@@ -40,8 +40,7 @@ def fixture_lit(tmp_path_factory):
   # One head: what a BERT of width 16 is read as (2-D kernels do not show the head count).
   txt = text_tower.BertTextEncoder(16, 16, 1, 32, 1, vocab_size=12, max_length=16)
   model = two_tower.TwoTower(img, txt)
-  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)),
-                      jnp.ones((1, 16), jnp.int32))
+  params = two_tower_helpers.random_params(model, 16)
   two_tower_load.save_two_tower(params, str(folder / "LiT-tiny.npz"))
   (folder / "LiT-tiny.txt").write_text("\n".join(
       ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "photo", "of"] + CLASSES) + "\n")
@@ -51,7 +50,7 @@ def fixture_lit(tmp_path_factory):
 def _embed(model, params, files):
   images = np.stack([preprocess_np.eval_resize(np.asarray(Image.open(p).convert("RGB")), 32)
                      for p in files])
-  return model.apply(params, images, method=model.embed_images)
+  return jax.jit(lambda p, x: model.apply(p, x, method=model.embed_images))(params, images)
 
 
 @pytest.fixture(name="run")
@@ -85,9 +84,9 @@ def test_lit_softmax_json_matches_the_model(run, lit, photos, tmp_path):
   # The same numbers by hand: tokens, template-mean class embeddings, images at 32 px.
   tokens = text_tokens.BertTokenizer(path[:-4] + ".txt", 16)(
       [t.format(c) for c in CLASSES for t in ("a photo of {}", "{}")])
-  ztxt = model.apply(params, tokens, method=model.embed_texts).reshape(3, 2, -1).mean(1)
+  ztxt = two_tower_eval.embed_texts(model, params["params"], tokens).reshape(3, 2, -1).mean(1)
   images = np.stack([preprocess_np.eval_resize(np.asarray(Image.open(p)), 32) for p in photos])
-  zimg = model.apply(params, images, method=model.embed_images)
+  zimg = jax.jit(lambda p, x: model.apply(p, x, method=model.embed_images))(params, images)
   logits = model.apply(params, zimg, two_tower.normalize(ztxt), method=model.logits)
   np.testing.assert_allclose(scores, two_tower.scores(logits, "lit"), rtol=1e-4, atol=1e-6)
 
@@ -103,9 +102,8 @@ def test_siglip_sigmoid_with_sentencepiece(run, photos, tmp_path):
                               num_heads=2, num_layers=1, classifier="map")
   txt = text_tower.TextTransformer(16, 16, 1, 32, 2, vocab_size=18, max_len=8)
   model = two_tower.TwoTower(img, txt, bias_init=-10.0, temperature_init=10.0)
-  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)),
-                      jnp.ones((1, 8), jnp.int32))
-  two_tower_load.save_two_tower(params, str(tmp_path / "siglip.npz"))
+  two_tower_load.save_two_tower(two_tower_helpers.random_params(model, 8),
+                                str(tmp_path / "siglip.npz"))
   (tmp_path / "classes.txt").write_text("\n".join(CLASSES) + "\n")
   code, out, err = run(f"--checkpoint={tmp_path / 'siglip.npz'}",
                        f"--classes=@{tmp_path / 'classes.txt'}",

@@ -1,31 +1,25 @@
 """python -m vit_jax.convert on two-tower models: an HF SigLIP folder -> big_vision .npz ->
 SiglipModel folder that transformers loads with the same logits; LiT refuses hf."""
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import two_tower_helpers
 from torch_libraries import (  # noqa: F401  # pylint: disable=unused-import
     declare_missing_torchvision_ops, fixture_torch)
 from vit_jax.checkpoints import two_tower_convert, two_tower_load
-from vit_jax.models import text_tower, two_tower, vit
+from vit_jax.models import two_tower
 
 IMAGES = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
 TOKENS = np.random.default_rng(1).integers(0, 40, (3, 8)).astype(np.int32)
 
 
 def _saved_siglip(path):
-  img = vit.VisionTransformer(num_classes=0, patch_size=8, hidden_size=16, mlp_dim=32,
-                              num_heads=2, num_layers=2, classifier="map")
-  txt = text_tower.TextTransformer(16, 16, 1, 24, 2, vocab_size=40, max_len=8)
-  model = two_tower.TwoTower(img, txt, bias_init=-10.0, temperature_init=10.0)
-  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)),
-                      jnp.ones((1, 8), jnp.int32))
-  params = jax.tree.map(lambda a: a + 0.05, params)
+  model = two_tower_helpers.tiny_siglip(vocab_size=40)
+  params = two_tower_helpers.random_params(model, 8)
   two_tower_load.save_two_tower(params, path)
   (path.parent / (path.stem + ".model")).write_bytes(b"not read here")
-  return model.apply(params, IMAGES, TOKENS)[2]
+  return two_tower_helpers.logits(model, params, IMAGES, TOKENS)
 
 
 def test_npz_to_hf_folder_that_transformers_runs_and_back(tmp_path, torch):
@@ -49,17 +43,15 @@ def test_npz_to_hf_folder_that_transformers_runs_and_back(tmp_path, torch):
   np.testing.assert_array_equal(
       np.load(tmp_path / "back.npz")["img/pos_embedding"],
       np.load(tmp_path / "siglip.npz")["img/pos_embedding"])  # bit for bit
-  np.testing.assert_allclose(again.apply({"params": params}, IMAGES, TOKENS)[2], expected,
-                             rtol=1e-6)
+  np.testing.assert_array_equal(
+      two_tower_helpers.logits(again, {"params": params}, IMAGES, TOKENS), expected)
 
 
 def test_lit_has_no_hf_form_and_vit_files_are_no_source(tmp_path):
-  img = vit.VisionTransformer(num_classes=0, patch_size=8, hidden_size=16, mlp_dim=32,
-                              num_heads=2, num_layers=1)
-  txt = text_tower.TextTransformer(16, 16, 1, 24, 2, vocab_size=40, max_len=8)
-  model = two_tower.TwoTower(img, txt)
-  two_tower_load.save_two_tower(model.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)),
-                                           jnp.ones((1, 8), jnp.int32)), str(tmp_path / "l.npz"))
+  model = two_tower.TwoTower(two_tower_helpers.tiny_siglip().img,
+                             two_tower_helpers.tiny_siglip().txt)  # LiT: no bias
+  two_tower_load.save_two_tower(two_tower_helpers.random_params(model, 8),
+                                str(tmp_path / "l.npz"))
   with pytest.raises(ValueError, match="LiT models stay .npz files"):
     two_tower_convert.convert_two_tower(str(tmp_path / "l.npz"), str(tmp_path / "hf"), to="hf")
   assert not (tmp_path / "hf").exists()

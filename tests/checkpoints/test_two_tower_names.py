@@ -4,13 +4,12 @@ closed bucket fails in one line; --list shows them."""
 
 import json
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from absl import flags
 from flax import traverse_util
 
+import two_tower_helpers
 from vit_jax import download, zeroshot
 from vit_jax.checkpoints import siglip_hf, transfer, two_tower_load, two_tower_names
 
@@ -30,8 +29,7 @@ def fixture_repo_files(tmp_path_factory):
   from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
   folder = tmp_path_factory.mktemp("siglip-repo")
   model = siglip_hf.model_from_config(CONFIG)
-  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)),
-                      jnp.ones((1, 8), jnp.int32))["params"]
+  params = two_tower_helpers.random_params(model, 8)["params"]
   state = siglip_hf.to_hf(traverse_util.flatten_dict(params, sep="/"), CONFIG)
   save_file(state, str(folder / "model.safetensors"))
   (folder / "config.json").write_text(json.dumps(CONFIG))
