@@ -63,8 +63,8 @@ def test_siglip_matches_transformers_both_ways(transformers, torch, kind):
   rng = np.random.default_rng(0)
   images = rng.uniform(-1, 1, (3, 32, 32, 3)).astype(np.float32)
   tokens = rng.integers(0, 50, (4, 8)).astype(np.int32)
-  zimg, ztxt, logits = model.apply({"params": traverse_util.unflatten_dict(flat, sep="/")},
-                                   images, tokens)
+  zimg, ztxt, logits = jax.jit(model.apply)(
+      {"params": traverse_util.unflatten_dict(flat, sep="/")}, images, tokens)
   inputs = dict(input_ids=torch.tensor(tokens, dtype=torch.long))
   if kind == "siglip":
     inputs["pixel_values"] = torch.tensor(images.transpose(0, 3, 1, 2))
@@ -115,9 +115,10 @@ def test_lit_bert_matches_transformers_bert(transformers, torch):
   tower = text_tower.BertTextEncoder(None, width=16, depth=2, mlp_dim=32, num_heads=2,
                                      vocab_size=40, max_length=20)
   tokens = np.array([[2, 7, 9, 11, 0, 0], [2, 5, 6, 7, 8, 3]], np.int32)  # padded with 0
-  params = tower.init(jax.random.PRNGKey(1), jnp.asarray(tokens))["params"]
-  params = jax.tree.map(lambda a: a + 0.2 * np.random.default_rng(2).standard_normal(a.shape),
-                        params)  # non-trivial LayerNorms and biases
+  params = jax.jit(tower.init)(jax.random.PRNGKey(1), jnp.asarray(tokens))["params"]
+  rng = np.random.default_rng(2)
+  params = jax.tree.map(lambda a: np.asarray(a) + np.float32(0.2) * rng.standard_normal(
+      a.shape, np.float32), params)  # non-trivial LayerNorms and biases
   flat = traverse_util.flatten_dict(params, sep="/")
   config = transformers.BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2,
                                    num_attention_heads=2, intermediate_size=32,
@@ -131,5 +132,5 @@ def test_lit_bert_matches_transformers_bert(transformers, torch):
   with torch.no_grad():
     hidden = bert(input_ids=torch.tensor(tokens, dtype=torch.long),
                   attention_mask=torch.tensor(tokens != 0, dtype=torch.long)).last_hidden_state
-  ours = tower.apply({"params": params}, jnp.asarray(tokens))
+  ours = jax.jit(tower.apply)({"params": params}, jnp.asarray(tokens))
   assert _relative(ours, hidden[:, 0].numpy()) <= RTOL  # pooled on [CLS]
