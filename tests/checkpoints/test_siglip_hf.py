@@ -134,3 +134,20 @@ def test_lit_bert_matches_transformers_bert(transformers, torch):
                   attention_mask=torch.tensor(tokens != 0, dtype=torch.long)).last_hidden_state
   ours = jax.jit(tower.apply)({"params": params}, jnp.asarray(tokens))
   assert _relative(ours, hidden[:, 0].numpy()) <= RTOL  # pooled on [CLS]
+
+
+def test_configs_vit_jax_cannot_compute_are_refused_in_one_line():
+  text = dict(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+              num_attention_heads=2, max_position_embeddings=8)
+  vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                num_attention_heads=2, image_size=32, patch_size=8)
+  config = dict(model_type="siglip", text_config=text, vision_config=vision)
+  assert isinstance(siglip_hf.model_from_config(config), two_tower.TwoTower)
+  for bad, match in ((dict(config, model_type="clip"), "model_type 'clip'"),
+                     (dict(config, vision_config=dict(vision, hidden_act="gelu")), "tanh GELU"),
+                     (dict(config, text_config=dict(text, layer_norm_eps=1e-5)), "eps 1e-6"),
+                     (dict(config, vision_config=dict(vision, vision_use_head=False)),
+                      "attention-pooling head")):
+    with pytest.raises(ValueError, match=match) as e:
+      siglip_hf.model_from_config(bad)
+    assert "\n" not in str(e.value)

@@ -78,7 +78,7 @@ def name_table(config: Dict[str, Any]) -> List[Tuple[str, str, str]]:
            f"{v}.embeddings.position_embedding.weight", "posemb")]
   rows += _encoder("img/Transformer", f"{v}.encoder", vision["num_hidden_layers"])
   rows += _norm("img/Transformer/encoder_norm", f"{v}.post_layernorm")
-  if vision.get("vision_use_head", True):
+  if vision.get("vision_use_head", True):  # model_from_config refuses a model without
     m = "img/MAPHead_0"
     rows += [(f"{m}/probe", f"{v}.head.probe", "raw")]
     rows += _block(m, f"{v}.head.attention", "MultiHeadDotProductAttention_0")
@@ -162,6 +162,10 @@ def model_from_config(config: Dict[str, Any]) -> two_tower.TwoTower:
     raise errors.InvalidInput(f"config.json has model_type {config.get('model_type')!r}; "
                               f"a two-tower folder is one of {', '.join(KINDS)}")
   vision, text = config["vision_config"], config["text_config"]
+  if not vision.get("vision_use_head", True):
+    raise errors.InvalidInput("the vision tower has no attention-pooling head "
+                              "(vision_use_head: false): SiglipModel embeds no image without "
+                              "one, so neither does vit_jax")
   for part, cfg in (("vision", vision), ("text", text)):
     act = cfg.get("hidden_act", "gelu_pytorch_tanh")
     if act not in ("gelu_pytorch_tanh", "gelu_new") or cfg.get("layer_norm_eps", 1e-6) != 1e-6:
@@ -171,8 +175,7 @@ def model_from_config(config: Dict[str, Any]) -> two_tower.TwoTower:
   image = vit.VisionTransformer(
       num_classes=0, patch_size=vision["patch_size"], hidden_size=vision["hidden_size"],
       mlp_dim=vision["intermediate_size"], num_heads=vision["num_attention_heads"],
-      num_layers=vision["num_hidden_layers"],
-      classifier="map" if vision.get("vision_use_head", True) else "gap")
+      num_layers=vision["num_hidden_layers"], classifier="map")
   txt = text_tower.TextTransformer(
       num_classes=text.get("projection_size") or text["hidden_size"], width=text["hidden_size"],
       depth=text["num_hidden_layers"], mlp_dim=text["intermediate_size"],
