@@ -52,6 +52,10 @@ CORE_REQUIRES = [
     # Released checkpoints come from their Hugging Face Hub mirrors (the bucket refuses
     # anonymous downloads since 2026-02): its cache, HF_ENDPOINT, HF_HUB_OFFLINE, HF_TOKEN.
     "huggingface_hub>=2.0,<3",
+    # Two-tower models' tokenizers without TensorFlow (vit_jax.data.text_tokens): BERT WordPiece
+    # and tokenizer.json through `tokenizers`, LiT's / SigLIP's sentencepiece models.
+    "tokenizers>=0.22,<0.24",
+    "sentencepiece>=0.2,<0.3",
 ]
 INSTALL_REQUIRES = CORE_REQUIRES + TENSORFLOW_REQUIRES
 # Checks against the libraries themselves (tests/checkpoints/test_interop.py skips without

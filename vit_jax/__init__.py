@@ -6,6 +6,9 @@ Public API:
            allow_nonfinite=False, strict_image_size=False, patch_size=None) -> (module, params)
   save_npz(params, path, *, class_names=None, allow_nonfinite=False)
   read_class_names(path) -> list of the class names saved with an .npz, or None
+  load_two_tower(path, *, bert_heads=None) -> (TwoTower, params, TwoTowerInfo): a LiT /
+           big_vision SigLIP .npz or a Hugging Face SigLIP / SigLIP 2 folder (docs/two_towers.md)
+  save_two_tower(params, path): TwoTower params as an .npz in big_vision's layout
 Errors a user can fix are ValueErrors with one-line messages: CheckpointError (the file)
 and ImageSizeError (an image size the model cannot run at).
 """
@@ -26,5 +29,8 @@ from vit_jax.models.zoo import create_model  # pylint: disable=wrong-import-posi
 from vit_jax.checkpoints.npz import (  # pylint: disable=wrong-import-position
     CheckpointError, ImageSizeError, load_npz, read_class_names, save_npz)
 
-__all__ = ["CheckpointError", "ImageSizeError", "create_model", "load_npz", "read_class_names",
-           "save_npz"]
+from vit_jax.checkpoints.two_tower_load import (  # pylint: disable=wrong-import-position
+    load_two_tower, save_two_tower)
+
+__all__ = ["CheckpointError", "ImageSizeError", "create_model", "load_npz", "load_two_tower",
+           "read_class_names", "save_npz", "save_two_tower"]

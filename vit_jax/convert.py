@@ -5,7 +5,9 @@ Converts a checkpoint between our released .npz layout, timm and Hugging Face tr
 (see vit_jax.checkpoints.format_conversion): SRC is anything load_npz reads (a released, big_vision
 or params.npz file, a timm / HF .safetensors, .pth or .bin file, or a model folder), a
 released name (ViT-B_16, FAMILY/NAME) or a Hub ViT (hf-hub:ORG/NAME), fetched into
-checkpoints/ first (see vit_jax.checkpoints.hub); the
+checkpoints/ first (see vit_jax.checkpoints.hub), or a two-tower model (a LiT / SigLIP .npz,
+an HF SigLIP / SigLIP 2 folder or a released two-tower name: to npz in big_vision's layout,
+or to hf, a SiglipModel folder; vit_jax.checkpoints.two_tower_convert); the
 target follows DST's name (.npz: npz, .safetensors: timm) unless --to says it. Prints what
 it read and wrote and the call that loads the result. DST must be new (or an earlier
 conversion's output): anything else is refused unless --overwrite.
@@ -14,7 +16,7 @@ conversion's output): anything else is refused unless --overwrite.
 from absl import flags
 
 from vit_jax.base import cli, no_clobber
-from vit_jax.checkpoints import format_conversion, hub
+from vit_jax.checkpoints import format_conversion, hub, two_tower_convert, two_tower_names
 
 FLAGS = flags.FLAGS
 
@@ -24,7 +26,15 @@ def main(argv, flag_values=FLAGS):
   if len(argv) != 3:
     raise cli.UsageError("pass SRC and DST, e.g. python -m vit_jax.convert params.npz "
                          "out/ --to=hf")
-  lines = format_conversion.convert(hub.resolve(argv[1]), argv[2], to=flag_values.to,
+  if argv[1] in two_tower_names.NAMES:
+    argv[1] = two_tower_names.fetch(argv[1])
+  src = hub.resolve(argv[1])
+  if two_tower_convert.is_source(src):  # LiT / SigLIP: .npz (big_vision's layout) or hf
+    to = flag_values.to or ("npz" if argv[2].endswith(".npz") else "hf")
+    print("\n".join(two_tower_convert.convert_two_tower(src, argv[2], to=to,
+                                                        overwrite=flag_values.overwrite)))
+    return
+  lines = format_conversion.convert(src, argv[2], to=flag_values.to,
                           model_name=flag_values.model, pre_logits=flag_values.pre_logits,
                           image_size=flag_values.image_size, patch_size=flag_values.patch_size,
                           overwrite=flag_values.overwrite)

@@ -1,7 +1,8 @@
 """Fetches one checkpoint: python -m vit_jax.download NAME_OR_URL [--dir=checkpoints] [--force]
                    python -m vit_jax.download --list [FAMILY]
 
-NAME_OR_URL is a released name (`imagenet21k/ViT-B_16`, `augreg/B_16-i21k-300ep-...`, a
+NAME_OR_URL is a released name (`imagenet21k/ViT-B_16`, a two-tower model such as
+`LiT-B16B_2` or `SigLIP2-B_16-224`: `--list two-tower` shows them, `augreg/B_16-i21k-300ep-...`, a
 bare model name such as `ViT-B_16`, a gs://vit_models URL), any Hugging Face Hub ViT
 (`hf-hub:google/vit-base-patch16-224`) or another URL. Released files come from their
 Hugging Face Hub mirror (the bucket refuses anonymous downloads since February 2026; the
@@ -17,7 +18,7 @@ import sys
 from absl import flags
 
 from vit_jax.base import cli
-from vit_jax.checkpoints import hub, released
+from vit_jax.checkpoints import hub, released, two_tower_names
 from vit_jax.checkpoints.transfer import DownloadError, fetch  # noqa: F401  (API)
 
 
@@ -26,6 +27,8 @@ def download(name_or_url: str, directory: str = released.LOCAL_DIR, *, force: bo
   """Fetches a checkpoint into DIRECTORY (see the module docstring) unless it is there;
   returns its path. Raises InvalidInput for a name that is none, OSError for a failed fetch."""
   text = str(name_or_url)
+  if text in two_tower_names.NAMES:  # LiT / SigLIP: a Hub folder, or LiT's bucket files
+    return two_tower_names.fetch(text, directory, force=force, verbose=verbose)
   if text.startswith(hub.HUB_PREFIX):
     url, dest = text, hub.hub_local_path(hub.parse_hub_name(text), directory)
   else:
@@ -49,7 +52,9 @@ def main(argv):
   if flags.FLAGS.list:
     if len(argv) > 2:
       raise cli.UsageError("--list takes at most one FAMILY, e.g. --list augreg")
-    print("\n".join(hub.listing(argv[1] if len(argv) == 2 else None)))
+    family = argv[1] if len(argv) == 2 else None
+    lines = two_tower_names.listing() if family == two_tower_names.FOLDER else hub.listing(family)
+    print("\n".join(lines + (two_tower_names.listing() if family is None else [])))
     return
   if len(argv) != 2:
     raise cli.UsageError("give one NAME_OR_URL, e.g. imagenet21k/ViT-B_16 (--list shows the "

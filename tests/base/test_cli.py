@@ -45,11 +45,16 @@ COMMANDS = {
                           "--steps: Timed steps", "--mesh: Device mesh",
                           "--image-size: Alias for --image_size",
                           "models (--model): ViT-Ti_16, ViT-S_16"],
+    "vit_jax.zeroshot": ["--checkpoint: A released name (LiT-B16B_2", "--classes: Class names",
+                         "--templates: Prompts with {}", "--captions: Image <-> text retrieval"],
 }
 # Usage mistakes -> the one line each prints: no image given; a flag that --config replaces.
 USAGE_MISTAKES = {
     ("vit_jax.predict", "--checkpoint=ViT-B_16"):
         "error: give one or more images (--help shows the usage)",
+    ("vit_jax.zeroshot", "--checkpoint=x.npz", "--classes=cat"):
+        "error: give IMAGE files, or --folder=DIR, or --captions=FILE (one of them) (--help "
+        "shows the usage)",
     ("vit_jax.benchmark", "--config=configs/demo.py", "--batch=8"):
         "error: --batch cannot go with --config, which sets the model, batch, size, dtype, mesh "
         "and fast paths: override them with --config.KEY=VALUE (--help shows the usage)",
@@ -62,7 +67,7 @@ OTHER_HELP_FLAGS = ["-?", "--helpshort", "--helpfull", "--helpxml"]
 # on this: see tests/command_runner.py).
 WITHOUT_TENSORFLOW = ("vit_jax.main", "vit_jax.download", "vit_jax.convert", "vit_jax.export",
                       "vit_jax.predict", "vit_jax.visualize", "vit_jax.lora", "vit_jax.plan",
-                      "vit_jax.make_arrayrecord")
+                      "vit_jax.make_arrayrecord", "vit_jax.zeroshot")
 
 
 @pytest.fixture(scope="module")

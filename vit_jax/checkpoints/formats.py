@@ -183,6 +183,13 @@ def _locate(path: str) -> Tuple[str, Dict[str, Any]]:
   return path, config if _is_model_config(config) else {}
 
 
+def read_folder(path: str) -> Tuple[Flat, Dict[str, Any]]:
+  """(state dict as float32 numpy arrays, config.json) of a Hugging Face model folder (or a
+  weights file with a config.json beside it), whatever model it holds."""
+  weights, config = _locate(path)
+  return _read_weights(weights)[0], config
+
+
 def _timm_to_released(state: Flat, config: Dict[str, Any], notes: bool) -> Flat:
   args = {**{k: config[k] for k in ("global_pool",) if k in config},
           **config.get("model_args", {})}

@@ -195,6 +195,13 @@ def _download(repo: str, filename: str, *, force: bool, verbose: bool) -> Dict[s
           "revision": os.path.basename(os.path.dirname(path))}
 
 
+def download_file(repo: str, filename: str, *, force: bool = False,
+                  verbose: bool = True) -> Dict[str, Any]:
+  """One file of a Hub repository (any model, e.g. a two-tower folder's), checked as
+  _download checks it: {path, sha256, bytes, revision}; MissingFile if it has none."""
+  return _download(repo, filename, force=force, verbose=verbose)
+
+
 def _check_architecture(config: Dict[str, Any], repo: str, original: bool) -> None:
   """Refuses what vit_jax cannot compute exactly; warns (not for the bucket's own weights,
   trained with the tanh GELU vit_jax computes) about the activation of other timm/HF ViTs."""

@@ -169,6 +169,7 @@ class Checkpoint:
   architecture: zoo.Architecture
   num_classes: Optional[int]  # None: no head
   representation_size: Optional[int]  # None: no pre_logits layer
+  two_tower: bool = False  # the image tower of a LiT / SigLIP file (its text tower unread)
 
   def image_size(self, module: vit.VisionTransformer) -> Tuple[int, int]:
     """The (height, width) the file's position embedding was made for (square grids)."""
@@ -221,7 +222,8 @@ def read_checkpoint(path: str, *, model_name: Optional[str] = None) -> Checkpoin
     architecture = dataclasses.replace(zoo.get_architecture(model_name),
                                        classifier=architecture.classifier,
                                        posemb=architecture.posemb)
-  return Checkpoint(flat, architecture, file_classes, file_representation)
+  two_tower = any(key.startswith(("txt/", "params/txt/")) for key in arrays)
+  return Checkpoint(flat, architecture, file_classes, file_representation, two_tower)
 
 
 KERNEL_KEY = "embedding/kernel"
@@ -317,6 +319,11 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
   file_classes, file_representation = checkpoint.num_classes, checkpoint.representation_size
 
   keep_head = num_classes is None or num_classes == file_classes
+  if checkpoint.two_tower and num_classes is None:  # its head (if any) is no classifier
+    raise CheckpointError(
+        f"{path} is a two-tower (LiT / SigLIP) model: classify with python -m vit_jax.zeroshot "
+        f"--checkpoint={path} --classes=..., load it with vit_jax.load_two_tower, or read its "
+        "image tower's features with num_classes=0")
   if file_classes is None and num_classes is None:
     raise CheckpointError(f"{path} has no head: pass num_classes to add a new one")
   if pre_logits and file_representation is None:

@@ -40,7 +40,7 @@ _LINEN_TO_RELEASED = {
     "LayerNorm_1": "LayerNorm_2",
     "MlpBlock_0": "MlpBlock_3",
 }
-_PREFIXES = ("opt/target/", "params/img/", "params/")
+_PREFIXES = ("opt/target/", "params/img/", "params/", "img/")
 MAP_HEAD = "MAPHead_0"
 _INLINED_MAP_HEAD = ("probe", "MlpBlock_0", "MultiHeadDotProductAttention_0", "LayerNorm_0")
 _WEIGHT_KINDS = "fiu"  # float, int, unsigned: numbers that float32 holds
@@ -92,6 +92,16 @@ def _renumber_linen_blocks(flat: Flat) -> Flat:
       key = f"{block}/{_LINEN_TO_RELEASED.get(child, child)}{rest}"
     out[key] = value
   return out
+
+
+def released_blocks(flat: Flat) -> Flat:
+  """`Transformer/` blocks in the released per-block layout and numbering, whether stacked
+  (scan) or Linen-numbered (big_vision): the encoder part of to_released_layout, which the
+  text towers of two-tower files share (vit_jax.checkpoints.two_tower_layout)."""
+  return _renumber_linen_blocks(_unstack_blocks(flat))
+
+
+LINEN_TO_RELEASED = _LINEN_TO_RELEASED
 
 
 def _move_big_vision_posemb(flat: Flat) -> Flat:

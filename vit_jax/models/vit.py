@@ -154,7 +154,9 @@ def position_embedding(x, kind: str, grid: Tuple[int, int], has_cls: bool,
                        stored_grid: Optional[Tuple[int, int]] = None):
   """x + the position embedding: the learned `posembed_input` table (its class-token row
   included; see AddPositionEmbs), or the fixed sincos2d table (the class token, if any,
-  gets none)."""
+  gets none); 'none' adds nothing (text towers add their own table before the encoder)."""
+  if kind == "none":
+    return x
   if kind == "learn":
     return AddPositionEmbs(stored_grid, name="posembed_input")(x, grid, has_cls)
   return x + jnp.asarray(posemb_lib.sincos_2d_with_cls(grid, x.shape[-1], has_cls), x.dtype)

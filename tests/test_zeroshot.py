@@ -1,0 +1,187 @@
+"""python -m vit_jax.zeroshot end to end on random-weight models saved to disk: a LiT model
+with a BERT vocabulary beside it (softmax) and a SigLIP one with a sentencepiece model
+(sigmoid), on scikit-learn's sample photos; --json records; one-line mistakes."""
+
+import json
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from absl import app, flags
+from PIL import Image
+
+import two_tower_helpers
+from vit_jax import zeroshot
+from vit_jax.checkpoints import two_tower_load
+from vit_jax.data import text_tokens
+from vit_jax.data.grain_stack import np_preprocess
+from vit_jax.models import text_tower, two_tower, two_tower_eval, vit
+
+CLASSES = ["china", "flower", "cat"]
+
+
+@pytest.fixture(name="photos", scope="module")
+def fixture_photos(tmp_path_factory):
+  datasets = pytest.importorskip("sklearn.datasets")
+  folder = tmp_path_factory.mktemp("photos")
+  paths = []
+  for name, pixels in zip(("china", "flower"), datasets.load_sample_images().images):
+    paths.append(str(folder / f"{name}.jpg"))
+    Image.fromarray(pixels).save(paths[-1])
+  return paths
+
+
+@pytest.fixture(name="lit", scope="module")
+def fixture_lit(tmp_path_factory):
+  folder = tmp_path_factory.mktemp("lit")
+  img = vit.VisionTransformer(num_classes=0, patch_size=8, hidden_size=16, mlp_dim=32,
+                              num_heads=2, num_layers=1)
+  # One head: what a BERT of width 16 is read as (2-D kernels do not show the head count).
+  txt = text_tower.BertTextEncoder(16, 16, 1, 32, 1, vocab_size=12, max_length=16)
+  model = two_tower.TwoTower(img, txt)
+  params = two_tower_helpers.random_params(model, 16)
+  two_tower_load.save_two_tower(params, str(folder / "LiT-tiny.npz"))
+  (folder / "LiT-tiny.txt").write_text("\n".join(
+      ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "photo", "of"] + CLASSES) + "\n")
+  return str(folder / "LiT-tiny.npz"), model, params
+
+
+def _embed(model, params, files):
+  images = np.stack([np_preprocess.eval_resize(np.asarray(Image.open(p).convert("RGB")), 32)
+                     for p in files])
+  return jax.jit(lambda p, x: model.apply(p, x, method=model.embed_images))(params, images)
+
+
+@pytest.fixture(name="run")
+def fixture_run(monkeypatch, capsys):
+  def run(*argv):
+    values = flags.FlagValues()
+    zeroshot.define_flags(values)
+    monkeypatch.setattr(zeroshot, "FLAGS", values)
+    try:
+      zeroshot.main(values(["zeroshot", *argv]), values)
+      code = 0
+    except SystemExit as e:
+      code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+  return run
+
+
+def test_lit_softmax_json_matches_the_model(run, lit, photos, tmp_path):
+  path, model, params = lit
+  out_json = str(tmp_path / "scores.json")
+  code, out, err = run(f"--checkpoint={path}", "--classes=" + ",".join(CLASSES),
+                       "--templates=a photo of {}|{}", f"--json={out_json}", *photos)
+  assert code == 0, err
+  assert "softmax" in out
+  records = json.loads((tmp_path / "scores.json").read_text(encoding="utf-8"))
+  assert [r["path"] for r in records] == photos
+  scores = np.array([r["scores"] for r in records])
+  np.testing.assert_allclose(scores.sum(1), 1, rtol=1e-5)
+  assert records[0]["top_k"][0]["score"] == max(records[0]["scores"])
+  # The same numbers by hand: tokens, template-mean class embeddings, images at 32 px.
+  tokens = text_tokens.BertTokenizer(path[:-4] + ".txt", 16)(
+      [t.format(c) for c in CLASSES for t in ("a photo of {}", "{}")])
+  ztxt = two_tower_eval.embed_texts(model, params["params"], tokens).reshape(3, 2, -1).mean(1)
+  images = np.stack([np_preprocess.eval_resize(np.asarray(Image.open(p)), 32) for p in photos])
+  zimg = jax.jit(lambda p, x: model.apply(p, x, method=model.embed_images))(params, images)
+  logits = model.apply(params, zimg, two_tower.normalize(ztxt), method=model.logits)
+  np.testing.assert_allclose(scores, two_tower.scores(logits, "lit"), rtol=1e-4, atol=1e-6)
+
+
+def test_siglip_sigmoid_with_sentencepiece(run, photos, tmp_path):
+  sentencepiece = pytest.importorskip("sentencepiece")
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("\n".join(["a photo of a cat", "a flower", "china"] * 30))
+  sentencepiece.SentencePieceTrainer.Train(input=str(corpus), model_prefix=str(tmp_path / "s"),
+                                           vocab_size=18, pad_id=0, eos_id=1, unk_id=2,
+                                           bos_id=-1, minloglevel=2)
+  img = vit.VisionTransformer(num_classes=0, patch_size=8, hidden_size=16, mlp_dim=32,
+                              num_heads=2, num_layers=1, classifier="map")
+  txt = text_tower.TextTransformer(16, 16, 1, 32, 2, vocab_size=18, max_len=8)
+  model = two_tower.TwoTower(img, txt, bias_init=-10.0, temperature_init=10.0)
+  two_tower_load.save_two_tower(two_tower_helpers.random_params(model, 8),
+                                str(tmp_path / "siglip.npz"))
+  (tmp_path / "classes.txt").write_text("\n".join(CLASSES) + "\n")
+  code, out, err = run(f"--checkpoint={tmp_path / 'siglip.npz'}",
+                       f"--classes=@{tmp_path / 'classes.txt'}",
+                       f"--tokenizer={tmp_path / 's.model'}", "--json=-", *photos)
+  assert code == 0, err
+  records = json.loads(out)
+  assert "sigmoid" in err and len(records[0]["scores"]) == 3
+  assert all(0 < s < 1 for r in records for s in r["scores"])
+
+
+def test_mistakes_are_one_line(run, lit, photos):
+  path = lit[0]
+  with pytest.raises(app.UsageError, match="empty class name"):
+    run(f"--checkpoint={path}", "--classes=cat,,dog", *photos)
+  with pytest.raises(app.UsageError, match="exactly one"):
+    run(f"--checkpoint={path}", "--classes=cat", "--templates=a photo", *photos)
+  code, _, err = run(f"--checkpoint={path}", "--classes=cat", "missing.png")
+  assert code == 1 and "missing.png" in err and len(err.strip().splitlines()) == 1
+
+
+def test_folder_accuracy_and_caption_retrieval(run, lit, photos, tmp_path):
+  path, model, params = lit
+  for name, photo in zip(("china", "flower"), photos):
+    (tmp_path / "folder" / name).mkdir(parents=True)
+    Image.open(photo).save(tmp_path / "folder" / name / "a.png")
+    Image.open(photo).transpose(Image.FLIP_LEFT_RIGHT).save(tmp_path / "folder" / name / "b.png")
+  code, out, err = run(f"--checkpoint={path}", f"--folder={tmp_path / 'folder'}",
+                       "--templates=class_name_only", f"--json={tmp_path / 'top1.json'}")
+  assert code == 0, err
+  metrics = json.loads((tmp_path / "top1.json").read_text(encoding="utf-8"))
+  assert metrics["images"] == 4 and metrics["classes"] == ["china", "flower"]
+  assert "wrote the zero-shot accuracy" in out
+  files = [str(tmp_path / "folder" / c / f) for c in ("china", "flower") for f in ("a.png", "b.png")]
+  tokenize = text_tokens.BertTokenizer(path[:-4] + ".txt", 16)
+  zcls = two_tower_eval.class_embeddings(model, params["params"], tokenize, ["china", "flower"],
+                                         ["{}"])
+  zimg = _embed(model, params, files)
+  logits = model.apply(params, zimg, zcls, method=model.logits)
+  assert metrics["top1"] == two_tower_eval.top1(np.asarray(logits), [0, 0, 1, 1])
+  captions = tmp_path / "captions.tsv"
+  captions.write_text(f"{photos[0]}\ta photo of china\n{photos[0]}\tchina\n"
+                      f"{photos[1]}\ta photo of a flower\n")
+  code, out, err = run(f"--checkpoint={path}", f"--captions={captions}", "--json=-")
+  assert code == 0, err
+  recall = json.loads(out)
+  ztxt = two_tower_eval.embed_texts(model, params["params"], tokenize(
+      ["a photo of china", "china", "a photo of a flower"]))
+  assert recall == two_tower_eval.recall_at_k(_embed(model, params, photos), ztxt, [0, 0, 1])
+
+
+def test_images_folder_and_captions_exclude_each_other(run, lit, photos, tmp_path):
+  with pytest.raises(app.UsageError, match="one of them"):
+    run(f"--checkpoint={lit[0]}", f"--folder={tmp_path}", *photos)
+  with pytest.raises(app.UsageError, match="--classes"):
+    run(f"--checkpoint={lit[0]}", *photos)
+
+
+def test_prompt_sets_and_big_vision_canonical_text():
+  assert len(zeroshot.parse_templates("clip_paper")) > 50
+  assert zeroshot.parse_templates("clip_best")[-1] == "{}"
+  assert zeroshot.parse_templates("a {}.|the {}") == ["a {}.", "the {}"]
+  names, templates = zeroshot.prompt_texts(["Golden_Retriever", "Yorkshire-Terrier, dog"],
+                                           ["A photo of the {}."], canonicalize=True)
+  assert names == ["golden retriever", "yorkshireterrier, dog"]
+  assert templates == ["a photo of the {}"]
+  assert zeroshot.prompt_texts(["A_b"], ["{}!"], canonicalize=False) == (["A_b"], ["{}!"])
+
+
+@pytest.mark.long  # a real process: start first (conftest)
+def test_runs_without_tensorflow(lit, photos, tmp_path):
+  from conftest import REPO  # pylint: disable=import-outside-toplevel
+  from helpers import subprocess_env  # pylint: disable=import-outside-toplevel
+  done = subprocess.run(
+      [sys.executable, str(REPO / "tests" / "without_tensorflow.py"), "vit_jax.zeroshot",
+       f"--checkpoint={lit[0]}", "--classes=china,flower", "--templates=clip_best",
+       f"--json={tmp_path / 'out.json'}", *photos],
+      env=subprocess_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert done.stdout.strip().endswith("tensorflow imported: False")
+  assert len(json.loads((tmp_path / "out.json").read_text())) == 2

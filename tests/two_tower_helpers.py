@@ -1,0 +1,55 @@
+"""Tiny two-tower models for the tests, and random parameters without running their init
+(eagerly each op of a new model compiles; jitted, the random init compiles per array: both
+cost seconds): N(0, 1/fan_in) kernels, scales 1 + N(0, 0.1), everything else N(0, 0.1), so
+that a wrongly mapped array changes the outputs."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import traverse_util
+
+from vit_jax.models import text_tower, two_tower, vit
+
+IMAGE_SIZE = 32
+
+
+def tiny_siglip(vocab_size=50, max_len=8, width=16):
+  img = vit.VisionTransformer(num_classes=0, patch_size=8, hidden_size=width, mlp_dim=32,
+                              num_heads=2, num_layers=2, classifier="map")
+  txt = text_tower.TextTransformer(width, width, 2, 24, 4, vocab_size=vocab_size,
+                                   max_len=max_len)
+  return two_tower.TwoTower(img, txt, bias_init=-10.0, temperature_init=10.0)
+
+
+def tiny_lit_bert(vocab_size=50, heads=2):
+  img = vit.VisionTransformer(num_classes=12, patch_size=8, hidden_size=16, mlp_dim=32,
+                              num_heads=2, num_layers=1)
+  txt = text_tower.BertTextEncoder(12, 16, 2, 32, heads, vocab_size=vocab_size, max_length=20)
+  return two_tower.TwoTower(img, txt, image_head=True)
+
+
+def random_params(model, text_length, seed=0):
+  """{'params': ...} for `model` (see the module docstring)."""
+  shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0),
+                          jnp.zeros((1, IMAGE_SIZE, IMAGE_SIZE, 3)),
+                          jnp.ones((1, text_length), jnp.int32))["params"]
+  rng = np.random.default_rng(seed)
+  flat = {}
+  for key, shape in traverse_util.flatten_dict(shapes, sep="/").items():
+    value = rng.standard_normal(shape.shape, np.float32)
+    if key.endswith("kernel"):
+      value *= np.float32(1 / np.sqrt(np.prod(shape.shape[:-1]) if len(shape.shape) == 2
+                                      else shape.shape[0]))
+    elif key.endswith("scale"):
+      value = 1 + np.float32(0.1) * value
+    elif key in ("t",):
+      value = np.full(shape.shape, np.log(10.0), np.float32)
+    else:
+      value = np.float32(0.1) * value
+    flat[key] = value
+  return {"params": traverse_util.unflatten_dict(flat, sep="/")}
+
+
+def logits(model, params, images, tokens):
+  """The model's [images, texts] logits, jitted (one compile instead of one per op)."""
+  return np.asarray(jax.jit(lambda p, x, t: model.apply(p, x, t)[2])(params, images, tokens))

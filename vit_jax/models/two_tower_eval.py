@@ -1,0 +1,59 @@
+"""What two-tower models are measured by: zero-shot class embeddings (prompt templates
+averaged), top-1 accuracy, and image <-> text retrieval recall@k.
+
+Class embeddings are computed once per run (big_vision's and CLIP's recipe: each class's
+prompts embedded, averaged, normalised again). Retrieval ranks by cosine similarity: an
+image's query succeeds at k when any of its captions is among the k nearest texts; a
+caption's when its image is among the k nearest images.
+"""
+
+from typing import Callable, Dict, Sequence
+
+import jax
+import numpy as np
+
+from vit_jax.models import two_tower
+
+TEXT_BATCH = 64
+
+
+def embed_texts(model: two_tower.TwoTower, params, tokens: np.ndarray) -> np.ndarray:
+  """Normalised text embeddings [N, D] of token rows, in batches of one compiled shape."""
+  fn = jax.jit(lambda p, x: model.apply({"params": p}, x, method=model.embed_texts))
+  out = []
+  for start in range(0, len(tokens), TEXT_BATCH):
+    chunk = tokens[start:start + TEXT_BATCH]
+    padded = np.concatenate([chunk, np.repeat(chunk[-1:], TEXT_BATCH - len(chunk), axis=0)])
+    out.append(np.asarray(fn(params, padded))[:len(chunk)])
+  return np.concatenate(out)
+
+
+def class_embeddings(model: two_tower.TwoTower, params, tokenize: Callable,
+                     names: Sequence[str], templates: Sequence[str]) -> np.ndarray:
+  """[classes, D]: per class, its templates filled with its name, embedded, averaged and
+  normalised."""
+  texts = [t.format(n) for n in names for t in templates]
+  z = embed_texts(model, params, tokenize(texts)).reshape(len(names), len(templates), -1)
+  return np.asarray(two_tower.normalize(z.mean(axis=1)))
+
+
+def top1(scores: np.ndarray, labels: Sequence[int]) -> float:
+  """Fraction of rows whose highest score is their label."""
+  return float(np.mean(np.argmax(scores, axis=1) == np.asarray(labels)))
+
+
+def recall_at_k(zimg: np.ndarray, ztxt: np.ndarray, image_of_text: Sequence[int],
+                ks: Sequence[int] = (1, 5, 10)) -> Dict[str, float]:
+  """{'image_to_text/recall@k', 'text_to_image/recall@k'} for normalised embeddings;
+  image_of_text[j]: the image caption j describes."""
+  image_of_text = np.asarray(image_of_text)
+  similarity = np.asarray(zimg) @ np.asarray(ztxt).T  # [images, texts]
+  text_rank = np.argsort(-similarity, axis=1, kind="stable")  # texts per image
+  image_rank = np.argsort(-similarity.T, axis=1, kind="stable")  # images per text
+  out = {}
+  for k in ks:
+    hits_i2t = [np.any(image_of_text[text_rank[i, :k]] == i) for i in range(len(zimg))]
+    hits_t2i = [image_of_text[j] in image_rank[j, :k] for j in range(len(ztxt))]
+    out[f"image_to_text/recall@{k}"] = float(np.mean(hits_i2t))
+    out[f"text_to_image/recall@{k}"] = float(np.mean(hits_t2i))
+  return out

@@ -1,0 +1,249 @@
+"""Zero-shot classification with a two-tower model (LiT, SigLIP, SigLIP 2):
+
+  python -m vit_jax.zeroshot --checkpoint=NAME|PATH --classes=cat,dog|@FILE \
+      [--templates='a photo of a {}.|{}'] [--tokenizer=PATH] IMAGE... [--json=PATH|-]
+
+  python -m vit_jax.zeroshot --checkpoint=... --folder=DIR        # top-1 on DIR/CLASS/IMAGE
+  python -m vit_jax.zeroshot --checkpoint=... --captions=FILE     # retrieval recall@1/5/10
+
+PATH is a released name (fetched first: vit_jax.checkpoints.two_tower_names), a LiT /
+big_vision SigLIP .npz or a Hugging Face SigLIP / SigLIP 2 folder (load_two_tower). Each class is embedded once per run: every template filled with
+its name, the text embeddings averaged and normalised. Images are squashed to the model's
+resolution (bilinear, [-1, 1]) and embedded in batches. Scores are read the way each family
+is meant to be read: LiT a softmax over the classes, SigLIP a sigmoid per class.
+"""
+
+import json
+import os
+import sys
+from typing import List, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tqdm
+from absl import flags
+
+from vit_jax.base import cli, errors, no_clobber, storage
+from vit_jax.checkpoints import two_tower_load, two_tower_names
+from vit_jax.data import image_files, prompt_templates, text_tokens
+from vit_jax.models import two_tower, two_tower_eval
+
+FLAGS = flags.FLAGS
+DEFAULT_IMAGE_SIZE = 224
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
+
+
+def parse_names(value: str) -> List[str]:
+  """'cat,dog' or '@FILE' (one name a line) -> names; empty ones refused."""
+  if value.startswith("@"):
+    names = [line.strip() for line in storage.read_text(value[1:]).splitlines()]
+    names = [n for n in names if n]
+  else:
+    names = [n.strip() for n in value.split(",")]
+  if not names or not all(names):
+    raise cli.UsageError(f"--classes={value!r} has an empty class name: give names separated "
+                         "by commas, or @FILE with one name a line")
+  return names
+
+
+def parse_templates(value: str) -> List[str]:
+  """A named set (clip_paper, clip_best, class_name_only), 'a photo of a {}.|{}' or '@FILE'
+  -> templates, each with exactly one '{}'."""
+  if value in prompt_templates.SETS:
+    return list(prompt_templates.SETS[value])
+  templates = (storage.read_text(value[1:]).splitlines() if value.startswith("@")
+               else value.split("|"))
+  templates = [t.strip() for t in templates if t.strip()]
+  bad = [t for t in templates if t.count("{}") != 1]
+  if not templates or bad:
+    raise cli.UsageError(f"--templates: each prompt needs exactly one {{}} for the class name "
+                         f"(got {bad[0] if bad else value!r}); separate prompts with |, or name "
+                         f"a set: {', '.join(prompt_templates.SETS)}")
+  return templates
+
+
+def prompt_texts(names: Sequence[str], templates: Sequence[str], canonicalize: bool):
+  """(class names, templates) as the text tower sees them: big_vision's canonical form
+  (lower case, punctuation dropped) unless canonicalize is off."""
+  if not canonicalize:
+    return list(names), list(templates)
+  return ([prompt_templates.canonicalize_text(n, ",") for n in names],
+          [prompt_templates.canonicalize_text(t, "{}") for t in templates])
+
+
+def embed_image_files(model, params, paths: Sequence[str], image_size: int,
+                      batch_size: int) -> np.ndarray:
+  """Normalised image embeddings [images, D]: squashed to image_size, in batches of one
+  compiled shape, with a progress bar when there is more than one batch."""
+  embed = jax.jit(lambda p, x: model.apply({"params": p}, x, method=model.embed_images))
+  rows = []
+  for start in tqdm.tqdm(range(0, len(paths), batch_size), desc="images", unit="batch",
+                         disable=len(paths) <= batch_size, file=sys.stderr):
+    chunk = paths[start:start + batch_size]
+    images = np.stack([image_files.load_image(p, image_size) for p in chunk])  # names a bad one
+    padded = np.concatenate([images, np.repeat(images[-1:], batch_size - len(chunk), axis=0)])
+    rows.append(np.asarray(embed(params, padded))[:len(chunk)])
+  return np.concatenate(rows)
+
+
+def read_scores(model, params, family: str, zimg, zcls) -> np.ndarray:
+  """[images, classes] as the family reads them (LiT softmax, SigLIP sigmoid)."""
+  logits = model.apply({"params": params}, jnp.asarray(zimg), jnp.asarray(zcls),
+                       method=model.logits)
+  return np.asarray(two_tower.scores(logits, family))
+
+
+def records(paths, names, scores, top_k: int):
+  """predict's JSON records (path, top_k) plus `scores` in --classes order."""
+  out = []
+  for path, row in zip(paths, scores):
+    order = np.argsort(-row, kind="stable")[:top_k]
+    out.append({"path": path,
+                "top_k": [{"class": int(i), "name": names[i], "score": float(row[i])}
+                          for i in order],
+                "scores": [float(s) for s in row]})
+  return out
+
+
+def folder_images(root: str):
+  """(image paths, labels, class names) of root/<class>/<image>, classes sorted."""
+  if not os.path.isdir(root):
+    raise errors.InvalidInput(f"--folder={root} is no folder of class folders")
+  classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+  paths, labels = [], []
+  for label, name in enumerate(classes):
+    for file in sorted(os.listdir(os.path.join(root, name))):
+      if file.lower().endswith(IMAGE_SUFFIXES):
+        paths.append(os.path.join(root, name, file))
+        labels.append(label)
+  if not paths:
+    raise errors.InvalidInput(f"--folder={root} holds no images in class folders "
+                              f"(root/CLASS/IMAGE with {', '.join(IMAGE_SUFFIXES)})")
+  return paths, labels, classes
+
+
+def read_captions(path: str):
+  """(image paths, captions, image index of each caption) of 'IMAGE<TAB>CAPTION' lines;
+  relative image paths are taken from the captions file's folder."""
+  images, captions, owner = [], [], []
+  for number, line in enumerate(storage.read_text(path).splitlines(), 1):
+    if not line.strip():
+      continue
+    if "\t" not in line:
+      raise errors.InvalidInput(f"{path}:{number} is no 'IMAGE<TAB>CAPTION' line")
+    image, caption = line.split("\t", 1)
+    image = os.path.join(os.path.dirname(path), image)
+    if image not in images:
+      images.append(image)
+    captions.append(caption.strip())
+    owner.append(images.index(image))
+  if not captions:
+    raise errors.InvalidInput(f"{path} holds no 'IMAGE<TAB>CAPTION' lines")
+  return images, captions, owner
+
+
+def _report(flag_values, result, summary: str) -> None:
+  if flag_values.json:
+    no_clobber.write_text(flag_values.json,
+                          json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+    to_stdout = flag_values.json == no_clobber.STDOUT
+    print(f"wrote {summary} to {'standard output' if to_stdout else flag_values.json}",
+          file=sys.stderr if to_stdout else sys.stdout)
+
+
+@cli.command
+def main(argv, flag_values: flags.FlagValues = FLAGS):
+  paths = argv[1:]
+  if [bool(paths), bool(flag_values.folder), bool(flag_values.captions)].count(True) != 1:
+    raise cli.UsageError("give IMAGE files, or --folder=DIR, or --captions=FILE (one of them)")
+  if flag_values.json:  # before the slow load: an existing file is not clobbered
+    no_clobber.claim_output_file(flag_values.json, "zeroshot", flag_values.overwrite,
+                                 stdout_ok=True)
+  templates = parse_templates(flag_values.templates)
+  if paths and not flag_values.classes:
+    raise cli.UsageError("--classes=cat,dog,... (or @FILE) names the classes to score")
+  names = parse_names(flag_values.classes) if flag_values.classes else None
+  checkpoint = flag_values.checkpoint
+  if checkpoint in two_tower_names.NAMES and not os.path.exists(checkpoint):
+    checkpoint = two_tower_names.fetch(checkpoint)  # into checkpoints/ unless already there
+  model, params, info = two_tower_load.load_two_tower(checkpoint,
+                                                      bert_heads=flag_values.bert_heads)
+  tokenize = text_tokens.for_model(flag_values.tokenizer or info.tokenizer, family=info.family,
+                                   max_len=info.text_length, bert=info.text_tower == "bert")
+  image_size = flag_values.image_size or info.image_size or DEFAULT_IMAGE_SIZE
+  embed = lambda files: embed_image_files(model, params, files, image_size,
+                                          flag_values.batch_size)
+  if flag_values.captions:
+    images, captions, owner = read_captions(flag_values.captions)
+    if flag_values.canonicalize:
+      captions = [prompt_templates.canonicalize_text(c) for c in captions]
+    metrics = two_tower_eval.recall_at_k(
+        embed(images), two_tower_eval.embed_texts(model, params, tokenize(captions)), owner)
+    if not flag_values.json:
+      print(" ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+    return _report(flag_values, metrics, f"recall@k of {len(images)} images")
+  if flag_values.folder:
+    paths, labels, folder_classes = folder_images(flag_values.folder)
+    if names is not None and len(names) != len(folder_classes):
+      raise cli.UsageError(f"--classes has {len(names)} names for the folder's "
+                           f"{len(folder_classes)} classes ({', '.join(folder_classes[:5])}...)")
+    names = names or folder_classes
+  zcls = two_tower_eval.class_embeddings(
+      model, params, tokenize, *prompt_texts(names, templates, flag_values.canonicalize))
+  scores = read_scores(model, params, info.family, embed(paths), zcls)
+  reading = "softmax over the classes" if info.family == "lit" else "sigmoid per class"
+  if flag_values.folder:
+    metrics = {"top1": two_tower_eval.top1(scores, labels), "images": len(paths),
+               "classes": names}
+    if not flag_values.json:
+      print(f"zero-shot top-1 {metrics['top1']:.4f} on {len(paths)} images, {len(names)} "
+            "classes")
+    return _report(flag_values, metrics, "the zero-shot accuracy")
+  result = records(paths, names, scores, min(flag_values.top_k, len(names)))
+  if not flag_values.json:
+    print(f"zero-shot scores ({info.family}: {reading})")
+    for record in result:
+      print(f"{record['path']}: " + ", ".join(f"{c['name']} {c['score']:.3f}"
+                                              for c in record["top_k"]))
+  return _report(flag_values, result, f"{len(result)} zero-shot predictions ({reading})")
+
+
+def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+  define = dict(flag_values=flag_values)
+  flags.DEFINE_string("checkpoint", None, "A released name (LiT-B16B_2, SigLIP2-B_16-224, ...: "
+                      "python -m vit_jax.download --list two-tower; fetched into checkpoints/), "
+                      "a LiT / SigLIP .npz or a Hugging Face SigLIP / SigLIP 2 folder.", **define)
+  flags.DEFINE_integer("bert_heads", None, "Attention heads of a BERT text tower whose width "
+                       "is neither 768 nor 1024 (its arrays do not show it).", lower_bound=1,
+                       **define)
+  flags.DEFINE_string("classes", None, "Class names: cat,dog,... or @FILE (one a line); with "
+                      "--folder, display names for its class folders in sorted order.", **define)
+  flags.DEFINE_string("folder", None, "Zero-shot top-1 accuracy on DIR/CLASS/IMAGE files "
+                      "instead of scoring IMAGE arguments (class names: the folder names).",
+                      **define)
+  flags.DEFINE_string("captions", None, "Image <-> text retrieval recall@1/5/10 on a file of "
+                      "'IMAGE<TAB>CAPTION' lines (images relative to it; several captions per "
+                      "image allowed).", **define)
+  flags.DEFINE_string("templates", "clip_paper", "Prompts with {} for the class name, "
+                      "separated by | (or @FILE, one a line), or a named set: clip_paper (the "
+                      "CLIP paper's, big_vision's default), clip_best, class_name_only. Each "
+                      "class's embedding is the normalised mean over its prompts.", **define)
+  flags.DEFINE_boolean("canonicalize", True, "Lower-case class names, prompts and captions "
+                       "and drop their punctuation, as big_vision's evaluators do.", **define)
+  flags.DEFINE_string("tokenizer", None, "The model's vocabulary (NAME.txt: BERT WordPiece; "
+                      "NAME.model: sentencepiece; tokenizer.json); default: the file found "
+                      "beside the checkpoint.", **define)
+  flags.DEFINE_integer("image_size", None, "Resize images to this side; default: the "
+                       "checkpoint's own resolution.", lower_bound=1, **define)
+  flags.DEFINE_integer("batch_size", 32, "Images per forward pass.", lower_bound=1, **define)
+  flags.DEFINE_integer("top_k", 5, "Classes shown per image.", lower_bound=1, **define)
+  flags.DEFINE_string("json", None, "Write the results to this JSON file, or standard output "
+                      "for '-': one record per image (path, top_k [{class, name, score}], "
+                      "scores in --classes order).", **define)
+  flags.DEFINE_boolean("overwrite", False, no_clobber.OVERWRITE_HELP, **define)
+  flags.mark_flag_as_required("checkpoint", flag_values=flag_values)
+
+
+if __name__ == "__main__":
+  cli.run(main, define_flags)
