@@ -3,6 +3,8 @@ function (a float64 numpy transcription of the Mixer paper's equations and of th
 models_mixer.py's layer order, written independently of ours), timm's MlpMixer on the same
 weights, and the training options (scan, remat, stochastic depth, dropout, bf16)."""
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,7 +13,7 @@ from flax import traverse_util
 
 from conftest import random_params
 from torch_libraries import fixture_timm, fixture_torch  # noqa: F401  # pylint: disable=unused-import
-from vit_jax import create_model, errors
+from vit_jax import create_model, errors, sharding
 from vit_jax.models import mixer, zoo
 
 TINY_MIXER = dict(patch_size=4, hidden_dim=32, num_blocks=2, tokens_mlp_dim=8,
@@ -210,3 +212,27 @@ def test_timm_mlp_mixer_computes_our_logits(tiny, timm, torch):
     theirs = model(t(images.transpose(0, 3, 1, 2))).numpy()
   assert relative_error(theirs, logits) <= 1e-5
 
+
+
+def test_sharding_rules_split_both_mlps():
+  """Tensor parallelism splits the hidden units of both MLPs (Megatron-style, as the ViT's
+  MLP), per block or stacked by scan; fsdp shards what is left."""
+  spec = lambda name, shape, **axes: tuple(sharding.partition_spec(name, shape, axes))
+  for mlp in ("token_mixing", "channel_mixing"):
+    assert spec(f"params/MixerBlock_3/{mlp}/Dense_0/kernel", (196, 384), tensor=4) == (
+        None, "tensor")
+    assert spec(f"params/MixerBlock_3/{mlp}/Dense_0/bias", (384,), tensor=4) == ("tensor",)
+    assert spec(f"params/MixerBlock_3/{mlp}/Dense_1/kernel", (384, 196), tensor=4) == (
+        "tensor", None)
+    assert spec(f"params/MixerBlock/{mlp}/Dense_1/kernel", (12, 384, 196), tensor=4) == (
+        None, "tensor", None)
+  assert spec("params/MixerBlock/channel_mixing/Dense_0/kernel", (12, 768, 3072),
+              fsdp=8) == (None, None, "fsdp")
+  assert spec("params/stem/kernel", (16, 16, 3, 768), tensor=4) == (None,) * 4
+
+
+def test_tensor_parallel_must_split_both_widths():
+  mesh = types.SimpleNamespace(shape={"tensor": 3})
+  with pytest.raises(sharding.ShardingError, match=r"8 and 64: use config.mesh.tensor in \[1, 2, 4, 8\]"):
+    sharding.check_model_tensor_parallel(tiny_mixer(), mesh)
+  sharding.check_model_tensor_parallel(tiny_mixer(), types.SimpleNamespace(shape={"tensor": 4}))
