@@ -1,4 +1,5 @@
-"""The MLP-Mixer sizes (the Mixer paper's Table 1) by their released-style names.
+"""The MLP-Mixer sizes (the Mixer paper's Table 1, and the released S/8) by their
+released-style names.
 
 `Mixer-B_16` (the original's configs/models.py spelling) also answers to the paper's
 `Mixer-B/16` and to timm's `mixer_b16` / `mixer_b16_224`; vit_jax.models.zoo resolves the
@@ -28,7 +29,8 @@ class MixerArchitecture:
 # (hidden_dim C, num_blocks, tokens_mlp_dim D_S, channels_mlp_dim D_C) per size, Table 1.
 _SIZES = {"S": (512, 8, 256, 2048), "B": (768, 12, 384, 3072), "L": (1024, 24, 512, 4096),
           "H": (1280, 32, 640, 5120)}
-_PATCHES = {"S": (32, 16), "B": (32, 16), "L": (32, 16), "H": (14,)}
+# Table 1's patch sizes, and S/8 (released trained with GSAM: gs://mixer_models/gsam).
+_PATCHES = {"S": (32, 16, 8), "B": (32, 16), "L": (32, 16), "H": (14,)}
 
 
 def _architecture(size: str, patch: int) -> MixerArchitecture:
