@@ -129,8 +129,8 @@ def save_npz(params: Any, path: str, *, class_names: Optional[Sequence[str]] = N
     raise errors.InvalidInput(f"save_npz takes a ViT's params (the dict of 'Transformer', "
                               "'embedding', ..., or a Mixer's of 'stem', 'MixerBlock_0', ... "
                               f"that module.init or load_npz gives), got {got}")
-  block_layout = mixer.to_block_layout if is_mixer else vit.to_block_layout
-  flat = npz_layout.to_saved_layout(traverse_util.flatten_dict(block_layout(params), sep="/"))
+  flat = npz_layout.to_saved_layout(
+      traverse_util.flatten_dict(mixer.released_block_layout(params), sep="/"))
   if np.shape(flat.get("head/kernel", ()))[-1:] == (0,):
     flat = {key: value for key, value in flat.items() if not key.startswith("head/")}
   if class_names is not None:
