@@ -31,9 +31,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from vit_jax import console, errors, storage
-from vit_jax.checkpoints import (formats, hf_layout, hub_table, mixer_timm, npz, npz_layout,
-                                 released, timm_layout, transfer)
-from vit_jax.models import vit
+from vit_jax.checkpoints import (formats, hf_layout, hub_table, mixer_npz, mixer_timm, npz,
+                                 npz_layout, released, timm_layout, transfer)
+from vit_jax.models import mixer, vit
 
 HUB_PREFIX = "hf-hub:"
 HUB_DIR = "hf-hub"  # DIR/hf-hub/ORG/NAME.npz for hf-hub: names
@@ -378,7 +378,14 @@ def load_for_inference(checkpoint: str, image_size: Optional[npz.ImageSize] = No
   has no reason to drop pixels) the model resizes its position embedding in the forward
   pass, as npz.load_npz(image_size=) would (the same bits). None means the checkpoint's own.
   """
-  module, params = npz.load_npz(resolve(checkpoint), allow_nonfinite=allow_nonfinite)
+  path = resolve(checkpoint)
+  module, params = npz.load_npz(path, allow_nonfinite=allow_nonfinite)
+  if isinstance(module, mixer.MlpMixer):  # another size: its token-mixing MLPs resized
+    if image_size is not None and npz.side_pair(image_size) != mixer_npz.native_image_size(
+        module, params):
+      module, params = npz.load_npz(path, image_size=image_size, strict_image_size=True,
+                                    allow_nonfinite=allow_nonfinite)
+    return module, params, mixer_npz.native_image_size(module, params)
   if image_size is None:
     return module, params, npz.side_pair(npz.native_image_size(module, params))
   npz.check_image_size(module, image_size, strict=True)

@@ -128,3 +128,12 @@ def load(arrays: Dict[str, np.ndarray], path: str, *, image_size: Optional[Image
   check_against(flat, shapes, path, model_name)
   params = traverse_util.unflatten_dict(flat, sep="/")
   return module, mixer.to_scan_layout(params) if module.scan_layers else params
+
+
+def native_image_size(module: mixer.MlpMixer, params: Dict[str, Any]) -> Tuple[int, int]:
+  """The (square) image size a Mixer's params run at: their token-mixing MLPs' patch count
+  times the patch size (per-block or scan-stacked params)."""
+  block = params.get("MixerBlock_0") or params[mixer.SCANNED_BLOCKS]
+  tokens = block["token_mixing"]["Dense_0"]["kernel"].shape[-2]
+  side = file_grid(tokens, None, module.patch_size, "the Mixer")[0] * module.patch_size
+  return side, side
