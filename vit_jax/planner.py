@@ -38,7 +38,7 @@ from vit_jax import (console, errors, lora, objectives, platforms, sharding, tpu
                      trainer, train_step)
 from vit_jax.data import batch_spec, registry
 from vit_jax.evaluators import classification as classification_eval
-from vit_jax.models import zoo
+from vit_jax.models import mixer, zoo
 
 GIB = 2**30
 # Datasets no metadata describes here (no TFDS builder): the paper's class counts.
@@ -320,11 +320,13 @@ def twins(config: ml_collections.ConfigDict, mesh, num_classes: int
   blocks (small programs) give it for any depth. A config that cannot
   be cut to two blocks (a freeze or lr_mults pattern naming a later one) gets the whole
   model's twin, a program as large as the step."""
-  layers = zoo.model_from_config(config, num_classes).num_layers
+  module = zoo.model_from_config(config, num_classes)
+  depth_key = "num_blocks" if isinstance(module, mixer.MlpMixer) else "num_layers"
+  layers = getattr(module, depth_key)
   twin = loop_free(config)
   if layers > 2:
     try:
-      return {n: build_programs(with_overrides(twin, **{"model.num_layers": n}), mesh,
+      return {n: build_programs(with_overrides(twin, **{f"model.{depth_key}": n}), mesh,
                                 num_classes) for n in (1, 2)}, layers
     except errors.InvalidInput:
       pass

@@ -17,11 +17,24 @@ import ml_collections
 
 from vit_jax import objectives, sharding, trainer
 from vit_jax.data import registry
-from vit_jax.models import attention, vit, zoo
+from vit_jax.models import attention, mixer, vit, zoo
+
+
+def mixer_flops_per_image(module: mixer.MlpMixer, image_size: int) -> float:
+  """Matmul FLOPs (2 per multiply-add) of one Mixer forward pass: per block the token-mixing
+  MLP (patches x tokens_mlp_dim, both ways, per channel) and the channel-mixing MLP."""
+  patches = mixer.token_grid(module, image_size) ** 2
+  c = module.hidden_dim
+  per_block = 4 * c * patches * module.tokens_mlp_dim + 4 * patches * c * module.channels_mlp_dim
+  embedding = 2 * patches * module.patch_size**2 * 3 * c
+  return embedding + module.num_blocks * per_block + 2 * c * module.num_classes
 
 
 def forward_flops_per_image(module: vit.VisionTransformer, image_size: int) -> float:
-  """Matmul FLOPs (2 per multiply-add) of one plain-ViT forward pass; None for hybrids."""
+  """Matmul FLOPs (2 per multiply-add) of one plain-ViT (or Mixer) forward pass; None for
+  hybrids."""
+  if isinstance(module, mixer.MlpMixer):
+    return mixer_flops_per_image(module, image_size)
   if module.resnet_stages is not None:
     return None
   patches = (image_size // module.patch_size) ** 2
