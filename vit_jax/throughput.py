@@ -148,8 +148,9 @@ def measure(module: vit.VisionTransformer, mode: str, mesh, batch: int, image_si
   return {
       "model": model_name, "mode": mode, "batch": batch, "image_size": image_size,
       "dtype": dtype,
-      "attention_impl": attention.attention_backend(module.attention_impl, module.dtype),
-      "unpadded_inference": module.unpadded_inference,
+      "attention_impl": attention.attention_backend(module.attention_impl, module.dtype)
+                        if hasattr(module, "attention_impl") else None,  # a Mixer: none
+      "unpadded_inference": getattr(module, "unpadded_inference", None),
       "remat_policy": module.remat_policy,
       "scan_layers": module.scan_layers, "fp8": module.fp8,
       "devices": jax.device_count(), "platform": jax.devices()[0].platform,
