@@ -12,7 +12,7 @@ from PIL import Image
 
 from conftest import random_params
 from helpers import run_in_process
-from vit_jax import create_model, fewshot, predict, save_npz, visualize
+from vit_jax import create_model, fewshot, predict, save_npz, visualize, vtab_runner
 from vit_jax import convert as convert_command
 from vit_jax.export import api
 
@@ -77,3 +77,12 @@ def test_fewshot_probes_the_pooled_features(mixer_file):
                         "--shots=2", "--seeds=1")
   assert done.returncode == 0, done.stderr
   assert "16-d features, 10 classes" in done.stdout
+
+
+@pytest.mark.parametrize("which", ["name", "file"])
+def test_vtab_refuses_a_mixer_in_one_line(mixer_file, which):
+  checkpoint = "Mixer-B_16" if which == "name" else str(mixer_file[0])
+  with pytest.raises(ValueError, match=f"^{checkpoint} is an MLP-Mixer; vit_jax.vtab runs ViTs: "
+                     r"fine-tune a Mixer on each task with python -m vit_jax.main "
+                     r"--config=configs/mixer_b16.py:vtab/TASK$"):
+    vtab_runner.model_settings(checkpoint)

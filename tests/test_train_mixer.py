@@ -5,8 +5,7 @@ resolution (token-mixing MLPs resized) with LoRA on both MLPs; the configs' reci
 import numpy as np
 
 from conftest import random_params
-from helpers import DEMO_SETTINGS, load_module
-from test_train import write_image_folder
+from helpers import DEMO_SETTINGS, load_module, write_image
 from vit_jax import create_model, load_npz, lora, save_npz, train
 from vit_jax import config_defaults as common
 
@@ -35,7 +34,10 @@ def test_from_scratch_with_scan_stochastic_depth_and_layer_decay(tmp_path):
 def test_finetune_a_mixer_file_at_twice_its_resolution_with_lora(tmp_path):
   module = create_model("Mixer-B_16", num_classes=7, **TINY)
   save_npz(random_params(module, 16), tmp_path / "pre.npz")  # a 4x4 patch grid
-  write_image_folder(tmp_path / "images")
+  for split in ("train", "test"):  # 3 classes, 4 images each
+    for name in ("cat", "dog", "fox"):
+      for i in range(4):
+        write_image(tmp_path / "images" / split / name / f"{i}.png", size=(48, 40))
   config = mixer_demo(dataset=str(tmp_path / "images"), pretrained=str(tmp_path / "pre.npz"),
                       total_steps=2, batch=4, batch_eval=5, eval_every=2, checkpoint_every=2)
   config.model_name = "Mixer-B_16"
