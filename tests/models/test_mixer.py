@@ -13,7 +13,7 @@ from flax import traverse_util
 
 from conftest import random_params
 from torch_libraries import fixture_timm, fixture_torch  # noqa: F401  # pylint: disable=unused-import
-from vit_jax import create_model, errors, sharding
+from vit_jax import config_defaults, create_model, errors, sharding
 from vit_jax.models import mixer, zoo
 
 TINY_MIXER = dict(patch_size=4, hidden_dim=32, num_blocks=2, tokens_mlp_dim=8,
@@ -236,3 +236,16 @@ def test_tensor_parallel_must_split_both_widths():
   with pytest.raises(sharding.ShardingError, match=r"8 and 64: use config.mesh.tensor in \[1, 2, 4, 8\]"):
     sharding.check_model_tensor_parallel(tiny_mixer(), mesh)
   sharding.check_model_tensor_parallel(tiny_mixer(), types.SimpleNamespace(shape={"tensor": 4}))
+
+
+def test_a_config_from_a_released_file_builds_the_width_loading_gives():
+  """What plan and benchmark build for a fine-tune from a released (224 px) Mixer file at
+  448 px: the token-mixing MLPs load_npz's resize gives, 4 copies wide."""
+  config = config_defaults.mixer_finetune_config("Mixer-B_16")
+  assert zoo.model_from_config(config, 10).tokens_mlp_dim == 384
+  config.pp.crop = 448
+  assert zoo.model_from_config(config, 10).tokens_mlp_dim == 4 * 384
+  config.pretrained = "sam/Mixer-B_16"
+  assert zoo.model_from_config(config, 10).tokens_mlp_dim == 4 * 384
+  config.pretrained = None  # from scratch: the name's width at any size
+  assert zoo.model_from_config(config, 10).tokens_mlp_dim == 384

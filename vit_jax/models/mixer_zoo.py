@@ -7,6 +7,7 @@ names of both families and builds either module.
 """
 
 import dataclasses
+import re
 from typing import List
 
 from vit_jax import errors
@@ -46,6 +47,22 @@ RELEASED = {f"Mixer-{size}_{patch}": _architecture(size, patch)
 ATTENTION_ONLY = ("attention_impl", "unpadded_inference")
 MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(mixer.MlpMixer)
                      if f.name not in ("parent", "name"))
+
+
+RELEASED_SIDE = 224  # every released Mixer file (gs://mixer_models) was trained at 224 px
+_RELEASED_FILE = re.compile(r"^((imagenet1k|imagenet21k|sam|gsam)/)?mixer", re.IGNORECASE)
+
+
+def width_from_released_file(module: mixer.MlpMixer, pretrained, crop: int) -> mixer.MlpMixer:
+  """The module a fine-tune from a released Mixer file (`pretrained` a released name) at
+  `crop` px trains: its token-mixing MLPs widened as loading resizes them (one copy per
+  224 px window, vit_jax.models.mixer_resize); unchanged for any other start."""
+  if not pretrained or not _RELEASED_FILE.match(str(pretrained)):
+    return module
+  old, new = (mixer.token_grid(module, side) for side in (RELEASED_SIDE, crop))
+  if new % old:
+    return module  # no rule: loading the file says so
+  return module.clone(tokens_mlp_dim=module.tokens_mlp_dim * (new // old) ** 2)
 
 
 def short_names(name: str) -> List[str]:

@@ -178,10 +178,15 @@ def check_config(config) -> vit.VisionTransformer:
 
 
 def model_from_config(config, num_classes: int) -> vit.VisionTransformer:
-  """The model a training config builds from scratch (what the main job trains)."""
-  return create_model(config.model_name, num_classes=num_classes,
-                      representation_size=config.model.representation_size,
-                      **config_overrides(config))
+  """The model a training config builds from scratch (what the main job trains; for a
+  Mixer from a released file, with the token-mixing width loading gives it)."""
+  module = create_model(config.model_name, num_classes=num_classes,
+                        representation_size=config.model.representation_size,
+                        **config_overrides(config))
+  if isinstance(module, mixer.MlpMixer):
+    return mixer_zoo.width_from_released_file(module, config.get("pretrained"),
+                                              config.pp.crop)
+  return module
 
 
 def model_stride(module: vit.VisionTransformer) -> int:
