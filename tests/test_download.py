@@ -97,13 +97,17 @@ def test_download_command_refuses_a_hub_repository_that_is_no_vit(hub_servers, t
                         HF_HUB_CACHE=str(tmp_path / "hf_cache"))
   assert failed.returncode == 1 and time.monotonic() - start < 60
   assert failed.stderr.strip().splitlines() == [
-      "error: someone/resnet is a timm resnet50, not one of timm's VisionTransformer models "
-      "that vit_jax computes (hf-hub: takes plain ViTs and their R26/R50 hybrids)"]
+      "error: someone/resnet is a timm resnet50, not one of timm's VisionTransformer or "
+      "MlpMixer models that vit_jax computes (hf-hub: takes plain ViTs, their R26/R50 "
+      "hybrids and the original's Mixers)"]
   assert not (tmp_path / "ck").exists()
 
 
 def test_list_command(tmp_path):
   done = run_download("--list", "sam", cwd=tmp_path)
   assert done.returncode == 0, done.stderr
-  assert done.stdout.splitlines() == ["sam/ViT-B_16  <- timm/vit_base_patch16_224.sam_in1k",
-                                      "sam/ViT-B_32  <- timm/vit_base_patch32_224.sam_in1k"]
+  assert done.stdout.splitlines() == [
+      "sam/ViT-B_16  <- timm/vit_base_patch16_224.sam_in1k",
+      "sam/ViT-B_32  <- timm/vit_base_patch32_224.sam_in1k",
+      "sam/Mixer-B_16  <- gs://mixer_models only (no Hub mirror)",
+      "sam/Mixer-B_32  <- gs://mixer_models only (no Hub mirror)"]

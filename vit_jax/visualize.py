@@ -18,10 +18,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 from absl import flags
 
-from vit_jax.base import cli, no_clobber, storage
+from vit_jax.base import cli, errors, no_clobber, storage
 from vit_jax.checkpoints import hub, npz
 from vit_jax.data import image_files
-from vit_jax.models import introspect, vit, zoo
+from vit_jax.models import introspect, mixer, vit, zoo
 from vit_jax.models import posemb as posemb_lib
 
 FLAGS = flags.FLAGS
@@ -170,6 +170,10 @@ def main(argv):
   no_clobber.check_output_dir(FLAGS.out, KIND, FLAGS.overwrite)  # before the slow part
   module, params, image_size = hub.load_for_inference(
       FLAGS.checkpoint, FLAGS.image_size, allow_nonfinite=FLAGS.allow_nonfinite)
+  if isinstance(module, mixer.MlpMixer):
+    raise errors.InvalidInput(f"{FLAGS.checkpoint} is an MLP-Mixer: it has no attention or "
+                              "position embedding to draw (visualize takes ViTs); "
+                              "python -m vit_jax.predict runs it")
   images = np.stack([image_files.load_image(p, image_size) for p in image_paths])
   names = [os.path.basename(p) for p in image_paths]
   no_clobber.claim_output_dir(FLAGS.out, KIND, FLAGS.overwrite)

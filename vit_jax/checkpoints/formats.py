@@ -25,8 +25,8 @@ import ml_dtypes
 import numpy as np
 
 from vit_jax.base import console, errors, storage, workdir_files
-from vit_jax.checkpoints import (config_consistency, hf_layout, npz_layout, timm_layout,
-                                 torch_layout, transfer)
+from vit_jax.checkpoints import (config_consistency, hf_layout, mixer_timm, npz_layout,
+                                 timm_layout, torch_layout, transfer)
 
 
 Flat = Dict[str, np.ndarray]
@@ -216,6 +216,16 @@ def _timm_to_released(state: Flat, config: Dict[str, Any], notes: bool) -> Flat:
   return flat
 
 
+def _timm_mixer_to_released(state: Flat, notes: bool) -> Flat:
+  try:
+    flat = mixer_timm.from_timm(state)
+  except torch_layout.LayoutMismatch as e:
+    raise FormatError(str(e)) from None
+  if notes:
+    console.log.warning(mixer_timm.GELU_NOTE)
+  return flat
+
+
 def _hf_to_released(state: Flat, config: Dict[str, Any], notes: bool) -> Flat:
   for note in hf_layout.notes(config):  # raises for models it does not map
     if notes:
@@ -247,6 +257,8 @@ def read_foreign(path: str, *, notes: bool = True) -> Flat:
       flat = _hf_to_released(state, config, notes)
       config_consistency.check(config, flat, "hf")
       return flat
+    if mixer_timm.is_timm_mixer(state):
+      return _timm_mixer_to_released(state, notes)
     if "patch_embed.proj.weight" in state:
       flat = _timm_to_released(state, config, notes)
       config_consistency.check(config, flat, "timm")

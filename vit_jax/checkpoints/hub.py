@@ -31,9 +31,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from vit_jax.base import console, errors, storage
-from vit_jax.checkpoints import (formats, hf_layout, hub_table, npz, npz_layout, released,
-                                 timm_layout, transfer)
-from vit_jax.models import vit
+from vit_jax.checkpoints import (formats, hf_layout, hub_table, mixer_npz, mixer_timm, npz,
+                                 npz_layout, released, timm_layout, transfer)
+from vit_jax.models import mixer, vit
 
 HUB_PREFIX = "hf-hub:"
 HUB_DIR = "hf-hub"  # DIR/hf-hub/ORG/NAME.npz for hf-hub: names
@@ -109,6 +109,10 @@ def listing(family: Optional[str] = None) -> List[str]:
       sources = ", ".join(r["repo"] + ("" if r["differs"] == hub_table.SAME
                                        else f" ({r['differs']})") for r in rows)
       lines.append(f"{path[:-len('.npz')]}  <- {sources}")
+  for mixer_family, names in released.MIXER_FILES.items():
+    if family in (None, mixer_family):
+      lines += [f"{mixer_family}/{name}  <- {released.MIXER_BUCKET} only (no Hub mirror)"
+                for name in names if f"{mixer_family}/{name}.npz" not in table()["mirrors"]]
   if any("no head" in line for line in lines):
     lines.append(f"({hub_table.LEGEND})")
   return lines
@@ -209,10 +213,14 @@ def _check_architecture(config: Dict[str, Any], repo: str, original: bool) -> No
     arch = config["architecture"]
     known = table()["timm_architectures"].get(arch)
     if known is None:
-      raise HubError(f"{repo} is a timm {arch}, not one of timm's VisionTransformer models "
-                     "that vit_jax computes (hf-hub: takes plain ViTs and their R26/R50 hybrids)")
+      raise HubError(f"{repo} is a timm {arch}, not one of timm's VisionTransformer or "
+                     "MlpMixer models that vit_jax computes (hf-hub: takes plain ViTs, their "
+                     "R26/R50 hybrids and the original's Mixers)")
     args = config.get("model_args") or {}
-    other = sorted(set(args) - hub_table.COMPUTED_ARGS)
+    is_mixer = arch.startswith("mixer_")
+    computed = hub_table.MIXER_ARGS | {"img_size", "num_classes", "mlp_ratio"} if is_mixer \
+        else hub_table.COMPUTED_ARGS
+    other = sorted(set(args) - computed)
     reasons = [r for r in [known["refused"], *(f"{k}={args[k]}" for k in other)] if r]
     if reasons:
       raise HubError(f"{repo} is a timm {arch} with {', '.join(reasons)}: vit_jax cannot "
@@ -221,7 +229,8 @@ def _check_architecture(config: Dict[str, Any], repo: str, original: bool) -> No
     if act not in hub_table.ACTIVATIONS:
       raise HubError(f"{repo} is a timm {arch} with act_layer={act}: vit_jax computes the "
                      "tanh GELU only, so it is refused")
-    note = None if original else timm_layout.gelu_note(act)
+    note = None if original else (
+        mixer_timm.GELU_NOTE if is_mixer else timm_layout.gelu_note(act))
     if note:
       console.log.warning("%s: %s", repo, note)
   elif "model_type" in config:  # transformers
@@ -376,7 +385,14 @@ def load_for_inference(checkpoint: str, image_size: Optional[npz.ImageSize] = No
   has no reason to drop pixels) the model resizes its position embedding in the forward
   pass, as npz.load_npz(image_size=) would (the same bits). None means the checkpoint's own.
   """
-  module, params = npz.load_npz(resolve(checkpoint), allow_nonfinite=allow_nonfinite)
+  path = resolve(checkpoint)
+  module, params = npz.load_npz(path, allow_nonfinite=allow_nonfinite)
+  if isinstance(module, mixer.MlpMixer):  # another size: its token-mixing MLPs resized
+    if image_size is not None and npz.side_pair(image_size) != mixer_npz.native_image_size(
+        module, params):
+      module, params = npz.load_npz(path, image_size=image_size, strict_image_size=True,
+                                    allow_nonfinite=allow_nonfinite)
+    return module, params, mixer_npz.native_image_size(module, params)
   if image_size is None:
     return module, params, npz.side_pair(npz.native_image_size(module, params))
   npz.check_image_size(module, image_size, strict=True)

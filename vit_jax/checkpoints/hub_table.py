@@ -101,6 +101,56 @@ def timm_rows(timm) -> Dict[str, List[Dict[str, str]]]:
   return rows
 
 
+# timm's conversions of gs://mixer_models/imagenet21k files (their tags record no url).
+MIXER_TAGS = {"goog_in21k": "imagenet21k"}
+MIXER_COPY = "timm's conversion of the bucket file (head kept; not compared array by array)"
+MIXER_ARGS = {"patch_size", "num_blocks", "embed_dim"}  # what the original's Mixers set
+
+
+def mixer_rows(timm) -> Dict[str, List[Dict[str, str]]]:
+  """{FAMILY/Mixer-X_P.npz: [timm row]} for timm's copies of Google's Mixers."""
+  rows = {}
+  for name in timm.models.list_pretrained("mixer_*"):
+    architecture, tag = name.split(".")
+    cfg = timm.models.get_pretrained_cfg(name)
+    if tag not in MIXER_TAGS or not (cfg.hf_hub_id or "").startswith("timm/"):
+      continue
+    model = zoo.canonical_name(architecture.rsplit("_", 1)[0])
+    rows.setdefault(f"{MIXER_TAGS[tag]}/{model}.npz", []).append(
+        {"repo": cfg.hf_hub_id, "layout": TIMM, "differs": MIXER_COPY})
+  return rows
+
+
+def mixer_architectures(timm) -> Dict[str, Dict[str, Any]]:
+  """{timm mlp_mixer architecture: {'act_layer', 'refused'}}: the original's MlpMixer
+  sizes are computed; gMixer, ResMLP, gMLP blocks are refused, naming their arguments."""
+  mm = timm.models.mlp_mixer
+
+  class Captured(Exception):
+    pass
+
+  def capture(variant, pretrained=False, **kwargs):
+    raise Captured(kwargs)
+
+  found = {}
+  original = mm._create_mixer  # pylint: disable=protected-access
+  mm._create_mixer = capture  # pylint: disable=protected-access
+  try:
+    for name in timm.models.list_models(module="mlp_mixer"):
+      try:
+        getattr(mm, name)(pretrained=False)
+      except Captured as e:
+        kwargs = e.args[0]
+      else:
+        continue
+      other = sorted(set(kwargs) - MIXER_ARGS)
+      found[name] = {"act_layer": None, "refused": ", ".join(
+          f"{k}={_describe(kwargs[k])}" for k in other) or None}
+  finally:
+    mm._create_mixer = original  # pylint: disable=protected-access
+  return found
+
+
 def google_rows() -> Dict[str, List[Dict[str, str]]]:
   return {f"{family}/{file}.npz": [{"repo": repo, "layout": HF,
                                     "differs": POOLER if family == "imagenet21k" else SAME}]
@@ -110,7 +160,7 @@ def google_rows() -> Dict[str, List[Dict[str, str]]]:
 def mirrors(timm) -> Dict[str, List[Dict[str, str]]]:
   """Every mirrored bucket file and its copies in the order resolution tries them: for the
   ImageNet-21k files Google's (pre_logits kept) first, else timm's (safetensors, always)."""
-  table = timm_rows(timm)
+  table = {**timm_rows(timm), **mixer_rows(timm)}
   for path, rows in google_rows().items():
     table[path] = rows + table.get(path, []) if path.startswith("imagenet21k/") else (
         table.get(path, []) + rows)
@@ -172,7 +222,8 @@ def architectures(timm) -> Dict[str, Dict[str, Any]]:
 
 def build(timm) -> Dict[str, Any]:
   return {"timm_version": timm.__version__, "mirrors": mirrors(timm),
-          "timm_architectures": architectures(timm)}
+          "timm_architectures": dict(sorted({**architectures(timm),
+                                             **mixer_architectures(timm)}.items()))}
 
 
 def load() -> Dict[str, Any]:

@@ -21,13 +21,13 @@ from flax import traverse_util
 
 from vit_jax.base import console, errors, storage
 from vit_jax.checkpoints import class_names as class_names_lib
-from vit_jax.checkpoints import formats, npz_layout
+from vit_jax.checkpoints import formats, mixer_npz, npz_layout
 from vit_jax.checkpoints.class_names import (  # pylint: disable=unused-import
     read_class_names, read_multi_label)
 from vit_jax.checkpoints.npz_checks import (  # pylint: disable=unused-import
     SINCOS_IMAGE_SIZE, CheckpointError, ImageSize, ImageSizeError, check_against, check_finite,
     check_image_size, expected_shapes, native_image_size, nonfinite_arrays, side_pair)
-from vit_jax.models import patch_resize, posemb, vit, zoo
+from vit_jax.models import mixer, patch_resize, posemb, vit, zoo
 
 POSEMB_KEY = npz_layout.POSEMB
 _DOWNLOAD_HINT = "fetch a released file with: python -m vit_jax.download imagenet21k/ViT-B_16"
@@ -121,13 +121,15 @@ def save_npz(params: Any, path: str, *, class_names: Optional[Sequence[str]] = N
   """
   if isinstance(params, Mapping) and set(params) == {"params"}:
     params = params["params"]
-  if not isinstance(params, Mapping) or "Transformer" not in params:
+  is_mixer = isinstance(params, Mapping) and mixer.is_mixer_params(params)
+  if not isinstance(params, Mapping) or ("Transformer" not in params and not is_mixer):
     got = f"a dict of {', '.join(map(repr, list(params)[:4]))}" if isinstance(
         params, Mapping) else f"a {type(params).__name__}"
     raise errors.InvalidInput(f"save_npz takes a ViT's params (the dict of 'Transformer', "
-                              f"'embedding', ... that module.init or load_npz gives), got {got}")
+                              "'embedding', ..., or a Mixer's of 'stem', 'MixerBlock_0', ... "
+                              f"that module.init or load_npz gives), got {got}")
   flat = npz_layout.to_saved_layout(
-      traverse_util.flatten_dict(vit.to_block_layout(params), sep="/"))
+      traverse_util.flatten_dict(mixer.released_block_layout(params), sep="/"))
   if np.shape(flat.get("head/kernel", ()))[-1:] == (0,):
     flat = {key: value for key, value in flat.items() if not key.startswith("head/")}
   if class_names is not None:
@@ -191,15 +193,21 @@ def read_arrays(path: str) -> Dict[str, np.ndarray]:
   return read_npz(path)
 
 
-def read_checkpoint(path: str, *, model_name: Optional[str] = None) -> Checkpoint:
+def read_checkpoint(path: str, *, model_name: Optional[str] = None,
+                    arrays: Optional[Dict[str, np.ndarray]] = None) -> Checkpoint:
   """The arrays of any checkpoint load_npz reads, with the architecture they imply.
 
   model_name: a released name whose sizes the file must have (its pooling and position
   embedding are still the file's: a big_vision MAP or sincos2d B/16 is a ViT-B_16).
+  arrays: the file's arrays when already read (read_arrays), else they are read here.
   Raises CheckpointError (one line) for a file that is no ViT checkpoint, naming what it
   holds, or whose arrays fit no layout.
   """
-  arrays = read_arrays(path)
+  arrays = read_arrays(path) if arrays is None else arrays
+  if mixer_npz.holds_mixer(arrays):
+    raise CheckpointError(f"{path} is an MLP-Mixer checkpoint; this takes ViT checkpoints "
+                          "only (Mixers load with load_npz and train with vit_jax.main: "
+                          "docs/mixer.md)")
   if LORA_SETTINGS in arrays:
     raise CheckpointError(f"{path} is a LoRA run's adapters file, not a model: pass that "
                           "run's params.npz (the merged model), or rebuild it with python -m "
@@ -300,6 +308,9 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
       says otherwise, the position embedding goes to the new grid.
     **model_overrides: other VisionTransformer attributes (dropout_rate, dtype, ...).
 
+  MLP-Mixer files (a `stem` conv) load as an MlpMixer (vit_jax.checkpoints.mixer_npz):
+  another image size resizes its token-mixing MLPs (vit_jax.models.mixer_resize).
+
   Returns:
     The module and a nested dict of float32 host (numpy) arrays; place them on
     devices with jax.device_put(params, sharding).
@@ -308,7 +319,13 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
     CheckpointError (one line) for a file that cannot be used; ImageSizeError for an
     image_size the model cannot run at.
   """
-  checkpoint = read_checkpoint(path, model_name=model_name)
+  arrays = read_arrays(path)
+  if mixer_npz.holds_mixer(arrays):
+    return mixer_npz.load(arrays, path, image_size=image_size, num_classes=num_classes,
+                          model_name=model_name, pre_logits=pre_logits,
+                          allow_nonfinite=allow_nonfinite, strict_image_size=strict_image_size,
+                          patch_size=patch_size, **model_overrides)
+  checkpoint = read_checkpoint(path, model_name=model_name, arrays=arrays)
   patch_size = model_overrides.pop("patch_size", patch_size)
   if patch_size is not None and patch_size != checkpoint.flat[KERNEL_KEY].shape[0]:
     checkpoint, file_size = with_patch_size(checkpoint, patch_size, path)

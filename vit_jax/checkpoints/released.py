@@ -21,6 +21,8 @@ from vit_jax.base import errors
 from vit_jax.models import zoo
 
 BUCKET = "gs://vit_models"
+MIXER_BUCKET = "gs://mixer_models"  # the MLP-Mixers' files, in families of their own
+BUCKET_NAMES = ("vit_models", "mixer_models")
 LOCAL_DIR = "checkpoints"  # where vit_jax.download puts files, relative to the working dir
 FAMILIES = {
     "imagenet21k": "pre-trained on ImageNet-21k at 224 px (pre_logits + 21843-way head)",
@@ -28,6 +30,15 @@ FAMILIES = {
     "augreg": "AugReg ('How to train your ViT'): many pre-training and fine-tuning setups",
     "sam": "trained on ImageNet-1k with the SAM optimizer, no strong augmentation",
     "gsam": "trained on ImageNet-1k with the GSAM optimizer",
+    "imagenet1k": "MLP-Mixers trained on ImageNet-1k at 224 px (1000-way head)",
+}
+# gs://mixer_models, as the original README and notebook list it: family -> files. A bare
+# Mixer name means its imagenet21k file (21843-way head, no pre_logits), as for ViTs.
+MIXER_FILES = {
+    "imagenet1k": ("Mixer-B_16", "Mixer-L_16"),
+    "imagenet21k": ("Mixer-B_16", "Mixer-L_16"),
+    "sam": ("Mixer-B_16", "Mixer-B_32"),
+    "gsam": ("Mixer-B_16", "Mixer-B_32", "Mixer-S_16", "Mixer-S_32", "Mixer-S_8"),
 }
 # Models whose paper-era ImageNet-21k file in gs://vit_models/imagenet21k/ starts a
 # bare-name fine-tuning (all but R26+ViT-B_32 have a Hub mirror: hub_mirrors.json).
@@ -88,8 +99,10 @@ def family_url(family: str, name: str) -> str:
     raise errors.InvalidInput(
         f"{family}/{name} is no released file name (a name is letters, digits and . _ + = -, "
         f"never a path): python -m vit_jax.download --list {family} shows what there is")
-  name = name[:-len(".npz")] if name.endswith(".npz") else name
-  return f"{BUCKET}/{family}/{_canonical_file_name(family, name)}.npz"
+  name = _canonical_file_name(family, name[:-len(".npz")] if name.endswith(".npz") else name)
+  if _is_model_name(name) and zoo.is_mixer(name):
+    return f"{MIXER_BUCKET}/{family}/{name}.npz"
+  return f"{BUCKET}/{family}/{name}.npz"
 
 
 def _is_model_name(text: str) -> bool:
@@ -103,6 +116,13 @@ def _is_model_name(text: str) -> bool:
 def released_i21k_url(model_name: str) -> str:
   """The ImageNet-21k checkpoint to fine-tune a released model from."""
   canonical = zoo.canonical_name(model_name)
+  if canonical in MIXER_FILES["imagenet21k"]:
+    return family_url("imagenet21k", canonical)
+  if zoo.is_mixer(canonical):
+    files = [f"{family}/{canonical}" for family, names in MIXER_FILES.items()
+             if canonical in names]
+    raise errors.InvalidInput(f"no released ImageNet-21k file of {canonical}; released: "
+                              f"{', '.join(files) or 'none (train it from scratch)'}")
   if canonical in ORIGINAL_I21K:
     return family_url("imagenet21k", canonical)
   if canonical in AUGREG_I21K:
@@ -132,8 +152,9 @@ def _https_root() -> str:
 
 
 def is_public(url: str) -> bool:
-  """Read anonymously over HTTPS: gs://vit_models, and any file on storage.googleapis.com."""
-  return str(url).startswith((BUCKET + "/", _HTTPS_ROOT))
+  """Read anonymously over HTTPS: gs://vit_models, gs://mixer_models, and any file on
+  storage.googleapis.com."""
+  return str(url).startswith((BUCKET + "/", MIXER_BUCKET + "/", _HTTPS_ROOT))
 
 
 def https_url(url: str) -> str:
@@ -148,18 +169,20 @@ def https_url(url: str) -> str:
 
 
 def is_bucket_url(url: str) -> bool:
-  """A URL of gs://vit_models, as gs:// or over HTTPS."""
+  """A URL of gs://vit_models or gs://mixer_models, as gs:// or over HTTPS."""
   url = str(url)
-  return any(url.startswith(root + "vit_models/")
+  return any(url.startswith(root + bucket + "/") for bucket in BUCKET_NAMES
              for root in ("gs://", _HTTPS_ROOT, _https_root()))
 
 
 def bucket_path(url: str) -> str:
-  """`FAMILY/FILE.npz` of a gs://vit_models URL (either form): the mirror table's key."""
+  """`FAMILY/FILE.npz` of a released-bucket URL (either form): the mirror table's key
+  (Mixer and ViT file names never collide)."""
   for root in ("gs://", _HTTPS_ROOT, _https_root()):
-    if url.startswith(root + "vit_models/"):
-      return urllib.parse.unquote(url[len(root + "vit_models/"):])
-  raise errors.InvalidInput(f"{url} is not in {BUCKET}")
+    for bucket in BUCKET_NAMES:
+      if url.startswith(root + bucket + "/"):
+        return urllib.parse.unquote(url[len(root + bucket + "/"):])
+  raise errors.InvalidInput(f"{url} is not in {BUCKET} or {MIXER_BUCKET}")
 
 
 def resolve(name_or_url: str, local_dir: Optional[str] = LOCAL_DIR) -> str:

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from vit_jax.base import errors, storage
-from vit_jax.checkpoints import hub, npz
-from vit_jax.models import vit, zoo
+from vit_jax.checkpoints import hub, mixer_npz, npz
+from vit_jax.models import mixer, mixer_zoo, vit, zoo
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # What StableHLO and SavedModel exports are lowered for (lowering needs no such device);
@@ -66,13 +66,20 @@ class Source:
     return np.asarray(jax.jit(self.logits_fn())(images))
 
   @property
-  def architecture(self) -> zoo.Architecture:
-    fields = {f.name for f in dataclasses.fields(zoo.Architecture)}
-    return zoo.Architecture(**{k: getattr(self.module, k) for k in fields})
+  def architecture(self):
+    """The module's zoo.Architecture, or a Mixer's mixer_zoo.MixerArchitecture."""
+    kind = mixer_zoo.MixerArchitecture if isinstance(self.module, mixer.MlpMixer) else (
+        zoo.Architecture)
+    fields = {f.name for f in dataclasses.fields(kind)}
+    return kind(**{k: getattr(self.module, k) for k in fields})
 
   @property
   def model_name(self) -> str:
-    """The released name (ViT-B_16, R50+ViT-B_16, ...), or a description of the sizes."""
+    """The released name (ViT-B_16, R50+ViT-B_16, Mixer-B_16, ...), or the sizes."""
+    if isinstance(self.module, mixer.MlpMixer):
+      a = self.architecture
+      return zoo.find_name(a) or (f"Mixer(patch={a.patch_size}, width={a.hidden_dim}, "
+                                  f"depth={a.num_blocks})")
     arch = dataclasses.replace(self.architecture, classifier="token", posemb="learn")
     name = zoo.find_name(arch) or (
         f"ViT(patch={arch.patch_size}, width={arch.hidden_size}, depth={arch.num_layers}"
@@ -103,7 +110,10 @@ def load_source(checkpoint: str, image_size: Optional[npz.ImageSize], dtype: str
     raise ExportError(f"{checkpoint}: {weight_bytes / 2**30:.1f} GiB of weights do not fit "
                       "the 2 GiB that one serialized graph can hold; export a smaller model")
   multi_label = path.endswith(".npz") and npz.read_multi_label(path)
-  native = npz.side_pair(npz.native_image_size(module, params))
+  if not isinstance(module, mixer.MlpMixer):
+    native = npz.side_pair(npz.native_image_size(module, params))
+  else:  # at another size than the file's, its token-mixing MLPs were resized on loading
+    native = size if image_size is None else mixer_npz.native_image_size(*npz.load_npz(path))
   return Source(checkpoint, path, module.clone(dtype=DTYPES[dtype]), params, size, dtype,
                 native, multi_label)
 

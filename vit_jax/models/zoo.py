@@ -1,7 +1,8 @@
 """The released model zoo: names -> architecture hyper-parameters.
 
 Every model answers to its released name (`ViT-B_16`, `R50+ViT-B_16`) and to its
-AugReg short name (`B_16`, `R50_B_16`); lookups ignore case.
+AugReg short name (`B_16`, `R50_B_16`); lookups ignore case. The MLP-Mixers
+(vit_jax.models.mixer_zoo: `Mixer-B_16`, `mixer_b16`) are looked up and built here too.
 """
 
 import dataclasses
@@ -11,7 +12,7 @@ from typing import Optional, Tuple
 import jax.numpy as jnp
 
 from vit_jax.base import config_checks, errors
-from vit_jax.models import resnet, vit
+from vit_jax.models import mixer, mixer_zoo, resnet, vit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,11 +69,21 @@ _BY_LOWER_NAME = {}
 for _name in RELEASED:
   _BY_LOWER_NAME[_name.lower()] = _name
   _BY_LOWER_NAME[augreg_name(_name).lower()] = _name
+for _name in mixer_zoo.RELEASED:
+  for _short in [_name] + mixer_zoo.short_names(_name):
+    _BY_LOWER_NAME[_short.lower().replace("-", "_")] = _name
+    _BY_LOWER_NAME[_short.lower()] = _name
 
 
 def all_names() -> list:
-  """Every accepted name: released names first, then AugReg short names."""
-  return list(RELEASED) + [augreg_name(name) for name in RELEASED]
+  """Every accepted name: released names first (ViT, then Mixer), then short names."""
+  return (list(RELEASED) + list(mixer_zoo.RELEASED) + [augreg_name(name) for name in RELEASED]
+          + [short for name in mixer_zoo.RELEASED for short in mixer_zoo.short_names(name)])
+
+
+def is_mixer(name: str) -> bool:
+  """Whether a model name (any accepted spelling) is an MLP-Mixer's."""
+  return canonical_name(name) in mixer_zoo.RELEASED
 
 
 def canonical_name(name: str) -> str:
@@ -83,17 +94,23 @@ def canonical_name(name: str) -> str:
   found = _BY_LOWER_NAME.get(name.strip().lower().replace("/", "_"))
   if found is None:
     close = difflib.get_close_matches(name, all_names(), n=4, cutoff=0.5)
-    hint = f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(RELEASED)}"
+    hint = f"did you mean {', '.join(close)}?" if close else (
+        f"known: {', '.join([*RELEASED, *mixer_zoo.RELEASED])}")
     raise errors.InvalidInput(f"unknown model name {name!r}; {hint}")
   return found
 
 
-def get_architecture(name: str) -> Architecture:
-  return RELEASED[canonical_name(name)]
+def get_architecture(name: str):
+  """The Architecture of a ViT name, or the MixerArchitecture of a Mixer name."""
+  name = canonical_name(name)
+  return mixer_zoo.RELEASED[name] if name in mixer_zoo.RELEASED else RELEASED[name]
 
 
 def find_name(architecture: Architecture) -> Optional[str]:
   """The released name of an architecture (dropout ignored), or None."""
+  if isinstance(architecture, mixer_zoo.MixerArchitecture):
+    return next((name for name, candidate in mixer_zoo.RELEASED.items()
+                 if candidate == architecture), None)
   for name, candidate in RELEASED.items():
     if dataclasses.replace(candidate, dropout_rate=0.0) == dataclasses.replace(
         architecture, dropout_rate=0.0):
@@ -108,11 +125,14 @@ _MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(vit.VisionTransformer)
 
 
 def create_model(name: str, *, num_classes: int, **overrides) -> vit.VisionTransformer:
-  """A VisionTransformer for a released model name.
+  """A VisionTransformer (or an MlpMixer, for a Mixer name) for a released model name.
 
   `overrides` replace any VisionTransformer attribute (e.g. `representation_size=768`,
-  `dropout_rate=0.1`, `dtype=jnp.bfloat16`, `classifier='gap'`).
+  `dropout_rate=0.1`, `dtype=jnp.bfloat16`, `classifier='gap'`), or MlpMixer attribute.
   """
+  if is_mixer(name):
+    check_options(num_classes, overrides)
+    return mixer_zoo.create(canonical_name(name), num_classes=num_classes, **overrides)
   kwargs = get_architecture(name).as_kwargs()
   unknown = sorted(set(overrides) - set(_MODEL_FIELDS))
   if unknown:
@@ -158,22 +178,30 @@ def check_config(config) -> vit.VisionTransformer:
 
 
 def model_from_config(config, num_classes: int) -> vit.VisionTransformer:
-  """The model a training config builds from scratch (what the main job trains)."""
-  return create_model(config.model_name, num_classes=num_classes,
-                      representation_size=config.model.representation_size,
-                      **config_overrides(config))
+  """The model a training config builds from scratch (what the main job trains; for a
+  Mixer from a released file, with the token-mixing width loading gives it)."""
+  module = create_model(config.model_name, num_classes=num_classes,
+                        representation_size=config.model.representation_size,
+                        **config_overrides(config))
+  if isinstance(module, mixer.MlpMixer):
+    return mixer_zoo.width_from_released_file(module, config.get("pretrained"),
+                                              config.pp.crop)
+  return module
 
 
 def model_stride(module: vit.VisionTransformer) -> int:
   """Pixels per token side: the patch size, times the ResNet stem's stride for hybrids."""
   stride = module.patch_size
-  if module.resnet_stages is not None:
+  if getattr(module, "resnet_stages", None) is not None:
     stride *= resnet.stem_stride(module.resnet_stages)
   return stride
 
 
 def token_grid(module: vit.VisionTransformer, image_side: int) -> int:
-  """Tokens per side for an input side: SAME stem convs round up, VALID patches down."""
+  """Tokens per side for an input side: SAME stem convs round up, VALID patches down (a
+  Mixer's SAME stem rounds up)."""
+  if isinstance(module, mixer.MlpMixer):
+    return mixer.token_grid(module, image_side)
   if module.resnet_stages is not None:
     halvings = resnet.stem_stride(module.resnet_stages).bit_length() - 1
     for _ in range(halvings):

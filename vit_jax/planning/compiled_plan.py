@@ -37,7 +37,7 @@ import ml_collections
 from vit_jax.base import console, errors, platforms
 from vit_jax.data import batch_spec
 from vit_jax.data.sources import registry
-from vit_jax.models import zoo
+from vit_jax.models import mixer, zoo
 from vit_jax.planning import tpu_slices
 from vit_jax.training import objectives, sharding, state_and_step, update_step
 from vit_jax.training.evaluators import classification as classification_eval
@@ -323,11 +323,13 @@ def twins(config: ml_collections.ConfigDict, mesh, num_classes: int
   blocks (small programs) give it for any depth. A config that cannot
   be cut to two blocks (a freeze or lr_mults pattern naming a later one) gets the whole
   model's twin, a program as large as the step."""
-  layers = zoo.model_from_config(config, num_classes).num_layers
+  module = zoo.model_from_config(config, num_classes)
+  depth_key = "num_blocks" if isinstance(module, mixer.MlpMixer) else "num_layers"
+  layers = getattr(module, depth_key)
   twin = loop_free(config)
   if layers > 2:
     try:
-      return {n: build_programs(with_overrides(twin, **{"model.num_layers": n}), mesh,
+      return {n: build_programs(with_overrides(twin, **{f"model.{depth_key}": n}), mesh,
                                 num_classes) for n in (1, 2)}, layers
     except errors.InvalidInput:
       pass

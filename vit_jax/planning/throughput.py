@@ -16,12 +16,25 @@ import jax.numpy as jnp
 import ml_collections
 
 from vit_jax.data.sources import registry
-from vit_jax.models import attention, vit, zoo
+from vit_jax.models import attention, mixer, vit, zoo
 from vit_jax.training import objectives, sharding, state_and_step
 
 
+def mixer_flops_per_image(module: mixer.MlpMixer, image_size: int) -> float:
+  """Matmul FLOPs (2 per multiply-add) of one Mixer forward pass: per block the token-mixing
+  MLP (patches x tokens_mlp_dim, both ways, per channel) and the channel-mixing MLP."""
+  patches = mixer.token_grid(module, image_size) ** 2
+  c = module.hidden_dim
+  per_block = 4 * c * patches * module.tokens_mlp_dim + 4 * patches * c * module.channels_mlp_dim
+  embedding = 2 * patches * module.patch_size**2 * 3 * c
+  return embedding + module.num_blocks * per_block + 2 * c * module.num_classes
+
+
 def forward_flops_per_image(module: vit.VisionTransformer, image_size: int) -> float:
-  """Matmul FLOPs (2 per multiply-add) of one plain-ViT forward pass; None for hybrids."""
+  """Matmul FLOPs (2 per multiply-add) of one plain-ViT (or Mixer) forward pass; None for
+  hybrids."""
+  if isinstance(module, mixer.MlpMixer):
+    return mixer_flops_per_image(module, image_size)
   if module.resnet_stages is not None:
     return None
   patches = (image_size // module.patch_size) ** 2
@@ -136,8 +149,9 @@ def measure(module: vit.VisionTransformer, mode: str, mesh, batch: int, image_si
   return {
       "model": model_name, "mode": mode, "batch": batch, "image_size": image_size,
       "dtype": dtype,
-      "attention_impl": attention.attention_backend(module.attention_impl, module.dtype),
-      "unpadded_inference": module.unpadded_inference,
+      "attention_impl": attention.attention_backend(module.attention_impl, module.dtype)
+                        if hasattr(module, "attention_impl") else None,  # a Mixer: none
+      "unpadded_inference": getattr(module, "unpadded_inference", None),
       "remat_policy": module.remat_policy,
       "scan_layers": module.scan_layers, "fp8": module.fp8,
       "devices": jax.device_count(), "platform": jax.devices()[0].platform,

@@ -283,6 +283,33 @@ def finetune_config(model_name: str, dataset: str = None, *, headline_crop: int 
   return with_dataset(config, dataset)
 
 
+MIXER_CROP = 224  # the original's mixer_base16_cifar10.py: the pre-training resolution
+
+
+def mixer_finetune_config(model_name: str, dataset: str = None) -> ml_collections.ConfigDict:
+  """Fine-tunes an MLP-Mixer from its ImageNet-21k file, the original's recipe
+  (configs/mixer_base16_cifar10.py there: the shared SGD defaults, 10k steps on CIFAR-10's
+  train[:98%], 224 px crops). `dataset` defaults to cifar10; any other gets its preset's
+  splits and steps (else the HyperRule's), still at 224 px: a Mixer's token-mixing MLPs
+  fit one patch grid, and 448 px (2x per side) is the next size with a rule
+  (docs/mixer.md)."""
+  config = with_dataset(get_config(), dataset or "cifar10")
+  config.model_name = config.pretrained = model_name
+  config.pp.crop = MIXER_CROP
+  return config
+
+
+def mixer_demo_config(dataset: str = None) -> ml_collections.ConfigDict:
+  """configs/mixer_demo.py: demo_config's run with a 4-block Mixer of the same width in
+  place of the ViT (4x4 patches; token-mixing width 32, channel-mixing 128)."""
+  config = demo_config(dataset)
+  config.model_name = "Mixer-S_16"
+  for key in ("hidden_size", "mlp_dim", "num_heads", "num_layers"):
+    del config.model[key]
+  config.model.update(hidden_dim=64, num_blocks=4, tokens_mlp_dim=32, channels_mlp_dim=128)
+  return config
+
+
 def big_vision_from_scratch(config: ml_collections.ConfigDict, base_lr: float,
                             weight_decay: float, batch: int) -> None:
   """big_vision's from-scratch recipe shared by configs/augreg.py and

@@ -35,7 +35,7 @@ from flax import traverse_util
 
 from vit_jax.base import config_checks, errors, storage
 from vit_jax.checkpoints import npz
-from vit_jax.models import vit
+from vit_jax.models import mixer
 from vit_jax.training import param_groups
 
 A, B = "lora_a", "lora_b"
@@ -209,8 +209,10 @@ def with_adapters(params, lora: Optional[Settings], seed: int):
   return add_adapters(params, lora, jax.random.PRNGKey(seed)) if lora else params
 
 
-# Frozen, yet not always the base file's: loading resizes it to the run's image size.
+# Frozen, yet not always the base file's: loading resizes them to the run's image size (a
+# ViT's position embedding, a Mixer's token-mixing MLPs: vit_jax.models.mixer_resize).
 POSEMB = "Transformer/posembed_input/pos_embedding"
+RESIZED_ON_LOAD = re.compile(rf"^({POSEMB}|MixerBlock_\d+/token_mixing/Dense_[01]/(kernel|bias))$")
 
 
 def export(raw_params, eval_params, lora: Settings,
@@ -218,15 +220,16 @@ def export(raw_params, eval_params, lora: Settings,
   """(merged params, adapters.npz arrays) at the end of a run, from two host copies of the
   params: the frozen base from the raw params (unchanged since the start) and the trained
   leaves from the evaluated ones (the Polyak average, if kept). adapters.npz holds what the
-  base file cannot give: the adapters, the trained head, the position embedding (resized to
-  the run's image size), which of the base's arrays the run used (not a dropped
-  pre_logits, nor the base's head) and their sha256 (merging onto another base is refused)."""
-  released = lambda tree: traverse_util.flatten_dict(vit.to_block_layout(tree), sep="/")
+  base file cannot give: the adapters, the trained head, the position embedding or a Mixer's
+  token-mixing MLPs (resized to the run's image size), which of the base's arrays the run
+  used (not a dropped pre_logits, nor the base's head) and their sha256 (merging onto
+  another base is refused)."""
+  released = lambda tree: traverse_util.flatten_dict(mixer.released_block_layout(tree), sep="/")
   raw = {name: np.asarray(value) for name, value in released(raw_params).items()}
   adapters = {name: np.asarray(value) for name, value in released(eval_params).items()
               if re.search(TRAINED, name)}
-  if POSEMB in raw and POSEMB not in adapters:
-    adapters[POSEMB] = raw[POSEMB]
+  adapters.update({name: value for name, value in raw.items()
+                   if RESIZED_ON_LOAD.search(name) and name not in adapters})
   base = {name: value for name, value in raw.items() if name not in adapters}
   meta = dict(rank=lora.rank, alpha=lora.alpha, targets=lora.targets, base=sorted(base),
               base_sha256=base_digest(base),

@@ -3,8 +3,9 @@
 Fine-tuning controls of the field, applied inside the optax chain (vit_jax.training.optim):
   layer_decay  BEiT / timm layer-wise decay: encoder block i (0-based) trains at
                base * decay ** (num_layers - i), the embeddings (patch embedding, class
-               token, position embedding, hybrid stem, mpp's mask token) at
-               decay ** (num_layers + 1), the final norm, pre_logits and heads at 1.
+               token, position embedding, hybrid stem, mpp's mask token, a Mixer's stem)
+               at decay ** (num_layers + 1), the final norm, pre_logits and heads at 1
+               (a Mixer's blocks and pre_head_layer_norm alike).
                Stacked blocks (scan_layers) get one multiplier per slice of depth.
   lr_mults     (regex, multiplier) pairs over '/'-joined parameter paths (parameters.txt's
                names); the first that matches wins; multiplied with the layer decay.
@@ -24,15 +25,17 @@ import numpy as np
 import optax
 
 from vit_jax.base import errors
-from vit_jax.models import masked_patch_vit, vit
+from vit_jax.models import masked_patch_vit, mixer, vit
 from vit_jax.training import sharding
 
 TRAIN, FROZEN, LATER = "train", "frozen", "frozen_until_step"  # optimizer group labels
 # Parameters after the encoder blocks: they keep the full learning rate under layer_decay.
 HEAD_SIDE = re.compile(r"^(Transformer/encoder_norm|pre_logits|head|MAPHead_0|"
-                       rf"{masked_patch_vit.PREDICTION_HEAD})(/|$)")
-BLOCK = re.compile(rf"^Transformer/{vit.SCANNED_BLOCKS}_(\d+)/")
-STACKED = re.compile(rf"^Transformer/{vit.SCANNED_BLOCKS}/")
+                       rf"pre_head_layer_norm|{masked_patch_vit.PREDICTION_HEAD})(/|$)")
+# A ViT's encoder blocks, or a Mixer's (vit_jax.models.mixer: `stem` is its embedding).
+_BLOCKS = rf"(?:Transformer/{vit.SCANNED_BLOCKS}|{mixer.SCANNED_BLOCKS})"
+BLOCK = re.compile(rf"^{_BLOCKS}_(\d+)/")
+STACKED = re.compile(rf"^{_BLOCKS}/")
 
 
 def named_leaves(params) -> List[Tuple[str, Any]]:

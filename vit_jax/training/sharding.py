@@ -21,7 +21,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax.base import errors
-from vit_jax.models import vit
+from vit_jax.models import mixer, vit
 
 AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
@@ -150,8 +150,13 @@ TENSOR_RULES = (
     (r"MultiHeadDotProductAttention_1/out/lora_a$", ("tensor", None, None)),
     (r"MlpBlock_3/Dense_0/lora_b$", (None, "tensor")),
     (r"MlpBlock_3/Dense_1/lora_a$", ("tensor", None)),
+    # MLP-Mixer blocks (vit_jax.models.mixer): both MLPs split like the ViT's MLP.
+    (r"_mixing/Dense_0/(kernel|lora_b)$", (None, "tensor")),
+    (r"_mixing/Dense_0/bias$", ("tensor",)),
+    (r"_mixing/Dense_1/(kernel|lora_a)$", ("tensor", None)),
 )
-STACKED_BLOCKS = f"Transformer/{vit.SCANNED_BLOCKS}/"  # scan_layers' blocks: depth axis first
+# scan_layers' blocks (a ViT's, a Mixer's): depth axis first.
+STACKED_BLOCKS = re.compile(f"Transformer/{vit.SCANNED_BLOCKS}/|(^|/){mixer.SCANNED_BLOCKS}/")
 FSDP_MIN_SIZE = 2**16  # smaller tensors cost more to gather than they save
 
 
@@ -164,7 +169,7 @@ def path_name(path: Tuple[Any, ...]) -> str:
 def partition_spec(name: str, shape: Sequence[int], axis_sizes: Mapping[str, int]) -> P:
   """Where each dimension of the leaf `name` of `shape` lives on the mesh."""
   dims = [None] * len(shape)
-  stacked = int(STACKED_BLOCKS in name)
+  stacked = int(bool(STACKED_BLOCKS.search(name)))
   if axis_sizes.get("tensor", 1) > 1:
     for pattern, axes in TENSOR_RULES:
       if re.search(pattern, name) and len(axes) + stacked == len(shape):
@@ -186,6 +191,19 @@ def param_shardings(abstract_tree: Any, mesh: Mesh) -> Any:
       lambda path, leaf: NamedSharding(
           mesh, partition_spec(path_name(path), getattr(leaf, "shape", ()), sizes)),
       abstract_tree)
+
+
+def check_model_tensor_parallel(module: Any, mesh: Mesh) -> None:
+  """check_tensor_parallel for a ViT; for a Mixer, its two MLPs' widths must split."""
+  if not isinstance(module, mixer.MlpMixer):
+    check_tensor_parallel(module.num_heads, module.mlp_dim, mesh)
+    return
+  tensor, widths = mesh.shape["tensor"], (module.tokens_mlp_dim, module.channels_mlp_dim)
+  if any(width % tensor for width in widths):
+    divisors = [d for d in range(1, widths[0] + 1) if not any(w % d for w in widths)]
+    raise ShardingError(
+        f"mesh tensor={tensor} does not divide the Mixer's token- and channel-mixing MLP "
+        f"widths {widths[0]} and {widths[1]}: use config.mesh.tensor in {divisors}")
 
 
 def check_tensor_parallel(num_heads: int, mlp_dim: int, mesh: Mesh) -> None:

@@ -26,6 +26,6 @@ def check_static(config: ml_collections.ConfigDict, mesh,
   evaluators_lib.check_all(config, objective)
   sharding.check_config_batches(config, mesh)
   module = zoo.check_config(config)
-  sharding.check_tensor_parallel(module.num_heads, module.mlp_dim, mesh)
+  sharding.check_model_tensor_parallel(module, mesh)
   attention.check_runs_on(config.model.attention_impl, mesh.devices.flat[0].platform)
   loaders.check(config, zoo.model_stride(module))

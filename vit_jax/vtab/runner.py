@@ -29,7 +29,7 @@ from vit_jax.base import errors, no_clobber, storage, workdir_files
 from vit_jax.base.console import log
 from vit_jax.checkpoints import hub, npz
 from vit_jax.data.sources import vtab_tasks as tasks_lib
-from vit_jax.models import zoo
+from vit_jax.models import mixer, zoo
 from vit_jax.training import config_defaults
 from vit_jax.training.objectives import classification
 from vit_jax.training.runs import outputs
@@ -136,8 +136,14 @@ def model_settings(checkpoint: str) -> Dict[str, Any]:
   A released model name is used as is; anything else is read once to infer it."""
   try:
     name = zoo.canonical_name(checkpoint)
+    module = None
   except ValueError:
     module, _ = npz.load_npz(hub.resolve(checkpoint), num_classes=1)
+  if isinstance(module, mixer.MlpMixer) or (module is None and zoo.is_mixer(name)):
+    raise errors.InvalidInput(
+        f"{checkpoint} is an MLP-Mixer; vit_jax.vtab runs ViTs: fine-tune a Mixer on each task "
+        "with python -m vit_jax.main --config=configs/mixer_b16.py:vtab/TASK")
+  if module is not None:
     fields = [f.name for f in dataclasses.fields(zoo.Architecture) if f.name != "dropout_rate"]
     architecture = zoo.Architecture(**{f: getattr(module, f) for f in fields})
     name = zoo.find_name(architecture)
