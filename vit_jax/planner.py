@@ -45,6 +45,12 @@ GIB = 2**30
 PAPER_CLASS_COUNTS = {"imagenet21k": 21_843, "jft": 18_291}
 _OOM = re.compile(r"required for (?P<what>[^()]*?) \((?P<need>[\d.]+)(?P<u1>[KMGT]?)\) exceeds "
                   r"available HBM \((?P<have>[\d.]+)(?P<u2>[KMGT]?)\)")
+# libtpu's other wording: "Ran out of memory in memory space hbm. Used 9.8G of 7.5G hbm."
+_OOM_USED = re.compile(r"memory space hbm\. Used (?P<need>[\d.]+)(?P<u1>[KMGT]?) of "
+                       r"(?P<have>[\d.]+)(?P<u2>[KMGT]?) hbm")
+# What marks a refusal for device memory (HBM), not for the core's scratch memories (vmem,
+# smem) or anything else.
+_HBM = re.compile(r"out of memory (?:on HBM|in memory space hbm)", re.IGNORECASE)
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _COLLECTIVE = re.compile(r"^\s*(?:ROOT )?%\S+ = (?P<type>.*?) (?P<kind>all-reduce|all-gather|"
                          r"reduce-scatter|all-to-all|collective-permute)(?:-start)?\(")
@@ -98,14 +104,19 @@ class DoesNotFit(errors.UserError):
     self.need, self.have = need, have
 
 
+class CompileFailed(errors.UserError):
+  """The compiler refused a program for another reason than the device's memory."""
+
+
 def _bytes(number: str, unit: str) -> int:
   return int(float(number) * _UNITS[unit])
 
 
 def compile_for(fn: Callable, args: Tuple, target: Target, limit: bool = True):
   """fn lowered on `args` (ShapeDtypeStructs) and compiled for the target's devices;
-  DoesNotFit when the compiler runs out of memory. limit=False: compiled without the
-  HBM limit a user asked for (for cost twins only)."""
+  DoesNotFit when the compiler runs out of device memory (HBM), CompileFailed when it
+  refuses the program for any other reason. limit=False: compiled without the HBM limit a
+  user asked for (for cost twins only)."""
   options = {}
   if limit and target.is_tpu and target.hbm_bytes_per_device:
     options["xla_tpu_max_hbm_size_mib"] = target.hbm_bytes_per_device // 2**20
@@ -114,12 +125,14 @@ def compile_for(fn: Callable, args: Tuple, target: Target, limit: bool = True):
     with platforms.quiet_stderr(), _unreadable_cache_entries_ignored():
       return lowered.compile(compiler_options=options or None)
   except jax.errors.JaxRuntimeError as e:
-    if "RESOURCE_EXHAUSTED" not in str(e):
-      raise
-    found = _OOM.search(str(e))
+    message = " ".join(str(e).split())
+    if "RESOURCE_EXHAUSTED" not in message or not _HBM.search(message):
+      raise CompileFailed(f"the compiler refused the program (not for memory): "
+                          f"{message[:500]}") from None
+    found = _OOM.search(message) or _OOM_USED.search(message)
     need = _bytes(found["need"], found["u1"]) if found else None
     have = _bytes(found["have"], found["u2"]) if found else None
-    raise DoesNotFit(" ".join(str(e).split()), need, have) from None
+    raise DoesNotFit(message, need, have) from None
 
 
 @contextlib.contextmanager
@@ -265,8 +278,11 @@ def loop_free(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 
 def size(value: Optional[int]) -> str:
-  """Bytes as GiB in progress lines (the report formats its own)."""
-  return "?" if value is None else f"{value / GIB:.2f} GiB"
+  """Bytes as GiB in progress lines, MiB below a tenth of a GiB (the report formats its
+  own)."""
+  if value is None:
+    return "?"
+  return f"{value / GIB:.2f} GiB" if value >= GIB / 10 else f"{value / 2**20:.1f} MiB"
 
 
 def _compiled_or_shortfall(fn_args: Tuple[Callable, Tuple], target: Target, what: str
