@@ -123,17 +123,20 @@ def fixed_bytes(programs: planner.Programs, step: str) -> int:
   return programs.state_bytes + params + programs.train_batch_bytes  # + the gradient sum
 
 
-def line(points: List[Tuple[int, int]], fixed: int) -> Tuple[float, float]:
-  """(intercept, bytes per image) through the compiled points (m, peak) of one lever: the
-  secant of the last two of different m, else through `fixed` and the last one."""
-  if points:
-    m2, p2 = points[-1]
-    for m1, p1 in reversed(points[:-1]):
-      if m1 != m2 and (p2 - p1) / (m2 - m1) > 0:
-        slope = (p2 - p1) / (m2 - m1)
-        return p2 - slope * m2, slope
-    return fixed, max(p2 - fixed, 1) / m2
-  raise ValueError("no point to draw a line through")
+def line(fixed: int, best: Optional[Tuple[int, int]], failed: Optional[Tuple[int, int]],
+         start: Tuple[float, float]) -> Tuple[float, float]:
+  """(intercept, bytes per image) to size the next pass from one lever's compiled points
+  (images per device, peak): between the largest that fits and the smallest that does
+  not, their secant; from one point, the line through it and `fixed` (steeper than the
+  truth, where a program has bytes of its own: it errs towards more accumulation and the
+  refinement corrects it); with none, `start`."""
+  if best and failed and failed[1] and failed[1] > best[1]:
+    slope = (failed[1] - best[1]) / (failed[0] - best[0])
+    return best[1] - slope * best[0], slope
+  point = best or (failed if failed and failed[1] else None)
+  if point:
+    return fixed, max(point[1] - fixed, 1) / point[0]
+  return start
 
 
 def largest_fitting(sizes: List[int], intercept: float, slope: float, limit: int
@@ -195,20 +198,22 @@ def _label(config: ml_collections.ConfigDict, lever: Dict[str, Any]) -> str:
 
 
 def _size_lever(ctx: _Context, step: str, lever: Dict[str, Any], fixed: int,
-                start: Tuple[float, float], guessed: bool, too_big: int
+                start: Tuple[float, float], guessed: bool,
+                failed: Tuple[int, Optional[int]]
                 ) -> Tuple[Optional[Tuple[int, int]], Tuple[float, float]]:
   """((images per device, peak) of the largest pass that fits under `lever`, or None;
-  the line at the end). `start` is the line before any compile (`guessed`: a guess, so
-  one compile checks it even where it says nothing fits); sizes from `too_big` up are
+  the last line). `start` is the line before any compile (`guessed`: a guess, so one
+  compile checks it even where it says nothing fits); `failed`: (images, peak or None)
   known not to fit."""
   limit, sizes = ctx.target.hbm_bytes_per_device, ctx.sizes(step)
-  points, best, (intercept, slope) = [], None, start
+  best, compiled = None, False
   for _ in range(COMPILES_PER_LEVER):
-    open_sizes = [m for m in sizes if (best[0] if best else 0) < m < too_big]
+    intercept, slope = line(fixed, best, failed if failed[1] else None, start)
+    open_sizes = [m for m in sizes if (best[0] if best else 0) < m < failed[0]]
     if not open_sizes:
       break
     pick = largest_fitting(open_sizes, intercept, slope, limit)
-    if pick is None and (best or points or not guessed):
+    if pick is None and (best or compiled or not guessed):
       if not best:
         ctx.result.checked.append(
             f"{_label(ctx.config, lever)}: {open_sizes[0]} image(s) per device needs about "
@@ -217,21 +222,19 @@ def _size_lever(ctx: _Context, step: str, lever: Dict[str, Any], fixed: int,
     pick = pick or open_sizes[0]
     verdict, peak = _compile(ctx, step, {**lever, **ctx.sized(step, pick)}, pick,
                              intercept + slope * pick)
+    compiled = True
     if verdict == "failed":
       break
     if verdict == "fits":
       best = (pick, peak)
     else:
-      too_big = pick
-    if peak:
-      points.append((pick, peak))
-      intercept, slope = line(points, fixed)
-    elif verdict != "fits":
-      slope *= 2  # the compiler gave no size: assume twice the bytes per image
-  if not best and points and points[-1][0] == sizes[0]:
+      failed = (pick, peak)
+      if not peak:  # the compiler gave no size: assume twice the bytes per image
+        start = (start[0], start[1] * 2)
+  if not best and failed[0] == sizes[0] and compiled:
     ctx.result.checked.append(f"{_label(ctx.config, lever)}: {sizes[0]} image(s) per device "
-                              f"does not fit ({planner.size(points[-1][1])})")
-  return best, (intercept, slope)
+                              f"does not fit ({planner.size(failed[1])})")
+  return best, line(fixed, best, failed if failed[1] else None, start)
 
 
 def _search_step(ctx: _Context, step: str, base: Dict[str, Any], failing: Dict[str, Any],
@@ -260,15 +263,14 @@ def _search_step(ctx: _Context, step: str, base: Dict[str, Any], failing: Dict[s
       continue
     if previous is None:
       need = failing.get("peak_bytes_per_device")
-      start = line([(m0, need)], fixed) if need else (fixed, 2 * max(
-          ctx.target.hbm_bytes_per_device - fixed, 1) / m0)
-      guessed, too_big = not need, m0
+      start = (fixed, 2 * max(ctx.target.hbm_bytes_per_device - fixed, 1) / m0)
+      guessed, known = not need, (m0, need)
     else:
       before, before_fixed, (intercept, slope) = previous
       scales = any(lever.get(k) != before.get(k) for k in ("model.remat_policy", "dtype"))
       start = (intercept - (before_fixed - fixed), slope * (GUESSED_SCALE if scales else 1))
-      guessed, too_big = scales, m0 + 1
-    best, end = _size_lever(ctx, step, lever, fixed, start, guessed, too_big)
+      guessed, known = scales, (m0 + 1, None)
+    best, end = _size_lever(ctx, step, lever, fixed, start, guessed, known)
     previous = (lever, fixed, end)
     if best:
       found.append(({**lever, **ctx.sized(step, best[0])}, best[1]))

@@ -126,13 +126,18 @@ def compile_for(fn: Callable, args: Tuple, target: Target, limit: bool = True):
       return lowered.compile(compiler_options=options or None)
   except jax.errors.JaxRuntimeError as e:
     message = " ".join(str(e).split())
-    if "RESOURCE_EXHAUSTED" not in message or not _HBM.search(message):
+    if not out_of_hbm(message):
       raise CompileFailed(f"the compiler refused the program (not for memory): "
                           f"{message[:500]}") from None
     found = _OOM.search(message) or _OOM_USED.search(message)
     need = _bytes(found["need"], found["u1"]) if found else None
     have = _bytes(found["have"], found["u2"]) if found else None
     raise DoesNotFit(message, need, have) from None
+
+
+def out_of_hbm(message: str) -> bool:
+  """Whether a compiler error refuses the program for device memory (HBM)."""
+  return "RESOURCE_EXHAUSTED" in message and bool(_HBM.search(message))
 
 
 @contextlib.contextmanager
@@ -459,16 +464,20 @@ def plan_steps(config: ml_collections.ConfigDict, target: Target,
       f"micro-batch(es) of {micro_batch} per device)")
   train.update(state_bytes_per_device=programs.state_bytes,
                batch_bytes_per_device=programs.train_batch_bytes)
+  pricing = time.perf_counter()  # the programs compiled only to count FLOPs
   train.update(_speed(_step_cost(config, programs, compiled_train, get_twins, target),
                       config.batch, model_flops, target, passes=3))
+  pricing = time.perf_counter() - pricing
   train["collectives"] = collectives(compiled_train) if compiled_train is not None else None
   compiled_eval, evaluation = _compiled_or_shortfall(
       programs.eval, target, f"the eval step (batch {config.batch_eval}: "
       f"{config.batch_eval // parallel} per device)")
   evaluation.update(state_bytes_per_device=programs.state_bytes,
                     batch_bytes_per_device=programs.eval_batch_bytes)
+  started = time.perf_counter()
   evaluation.update(_speed(_eval_cost(config, compiled_eval, get_twins, target),
                            config.batch_eval, model_flops, target, 1))
+  pricing += time.perf_counter() - started
 
   hosts = len({device.process_index for device in target.devices})
   hours = (config.total_steps * train["estimated_step_seconds"] / 3600
@@ -490,7 +499,8 @@ def plan_steps(config: ml_collections.ConfigDict, target: Target,
                                  if target.peak_flops_per_device else None),
       "fits": bool(train["fits"] and evaluation["fits"]),
       "fsdp_saving_bytes": programs.fsdp_saving_bytes if mesh.shape["fsdp"] == 1 else 0,
-      "train": train, "eval": evaluation, "total_steps": config.total_steps,
+      "train": train, "eval": evaluation, "pricing_seconds": pricing,
+      "total_steps": config.total_steps,
       "estimated_hours": hours,
       "estimated_chip_hours": hours * target.chips if hours and target.chips else None,
       "estimated_core_days": hours * target.cores / 24 if hours and target.cores else None,
