@@ -13,6 +13,7 @@ TINY="--config=configs/demo.py --config.batch_eval=64 --config.model.num_layers=
   --config.pp.crop=64 --config.pp.resize=64 --tpu=v5e-4"
 declare -A RUNS=(
   [tiny_b512_60M]="$TINY --config.batch=512 --hbm_limit_gib=0.06"
+  [tiny_b512_accum4_28M]="$TINY --config.batch=512 --config.accum_steps=4 --hbm_limit_gib=0.027"
   [tiny_b512_25M]="$TINY --config.batch=512 --hbm_limit_gib=0.024"
   [tiny_b2048_41M]="$TINY --config.batch=2048 --hbm_limit_gib=0.04"
   [tiny_b2048_25M]="$TINY --config.batch=2048 --hbm_limit_gib=0.024"
