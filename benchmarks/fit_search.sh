@@ -17,6 +17,7 @@ declare -A RUNS=(
   [tiny_b512_25M]="$TINY --config.batch=512 --hbm_limit_gib=0.024"
   [tiny_b2048_41M]="$TINY --config.batch=2048 --hbm_limit_gib=0.04"
   [tiny_b2048_25M]="$TINY --config.batch=2048 --hbm_limit_gib=0.024"
+  [s16_scan_cifar10_v2-8_b1024]="--config=configs/vit_s16.py:cifar10 --config.accum_steps=1 --config.batch=1024 --config.model.scan_layers=True --tpu=v2-8"
   [s16_cifar10_v2-8_accum1]="--config=configs/vit_s16.py:cifar10 --config.accum_steps=1 --config.batch=2048 --tpu=v2-8"
 )
 for name in "${@:-${!RUNS[@]}}"; do
@@ -27,14 +28,14 @@ for name in "${@:-${!RUNS[@]}}"; do
 done
 python - "$OUT" <<'PY'
 import glob, json, os, sys
-print("| run | over | suggested | compiles (search) | search s | plan s | plan / its compiles |")
+print("| run | over | suggested | search compiles | search s | plan s | plan / its compiles |")
 print("|---|---|---|---|---|---|---|")
 for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
   r = json.load(open(path))
   s = r["search"] or {"tried": [], "checked": []}
   need = max(r[k]["peak_bytes_per_device"] or 0 for k in ("train", "eval") if not r[k]["fits"])
   compiles = sum(r[k]["compile_seconds"] for k in ("train", "eval")) + sum(
-      t["seconds"] for t in s["tried"])
+      t["seconds"] for t in s["tried"]) + r["pricing_seconds"]
   told = " | ".join(" ".join(f["flags"]) for f in r["suggestions"]) or "none: " + "; ".join(
       s["checked"])
   print(f"| {os.path.basename(path)[:-5]} | {need / r['hbm_bytes_per_device']:.1f}x | {told} "
