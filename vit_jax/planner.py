@@ -48,9 +48,10 @@ _OOM = re.compile(r"required for (?P<what>[^()]*?) \((?P<need>[\d.]+)(?P<u1>[KMG
 # libtpu's other wording: "Ran out of memory in memory space hbm. Used 9.8G of 7.5G hbm."
 _OOM_USED = re.compile(r"memory space hbm\. Used (?P<need>[\d.]+)(?P<u1>[KMGT]?) of "
                        r"(?P<have>[\d.]+)(?P<u2>[KMGT]?) hbm")
-# What marks a refusal for device memory (HBM), not for the core's scratch memories (vmem,
-# smem) or anything else.
-_HBM = re.compile(r"out of memory (?:on HBM|in memory space hbm)", re.IGNORECASE)
+# What marks a refusal for device memory (a TPU's HBM; a GPU's, in XLA's allocator
+# wording), not for a TPU core's scratch memories (vmem, smem) or anything else.
+_HBM = re.compile(r"out of memory (?:on HBM|in memory space hbm|while trying to allocate|"
+                  r"allocating)", re.IGNORECASE)
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _COLLECTIVE = re.compile(r"^\s*(?:ROOT )?%\S+ = (?P<type>.*?) (?P<kind>all-reduce|all-gather|"
                          r"reduce-scatter|all-to-all|collective-permute)(?:-start)?\(")
