@@ -18,6 +18,7 @@ declare -A RUNS=(
   [tiny_b2048_41M]="$TINY --config.batch=2048 --hbm_limit_gib=0.04"
   [tiny_b2048_25M]="$TINY --config.batch=2048 --hbm_limit_gib=0.024"
   [s16_scan_cifar10_v2-8_b1024]="--config=configs/vit_s16.py:cifar10 --config.accum_steps=1 --config.batch=1024 --config.model.scan_layers=True --tpu=v2-8"
+  [s16_scan_cifar10_v2-8_b2048]="--config=configs/vit_s16.py:cifar10 --config.accum_steps=1 --config.batch=2048 --config.model.scan_layers=True --tpu=v2-8"
   [s16_cifar10_v2-8_accum1]="--config=configs/vit_s16.py:cifar10 --config.accum_steps=1 --config.batch=2048 --tpu=v2-8"
 )
 for name in "${@:-${!RUNS[@]}}"; do
