@@ -16,9 +16,10 @@ config's total_steps in hours, chip-hours and TPU-core-days, and the collectives
 Speeds are the compiler's per-operation roofline (XLA's optimal_seconds), not
 measurements: they leave out the input pipeline, the host and the network between hosts.
 
-When a step does not fit, the smallest changes that do (each verified by compiling it,
-within --suggest_budget seconds) are printed as --config flags; a search that runs out of
-its budget says so and names the changes it did not try.
+When a step does not fit, the accumulation (and remat, fsdp, bfloat16 where that is not
+enough) that the step's own bytes call for, keeping the global batch, is computed,
+verified by compiling it and printed as --config flags (--json: `suggestions`), within
+--suggest_budget seconds; docs/plan_time.md says how.
 
 Each compile is logged as it starts and ends, with its time, and a long one shows its
 elapsed time while it runs. A plan compiles the train and eval steps once each, plus the
@@ -70,7 +71,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                        "changes that do.", **define)
   flags.DEFINE_float("suggest_budget", 900, "Seconds the search for changes may take.",
                      lower_bound=0, **define)
-  flags.DEFINE_integer("max_suggestions", 3, "How many changes that fit to look for.",
+  flags.DEFINE_integer("max_suggestions", 1, "How many changes that fit to look for (each "
+                       "under a stronger remat policy, fsdp or bfloat16 than the last).",
                        lower_bound=1, **define)
   flags.mark_flags_as_required(["config"], flag_values=flag_values)
 
@@ -168,21 +170,28 @@ def does_not_fit_line(report: Dict[str, Any]) -> str:
   search = report.get("search")
   batches = " or ".join(f"config.{'batch' if step == 'train' else 'batch_eval'}"
                         for step in ("train", "eval") if not report[step]["fits"])
-  others = f"lower {batches}, use bfloat16 (--config.dtype=bfloat16) or a larger slice"
   if search is None:
-    tail = f"; not searched for changes that fit (--nosuggest): {others}"
-  elif search["out_of_budget"]:
+    return "; ".join(parts) + (f"; not searched for changes that fit (--nosuggest): lower "
+                               f"{batches}, use bfloat16 (--config.dtype=bfloat16) or a "
+                               "larger slice")
+  if search["out_of_budget"]:
     left = search["not_tried"]
-    listed = " | ".join(" ".join(changes) for changes in left[:4])
+    listed = " | ".join(" ".join(changes) or "accumulation alone" for changes in left[:4])
     more = f" and {len(left) - 4} more" if len(left) > 4 else ""
     tail = (f"; the search for changes ran out of its {search['budget_s']:.0f} s budget after "
-            f"{len(search['tried'])} tried" + ("; fits with: " + " | ".join(fixes) if fixes
-                                                else ", none of which fits")
-            + f"; not tried: {listed}{more} (raise --suggest_budget to try them)")
+            f"{len(search['tried'])} compile(s)" + ("; fits with: " + " | ".join(fixes)
+                                                     if fixes else ", none of which fits")
+            + (f"; not tried: {listed}{more} (raise --suggest_budget to try them)"
+               if left else ""))
   elif fixes:
-    tail = "; fits with: " + " | ".join(fixes)
+    tail = ("; fits with (same global batch, verified by compiling): " + " | ".join(fixes))
   else:
-    tail = f"; no single change or pair tried fits: {others}"
+    tail = (f"; no change keeping the global batch fits (checked: "
+            f"{'; '.join(search['checked']) or 'nothing'}): lower {batches} or use a "
+            "larger slice")
+  if search["failed"]:
+    tail += "; failed to compile for another reason than memory: " + " | ".join(
+        f"{' '.join(f['flags'])}: {f['error']}" for f in search["failed"][:2])
   return "; ".join(parts) + tail
 
 
@@ -239,7 +248,8 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
             **compiled_plan.plan_steps(config, target, flag_values.num_classes)}
   report["suggestions"], report["search"] = [], None
   if not report["fits"] and flag_values.suggest:
-    console.log.info("it does not fit: compiling changes that might (up to %.0f s)",
+    console.log.info("it does not fit: sizing accumulation and remat from the step's bytes, "
+                     "each verified by compiling (up to %.0f s)",
                      flag_values.suggest_budget)
     search = fit_search.search(config, target, report, flag_values.suggest_budget,
                                flag_values.max_suggestions)

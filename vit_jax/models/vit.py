@@ -185,10 +185,27 @@ class MAPHead(nn.Module):
 
 class ScannedBlock(Encoder1DBlock):
   """An encoder block as an nn.scan body: (carry, deterministic[, depth_drop]) -> (carry,
-  None), depth_drop scanned (one per block)."""
+  None), depth_drop scanned (one per block).
+
+  Under an fsdp mesh the carry is pinned to the batch split: inside the scan loop XLA's
+  partitioner otherwise follows the weights split over `fsdp` and gathers the whole batch
+  onto every device (ViT-S/16, 384 px, 64 images per core on a v2-8: 14.58 GiB per core
+  instead of 4.48 GiB)."""
 
   def __call__(self, inputs, deterministic: bool, depth_drop=None):
-    return super().__call__(inputs, deterministic, depth_drop), None
+    return super().__call__(split_over_batch(inputs), deterministic, depth_drop), None
+
+
+def split_over_batch(x):
+  """x [batch, ...] constrained to the batch axes (vit_jax.training.sharding.BATCH_AXES) of the
+  mesh the step is traced under (vit_jax.training.sharding.on_mesh), where that mesh splits
+  weights over `fsdp`; unchanged elsewhere."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or dict(mesh.shape).get("fsdp", 1) == 1 or "data" not in mesh.shape:
+    return x
+  spec = jax.sharding.PartitionSpec(("data", "fsdp"),
+                                    *[jax.sharding.PartitionSpec.UNCONSTRAINED] * (x.ndim - 1))
+  return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(mesh, spec))
 
 
 SCANNED_BLOCKS = "encoderblock"  # name of the stacked blocks under `Transformer`

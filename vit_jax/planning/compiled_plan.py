@@ -47,6 +47,13 @@ GIB = 2**30
 PAPER_CLASS_COUNTS = {"imagenet21k": 21_843, "jft": 18_291}
 _OOM = re.compile(r"required for (?P<what>[^()]*?) \((?P<need>[\d.]+)(?P<u1>[KMGT]?)\) exceeds "
                   r"available HBM \((?P<have>[\d.]+)(?P<u2>[KMGT]?)\)")
+# libtpu's other wording: "Ran out of memory in memory space hbm. Used 9.8G of 7.5G hbm."
+_OOM_USED = re.compile(r"memory space hbm\. Used (?P<need>[\d.]+)(?P<u1>[KMGT]?) of "
+                       r"(?P<have>[\d.]+)(?P<u2>[KMGT]?) hbm")
+# What marks a refusal for device memory (a TPU's HBM; a GPU's, in XLA's allocator
+# wording), not for a TPU core's scratch memories (vmem, smem) or anything else.
+_HBM = re.compile(r"out of memory (?:on HBM|in memory space hbm|while trying to allocate|"
+                  r"allocating)", re.IGNORECASE)
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _COLLECTIVE = re.compile(r"^\s*(?:ROOT )?%\S+ = (?P<type>.*?) (?P<kind>all-reduce|all-gather|"
                          r"reduce-scatter|all-to-all|collective-permute)(?:-start)?\(")
@@ -100,14 +107,19 @@ class DoesNotFit(errors.UserError):
     self.need, self.have = need, have
 
 
+class CompileFailed(errors.UserError):
+  """The compiler refused a program for another reason than the device's memory."""
+
+
 def _bytes(number: str, unit: str) -> int:
   return int(float(number) * _UNITS[unit])
 
 
 def compile_for(fn: Callable, args: Tuple, target: Target, limit: bool = True):
   """fn lowered on `args` (ShapeDtypeStructs) and compiled for the target's devices;
-  DoesNotFit when the compiler runs out of memory. limit=False: compiled without the
-  HBM limit a user asked for (for cost twins only)."""
+  DoesNotFit when the compiler runs out of device memory (HBM), CompileFailed when it
+  refuses the program for any other reason. limit=False: compiled without the HBM limit a
+  user asked for (for cost twins only)."""
   options = {}
   if limit and target.is_tpu and target.hbm_bytes_per_device:
     options["xla_tpu_max_hbm_size_mib"] = target.hbm_bytes_per_device // 2**20
@@ -116,12 +128,19 @@ def compile_for(fn: Callable, args: Tuple, target: Target, limit: bool = True):
     with platforms.quiet_stderr(), _unreadable_cache_entries_ignored():
       return lowered.compile(compiler_options=options or None)
   except jax.errors.JaxRuntimeError as e:
-    if "RESOURCE_EXHAUSTED" not in str(e):
-      raise
-    found = _OOM.search(str(e))
+    message = " ".join(str(e).split())
+    if not out_of_hbm(message):
+      raise CompileFailed(f"the compiler refused the program (not for memory): "
+                          f"{message[:500]}") from None
+    found = _OOM.search(message) or _OOM_USED.search(message)
     need = _bytes(found["need"], found["u1"]) if found else None
     have = _bytes(found["have"], found["u2"]) if found else None
-    raise DoesNotFit(" ".join(str(e).split()), need, have) from None
+    raise DoesNotFit(message, need, have) from None
+
+
+def out_of_hbm(message: str) -> bool:
+  """Whether a compiler error refuses the program for device memory (HBM)."""
+  return "RESOURCE_EXHAUSTED" in message and bool(_HBM.search(message))
 
 
 @contextlib.contextmanager
@@ -268,8 +287,11 @@ def loop_free(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 
 def size(value: Optional[int]) -> str:
-  """Bytes as GiB in progress lines (the report formats its own)."""
-  return "?" if value is None else f"{value / GIB:.2f} GiB"
+  """Bytes as GiB in progress lines, MiB below a tenth of a GiB (the report formats its
+  own)."""
+  if value is None:
+    return "?"
+  return f"{value / GIB:.2f} GiB" if value >= GIB / 10 else f"{value / 2**20:.1f} MiB"
 
 
 def _compiled_or_shortfall(fn_args: Tuple[Callable, Tuple], target: Target, what: str
@@ -448,16 +470,20 @@ def plan_steps(config: ml_collections.ConfigDict, target: Target,
       f"micro-batch(es) of {micro_batch} per device)")
   train.update(state_bytes_per_device=programs.state_bytes,
                batch_bytes_per_device=programs.train_batch_bytes)
+  pricing = time.perf_counter()  # the programs compiled only to count FLOPs
   train.update(_speed(_step_cost(config, programs, compiled_train, get_twins, target),
                       config.batch, model_flops, target, passes=3))
+  pricing = time.perf_counter() - pricing
   train["collectives"] = collectives(compiled_train) if compiled_train is not None else None
   compiled_eval, evaluation = _compiled_or_shortfall(
       programs.eval, target, f"the eval step (batch {config.batch_eval}: "
       f"{config.batch_eval // parallel} per device)")
   evaluation.update(state_bytes_per_device=programs.state_bytes,
                     batch_bytes_per_device=programs.eval_batch_bytes)
+  started = time.perf_counter()
   evaluation.update(_speed(_eval_cost(config, compiled_eval, get_twins, target),
                            config.batch_eval, model_flops, target, 1))
+  pricing += time.perf_counter() - started
 
   hosts = len({device.process_index for device in target.devices})
   hours = (config.total_steps * train["estimated_step_seconds"] / 3600
@@ -479,7 +505,8 @@ def plan_steps(config: ml_collections.ConfigDict, target: Target,
                                  if target.peak_flops_per_device else None),
       "fits": bool(train["fits"] and evaluation["fits"]),
       "fsdp_saving_bytes": programs.fsdp_saving_bytes if mesh.shape["fsdp"] == 1 else 0,
-      "train": train, "eval": evaluation, "total_steps": config.total_steps,
+      "train": train, "eval": evaluation, "pricing_seconds": pricing,
+      "total_steps": config.total_steps,
       "estimated_hours": hours,
       "estimated_chip_hours": hours * target.chips if hours and target.chips else None,
       "estimated_core_days": hours * target.cores / 24 if hours and target.cores else None,
