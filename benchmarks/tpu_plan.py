@@ -23,7 +23,7 @@ from absl import flags
 from ml_collections import config_flags
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from vit_jax.planning import compiled_plan  # pylint: disable=wrong-import-position
+from vit_jax.planning import compiled_plan, compiler_readings  # pylint: disable=wrong-import-position
 
 SLICES = ("v2-8", "v3-8", "v4-8", "v5e-8", "v5p-8", "v6e-8")
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs")
@@ -59,7 +59,7 @@ def plan_row(name: str, config_arg: str, overrides: dict, tpu: str) -> dict:
   compile_seconds of its train and eval steps."""
   started, cpu = time.time(), time.process_time()
   try:
-    report = compiled_plan.plan_steps(load(config_arg, overrides), compiled_plan.tpu_target(tpu))
+    report = compiled_plan.plan_steps(load(config_arg, overrides), compiler_readings.tpu_target(tpu))
   except Exception as e:  # pylint: disable=broad-except  # a row that says why
     return {"name": name, "slice": tpu, "error": " ".join(str(e).split())[:300]}
   return {"name": name, "config": config_arg, "overrides": overrides, "slice": tpu,

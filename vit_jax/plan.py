@@ -227,16 +227,16 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   config = cli.load_config(flag_values)
   cli.check_dataset_override(flag_values)
   from vit_jax.base import errors
-  from vit_jax.planning import compiled_plan, fit_search
+  from vit_jax.planning import compiled_plan, compiler_readings, fit_search
   from vit_jax.training import objectives, sharding, static_checks
   try:
     if flag_values.json is not None:
       check_json_path(flag_values.json)
     limit = int(flag_values.hbm_limit_gib * 2**30) if flag_values.hbm_limit_gib else None
     if flag_values.tpu is not None:  # an empty --tpu= is a mistake, not this machine
-      target = compiled_plan.tpu_target(flag_values.tpu, limit)
+      target = compiler_readings.tpu_target(flag_values.tpu, limit)
     else:
-      target = compiled_plan.local_target()
+      target = compiler_readings.local_target()
       if limit:
         target = dataclasses.replace(target, hbm_bytes_per_device=limit)
     mesh = sharding.make_mesh(config.mesh, devices=target.devices)

@@ -11,7 +11,7 @@ from jax.experimental.pallas import tpu as pltpu
 from attention_cases import attention_inputs, softmax_attention, values_and_grads
 from vit_jax.base import errors
 from vit_jax.models import attention, pallas_attention, vit
-from vit_jax.planning import compiled_plan
+from vit_jax.planning import compiler_readings
 from vit_jax.training import sharding
 
 
@@ -38,13 +38,13 @@ def test_on_a_tpu_mesh_each_shard_runs_the_kernel_on_its_share():
   'tensor', one kernel per shard on its share and nothing gathered (XLA cannot split the
   kernel: without the shard_map it would gather q, k and v onto every core)."""
   pytest.importorskip("libtpu", reason="compiling for TPUs needs libtpu (the test extra)")
-  v3_8 = compiled_plan.tpu_target("v3-8")
+  v3_8 = compiler_readings.tpu_target("v3-8")
   mesh = sharding.make_mesh({"data": 4, "fsdp": 1, "tensor": 2}, devices=v3_8.devices)
   spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data", None, "tensor"))
   inputs = [jax.ShapeDtypeStruct((8, 197, 4, 64), jnp.float32, sharding=spec)] * 3
   step = jax.jit(sharding.on_mesh(mesh, jax.grad(lambda *qkv: jnp.sum(pallas_route(*qkv)),
                                                  argnums=(0, 1, 2))))
-  program = compiled_plan.compile_for(step, inputs, v3_8).as_text()
+  program = compiler_readings.compile_for(step, inputs, v3_8).as_text()
   kernels = [line for line in program.splitlines() if "tpu_custom_call" in line]
   assert kernels and all("f32[2,2,256,64]" in line for line in kernels)  # 8/4 images, 4/2 heads
   assert "all-gather" not in program
@@ -76,7 +76,7 @@ def test_pallas_is_refused_off_tpu_in_one_line():
 def test_dot_product_on_a_tpu_mesh_picks_pallas_for_inference(tpu, dtype, inference, want):
   """Resolved for the mesh the step is traced on (vit_jax.plan traces TPU steps here)."""
   pytest.importorskip("libtpu", reason="compile-only TPU devices need libtpu (the test extra)")
-  mesh = sharding.make_mesh({"data": -1}, devices=compiled_plan.tpu_target(tpu).devices)
+  mesh = sharding.make_mesh({"data": -1}, devices=compiler_readings.tpu_target(tpu).devices)
   seen = []
   pick = lambda x: seen.append(attention.attention_backend("dot_product", dtype, inference))
   jax.eval_shape(sharding.on_mesh(mesh, lambda x: pick(x) or x), 1.0)

@@ -6,7 +6,7 @@ import pytest
 import helpers
 from vit_jax.data import device_batches
 from vit_jax.data.tf_stack import tf_pipeline
-from vit_jax.planning import compiled_plan
+from vit_jax.planning import compiled_plan, compiler_readings
 from vit_jax.training import objectives, sharding, state_and_step
 
 # Wide enough that FSDP splits its kernels (sharding.FSDP_MIN_SIZE), small enough to
@@ -26,7 +26,7 @@ def config_of(**changes):
 
 @pytest.fixture(name="v3_8", scope="module")
 def fixture_v3_8():
-  return compiled_plan.tpu_target("v3-8")
+  return compiler_readings.tpu_target("v3-8")
 
 
 @pytest.fixture(name="reports", scope="module")
@@ -59,7 +59,7 @@ def test_a_pod_slice_says_what_each_host_must_feed():
   """v3-32: 4 hosts of 8 cores; each host's pipeline loads a quarter of the batch and must
   deliver a quarter of the estimated img/s."""
   report = compiled_plan.plan_steps(config_of(batch=32, batch_eval=32, accum_steps=1),
-                              compiled_plan.tpu_target("v3-32"), num_classes=10)
+                              compiler_readings.tpu_target("v3-32"), num_classes=10)
   assert (report["devices"], report["hosts"], report["per_host_batch"]) == (32, 4, 8)
   assert report["needed_img_per_sec_per_host"] == pytest.approx(
       report["train"]["estimated_img_per_sec"] / 4)
@@ -127,7 +127,7 @@ def test_the_plan_compiles_the_program_the_main_job_runs():
 
 def test_without_a_tpu_the_local_devices_are_planned():
   """The suite's shared demo program on this CPU: memory against the host's, no estimate."""
-  report = compiled_plan.plan_steps(helpers.demo_config(), compiled_plan.local_target(), num_classes=10)
+  report = compiled_plan.plan_steps(helpers.demo_config(), compiler_readings.local_target(), num_classes=10)
   assert report["fits"] and report["slice"] == "local" and report["chips"] is None
   assert 0 < report["train"]["peak_bytes_per_device"] < report["hbm_bytes_per_device"]
   assert report["train"]["estimated_img_per_sec"] is None
@@ -147,9 +147,9 @@ class _Analysed:
 def test_a_negative_time_estimate_is_no_estimate():
   """libtpu prices some float32 programs on v4, v5e and v6e at a negative optimal_seconds
   (vit_s32.py's train step on a v5e-8: -0.44 s); no img/s, MFU or hours come from it."""
-  negative = compiled_plan.cost(_Analysed([{"flops": 2e12, "optimal_seconds": -0.44}]))
+  negative = compiler_readings.cost(_Analysed([{"flops": 2e12, "optimal_seconds": -0.44}]))
   assert negative == {"flops": 2e12, "bytes": None, "seconds": None}
-  assert compiled_plan.cost(_Analysed({"optimal_seconds": 0.5}))["seconds"] == 0.5
-  v5e_8 = compiled_plan.tpu_target("v5e-8")
+  assert compiler_readings.cost(_Analysed({"optimal_seconds": 0.5}))["seconds"] == 0.5
+  v5e_8 = compiler_readings.tpu_target("v5e-8")
   speed = compiled_plan._speed(negative, 512, None, v5e_8, passes=3)  # pylint: disable=protected-access
   assert speed["estimated_img_per_sec"] is None and speed["estimated_mfu"] is None

@@ -8,7 +8,7 @@ import pytest
 
 import helpers
 from vit_jax import plan
-from vit_jax.planning import compiled_plan, fit_search
+from vit_jax.planning import compiler_readings, fit_search
 
 pytest.importorskip("libtpu", reason="compiling for TPUs needs libtpu (the test extra)")
 
@@ -65,7 +65,7 @@ def test_accumulation_that_cannot_fit_is_ruled_out_without_a_compile():
   the search goes straight to remat; a budget below one compile then stops it, and the
   line names what it ruled out and what it did not try."""
   config = helpers.demo_config(batch=256, batch_eval=64)
-  target = compiled_plan.tpu_target("v5e-4", hbm_limit_bytes=3 * MIB)  # the state: 2.3 MiB
+  target = compiler_readings.tpu_target("v5e-4", hbm_limit_bytes=3 * MIB)  # the state: 2.3 MiB
   report = report_for(config, 60 * MIB, target.hbm_bytes_per_device)
   search = fit_search.search(config, target, report, budget_s=20)  # < one compile (30 s)
   assert search.out_of_budget and search.tried == [] and search.found == []
@@ -97,15 +97,15 @@ def test_nothing_fits_names_what_was_checked_and_only_then_the_batch():
 def test_a_compile_refused_for_another_reason_is_not_called_out_of_memory():
   """A program the TPU compiler refuses (a custom call it has no kernel for) is
   CompileFailed, not DoesNotFit; libtpu's two out-of-memory wordings are DoesNotFit."""
-  target = compiled_plan.tpu_target("v5e-4")
+  target = compiler_readings.tpu_target("v5e-4")
   fn = jax.jit(lambda x: jax.ffi.ffi_call("vit_jax_no_such_kernel",
                                           jax.ShapeDtypeStruct((8,), jnp.float32))(x))
   args = (jax.ShapeDtypeStruct((8,), jnp.float32,
                                sharding=jax.sharding.SingleDeviceSharding(target.devices[0])),)
-  with pytest.raises(compiled_plan.CompileFailed, match="not for memory.*no_such_kernel"):
-    compiled_plan.compile_for(fn, args, target)
-  assert compiled_plan.out_of_hbm("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory "
+  with pytest.raises(compiler_readings.CompileFailed, match="not for memory.*no_such_kernel"):
+    compiler_readings.compile_for(fn, args, target)
+  assert compiler_readings.out_of_hbm("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory "
                             "required for HLO temporaries (17.30G) exceeds available HBM")
-  assert compiled_plan.out_of_hbm("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out "
+  assert compiler_readings.out_of_hbm("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out "
                             "of memory in memory space hbm. Used 9.8G of 7.5G hbm.")
-  assert not compiled_plan.out_of_hbm("RESOURCE_EXHAUSTED: Ran out of memory in memory space vmem")
+  assert not compiler_readings.out_of_hbm("RESOURCE_EXHAUSTED: Ran out of memory in memory space vmem")

@@ -22,198 +22,25 @@ deep one (for 12 blocks, about the same: a compile has a fixed part).
 Each compile is logged as it starts and ends, with its time (vit_jax.base.console.stage).
 """
 
-import contextlib
 import dataclasses
-import math
-import re
 import time
-import warnings
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 
-from vit_jax.base import console, errors, platforms
+from vit_jax.base import console, errors
 from vit_jax.data import batch_spec
 from vit_jax.data.sources import registry
 from vit_jax.models import mixer, zoo
-from vit_jax.planning import tpu_slices
+from vit_jax.planning import compiler_readings
 from vit_jax.training import objectives, sharding, state_and_step, update_step
 from vit_jax.training.evaluators import classification as classification_eval
 
 GIB = 2**30
 # Datasets no metadata describes here (no TFDS builder): the paper's class counts.
 PAPER_CLASS_COUNTS = {"imagenet21k": 21_843, "jft": 18_291}
-_OOM = re.compile(r"required for (?P<what>[^()]*?) \((?P<need>[\d.]+)(?P<u1>[KMGT]?)\) exceeds "
-                  r"available HBM \((?P<have>[\d.]+)(?P<u2>[KMGT]?)\)")
-# libtpu's other wording: "Ran out of memory in memory space hbm. Used 9.8G of 7.5G hbm."
-_OOM_USED = re.compile(r"memory space hbm\. Used (?P<need>[\d.]+)(?P<u1>[KMGT]?) of "
-                       r"(?P<have>[\d.]+)(?P<u2>[KMGT]?) hbm")
-# What marks a refusal for device memory (a TPU's HBM; a GPU's, in XLA's allocator
-# wording), not for a TPU core's scratch memories (vmem, smem) or anything else.
-_HBM = re.compile(r"out of memory (?:on HBM|in memory space hbm|while trying to allocate|"
-                  r"allocating)", re.IGNORECASE)
-_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-_COLLECTIVE = re.compile(r"^\s*(?:ROOT )?%\S+ = (?P<type>.*?) (?P<kind>all-reduce|all-gather|"
-                         r"reduce-scatter|all-to-all|collective-permute)(?:-start)?\(")
-_SHAPE = re.compile(r"\b(pred|[fsu]\d+|bf16|f8e\w+)\[([\d,]*)\]")
-_BITS = {"pred": 8, "bf16": 16}
-
-
-@dataclasses.dataclass(frozen=True)
-class Target:
-  """Where the steps are compiled for: a TPU slice or this machine's devices."""
-  name: str
-  devices: list
-  hbm_bytes_per_device: Optional[int]  # None: unknown (the compiler then decides alone)
-  peak_flops_per_device: Optional[float]  # bf16; None where unknown (CPU)
-  chips: Optional[int] = None
-  cores: Optional[int] = None
-  is_tpu: bool = False
-
-  @property
-  def num_devices(self) -> int:
-    return len(self.devices)
-
-
-def tpu_target(name: str, hbm_limit_bytes: Optional[int] = None) -> Target:
-  tpu = tpu_slices.parse(name)
-  hbm = tpu.generation.hbm_bytes_per_device
-  return Target(name=name, devices=tpu_slices.compile_only_devices(tpu),
-                hbm_bytes_per_device=min(hbm, hbm_limit_bytes or hbm),
-                peak_flops_per_device=tpu.peak_flops_per_device, chips=tpu.chips,
-                cores=tpu.cores, is_tpu=True)
-
-
-def local_target() -> Target:
-  """This machine's devices: a GPU's memory limit, or the host memory shared by CPU devices."""
-  devices = jax.local_devices()
-  stats = devices[0].memory_stats() or {}
-  if "bytes_limit" in stats:
-    hbm = int(stats["bytes_limit"])
-  else:
-    import os  # pylint: disable=import-outside-toplevel
-    hbm = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // len(devices)
-  return Target(name="local", devices=devices,
-                hbm_bytes_per_device=hbm, peak_flops_per_device=None)
-
-
-class DoesNotFit(errors.UserError):
-  """The compiler refused a program for memory; `need` / `have` bytes per device."""
-
-  def __init__(self, message: str, need: Optional[int], have: Optional[int]):
-    super().__init__(message)
-    self.need, self.have = need, have
-
-
-class CompileFailed(errors.UserError):
-  """The compiler refused a program for another reason than the device's memory."""
-
-
-def _bytes(number: str, unit: str) -> int:
-  return int(float(number) * _UNITS[unit])
-
-
-def compile_for(fn: Callable, args: Tuple, target: Target, limit: bool = True):
-  """fn lowered on `args` (ShapeDtypeStructs) and compiled for the target's devices;
-  DoesNotFit when the compiler runs out of device memory (HBM), CompileFailed when it
-  refuses the program for any other reason. limit=False: compiled without the HBM limit a
-  user asked for (for cost twins only)."""
-  options = {}
-  if limit and target.is_tpu and target.hbm_bytes_per_device:
-    options["xla_tpu_max_hbm_size_mib"] = target.hbm_bytes_per_device // 2**20
-  lowered = fn.lower(*args)
-  try:
-    with platforms.quiet_stderr(), _unreadable_cache_entries_ignored():
-      return lowered.compile(compiler_options=options or None)
-  except jax.errors.JaxRuntimeError as e:
-    message = " ".join(str(e).split())
-    if not out_of_hbm(message):
-      raise CompileFailed(f"the compiler refused the program (not for memory): "
-                          f"{message[:500]}") from None
-    found = _OOM.search(message) or _OOM_USED.search(message)
-    need = _bytes(found["need"], found["u1"]) if found else None
-    have = _bytes(found["have"], found["u2"]) if found else None
-    raise DoesNotFit(message, need, have) from None
-
-
-def out_of_hbm(message: str) -> bool:
-  """Whether a compiler error refuses the program for device memory (HBM)."""
-  return "RESOURCE_EXHAUSTED" in message and bool(_HBM.search(message))
-
-
-@contextlib.contextmanager
-def _unreadable_cache_entries_ignored() -> Iterator[None]:
-  """Programs compiled for compile-only TPU devices are written to JAX's persistent cache
-  (when a user set one) but cannot be loaded back: each later hit warns and compiles
-  again. The warning says nothing a planner's user can act on."""
-  with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message="Error reading persistent compilation cache")
-    yield
-
-
-def shard_bytes(tree: Any) -> int:
-  """Bytes one device holds of a tree of ShapeDtypeStructs with shardings (the largest
-  shard: every device holds one of that size)."""
-  total = 0
-  for leaf in jax.tree.leaves(tree):
-    shape = leaf.sharding.shard_shape(leaf.shape)
-    total += math.prod(shape) * jnp.dtype(leaf.dtype).itemsize
-  return total
-
-
-def fsdp_saving(tree: Any, num_devices: int) -> int:
-  """Bytes per device an fsdp mesh over every device would save on a replicated tree: the
-  tensors large enough to be split (sharding.FSDP_MIN_SIZE) all but one part."""
-  sizes = [(math.prod(leaf.shape), jnp.dtype(leaf.dtype).itemsize)
-           for leaf in jax.tree.leaves(tree)]
-  large = sum(n * itemsize for n, itemsize in sizes if n >= sharding.FSDP_MIN_SIZE)
-  return large - large // num_devices
-
-
-def memory(compiled, is_tpu: bool) -> Dict[str, int]:
-  """Per-device bytes of a compiled program: arguments, temporaries, peak. The TPU
-  compiler's peak comes from its buffer schedule; elsewhere (where that figure is not the
-  peak) arguments, outputs and temporaries are counted as live at once."""
-  stats = compiled.memory_analysis()
-  live = (stats.argument_size_in_bytes + stats.output_size_in_bytes
-          + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
-  peak = (getattr(stats, "peak_memory_in_bytes", 0) if is_tpu else 0) or live
-  return {"argument_bytes": int(stats.argument_size_in_bytes),
-          "temp_bytes": int(stats.temp_size_in_bytes), "peak_bytes_per_device": int(peak)}
-
-
-def cost(compiled) -> Dict[str, Optional[float]]:
-  """Per-device FLOPs, bytes accessed and the compiler's time estimate (None if absent).
-  libtpu 0.0.42 returns a negative optimal_seconds for some programs on v4, v5e and v6e
-  (float32 fine-tuning steps that it prices well on v2, v3 and v5p): no estimate, then."""
-  analysis = compiled.cost_analysis() or {}
-  analysis = analysis[0] if isinstance(analysis, list) else analysis
-  get = lambda key: float(analysis[key]) if key in analysis else None
-  seconds = get("optimal_seconds")
-  return {"flops": get("flops"), "bytes": get("bytes accessed"),
-          "seconds": seconds if seconds is not None and seconds > 0 else None}
-
-
-def collectives(compiled) -> List[Dict[str, Any]]:
-  """[{kind, count, bytes}] of the collectives in the compiled program, as written (an
-  op inside a loop body, e.g. per micro-batch, is listed once)."""
-  found: Dict[str, List[int]] = {}
-  for line in compiled.as_text().splitlines():
-    match = _COLLECTIVE.match(line)
-    if not match:
-      continue
-    size = 0
-    for dtype, dims in _SHAPE.findall(match["type"]):
-      bits = _BITS.get(dtype) or int(re.sub(r"\D", "", dtype.split("e")[0]) or 8)
-      size += math.prod(int(d) for d in dims.split(",") if d) * bits // 8
-    counted = found.setdefault(match["kind"], [0, 0])
-    counted[0] += 1
-    counted[1] += size
-  return [{"kind": kind, "count": n, "bytes": b} for kind, (n, b) in sorted(found.items())]
-
-
 def with_overrides(config: ml_collections.ConfigDict, **changes) -> ml_collections.ConfigDict:
   """A copy of config with 'a.b'-style keys (as in --config.a.b=...) changed."""
   config = config.copy_and_resolve_references()
@@ -274,10 +101,10 @@ def build_programs(config: ml_collections.ConfigDict, mesh, num_classes: int) ->
                    out_shardings=run.state_shardings, donate_argnums=(0,))
   return Programs(train=(run.step, (state, train_batch, rng)),
                   eval=(eval_step, (state.params, eval_batch)),
-                  update=(update, (state, state.params)), state_bytes=shard_bytes(state),
-                  fsdp_saving_bytes=fsdp_saving(state, mesh.size),
-                  train_batch_bytes=shard_bytes(train_batch),
-                  eval_batch_bytes=shard_bytes(eval_batch))
+                  update=(update, (state, state.params)), state_bytes=compiler_readings.shard_bytes(state),
+                  fsdp_saving_bytes=compiler_readings.fsdp_saving(state, mesh.size),
+                  train_batch_bytes=compiler_readings.shard_bytes(train_batch),
+                  eval_batch_bytes=compiler_readings.shard_bytes(eval_batch))
 
 
 def loop_free(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -294,7 +121,7 @@ def size(value: Optional[int]) -> str:
   return f"{value / GIB:.2f} GiB" if value >= GIB / 10 else f"{value / 2**20:.1f} MiB"
 
 
-def _compiled_or_shortfall(fn_args: Tuple[Callable, Tuple], target: Target, what: str
+def _compiled_or_shortfall(fn_args: Tuple[Callable, Tuple], target: compiler_readings.Target, what: str
                            ) -> Tuple[Any, Dict[str, Any]]:
   """(compiled program or None, its memory and fit) under the target's HBM limit."""
   fn, args = fn_args
@@ -303,14 +130,14 @@ def _compiled_or_shortfall(fn_args: Tuple[Callable, Tuple], target: Target, what
                     "compile_cpu_seconds": time.process_time() - cpu}  # all threads
   with console.stage(f"compiling {what} for {target.name}") as outcome:
     try:
-      compiled = compile_for(fn, args, target)
-    except DoesNotFit as e:
+      compiled = compiler_readings.compile_for(fn, args, target)
+    except compiler_readings.DoesNotFit as e:
       outcome(f"does not fit: needs {size(e.need)} per device, {size(e.have)} usable"
               if e.need and e.have else "does not fit (the compiler ran out of memory)")
       return None, {"fits": False, "peak_bytes_per_device": e.need,
                     "shortfall_bytes": (e.need - e.have) if e.need and e.have else None,
                     "compiler_message": str(e), **timing()}
-    used = memory(compiled, target.is_tpu)
+    used = compiler_readings.memory(compiled, target.is_tpu)
     limit = target.hbm_bytes_per_device
     fits = limit is None or used["peak_bytes_per_device"] <= limit
     outcome(f"peak {size(used['peak_bytes_per_device'])} per device"
@@ -320,14 +147,14 @@ def _compiled_or_shortfall(fn_args: Tuple[Callable, Tuple], target: Target, what
                     **timing()}
 
 
-def _costed(fn_args: Tuple[Callable, Tuple], target: Target, what: str
+def _costed(fn_args: Tuple[Callable, Tuple], target: compiler_readings.Target, what: str
             ) -> Optional[Dict[str, Any]]:
   """Cost of a program compiled only to be priced, without the user's HBM limit; None if
   even that does not fit."""
   with console.stage(f"compiling {what}, to count its cost") as outcome:
     try:
-      return cost(compile_for(*fn_args, target, limit=False))
-    except DoesNotFit:
+      return compiler_readings.cost(compiler_readings.compile_for(*fn_args, target, limit=False))
+    except compiler_readings.DoesNotFit:
       outcome("does not fit either")
       return None
 
@@ -383,11 +210,11 @@ def _accumulated(step: Optional[Dict[str, Any]], update: Optional[Dict[str, Any]
 
 
 def _step_cost(config, programs: Programs, compiled_train, get_twins: Callable,
-               target: Target) -> Optional[Dict[str, Any]]:
+               target: compiler_readings.Target) -> Optional[Dict[str, Any]]:
   """FLOPs and estimated seconds of one whole train step, loops counted in full."""
   k = config.accum_steps
   if compiled_train is not None and not config.model.scan_layers:
-    whole = cost(compiled_train)
+    whole = compiler_readings.cost(compiled_train)
     if k == 1 or not has_loop(compiled_train):
       return whole
     # One micro-batch (the loop body, counted once) and the update.
@@ -405,9 +232,9 @@ def _step_cost(config, programs: Programs, compiled_train, get_twins: Callable,
 
 
 def _eval_cost(config, compiled_eval, get_twins: Callable,
-               target: Target) -> Optional[Dict[str, Any]]:
+               target: compiler_readings.Target) -> Optional[Dict[str, Any]]:
   if compiled_eval is not None and not config.model.scan_layers:
-    return cost(compiled_eval)
+    return compiler_readings.cost(compiled_eval)
   by_depth, layers = get_twins()
   return _at_depth({n: _costed(twin.eval, target,
                                f"the eval step's loop-free twin with {n} block(s)")
@@ -422,7 +249,7 @@ def model_flops_per_image(config, num_classes: int) -> Optional[float]:
 
 
 def _speed(step_cost: Optional[dict], batch: int, model_flops: Optional[float],
-           target: Target, passes: int) -> Dict[str, Any]:
+           target: compiler_readings.Target, passes: int) -> Dict[str, Any]:
   """Per-image FLOPs, the compiler's img/s and MFU from one step's per-device cost."""
   if step_cost is None:
     return {"gflop_per_image": None, "estimated_step_seconds": None,
@@ -448,7 +275,7 @@ def _speed(step_cost: Optional[dict], batch: int, model_flops: Optional[float],
   }
 
 
-def plan_steps(config: ml_collections.ConfigDict, target: Target,
+def plan_steps(config: ml_collections.ConfigDict, target: compiler_readings.Target,
                num_classes: Optional[int] = None) -> Dict[str, Any]:
   """The report of vit_jax.plan for `config` on `target` (see the module docstring)."""
   num_classes = num_classes or num_classes_of(config)
@@ -474,7 +301,7 @@ def plan_steps(config: ml_collections.ConfigDict, target: Target,
   train.update(_speed(_step_cost(config, programs, compiled_train, get_twins, target),
                       config.batch, model_flops, target, passes=3))
   pricing = time.perf_counter() - pricing
-  train["collectives"] = collectives(compiled_train) if compiled_train is not None else None
+  train["collectives"] = compiler_readings.collectives(compiled_train) if compiled_train is not None else None
   compiled_eval, evaluation = _compiled_or_shortfall(
       programs.eval, target, f"the eval step (batch {config.batch_eval}: "
       f"{config.batch_eval // parallel} per device)")

@@ -33,7 +33,7 @@ import jax
 import ml_collections
 
 from vit_jax.base import console, errors
-from vit_jax.planning import compiled_plan
+from vit_jax.planning import compiled_plan, compiler_readings
 from vit_jax.training import sharding
 
 REMAT_ORDER = ("none", "dots_no_batch", "dots", "full")
@@ -76,7 +76,7 @@ def as_flags(changes: Dict[str, Any]) -> List[str]:
 class _Context:
   """The search's inputs and its clock."""
   config: ml_collections.ConfigDict
-  target: compiled_plan.Target
+  target: compiler_readings.Target
   num_classes: int
   parallel: int
   budget_s: float
@@ -119,7 +119,7 @@ def levers(config: ml_collections.ConfigDict, step: str, num_devices: int
 
 def fixed_bytes(programs: compiled_plan.Programs, step: str) -> int:
   """Bytes per device of a step that do not scale with the images in one pass."""
-  params = compiled_plan.shard_bytes(programs.update[1][1])
+  params = compiler_readings.shard_bytes(programs.update[1][1])
   if step == "eval":
     return params
   return programs.state_bytes + params + programs.train_batch_bytes  # + the gradient sum
@@ -163,10 +163,10 @@ def _compile(ctx: _Context, step: str, changes: Dict[str, Any], m: int, expect: 
       mesh = sharding.make_mesh(changed.mesh, devices=ctx.target.devices)
       sharding.check_config_batches(changed, mesh)
       programs = compiled_plan.build_programs(changed, mesh, ctx.num_classes)
-      compiled = compiled_plan.compile_for(*getattr(programs, step), ctx.target)
-      peak = compiled_plan.memory(compiled, ctx.target.is_tpu)["peak_bytes_per_device"]
+      compiled = compiler_readings.compile_for(*getattr(programs, step), ctx.target)
+      peak = compiler_readings.memory(compiled, ctx.target.is_tpu)["peak_bytes_per_device"]
       verdict = "fits" if limit is None or peak <= limit else "does not fit"
-    except compiled_plan.DoesNotFit as e:
+    except compiler_readings.DoesNotFit as e:
       verdict, peak = "does not fit", e.need
     except (errors.UserError, jax.errors.JaxRuntimeError, ValueError, TypeError) as e:
       verdict, peak, problem = "failed", None, errors_line(e)
@@ -282,7 +282,7 @@ def _search_step(ctx: _Context, step: str, base: Dict[str, Any], failing: Dict[s
   return found
 
 
-def search(config: ml_collections.ConfigDict, target: compiled_plan.Target, report: Dict[str, Any],
+def search(config: ml_collections.ConfigDict, target: compiler_readings.Target, report: Dict[str, Any],
            budget_s: float, max_suggestions: int = 1) -> Search:
   """Up to max_suggestions changes, each verified by compiling, under which every step
   of `report` (compiled_plan.plan_steps) fits; the weakest (fastest) first."""
