@@ -65,12 +65,13 @@ def check_options(to: str, image_size, dtype: str, with_preprocessing: bool) -> 
     option = "with_preprocessing" if with_preprocessing else f"dtype={dtype}"
     raise source_lib.ExportError(f"a two-tower export does not support {option}: export "
                                  "float32 towers that take preprocessed images")
-  if image_size and npz_side(image_size)[0] != npz_side(image_size)[1]:
+  if image_size and side_pair(image_size)[0] != side_pair(image_size)[1]:
     raise source_lib.ExportError(f"a two-tower image tower takes square images, got "
                                  f"--image_size={image_size}")
 
 
-def npz_side(image_size) -> Tuple[int, int]:
+def side_pair(image_size) -> Tuple[int, int]:
+  """(height, width) of a side or a pair."""
   return (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
 
 
@@ -158,7 +159,7 @@ def export(checkpoint: str, out: str, fmt, *, image_size=None, batch: Optional[i
   with no_clobber.sole_writer(out, output.KIND):
     path = two_tower_open.local_checkpoint(checkpoint)
     model, params, info = two_tower_load.load_two_tower(path)  # tokenizer copied, not read
-    side = two_tower_open.image_size(info, image_size and npz_side(image_size)[0])
+    side = two_tower_open.image_size(info, image_size and side_pair(image_size)[0])
     for name, tree in (("image", params["img"]), ("text", params["txt"])):
       nbytes = sum(np.asarray(p).nbytes for p in jax.tree.leaves(tree))
       if nbytes > source_lib.MAX_WEIGHT_BYTES:
