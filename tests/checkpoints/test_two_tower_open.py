@@ -8,6 +8,7 @@ import numpy as np
 import two_tower_helpers
 from conftest import random_params, tiny_model
 from vit_jax import save_npz
+from vit_jax.base import storage
 from vit_jax.checkpoints import two_tower_open
 from vit_jax.data import text_tokens
 
@@ -32,3 +33,14 @@ def test_two_tower_files_folders_and_names_are_told_apart(tmp_path):
   assert np.asarray(tokenize(["a cat"])).shape == (1, 16)
   assert two_tower_open.image_size(info) == 32 and two_tower_open.image_size(info, 48) == 48
   assert set(params) == {"img", "txt", "t"}
+
+
+def test_a_remote_file_is_told_apart_from_its_zip_directory(gcs, tmp_path):
+  path, _, _ = two_tower_helpers.save_tiny_lit(tmp_path)
+  classifier = str(tmp_path / "vit.npz")
+  save_npz(random_params(tiny_model(num_classes=3), 16), classifier)
+  for name, local in (("lit.npz", path), ("vit.npz", classifier)):
+    storage.write_atomic(f"gs://{gcs.bucket}/{name}", open(local, "rb").read())
+  assert two_tower_open.is_two_tower(f"gs://{gcs.bucket}/lit.npz")
+  assert not two_tower_open.is_two_tower(f"gs://{gcs.bucket}/vit.npz")
+  assert not two_tower_open.is_two_tower(f"gs://{gcs.bucket}/missing.npz")

@@ -9,7 +9,7 @@ import zipfile
 from typing import Callable, Optional, Tuple
 
 from vit_jax.base import storage
-from vit_jax.checkpoints import formats, npz, siglip_hf, two_tower_layout, two_tower_load
+from vit_jax.checkpoints import formats, siglip_hf, two_tower_layout, two_tower_load
 from vit_jax.checkpoints import two_tower_names
 from vit_jax.data import text_tokens
 
@@ -24,15 +24,15 @@ def is_two_tower(checkpoint: str) -> bool:
     config = os.path.join(checkpoint, formats.CONFIG)
     if not os.path.isfile(config):
       return False
-    with open(config, encoding="utf-8") as f:
-      return json.load(f).get("model_type") in siglip_hf.KINDS
-  if not checkpoint.endswith(".npz") or not (storage.is_url(checkpoint)
-                                             or os.path.isfile(checkpoint)):
+    try:
+      with open(config, encoding="utf-8") as f:
+        return json.load(f).get("model_type") in siglip_hf.KINDS
+    except (OSError, ValueError, AttributeError):
+      return False  # the loader names what is wrong with it
+  if not checkpoint.endswith(".npz") or not storage.exists(checkpoint):
     return False
-  if storage.is_url(checkpoint):
-    return two_tower_layout.is_two_tower(npz.read_npz(checkpoint))
-  try:
-    with zipfile.ZipFile(checkpoint) as archive:
+  try:  # the zip's directory only: a remote file is read by ranges, not downloaded
+    with storage.open_read(checkpoint) as f, zipfile.ZipFile(f) as archive:
       names = [n[:-len(".npy")] for n in archive.namelist()]
   except zipfile.BadZipFile:
     return False  # the loader names what is wrong with it
