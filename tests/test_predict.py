@@ -16,7 +16,7 @@ from conftest import REPO, RELEASED_FIXTURES, random_params, tiny_model
 from helpers import closed_port, run_in_process, subprocess_env
 from hub_server import HubServer
 from vit_jax import load_npz, predict, save_npz
-from vit_jax.checkpoints import released
+from vit_jax.checkpoints import released, two_tower_load
 from vit_jax.data import image_files, text_tokens
 from vit_jax.models import two_tower_eval
 from vit_jax.training import lora_adapters
@@ -324,3 +324,22 @@ def test_classes_score_a_two_tower_model_zero_shot(tmp_path, images):
     done = predict_command(*args, images["rgb"])
     assert done.returncode == 1 and message in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_classes_of_a_siglip_model_are_sigmoid_scores(tmp_path, images):
+  """SigLIP: each class's own sigmoid, written as predict writes a multi-label head's."""
+  model = two_tower_helpers.tiny_siglip()
+  params = two_tower_helpers.random_params(model, 8)
+  path = str(tmp_path / "siglip.npz")
+  two_tower_load.save_two_tower(params, path)
+  (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "cat", "dog"]))
+  done = predict_command(f"--checkpoint={path}", "--classes=cat,dog,bird", "--templates={}",
+                         f"--tokenizer={tmp_path / 'vocab.txt'}", "--json=-", images["rgb"])
+  assert done.returncode == 0, done.stderr
+  (record,) = json.loads(done.stdout)
+  zcls = two_tower_eval.class_embeddings(model, params["params"], text_tokens.BertTokenizer(
+      str(tmp_path / "vocab.txt"), 8), ["cat", "dog", "bird"], ["{}"])
+  zimg = two_tower_eval.embed_image_files(model, params["params"], [images["rgb"]], 32, 1)
+  logits = np.asarray(model.apply(params, zimg, zcls, method=model.logits))
+  np.testing.assert_allclose(record["scores"], 1 / (1 + np.exp(-logits[0])), rtol=1e-5)
+  assert "sigmoid scores" in done.stderr
