@@ -181,3 +181,44 @@ def test_json_rows_go_to_a_gs_file_without_appends(gcs, capsys, monkeypatch):
   rows = [json.loads(line) for line in storage.read_text(out).splitlines()]
   assert [(row["model"], row["error"]) for row in rows] == [("ViT-L_16", "out of memory"),
                                                             ("ViT-B_16", "out of memory")]
+
+
+@pytest.fixture(name="siglip_file")
+def fixture_siglip_file(tmp_path):
+  import two_tower_helpers  # pylint: disable=import-outside-toplevel
+  from vit_jax.checkpoints import two_tower_load  # pylint: disable=import-outside-toplevel
+  model = two_tower_helpers.tiny_siglip()
+  path = str(tmp_path / "siglip.npz")
+  two_tower_load.save_two_tower(two_tower_helpers.random_params(model, 8), path)
+  return path
+
+
+def test_a_two_tower_model_is_timed_tower_by_tower(siglip_file, tmp_path, capsys):
+  out = tmp_path / "towers.jsonl"
+  run_command(f"--model={siglip_file}", "--batch=2", "--steps=2", "--peak_tflops=1",
+              f"--json={out}")
+  printed = capsys.readouterr().out
+  rows = [json.loads(line) for line in out.read_text().splitlines()]
+  assert [(r["model"], r["mode"], r["image_size"]) for r in rows] == [
+      ("image tower", "infer", 32), ("text tower", "infer", 8)]  # the file's size, 8 tokens
+  assert all(r["gflop_per_image"] > 0 and r["mib_per_device"] > 0 and r["img_per_sec"] > 0
+             for r in rows)
+  assert "siglip" in printed and table(printed)["model"] == "text"
+
+
+@pytest.mark.parametrize("flags_, problem", [
+    (["--mode=train"], "drop --mode=train"), (["--remat=full"], "drop --remat"),
+    (["--config=configs/demo.py"], "drop --config")])
+def test_two_tower_mistakes_are_one_error_line(siglip_file, capsys, flags_, problem):
+  with pytest.raises(SystemExit) as exit_info:
+    run_command(f"--model={siglip_file}", *flags_)
+  captured = capsys.readouterr()
+  assert exit_info.value.code == 2 and captured.err.count("\n") == 1 and problem in captured.err
+
+
+def test_a_released_two_tower_name_not_downloaded_is_refused(capsys, tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)  # checkpoints/ holds nothing here
+  with pytest.raises(SystemExit) as exit_info:
+    run_command("--model=SigLIP2-B_16-224")
+  captured = capsys.readouterr()
+  assert exit_info.value.code == 1 and "python -m vit_jax.download SigLIP2-B_16-224" in captured.err

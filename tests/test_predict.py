@@ -11,12 +11,14 @@ import pytest
 from PIL import Image
 
 import fork_server
+import two_tower_helpers
 from conftest import REPO, RELEASED_FIXTURES, random_params, tiny_model
 from helpers import closed_port, run_in_process, subprocess_env
 from hub_server import HubServer
 from vit_jax import load_npz, predict, save_npz
-from vit_jax.checkpoints import released
-from vit_jax.data import image_files
+from vit_jax.checkpoints import released, two_tower_load
+from vit_jax.data import image_files, text_tokens
+from vit_jax.models import two_tower_eval
 from vit_jax.training import lora_adapters
 
 
@@ -296,3 +298,48 @@ def test_predict_command_runs_any_size_as_the_load_time_resize_does(images, tiny
   failed = predict_command(f"--checkpoint={path}", "--image_size=16x25", images["rgb"])
   assert one_error_line(failed) == ("error: image size 16x25 is not a multiple of the model's "
                                     "stride 4 px: use 24 or 28")
+
+
+def test_classes_score_a_two_tower_model_zero_shot(tmp_path, images):
+  """--classes through a LiT model's towers: the scores zeroshot's library gives (softmax
+  over the classes); a classifier with --classes, a two-tower file without, refused."""
+  path, model, params = two_tower_helpers.save_tiny_lit(tmp_path, ("cat", "dog"))
+  paths = [images["rgb"], images["photo"]]
+  done = predict_command(f"--checkpoint={path}", "--classes=cat,dog", "--templates={}",
+                         "--json=-", *paths)
+  assert done.returncode == 0, done.stderr
+  records = json.loads(done.stdout)
+  zcls = two_tower_eval.class_embeddings(model, params["params"], text_tokens.BertTokenizer(
+      path[:-4] + ".txt", 16), ["cat", "dog"], ["{}"])
+  zimg = two_tower_eval.embed_image_files(model, params["params"], paths, 32, 2)
+  expected = two_tower_eval.read_scores(model, params["params"], zimg, zcls)
+  for record, row in zip(records, expected):
+    assert [c["name"] for c in record["top_k"]] == [["cat", "dog"][i] for i in np.argsort(-row)]
+    np.testing.assert_allclose([c["probability"] for c in record["top_k"]], np.sort(row)[::-1],
+                               rtol=1e-5)
+  classifier = str(tmp_path / "vit.npz")
+  save_npz(random_params(tiny_model(num_classes=3), 16), classifier)
+  for args, message in (([f"--checkpoint={classifier}", "--classes=cat"], "drop --classes"),
+                        ([f"--checkpoint={path}"], "--classes")):
+    done = predict_command(*args, images["rgb"])
+    assert done.returncode == 1 and message in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_classes_of_a_siglip_model_are_sigmoid_scores(tmp_path, images):
+  """SigLIP: each class's own sigmoid, written as predict writes a multi-label head's."""
+  model = two_tower_helpers.tiny_siglip()
+  params = two_tower_helpers.random_params(model, 8)
+  path = str(tmp_path / "siglip.npz")
+  two_tower_load.save_two_tower(params, path)
+  (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "cat", "dog"]))
+  done = predict_command(f"--checkpoint={path}", "--classes=cat,dog,bird", "--templates={}",
+                         f"--tokenizer={tmp_path / 'vocab.txt'}", "--json=-", images["rgb"])
+  assert done.returncode == 0, done.stderr
+  (record,) = json.loads(done.stdout)
+  zcls = two_tower_eval.class_embeddings(model, params["params"], text_tokens.BertTokenizer(
+      str(tmp_path / "vocab.txt"), 8), ["cat", "dog", "bird"], ["{}"])
+  zimg = two_tower_eval.embed_image_files(model, params["params"], [images["rgb"]], 32, 1)
+  logits = np.asarray(model.apply(params, zimg, zcls, method=model.logits))
+  np.testing.assert_allclose(record["scores"], 1 / (1 + np.exp(-logits[0])), rtol=1e-5)
+  assert "sigmoid scores" in done.stderr

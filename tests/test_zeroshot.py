@@ -35,17 +35,7 @@ def fixture_photos(tmp_path_factory):
 
 @pytest.fixture(name="lit", scope="module")
 def fixture_lit(tmp_path_factory):
-  folder = tmp_path_factory.mktemp("lit")
-  img = vit.VisionTransformer(num_classes=0, patch_size=8, hidden_size=16, mlp_dim=32,
-                              num_heads=2, num_layers=1)
-  # One head: what a BERT of width 16 is read as (2-D kernels do not show the head count).
-  txt = text_tower.BertTextEncoder(16, 16, 1, 32, 1, vocab_size=12, max_length=16)
-  model = two_tower.TwoTower(img, txt)
-  params = two_tower_helpers.random_params(model, 16)
-  two_tower_load.save_two_tower(params, str(folder / "LiT-tiny.npz"))
-  (folder / "LiT-tiny.txt").write_text("\n".join(
-      ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "photo", "of"] + CLASSES) + "\n")
-  return str(folder / "LiT-tiny.npz"), model, params
+  return two_tower_helpers.save_tiny_lit(tmp_path_factory.mktemp("lit"), CLASSES)
 
 
 def _embed(model, params, files):
@@ -160,17 +150,6 @@ def test_images_folder_and_captions_exclude_each_other(run, lit, photos, tmp_pat
     run(f"--checkpoint={lit[0]}", f"--folder={tmp_path}", *photos)
   with pytest.raises(app.UsageError, match="--classes"):
     run(f"--checkpoint={lit[0]}", *photos)
-
-
-def test_prompt_sets_and_big_vision_canonical_text():
-  assert len(zeroshot.parse_templates("clip_paper")) > 50
-  assert zeroshot.parse_templates("clip_best")[-1] == "{}"
-  assert zeroshot.parse_templates("a {}.|the {}") == ["a {}.", "the {}"]
-  names, templates = zeroshot.prompt_texts(["Golden_Retriever", "Yorkshire-Terrier, dog"],
-                                           ["A photo of the {}."], canonicalize=True)
-  assert names == ["golden retriever", "yorkshireterrier, dog"]
-  assert templates == ["a photo of the {}"]
-  assert zeroshot.prompt_texts(["A_b"], ["{}!"], canonicalize=False) == (["A_b"], ["{}!"])
 
 
 @pytest.mark.long  # a real process: start first (conftest)

@@ -53,3 +53,19 @@ def random_params(model, text_length, seed=0):
 def logits(model, params, images, tokens):
   """The model's [images, texts] logits, jitted (one compile instead of one per op)."""
   return np.asarray(jax.jit(lambda p, x, t: model.apply(p, x, t)[2])(params, images, tokens))
+
+
+def save_tiny_lit(folder, words=("china", "flower", "cat")):
+  """A random LiT model (1-block ViT, 1-head BERT: what a width-16 BERT is read as) saved
+  as folder/LiT-tiny.npz with its WordPiece vocabulary beside it -> (path, model, params)."""
+  from vit_jax.checkpoints import two_tower_load  # pylint: disable=import-outside-toplevel
+  img = vit.VisionTransformer(num_classes=0, patch_size=8, hidden_size=16, mlp_dim=32,
+                              num_heads=2, num_layers=1)
+  txt = text_tower.BertTextEncoder(16, 16, 1, 32, 1, vocab_size=12, max_length=16)
+  model = two_tower.TwoTower(img, txt)
+  params = random_params(model, 16)
+  path = str(folder / "LiT-tiny.npz")
+  two_tower_load.save_two_tower(params, path)
+  (folder / "LiT-tiny.txt").write_text("\n".join(
+      ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "photo", "of", *words]) + "\n")
+  return path, model, params

@@ -3,6 +3,7 @@
   python -m vit_jax.benchmark --model=ViT-B_16 --mode=train --batch=256 --dtype=bfloat16
   python -m vit_jax.benchmark --config=configs/vit_b16.py:cifar10 --config.batch=256
   python -m vit_jax.benchmark --suite --json=results.jsonl
+  python -m vit_jax.benchmark --model=SigLIP2-B_16-224 --batch=32   # a two-tower model
 
 --config=FILE[:ARG] (with any --config.KEY=VALUE override, as for vit_jax.main) times
 exactly the step a training config runs: its model and fast paths (attention, remat,
@@ -19,6 +20,10 @@ steps), img/s (batch / median step, all devices) and img/s/dev (per device), GFL
 FLOPs per image: 3x the forward for training; XLA's count, also in the JSON as
 xla_gflop_per_image, for hybrids), MFU, MiB/dev (device memory: arguments, outputs and
 temporaries of the compiled step). `-`: not measured (--steps=0).
+
+--model may name a two-tower model (LiT, SigLIP: a downloaded released name, .npz or
+Hugging Face folder): its image tower and text tower are timed apart, inference only, one
+row each (size: the image side or the token count; img/s: items per second).
 """
 
 import json
@@ -33,8 +38,9 @@ from absl import flags
 from ml_collections import config_flags
 
 from vit_jax.base import cli, errors, storage
+from vit_jax.checkpoints import two_tower_open
 from vit_jax.models import attention, vit, zoo
-from vit_jax.planning import throughput
+from vit_jax.planning import throughput, two_tower_throughput
 from vit_jax.training import objectives, sharding
 
 __doc__ += "\nmodels (--model):\n" + textwrap.fill(  # in --help: absl's wrap splits ViT-|L_16
@@ -46,6 +52,9 @@ SUITE = [(model, mode, size) for model in ("ViT-Ti_16", "ViT-B_16", "ViT-L_16")
 # Flags that --config replaces (its model, batch, crop, dtype, mesh and fast paths).
 CONFIG_REPLACES = ("model", "batch", "image_size", "dtype", "mesh", "attention",
                    "padded_inference", "remat", "scan", "fp8", "suite")
+# What a two-tower model's rows cannot take: the classifier's training step and fast paths.
+TWO_TOWER_REFUSES = ("config", "suite", "mesh", "attention", "padded_inference", "remat",
+                     "scan", "fp8")
 
 
 def _number(value: Optional[float], spec: str) -> str:
@@ -97,7 +106,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS, sys_argv=None) -> None:
   sys_argv: the command line to be parsed, if not sys.argv (see define_config_flag)."""
   define = dict(flag_values=flag_values)
   flags.DEFINE_string("model", "ViT-B_16", "Model to time: a name listed under 'models' "
-                      "above, an AugReg short name (B_16) or the paper's notation (ViT-B/16).",
+                      "above, an AugReg short name (B_16) or the paper's notation (ViT-B/16); "
+                      "or a two-tower model (LiT / SigLIP .npz, folder or downloaded name).",
                       **define)
   flags.DEFINE_enum("mode", "train", ("train", "infer"), "train: the real train step "
                     "(forward, backward, SGD update); infer: the forward pass only.", **define)
@@ -155,9 +165,33 @@ def command_line_config(flag_values: flags.FlagValues) -> Optional[ml_collection
   return cli.load_config(flag_values)
 
 
+def two_tower_main(flag_values: flags.FlagValues) -> None:
+  """--model=TWO_TOWER: the image and text towers' inference, a row each."""
+  refused = [f"--{name}" for name in TWO_TOWER_REFUSES if flag_values[name].present]
+  if flag_values.mode == "train" and flag_values["mode"].present:
+    refused.append("--mode=train (the main job trains no two-tower model)")
+  if refused:
+    raise cli.UsageError(f"--model={flag_values.model} is a two-tower model, timed as its "
+                         f"towers' inference on one device: drop {', '.join(refused)}")
+  if flag_values.json == "-" or (flag_values.json and storage.isdir(flag_values.json)):
+    raise cli.UsageError(f"--json={flag_values.json}: name a file to append the JSON lines to")
+  model, params, info = two_tower_throughput.load(flag_values.model)
+  size = flag_values.image_size if flag_values["image_size"].present else None
+  peak = flag_values.peak_tflops * 1e12 if flag_values.peak_tflops else None
+  print(f"{jax.devices()[0].device_kind}, jax {jax.__version__}: {flag_values.model} "
+        f"({info.family}), inference of each tower on one device")
+  print(HEADER)
+  for key, measure_fn in two_tower_throughput.runs(
+      model, params, info, batch=flag_values.batch, image_size=size, dtype=flag_values.dtype,
+      steps=flag_values.steps, peak_flops=peak):
+    run_and_print(measure_fn, key, flag_values.json)
+
+
 @cli.command
 def main(argv, flag_values: flags.FlagValues = FLAGS):
   cli.no_arguments(argv)
+  if two_tower_open.is_two_tower(flag_values.model):
+    return two_tower_main(flag_values)
   config = command_line_config(flag_values)
   try:  # a --model, --mesh or --batch these devices cannot take: one line, before any output
     if config is None:

@@ -227,6 +227,13 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   config = cli.load_config(flag_values)
   cli.check_dataset_override(flag_values)
   from vit_jax.base import errors
+  from vit_jax.checkpoints import two_tower_open
+  name = str(config.get("model_name") or "")
+  if two_tower_open.is_two_tower(name):  # before the zoo calls it an unknown ViT
+    raise cli.UsageError(
+        f"config.model_name={name} is a two-tower (LiT / SigLIP) model, which the main job "
+        "does not train: there is no step of it to plan; time its towers' inference with "
+        f"python -m vit_jax.benchmark --model={name}")
   from vit_jax.planning import compiled_plan, compiler_readings, fit_search
   from vit_jax.training import objectives, sharding, static_checks
   try:

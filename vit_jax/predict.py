@@ -7,21 +7,25 @@ evaluation (bilinear resize to the checkpoint's own resolution, scaled to [-1, 1
 have a fixed shape, so the one jitted function compiles once however many images there are.
 Prints the top-k classes per image with softmax probabilities (sigmoid scores for a
 checkpoint a multi-label run saved), or writes them as JSON for scripts (--json).
+
+With --classes=cat,dog (or @FILE), CHECKPOINT is a two-tower model (LiT, SigLIP: a released
+name, .npz or Hugging Face folder) and the classes are scored zero-shot through its image
+and text towers, as python -m vit_jax.zeroshot does (LiT: softmax; SigLIP: sigmoid per class).
 """
 
 import json
 import os
 import sys
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
 from absl import flags, logging
 
 from vit_jax.base import cli, errors, no_clobber, storage
-from vit_jax.checkpoints import formats, hub, npz, transfer
-from vit_jax.data import image_files
-from vit_jax.models import vit
+from vit_jax.checkpoints import formats, hub, npz, transfer, two_tower_open
+from vit_jax.data import image_files, prompt_templates
+from vit_jax.models import two_tower_eval, vit
 
 IMAGENET_LABELS_URL = "https://storage.googleapis.com/bit_models/ilsvrc2012_wordnet_lemmas.txt"
 IMAGENET_CLASSES = 1000
@@ -179,24 +183,60 @@ def format_prediction(path: str, prediction: Prediction, names: Optional[List[st
   return "\n".join(lines)
 
 
-@cli.command
-def main(argv, flag_values: flags.FlagValues = FLAGS):
-  image_paths = image_files.image_arguments(argv)
-  if flag_values.json:  # before the slow load: an existing file is not clobbered
-    no_clobber.claim_output_file(flag_values.json, "predict", flag_values.overwrite,
-                                 stdout_ok=True)
+def zero_shot_batches(image_paths: Sequence[str], flag_values) -> Tuple[
+    List[str], bool, Iterable[np.ndarray]]:
+  """(class names, sigmoid scores?, [[images, classes]]) of --classes through a two-tower
+  checkpoint's towers (class embeddings once, images in batches)."""
+  checkpoint = flag_values.checkpoint
+  if flag_values.labels:
+    raise cli.UsageError("--labels names a classifier's outputs; with --classes the class "
+                         "names are the ones given: drop --labels")
+  if not two_tower_open.is_two_tower(checkpoint):
+    raise errors.InvalidInput(
+        f"--classes scores classes zero-shot through a two-tower (LiT / SigLIP) model; "
+        f"{checkpoint} is no such model: drop --classes (its own head classifies)")
+  names = prompt_templates.parse_class_names(flag_values.classes)
+  templates = prompt_templates.parse_templates(flag_values.templates)
+  requested = flag_values.image_size  # (height, width) or None
+  if requested and requested[0] != requested[1]:
+    raise cli.UsageError(f"--image_size: a two-tower model takes square images, got "
+                         f"{requested[0]}x{requested[1]}")
+  model, params, info, tokenize = two_tower_open.open_two_tower(
+      checkpoint, tokenizer=flag_values.tokenizer)
+  side = two_tower_open.image_size(info, requested and requested[0])
+  zcls = two_tower_eval.class_embeddings(model, params, tokenize,
+                                         *prompt_templates.prompt_texts(names, templates, True))
+  zimg = two_tower_eval.embed_image_files(model, params, image_paths, side,
+                                          flag_values.batch_size)
+  return names, info.family == "siglip", [two_tower_eval.read_scores(model, params, zimg, zcls)]
+
+
+def classifier_batches(image_paths: Sequence[str], flag_values) -> Tuple[
+    Optional[List[str]], bool, Iterator[np.ndarray]]:
+  """(class names, multi-label?, probabilities batch by batch) of a classifier checkpoint."""
   path = hub.resolve(flag_values.checkpoint)  # released and hf-hub: names: fetched first
   module, params, image_size = hub.load_for_inference(
       path, flag_values.image_size, allow_nonfinite=flag_values.allow_nonfinite)
   check_trained_head(params, flag_values.checkpoint)
   names = class_names(module.num_classes, flag_values.labels, checkpoint_path=path)
   multi_label = stored_multi_label(path)
-  top_k = min(flag_values.top_k, module.num_classes)
+  return names, multi_label, score_batches(module, params, image_paths, image_size=image_size,
+                                           batch_size=flag_values.batch_size,
+                                           multi_label=multi_label)
+
+
+@cli.command
+def main(argv, flag_values: flags.FlagValues = FLAGS):
+  image_paths = image_files.image_arguments(argv)
+  if flag_values.json:  # before the slow load: an existing file is not clobbered
+    no_clobber.claim_output_file(flag_values.json, "predict", flag_values.overwrite,
+                                 stdout_ok=True)
+  read = zero_shot_batches if flag_values.classes else classifier_batches
+  names, multi_label, batches = read(image_paths, flag_values)
   records = []
-  batches = score_batches(module, params, image_paths, image_size=image_size,
-                          batch_size=flag_values.batch_size, multi_label=multi_label)
   rows = (row for batch in batches for row in batch)
   for image, probabilities in zip(image_paths, rows):
+    top_k = min(flag_values.top_k, probabilities.shape[-1])
     if flag_values.json:
       records.append(json_record(image, probabilities, top_k, names, multi_label,
                                  flag_values.threshold))
@@ -230,6 +270,13 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   cli.define_finite_float("threshold", 0.5, "Multi-label checkpoints: the --json labels are "
                           "the classes scored at least this.", flag_values, lower_bound=0,
                           upper_bound=1)
+  flags.DEFINE_string("classes", None, "A two-tower (LiT / SigLIP) checkpoint: score these "
+                      "classes zero-shot (cat,dog,... or @FILE, one a line).", **define)
+  flags.DEFINE_string("templates", "clip_paper", "With --classes: " +
+                      prompt_templates.TEMPLATES_HELP, **define)
+  flags.DEFINE_string("tokenizer", None, "With --classes: the text tower's vocabulary "
+                      "(NAME.txt, NAME.model, tokenizer.json); default: the file beside the "
+                      "checkpoint.", **define)
   flags.DEFINE_boolean("overwrite", False, no_clobber.OVERWRITE_HELP, **define)
   flags.mark_flag_as_required("checkpoint", flag_values=flag_values)
 

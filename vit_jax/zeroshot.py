@@ -16,82 +16,17 @@ is meant to be read: LiT a softmax over the classes, SigLIP a sigmoid per class.
 import json
 import os
 import sys
-from typing import List, Sequence
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-import tqdm
 from absl import flags
 
 from vit_jax.base import cli, errors, no_clobber, storage
-from vit_jax.checkpoints import two_tower_load, two_tower_names
-from vit_jax.data import image_files, prompt_templates, text_tokens
-from vit_jax.models import two_tower, two_tower_eval
+from vit_jax.checkpoints import two_tower_open
+from vit_jax.data import prompt_templates
+from vit_jax.models import two_tower_eval
 
 FLAGS = flags.FLAGS
-DEFAULT_IMAGE_SIZE = 224
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
-
-
-def parse_names(value: str) -> List[str]:
-  """'cat,dog' or '@FILE' (one name a line) -> names; empty ones refused."""
-  if value.startswith("@"):
-    names = [line.strip() for line in storage.read_text(value[1:]).splitlines()]
-    names = [n for n in names if n]
-  else:
-    names = [n.strip() for n in value.split(",")]
-  if not names or not all(names):
-    raise cli.UsageError(f"--classes={value!r} has an empty class name: give names separated "
-                         "by commas, or @FILE with one name a line")
-  return names
-
-
-def parse_templates(value: str) -> List[str]:
-  """A named set (clip_paper, clip_best, class_name_only), 'a photo of a {}.|{}' or '@FILE'
-  -> templates, each with exactly one '{}'."""
-  if value in prompt_templates.SETS:
-    return list(prompt_templates.SETS[value])
-  templates = (storage.read_text(value[1:]).splitlines() if value.startswith("@")
-               else value.split("|"))
-  templates = [t.strip() for t in templates if t.strip()]
-  bad = [t for t in templates if t.count("{}") != 1]
-  if not templates or bad:
-    raise cli.UsageError(f"--templates: each prompt needs exactly one {{}} for the class name "
-                         f"(got {bad[0] if bad else value!r}); separate prompts with |, or name "
-                         f"a set: {', '.join(prompt_templates.SETS)}")
-  return templates
-
-
-def prompt_texts(names: Sequence[str], templates: Sequence[str], canonicalize: bool):
-  """(class names, templates) as the text tower sees them: big_vision's canonical form
-  (lower case, punctuation dropped) unless canonicalize is off."""
-  if not canonicalize:
-    return list(names), list(templates)
-  return ([prompt_templates.canonicalize_text(n, ",") for n in names],
-          [prompt_templates.canonicalize_text(t, "{}") for t in templates])
-
-
-def embed_image_files(model, params, paths: Sequence[str], image_size: int,
-                      batch_size: int) -> np.ndarray:
-  """Normalised image embeddings [images, D]: squashed to image_size, in batches of one
-  compiled shape, with a progress bar when there is more than one batch."""
-  embed = jax.jit(lambda p, x: model.apply({"params": p}, x, method=model.embed_images))
-  rows = []
-  for start in tqdm.tqdm(range(0, len(paths), batch_size), desc="images", unit="batch",
-                         disable=len(paths) <= batch_size, file=sys.stderr):
-    chunk = paths[start:start + batch_size]
-    images = np.stack([image_files.load_image(p, image_size) for p in chunk])  # names a bad one
-    padded = np.concatenate([images, np.repeat(images[-1:], batch_size - len(chunk), axis=0)])
-    rows.append(np.asarray(embed(params, padded))[:len(chunk)])
-  return np.concatenate(rows)
-
-
-def read_scores(model, params, family: str, zimg, zcls) -> np.ndarray:
-  """[images, classes] as the family reads them (LiT softmax, SigLIP sigmoid)."""
-  logits = model.apply({"params": params}, jnp.asarray(zimg), jnp.asarray(zcls),
-                       method=model.logits)
-  return np.asarray(two_tower.scores(logits, family))
 
 
 def records(paths, names, scores, top_k: int):
@@ -160,20 +95,16 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   if flag_values.json:  # before the slow load: an existing file is not clobbered
     no_clobber.claim_output_file(flag_values.json, "zeroshot", flag_values.overwrite,
                                  stdout_ok=True)
-  templates = parse_templates(flag_values.templates)
+  templates = prompt_templates.parse_templates(flag_values.templates)
   if paths and not flag_values.classes:
     raise cli.UsageError("--classes=cat,dog,... (or @FILE) names the classes to score")
-  names = parse_names(flag_values.classes) if flag_values.classes else None
-  checkpoint = flag_values.checkpoint
-  if checkpoint in two_tower_names.NAMES and not os.path.exists(checkpoint):
-    checkpoint = two_tower_names.fetch(checkpoint)  # into checkpoints/ unless already there
-  model, params, info = two_tower_load.load_two_tower(checkpoint,
-                                                      bert_heads=flag_values.bert_heads)
-  tokenize = text_tokens.for_model(flag_values.tokenizer or info.tokenizer, family=info.family,
-                                   max_len=info.text_length, bert=info.text_tower == "bert")
-  image_size = flag_values.image_size or info.image_size or DEFAULT_IMAGE_SIZE
-  embed = lambda files: embed_image_files(model, params, files, image_size,
-                                          flag_values.batch_size)
+  names = (prompt_templates.parse_class_names(flag_values.classes) if flag_values.classes
+           else None)
+  model, params, info, tokenize = two_tower_open.open_two_tower(
+      flag_values.checkpoint, tokenizer=flag_values.tokenizer, bert_heads=flag_values.bert_heads)
+  image_size = two_tower_open.image_size(info, flag_values.image_size)
+  embed = lambda files: two_tower_eval.embed_image_files(model, params, files, image_size,
+                                                         flag_values.batch_size)
   if flag_values.captions:
     images, captions, owner = read_captions(flag_values.captions)
     if flag_values.canonicalize:
@@ -190,8 +121,9 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
                            f"{len(folder_classes)} classes ({', '.join(folder_classes[:5])}...)")
     names = names or folder_classes
   zcls = two_tower_eval.class_embeddings(
-      model, params, tokenize, *prompt_texts(names, templates, flag_values.canonicalize))
-  scores = read_scores(model, params, info.family, embed(paths), zcls)
+      model, params, tokenize,
+      *prompt_templates.prompt_texts(names, templates, flag_values.canonicalize))
+  scores = two_tower_eval.read_scores(model, params, embed(paths), zcls)
   reading = "softmax over the classes" if info.family == "lit" else "sigmoid per class"
   if flag_values.folder:
     metrics = {"top1": two_tower_eval.top1(scores, labels), "images": len(paths),
@@ -225,10 +157,7 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   flags.DEFINE_string("captions", None, "Image <-> text retrieval recall@1/5/10 on a file of "
                       "'IMAGE<TAB>CAPTION' lines (images relative to it; several captions per "
                       "image allowed).", **define)
-  flags.DEFINE_string("templates", "clip_paper", "Prompts with {} for the class name, "
-                      "separated by | (or @FILE, one a line), or a named set: clip_paper (the "
-                      "CLIP paper's, big_vision's default), clip_best, class_name_only. Each "
-                      "class's embedding is the normalised mean over its prompts.", **define)
+  flags.DEFINE_string("templates", "clip_paper", prompt_templates.TEMPLATES_HELP, **define)
   flags.DEFINE_boolean("canonicalize", True, "Lower-case class names, prompts and captions "
                        "and drop their punctuation, as big_vision's evaluators do.", **define)
   flags.DEFINE_string("tokenizer", None, "The model's vocabulary (NAME.txt: BERT WordPiece; "

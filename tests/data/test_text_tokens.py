@@ -83,6 +83,9 @@ def test_bad_inputs_fail_in_one_line(vocab, tmp_path):
   bad.write_text("cat\ndog\n")
   with pytest.raises(errors.InvalidInput, match="no BERT vocabulary"):
     text_tokens.BertTokenizer(str(bad))
+  bad.write_text("[PAD]\n[UNK]\n[CLS]\ncat\n")  # no [SEP]: the tokenizers package's TypeError
+  with pytest.raises(errors.InvalidInput, match=r"\[SEP\]"):
+    text_tokens.BertTokenizer(str(bad))
   with pytest.raises(errors.InvalidInput, match="--tokenizer"):
     text_tokens.for_model(None, family="lit", max_len=16, bert=True)
 

@@ -338,8 +338,9 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
   keep_head = num_classes is None or num_classes == file_classes
   if checkpoint.two_tower and num_classes is None:  # its head (if any) is no classifier
     raise CheckpointError(
-        f"{path} is a two-tower (LiT / SigLIP) model: classify with python -m vit_jax.zeroshot "
-        f"--checkpoint={path} --classes=..., load it with vit_jax.load_two_tower, or read its "
+        f"{path} is a two-tower (LiT / SigLIP) model: score classes zero-shot with --classes="
+        "cat,dog,... (python -m vit_jax.predict or vit_jax.zeroshot), load it with "
+        "vit_jax.load_two_tower, or read its "
         "image tower's features with num_classes=0")
   if file_classes is None and num_classes is None:
     raise CheckpointError(f"{path} has no head: pass num_classes to add a new one")

@@ -3,11 +3,15 @@
 big_vision lists them; its evaluators' default), 'clip_best', the 7 CLIP picked as best plus the bare
 name, and 'class_name_only'. canonicalize_text is big_vision's clean-up of class names
 and templates (underscores to spaces, punctuation dropped except the '{}' slot, lower case,
-whitespace collapsed).
+whitespace collapsed). parse_class_names / parse_templates read the flags zeroshot and
+predict take (--classes, --templates).
 """
 
 import re
 import string
+from typing import List, Sequence
+
+from vit_jax.base import cli, storage
 
 CLIP_PAPER = (
     'a bad photo of a {}.',
@@ -113,3 +117,47 @@ def canonicalize_text(text: str, keep: str = "") -> str:
   parts = text.split(keep) if keep else [text]
   text = keep.join(part.translate(_NO_PUNCTUATION) for part in parts)
   return re.sub(r"\s+", " ", text.lower()).strip()
+
+
+def parse_class_names(value: str) -> List[str]:
+  """'cat,dog' or '@FILE' (one name a line) -> names; empty ones refused."""
+  if value.startswith("@"):
+    names = [line.strip() for line in storage.read_text(value[1:]).splitlines()]
+    names = [n for n in names if n]
+  else:
+    names = [n.strip() for n in value.split(",")]
+  if not names or not all(names):
+    raise cli.UsageError(f"--classes={value!r} has an empty class name: give names separated "
+                         "by commas, or @FILE with one name a line")
+  return names
+
+
+def parse_templates(value: str) -> List[str]:
+  """A named set (clip_paper, clip_best, class_name_only), 'a photo of a {}.|{}' or '@FILE'
+  -> templates, each with exactly one '{}'."""
+  if value in SETS:
+    return list(SETS[value])
+  templates = (storage.read_text(value[1:]).splitlines() if value.startswith("@")
+               else value.split("|"))
+  templates = [t.strip() for t in templates if t.strip()]
+  bad = [t for t in templates if t.count("{}") != 1]
+  if not templates or bad:
+    raise cli.UsageError(f"--templates: each prompt needs exactly one {{}} for the class name "
+                         f"(got {bad[0] if bad else value!r}); separate prompts with |, or name "
+                         f"a set: {', '.join(SETS)}")
+  return templates
+
+
+def prompt_texts(names: Sequence[str], templates: Sequence[str], canonicalize: bool):
+  """(class names, templates) as the text tower sees them: big_vision's canonical form
+  (lower case, punctuation dropped) unless canonicalize is off."""
+  if not canonicalize:
+    return list(names), list(templates)
+  return ([canonicalize_text(n, ",") for n in names],
+          [canonicalize_text(t, "{}") for t in templates])
+
+
+TEMPLATES_HELP = ("Prompts with {} for the class name, separated by | (or @FILE, one a line), "
+                  "or a named set: clip_paper (the CLIP paper's, big_vision's default), "
+                  "clip_best, class_name_only. Each class's embedding is the normalised mean "
+                  "over its prompts.")

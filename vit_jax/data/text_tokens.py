@@ -53,9 +53,9 @@ class BertTokenizer:
     from tokenizers import BertWordPieceTokenizer  # pylint: disable=import-outside-toplevel
     with open(vocab_path, encoding="utf-8") as f:
       vocab = f.read().split("\n")
-    if "[CLS]" not in vocab or "[UNK]" not in vocab:
+    if not {"[CLS]", "[SEP]", "[UNK]"} <= set(vocab):  # the tokenizers package needs all 3
       raise errors.InvalidInput(f"{vocab_path} is no BERT vocabulary (one token a line, "
-                                "with [CLS] and [UNK])")
+                                "with [CLS], [SEP] and [UNK])")
     self.cls_id = vocab.index("[CLS]")
     self.max_len = max_len
     self._tokenizer = BertWordPieceTokenizer(vocab_path, lowercase=True, clean_text=True,

@@ -4,7 +4,10 @@
 
 Writes the checkpoint (anything load_npz reads, or a released name) as a serving artefact
 into the folder OUT with a metadata.json beside it, after reloading it in its own runtime
-and comparing its logits with the Flax model's (see vit_jax.export.api).
+and comparing its logits with the Flax model's (see vit_jax.export.api). A two-tower model
+(LiT, SigLIP: a released name, .npz or Hugging Face folder) is written as OUT/image_tower/ and
+OUT/text_tower/, each checked in its runtime (--to=stablehlo or onnx;
+vit_jax.export.two_tower_export).
 """
 
 from absl import flags

@@ -11,8 +11,8 @@ import time
 from typing import Callable, Optional, Union
 
 from vit_jax.base import no_clobber
-from vit_jax.checkpoints import npz
-from vit_jax.export import metadata, output
+from vit_jax.checkpoints import npz, two_tower_open
+from vit_jax.export import metadata, output, two_tower_export
 from vit_jax.export import source as source_lib
 from vit_jax.export.source import ExportError
 
@@ -87,8 +87,10 @@ def _options(to: str, fmt, batch, dtype: str, with_preprocessing: bool) -> Optio
 def export(checkpoint: str, out: str, *, to: str, image_size: Optional[npz.ImageSize] = None,
            batch: Union[None, int, str] = None, dtype: str = "float32",
            with_preprocessing: bool = False, overwrite: bool = False,
-           log: Callable[[str], None] = print) -> Result:
-  """Exports `checkpoint` (anything load_npz reads, or a released name) to folder `out`.
+           log: Callable[[str], None] = print):
+  """Exports `checkpoint` (anything load_npz reads, or a released name) to folder `out`
+  -> Result; a two-tower model (LiT, SigLIP) as its two towers (export.two_tower_export)
+  -> TwoTowerResult.
 
   to: stablehlo | saved_model | tflite | onnx. image_size: a side or (height, width) to
   trace at (metadata.json records it); default the checkpoint's own.
@@ -99,6 +101,12 @@ def export(checkpoint: str, out: str, *, to: str, image_size: Optional[npz.Image
   `out` as it was when anything fails.
   """
   start = time.time()
+  if two_tower_open.is_two_tower(checkpoint):
+    two_tower_export.check_options(to, image_size, dtype, with_preprocessing)
+    batch = parse_batch(batch)
+    return two_tower_export.export(checkpoint, out, format_module(to), image_size=image_size,
+                                   batch=None if batch in (None, "dynamic") else batch,
+                                   overwrite=overwrite, log=log)
   fmt = format_module(to)
   options = _options(to, fmt, batch, dtype, with_preprocessing)
   output.check_writable(out, overwrite)

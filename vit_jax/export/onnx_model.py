@@ -50,11 +50,7 @@ def write(source: source_lib.Source, options, directory: str) -> Tuple[Dict, Dic
     logits = logits_fn(images)
     return logits, getattr(jax.nn, source.activation)(logits)
 
-  with _quiet_converter():
-    _import_plugins_for_flax()
-    model = jax2onnx.to_onnx(outputs, [(batch, height, width, 3)], model_name="vit_jax",
-                             opset=OPSET, input_names=["images"],
-                             output_names=["logits", "probabilities"])
+  model = convert(outputs, [(batch, height, width, 3)], ["images"], ["logits", "probabilities"])
   onnx.save(model, os.path.join(directory, FILE))
   shape = [options.batch]
   signature = {"inputs": {"images": {"shape": shape + [height, width, 3], "dtype": "float32"}},
@@ -62,6 +58,14 @@ def write(source: source_lib.Source, options, directory: str) -> Tuple[Dict, Dic
                            "probabilities": {"shape": shape + [classes], "dtype": "float32"}},
                "opset": OPSET, "converter": f"jax2onnx {_version()}"}
   return {"model": FILE}, signature
+
+
+def convert(fn, inputs, input_names, output_names) -> onnx.ModelProto:
+  """fn as an ONNX model of opset OPSET; inputs: shapes ('B' symbolic) or ShapeDtypeStructs."""
+  with _quiet_converter():
+    _import_plugins_for_flax()
+    return jax2onnx.to_onnx(fn, inputs, model_name="vit_jax", opset=OPSET,
+                            input_names=input_names, output_names=output_names)
 
 
 def _import_plugins_for_flax() -> None:
@@ -102,10 +106,10 @@ def _version() -> str:
   return metadata.version("jax2onnx")
 
 
-def session(directory: str) -> onnxruntime.InferenceSession:
+def session(directory: str, file: str = FILE) -> onnxruntime.InferenceSession:
   options = onnxruntime.SessionOptions()
   options.log_severity_level = 3  # errors only: not its notes on jax2onnx's unused constants
-  return onnxruntime.InferenceSession(os.path.join(directory, FILE), options,
+  return onnxruntime.InferenceSession(os.path.join(directory, file), options,
                                       providers=["CPUExecutionProvider"])
 
 

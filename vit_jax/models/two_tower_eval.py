@@ -1,5 +1,6 @@
 """What two-tower models are measured by: zero-shot class embeddings (prompt templates
-averaged), top-1 accuracy, and image <-> text retrieval recall@k.
+averaged), image files embedded in batches, zero-shot scores, top-1 accuracy, and image <->
+text retrieval recall@k (what zeroshot and predict --classes share).
 
 Class embeddings are computed once per run (big_vision's and CLIP's recipe: each class's
 prompts embedded, averaged, normalised again). Retrieval ranks by cosine similarity: an
@@ -7,11 +8,15 @@ image's query succeeds at k when any of its captions is among the k nearest text
 caption's when its image is among the k nearest images.
 """
 
+import sys
 from typing import Callable, Dict, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import tqdm
 
+from vit_jax.data import image_files
 from vit_jax.models import two_tower
 
 TEXT_BATCH = 64
@@ -35,6 +40,28 @@ def class_embeddings(model: two_tower.TwoTower, params, tokenize: Callable,
   texts = [t.format(n) for n in names for t in templates]
   z = embed_texts(model, params, tokenize(texts)).reshape(len(names), len(templates), -1)
   return np.asarray(two_tower.normalize(z.mean(axis=1)))
+
+
+def embed_image_files(model: two_tower.TwoTower, params, paths: Sequence[str],
+                      image_size: int, batch_size: int) -> np.ndarray:
+  """Normalised image embeddings [images, D]: squashed to image_size, in batches of one
+  compiled shape, with a progress bar when there is more than one batch."""
+  embed = jax.jit(lambda p, x: model.apply({"params": p}, x, method=model.embed_images))
+  rows = []
+  for start in tqdm.tqdm(range(0, len(paths), batch_size), desc="images", unit="batch",
+                         disable=len(paths) <= batch_size, file=sys.stderr):
+    chunk = paths[start:start + batch_size]
+    images = np.stack([image_files.load_image(p, image_size) for p in chunk])  # names a bad one
+    padded = np.concatenate([images, np.repeat(images[-1:], batch_size - len(chunk), axis=0)])
+    rows.append(np.asarray(embed(params, padded))[:len(chunk)])
+  return np.concatenate(rows)
+
+
+def read_scores(model: two_tower.TwoTower, params, zimg, zcls) -> np.ndarray:
+  """[images, classes] as the model's family reads them (LiT softmax, SigLIP sigmoid)."""
+  logits = model.apply({"params": params}, jnp.asarray(zimg), jnp.asarray(zcls),
+                       method=model.logits)
+  return np.asarray(two_tower.scores(logits, model.family))
 
 
 def top1(scores: np.ndarray, labels: Sequence[int]) -> float:
