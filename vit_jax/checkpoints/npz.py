@@ -336,16 +336,7 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
   file_classes, file_representation = checkpoint.num_classes, checkpoint.representation_size
 
   keep_head = num_classes is None or num_classes == file_classes
-  if checkpoint.two_tower and num_classes is None:  # its head (if any) is no classifier
-    raise CheckpointError(
-        f"{path} is a two-tower (LiT / SigLIP) model: score classes zero-shot with --classes="
-        "cat,dog,... (python -m vit_jax.predict or vit_jax.zeroshot), load it with "
-        "vit_jax.load_two_tower, or read its "
-        "image tower's features with num_classes=0")
-  if file_classes is None and num_classes is None:
-    raise CheckpointError(f"{path} has no head: pass num_classes to add a new one")
-  if pre_logits and file_representation is None:
-    raise CheckpointError(f"{path} has no pre_logits layer to keep: pass pre_logits=False")
+  _check_head_request(checkpoint, path, num_classes, pre_logits)
   keep_pre_logits = keep_head if pre_logits is None else pre_logits
   module = vit.VisionTransformer(
       num_classes=file_classes if num_classes is None else num_classes,
@@ -366,9 +357,34 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
       raise _not_square(path) from None
   else:
     check_image_size(module, image_size, strict=strict_image_size)
+  return module, _params_at(flat, module, image_size, path, model_name,
+                            new_head=not keep_head)
+
+
+def _check_head_request(checkpoint: Checkpoint, path: str, num_classes: Optional[int],
+                        pre_logits: Optional[bool]) -> None:
+  """Refuses, in one line, a head or pre_logits layer asked of a file that has none to
+  give (a two-tower file's head is no classifier)."""
+  if checkpoint.two_tower and num_classes is None:
+    raise CheckpointError(
+        f"{path} is a two-tower (LiT / SigLIP) model: score classes zero-shot with --classes="
+        "cat,dog,... (python -m vit_jax.predict or vit_jax.zeroshot), load it with "
+        "vit_jax.load_two_tower, or read its image tower's features with num_classes=0")
+  if checkpoint.num_classes is None and num_classes is None:
+    raise CheckpointError(f"{path} has no head: pass num_classes to add a new one")
+  if pre_logits and checkpoint.representation_size is None:
+    raise CheckpointError(f"{path} has no pre_logits layer to keep: pass pre_logits=False")
+
+
+def _params_at(flat: Dict[str, np.ndarray], module: vit.VisionTransformer,
+               image_size: ImageSize, path: str, model_name: Optional[str], *,
+               new_head: bool) -> Dict[str, Any]:
+  """The file's arrays as `module` takes them at `image_size`: a zero-initialised head
+  where the file's is replaced, the position embedding resized to the token grid, every
+  shape checked; in the module's (scanned or per-block) layout."""
   height, width = side_pair(image_size)
   shapes = expected_shapes(module.clone(scan_layers=False), (height, width))
-  if not keep_head:
+  if new_head:
     flat["head/kernel"] = np.zeros(shapes["head/kernel"], np.float32)
     flat["head/bias"] = np.full(shapes["head/bias"], module.head_bias_init, np.float32)
   if POSEMB_KEY in shapes and flat[POSEMB_KEY].shape != shapes[POSEMB_KEY]:
@@ -382,7 +398,7 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
       raise _not_square(path) from None
   check_against(flat, shapes, path, model_name)
   params = traverse_util.unflatten_dict(flat, sep="/")
-  return module, vit.to_scan_layout(params) if module.scan_layers else params
+  return vit.to_scan_layout(params) if module.scan_layers else params
 
 
 IMAGE_SIZE_HELP = ("default: the checkpoint's own. Another size (each side a multiple of the "
