@@ -17,7 +17,7 @@ import numpy as np
 from PIL import Image
 
 from vit_jax import errors
-from vit_jax.data import randaugment
+from vit_jax.data import pil_pixels, randaugment
 
 PRESETS = ("inception", "bit")
 INCEPTION_AREA = (0.05, 1.0)
@@ -48,11 +48,11 @@ def bit_resize(crop: int, resize: int = None) -> int:
 
 
 def decode_image(encoded: bytes) -> np.ndarray:
-  """Encoded bytes (JPEG, PNG, GIF, BMP) -> uint8 [H, W, 3]; grayscale is replicated and
-  alpha dropped, as tf.io.decode_image(channels=3) does."""
+  """Encoded bytes (JPEG, PNG, GIF, BMP) -> uint8 [H, W, 3], the pixels of
+  tf.io.decode_image(channels=3) in every mode (pil_pixels)."""
   with Image.open(io.BytesIO(encoded)) as image:
     image.load()  # a truncated file raises here (OSError), not later
-    return np.asarray(image.convert("RGB"), np.uint8)
+    return pil_pixels.rgb_pixels(image)
 
 
 def pixels_of(image) -> np.ndarray:
