@@ -11,7 +11,7 @@ import jax
 import numpy as np
 
 from vit_jax import errors
-from vit_jax.data import fingerprint, preprocess_np
+from vit_jax.data import fingerprint, grain_workers, preprocess_np
 from vit_jax.data.splits import IndexedSplit
 
 LOADERS = ("tf", "grain")
@@ -102,9 +102,7 @@ def check(config, stride: int) -> None:
   if config.get("loader", "tf") not in LOADERS:
     raise errors.InvalidInput(f"unknown config.loader={config.loader!r}; choose one of "
                               f"{', '.join(map(repr, LOADERS))}")
-  if config.get("grain_workers", 0) < 0:
-    raise errors.InvalidInput(f"config.grain_workers={config.grain_workers} must be >= 0 "
-                              "(0: no worker processes)")
+  grain_workers.check(config)
   check_pp(config.pp)
   crop = config.pp.crop
   if not isinstance(crop, int) or crop < stride or crop % stride:

@@ -23,7 +23,7 @@ import numpy as np
 from absl import flags
 
 from vit_jax import errors, storage
-from vit_jax.data import datasets, order, preprocess_np, registry, tfds_data_source
+from vit_jax.data import datasets, grain_workers, order, preprocess_np, registry, tfds_data_source
 from vit_jax.data.datasets import rows_per_process
 from vit_jax.data.splits import IndexedSplit
 
@@ -132,10 +132,12 @@ class Dataset(datasets.Dataset):
       if not flags.FLAGS.is_parsed():  # grain's workers read its absl flags (library use)
         flags.FLAGS.mark_as_parsed()
       batches = batches.mp_prefetch(grain.MultiprocessingOptions(
-          num_workers=self.workers, per_worker_buffer_size=_PREFETCH_BATCHES))
+          num_workers=self.workers, per_worker_buffer_size=_PREFETCH_BATCHES),
+          worker_init_fn=grain_workers.start_in_worker)
     iterator = iter(batches)
     try:
-      yield from iterator
+      for batch in iterator:
+        yield grain_workers.unlinked(batch) if self.workers else batch
     finally:
       close = getattr(iterator, "close", None)
       if close is not None:
