@@ -24,6 +24,7 @@ from jax.experimental import multihost_utils
 
 from vit_jax import console, errors, storage, store_faults, workdir_files
 from vit_jax.console import log
+from vit_jax.runs import store_retries
 
 
 class CheckpointRestoreError(errors.UserError, RuntimeError):
@@ -157,6 +158,8 @@ class Checkpointer:
 
   def _open(self) -> ocp.CheckpointManager:
     if self._manager is None:
+      if storage.is_url(self.directory):
+        store_retries.bound()
       self._while_open.enter_context(_tasks_finish_before_their_loop_closes())  # saves'
       self._manager = ocp.CheckpointManager(
           self.directory,
