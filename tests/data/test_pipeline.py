@@ -9,7 +9,7 @@ import tensorflow as tf
 from PIL import Image
 
 from helpers import UNICODE_CLASSES, UNICODE_FILES, corrupt_jpeg, demo_config, make_config, train, write_unicode_folder
-from vit_jax.data import order, pipeline, preprocess, randaugment, splits
+from vit_jax.data import datasets, order, pipeline, preprocess, randaugment, splits
 from vit_jax import train as train_lib
 
 
@@ -218,3 +218,12 @@ def test_bad_preset_and_name():
     pipeline.open_dataset(make_config(preset="inception"))
   with pytest.raises(ValueError, match="did you mean cifar10"):
     pipeline.open_dataset(make_config("cifar-10"))
+
+
+@pytest.mark.parametrize("randaug", [(2, 100), (2, 31), (11, 10), (1000, 15)])
+def test_randaug_past_the_references_range_is_one_line(randaug):
+  with pytest.raises(ValueError, match=(
+      rf"^config.pp.randaug=\({randaug[0]}, {randaug[1]}\) is past RandAugment's range \(up "
+      r"to 10 layers, magnitude up to 30; .*\): e.g. \(2, 15\)$")):
+    pipeline.open_dataset(make_config(randaug=randaug))
+  datasets.check_randaug((10, 30))  # the bounds themselves are fine

@@ -82,8 +82,14 @@ def check_pp(pp) -> None:
   check_randaug(pp.get("randaug"))
 
 
+# (num_layers, magnitude) at most: the reference's magnitudes go to 30 (the ops
+# extrapolate past 10), and more layers than ops only grind an image to grey.
+MAX_RANDAUG = (10, 30)
+
+
 def check_randaug(randaug) -> None:
-  """config.pp.randaug: None (off) or (num_layers, magnitude), two ints >= 0."""
+  """config.pp.randaug: None (off) or (num_layers, magnitude), two ints >= 0, within
+  MAX_RANDAUG."""
   if randaug is None:
     return
   if (not isinstance(randaug, (tuple, list)) or len(randaug) != 2
@@ -91,6 +97,12 @@ def check_randaug(randaug) -> None:
     raise errors.InvalidInput(
         f"config.pp.randaug={randaug!r} must be None (off) or a pair of ints "
         "(num_layers, magnitude), both >= 0, e.g. (2, 15)")
+  layers, magnitude = randaug
+  if magnitude > MAX_RANDAUG[1] or layers > MAX_RANDAUG[0]:
+    raise errors.InvalidInput(
+        f"config.pp.randaug={tuple(randaug)!r} is past RandAugment's range (up to "
+        f"{MAX_RANDAUG[0]} layers, magnitude up to {MAX_RANDAUG[1]}; AugReg used (2, 10) to "
+        "(2, 20), and magnitude 100 turned 30% of images plain grey): e.g. (2, 15)")
 
 
 def check(config, stride: int) -> None:
