@@ -1,6 +1,7 @@
 """Stopping at a step boundary when the job is told to, so the train loop can checkpoint
 and exit cleanly: SIGTERM (how TPU VMs, SLURM and Kubernetes announce a preemption) and a
-first Ctrl-C (SIGINT) both save the current step; a second Ctrl-C aborts at once.
+first Ctrl-C (SIGINT) both save the current step; a second Ctrl-C aborts at once
+(SIGINTs within SAME_PRESS_S are one press).
 
 Python runs signal handlers only between bytecodes of the main thread, which may sit in
 one XLA call for seconds (a compilation, a long step). So SIGINT is also written to a
@@ -17,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Optional
 
 import jax
@@ -25,6 +27,10 @@ from jax.experimental import multihost_utils
 from vit_jax.console import log
 
 INTERRUPTED_EXIT_CODE = 130  # as vit_jax.cli's: 128 + SIGINT
+# SIGINTs this close together are one press: Ctrl-C on a run under `timeout` (or any
+# wrapper that forwards signals) delivers the terminal's and the wrapper's copy at once,
+# which counted as the second press and aborted without saving.
+SAME_PRESS_S = 0.2
 
 
 class Interrupted(KeyboardInterrupt):
@@ -67,7 +73,7 @@ class PreemptionWatcher:
     the interpreter would raise KeyboardInterrupt mid-step."""
 
   def _read_signals(self, read_end: int) -> None:
-    presses = 0
+    presses, first_press = 0, 0.0
     while True:
       try:
         data = os.read(read_end, 64)
@@ -77,9 +83,10 @@ class PreemptionWatcher:
         os.close(read_end)
         return
       for signum in data:
-        if signum != signal.SIGINT:
+        now = time.monotonic()
+        if signum != signal.SIGINT or (presses and now - first_press < SAME_PRESS_S):
           continue
-        presses += 1
+        presses, first_press = presses + 1, now
         if presses > 1:
           _abort()
         self.interrupted = True
