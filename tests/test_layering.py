@@ -20,6 +20,8 @@ FLOORS = {
     "errors": BASE, "console": BASE,
     # The storage layer: every file and URL read or written; what a command may write over.
     "storage": BASE, "no_clobber": BASE,
+    "store_faults": BASE, "object_moves": BASE,  # the storage layer's: stores that fail
+    "file_urls": BASE,  # file: URLs as the local paths they name
     "platforms": BASE,  # which JAX platforms start: before anything starts a backend
     "config_checks": BASE,  # the run's counts and the rules every owner refuses a value by
     "workdir_files": BASE,  # the workdir's file names: a leaf, so any owner may name them
