@@ -81,3 +81,36 @@ def test_tfds_split_through_data_source_and_as_shards(tmp_path):
   assert arrayrecord.class_names(str(output)) == [str(d) for d in range(10)]
   np.testing.assert_array_equal(train(shards, num_steps=1, batch_size=4)[0]["image"],
                                 batch["image"])
+
+
+def test_output_that_is_not_the_shards_own_folder_is_one_line_before_writing(tmp_path):
+  folder = image_folder(tmp_path / "images")
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  (workdir / "config.json").write_text("{}")
+  (tmp_path / "a_file").write_text("")
+  before = sorted(str(p) for p in tmp_path.rglob("*"))
+  for output, says in [
+      (folder, f"--output={folder} is the source folder {folder}: the shards would become "
+               "part of the data it reads; name a folder outside it"),
+      (folder / "train" / "shards", "is inside the source folder"),
+      (workdir, f"--output={workdir} already holds files make_arrayrecord did not write "
+                "(config.json): name a new or empty folder"),
+      (tmp_path / "a_file", "is a file, not a folder: name a new folder for the shards")]:
+    done = run_in_process(make_arrayrecord, str(folder), f"--output={output}")
+    (line,) = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and line.startswith("error: ") and says in line, done.stderr
+  assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # nothing written
+
+
+def test_a_changed_examples_per_shard_does_not_write_a_second_set(tmp_path):
+  folder, output = image_folder(tmp_path / "images"), tmp_path / "shards"
+  assert run_in_process(make_arrayrecord, str(folder), f"--output={output}",
+                        "--examples_per_shard=3").returncode == 0
+  before = sorted(os.listdir(output))
+  done = run_in_process(make_arrayrecord, str(folder), f"--output={output}",
+                        "--examples_per_shard=4")
+  assert done.returncode == 1 and done.stderr.strip().splitlines()[-1] == (
+      f"error: {output} holds split train in 4 shard(s); this --examples_per_shard writes 3: "
+      "rerun with the --examples_per_shard that wrote them, or write to another --output")
+  assert sorted(os.listdir(output)) == before

@@ -18,7 +18,8 @@ import tqdm
 from absl import flags
 
 from vit_jax import cli, storage
-from vit_jax.data import arrayrecord, fingerprint, image_folder, multilabel_folder
+from vit_jax.data import arrayrecord, arrayrecord_output, fingerprint, image_folder
+from vit_jax.data import multilabel_folder
 from vit_jax.data import tfds_data_source
 
 FLAGS = flags.FLAGS
@@ -42,6 +43,7 @@ def write(source: str, output: str, *, splits: List[str], tfds_data_dir=None,
           label_feature: str = "label", examples_per_shard: int = 10_000) -> None:
   """Writes `source`'s splits into `output` (see the module docstring)."""
   output = os.path.expanduser(output)
+  arrayrecord_output.check(os.path.expanduser(source), output)
   if os.path.isdir(os.path.expanduser(source)):
     parts, names = _folder_splits(os.path.expanduser(source))
     work = [(name, _read_file(split), split.labels, fingerprint.of_split(split))

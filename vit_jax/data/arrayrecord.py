@@ -19,6 +19,7 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 
 from vit_jax import errors, storage
+from vit_jax.data import arrayrecord_output
 from vit_jax.data.splits import IndexedSplit
 
 INDEX = "arrayrecord.json"
@@ -141,6 +142,7 @@ def write_split(root: str, split: str, payload: Callable[[int], bytes], labels: 
   total = len(labels)
   num_shards = max(1, -(-total // examples_per_shard))
   shards = shard_names(split, num_shards)
+  arrayrecord_output.check_shard_count(root, split, shards)
   for shard, name in enumerate(shards):
     begin, end = shard * examples_per_shard, min(total, (shard + 1) * examples_per_shard)
     if not os.path.isfile(os.path.join(root, name)):
