@@ -114,3 +114,16 @@ def test_a_changed_examples_per_shard_does_not_write_a_second_set(tmp_path):
       f"error: {output} holds split train in 4 shard(s); this --examples_per_shard writes 3: "
       "rerun with the --examples_per_shard that wrote them, or write to another --output")
   assert sorted(os.listdir(output)) == before
+
+
+def test_a_full_disk_is_one_line_and_the_rerun_finishes(tmp_path):
+  folder, output = image_folder(tmp_path / "images"), tmp_path / "shards"
+  output.mkdir()
+  full = output / "train-00000-of-00001.array_record.tmp"
+  full.symlink_to("/dev/full")  # the shard being written: every write fails with ENOSPC
+  done = run_in_process(make_arrayrecord, str(folder), f"--output={output}")
+  assert done.returncode == 1 and done.stderr.strip().splitlines()[-1] == (
+      f"error: disk full writing {output}/train-00000-of-00001.array_record (No space left on "
+      "device): free some space and rerun the same command; finished checkpoints are intact")
+  assert "Traceback" not in done.stderr and not os.path.lexists(full)
+  assert run_in_process(make_arrayrecord, str(folder), f"--output={output}").returncode == 0

@@ -12,6 +12,7 @@ a rerun skips finished shards (after checking that the source is the one they ca
 from), and arrayrecord.json, written last, is what makes a split readable.
 """
 
+import errno
 import json
 import os
 from typing import Callable, Dict, List, Optional
@@ -113,10 +114,16 @@ def _write_shard(path: str, payloads) -> None:
   temporary = f"{path}.tmp"
   writer = array_record_module.ArrayRecordWriter(temporary, "group_size:1")
   try:
-    for payload in payloads:
-      writer.write(payload)
-  finally:
-    writer.close()
+    try:
+      for payload in payloads:
+        writer.write(payload)
+    finally:
+      writer.close()
+  except RuntimeError as e:  # the C++ writer's: a full disk is the user's one line
+    if "No space left on device" not in str(e):
+      raise
+    os.remove(temporary)
+    raise OSError(errno.ENOSPC, "No space left on device", path) from None
   os.replace(temporary, path)  # atomic: a shard that exists is complete
 
 
