@@ -10,7 +10,7 @@ import tensorflow_datasets as tfds
 
 from helpers import make_config, run_in_process, train, write_image
 from vit_jax import errors, make_arrayrecord
-from vit_jax.data import arrayrecord, loaders
+from vit_jax.data import arrayrecord, loaders, splits
 
 
 def grain_config(dataset, **keys):
@@ -127,3 +127,24 @@ def test_a_full_disk_is_one_line_and_the_rerun_finishes(tmp_path):
       "device): free some space and rerun the same command; finished checkpoints are intact")
   assert "Traceback" not in done.stderr and not os.path.lexists(full)
   assert run_in_process(make_arrayrecord, str(folder), f"--output={output}").returncode == 0
+
+
+def test_damaged_shards_are_one_line_naming_them(tmp_path):
+  folder, output = image_folder(tmp_path / "images"), tmp_path / "shards"
+  assert run_in_process(make_arrayrecord, str(folder), f"--output={output}",
+                        "--examples_per_shard=3").returncode == 0
+  shard = output / "train-00001-of-00004.array_record"
+  whole = shard.read_bytes()
+  shard.write_bytes(whole[:len(whole) // 2])  # truncated: the reader's bare RuntimeError
+  with pytest.raises(errors.InvalidInput, match=(
+      f"^ArrayRecord shard {shard} is damaged \\(truncated, or not an ArrayRecord file\\); "
+      "rewrite the folder")):
+    loaders.open_dataset(grain_config(str(output)))
+  flipped = bytearray(whole)
+  flipped[300:364] = b"z" * 64  # a record's bytes changed
+  shard.write_bytes(bytes(flipped))
+  dataset = loaders.open_dataset(grain_config(str(output)))
+  with pytest.raises(splits.CorruptImageError, match=(
+      f"^corrupt image: example [345] of {output}/train: damaged ArrayRecord shard \\(.*\\); "
+      "rebuild the dataset")):
+    train(dataset, num_steps=5, batch_size=10)

@@ -57,19 +57,43 @@ class Records:
   def __init__(self, paths: List[str]):
     import grain  # pylint: disable=import-outside-toplevel
     self.paths = paths
-    self._source = grain.sources.ArrayRecordDataSource(paths)
+    try:
+      self._source = grain.sources.ArrayRecordDataSource(paths)
+    except RuntimeError as e:  # the C++ reader's, at times without a message
+      damaged, reason = _first_damaged(paths, e)
+      raise errors.InvalidInput(f"ArrayRecord shard {damaged} is damaged ({reason}); "
+                                "rewrite the folder with python -m vit_jax.make_arrayrecord "
+                                "(to a new --output)") from None
 
   def __len__(self):
     return len(self._source)
 
   def __getitem__(self, index: int) -> bytes:
-    return self._source[int(index)]
+    try:
+      return self._source[int(index)]
+    except RuntimeError as e:  # a damaged record: the caller names the example
+      raise OSError(f"damaged ArrayRecord shard ({_reason(e)})") from None
 
   def __getstate__(self):
     return {"paths": self.paths}
 
   def __setstate__(self, state):
     self.__init__(state["paths"])
+
+
+def _reason(error: RuntimeError) -> str:
+  return " ".join(str(error).split()) or "truncated, or not an ArrayRecord file"
+
+
+def _first_damaged(paths: List[str], error: RuntimeError):
+  """(the first shard that does not open alone, why) for a set that did not open."""
+  import grain  # pylint: disable=import-outside-toplevel
+  for path in paths:
+    try:
+      grain.sources.ArrayRecordDataSource([path])
+    except RuntimeError as e:
+      return path, _reason(e)
+  return ", ".join(paths), _reason(error)
 
 
 def open_split(root: str, split: str, index: Optional[dict] = None) -> IndexedSplit:
