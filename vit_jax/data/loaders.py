@@ -2,6 +2,7 @@
 vit_jax.data.pipeline) or 'grain' (Grain, no TensorFlow: vit_jax.data.grain_pipeline).
 Only the chosen pipeline is imported."""
 
+from vit_jax import cli, errors
 from vit_jax.data.datasets import Dataset, DatasetInfo, check  # noqa: F401 (the API)
 
 
@@ -9,7 +10,12 @@ def _loader(config):
   if config.get("loader", "tf") == "grain":
     from vit_jax.data import grain_pipeline  # pylint: disable=import-outside-toplevel
     return grain_pipeline
-  from vit_jax.data import pipeline  # pylint: disable=import-outside-toplevel (TensorFlow)
+  try:
+    from vit_jax.data import pipeline  # pylint: disable=import-outside-toplevel (TensorFlow)
+  except ImportError as e:
+    if (e.name or "").split(".")[0] not in ("tensorflow", "tensorflow_datasets"):
+      raise
+    raise errors.InvalidInput(cli.NO_TENSORFLOW) from None
   return pipeline
 
 
