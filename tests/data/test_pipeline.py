@@ -188,7 +188,9 @@ def test_corrupt_image_is_named_in_train_and_eval(folder, preset):
       failures[name]()
     message = str(error.value)
     assert message.startswith(f"corrupt image {folder / path}: ") and "\n" not in message
-    assert message.endswith("; replace or remove it") and "{{" not in message
+    assert message.endswith("; replace it with a readable copy, or remove it (a run that "
+                            "already started then resumes with "
+                            "--config.allow_data_change=True)") and "{{" not in message
 
 
 def test_corrupt_encoded_image_is_named():
