@@ -13,6 +13,11 @@ from vit_jax import errors, make_arrayrecord
 from vit_jax.data import arrayrecord, loaders, splits
 
 
+def _with(config, **keys):
+  config.update(**keys)
+  return config
+
+
 def grain_config(dataset, **keys):
   config = make_config(dataset)
   config.update(loader="grain", **keys)
@@ -81,6 +86,16 @@ def test_tfds_split_through_data_source_and_as_shards(tmp_path):
   assert arrayrecord.class_names(str(output)) == [str(d) for d in range(10)]
   np.testing.assert_array_equal(train(shards, num_steps=1, batch_size=4)[0]["image"],
                                 batch["image"])
+  with pytest.raises(errors.InvalidInput, match=(
+      r"^TFDS dataset dummy_mnist has no split 'validation' \(it has test, train\); set "
+      "config.train_split / eval_split to one of them$")):
+    loaders.open_dataset(grain_config("dummy_mnist", tfds_data_dir=data_dir,
+                                      eval_split="validation"))
+  with pytest.raises(errors.InvalidInput, match=(  # tf.data reads TFRecords only
+      r"^TFDS dataset dummy_mnist in .* is prepared as array_record, which tf.data cannot "
+      r"read: set config.loader='grain' \(or rebuild it with tfds build dummy_mnist:.* "
+      r"--file_format=tfrecord\)$")):
+    loaders.open_dataset(_with(make_config("dummy_mnist"), tfds_data_dir=data_dir))
 
 
 def test_output_that_is_not_the_shards_own_folder_is_one_line_before_writing(tmp_path):

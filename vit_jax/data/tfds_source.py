@@ -50,6 +50,12 @@ def read_tfds(builder, split, **kwargs) -> tf.data.Dataset:
   """Examples with undecoded images (decode after the shuffle / the crop window), or a
   one-line error if the data is absent (tfds's download=False semantics)."""
   import tensorflow_datasets as tfds
+  if builder.is_prepared() and str(getattr(builder.info.file_format, "value", "")) == (
+      "array_record"):  # tfds: NotImplementedError from deep inside tf.data
+    raise errors.InvalidInput(
+        f"TFDS dataset {builder.name} in {builder.data_dir} is prepared as array_record, "
+        "which tf.data cannot read: set config.loader='grain' (or rebuild it with tfds build "
+        f"{build_name(builder)} --file_format=tfrecord)")
   try:
     return builder.as_dataset(split=split, decoders={"image": tfds.decode.SkipDecoding()},
                               **kwargs)
