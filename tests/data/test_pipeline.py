@@ -220,6 +220,11 @@ def test_bad_preset_and_name():
     pipeline.open_dataset(make_config(preset="inception"))
   with pytest.raises(ValueError, match="did you mean cifar10"):
     pipeline.open_dataset(make_config("cifar-10"))
+  with pytest.raises(ValueError, match=(  # not "did you mean imagenet2012"
+      r"^unknown dataset 'imagenet21k': .*; TFDS does not publish ImageNet-21k: set "
+      r"config.tfds_data_dir to a TFDS build of it \(name imagenet21k, split full\), or give "
+      r"an image folder after the config's name \(configs/augreg.py:NAME,DIR\)$")):
+    pipeline.open_dataset(make_config("imagenet21k"))
 
 
 @pytest.mark.parametrize("randaug", [(2, 100), (2, 31), (11, 10), (1000, 15)])

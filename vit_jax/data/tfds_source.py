@@ -15,6 +15,11 @@ from vit_jax import errors, storage
 from vit_jax.data import fingerprint
 from vit_jax.data.splits import IndexedSplit, StreamingSplit, image_and_label
 
+# Datasets the configs name that TFDS does not publish: what to do instead of a near name.
+UNPUBLISHED = {"imagenet21k": (
+    "TFDS does not publish ImageNet-21k: set config.tfds_data_dir to a TFDS build of it "
+    "(name imagenet21k, split full), or give an image folder after the config's name "
+    "(configs/augreg.py:NAME,DIR)")}
 IN_MEMORY_LIMIT_BYTES = 2 << 30  # TFDS datasets up to this size are held in memory
 _TFDS_READ_BATCH = 4096
 
@@ -26,6 +31,7 @@ def _tfds_builder(name: str, data_dir: Optional[str]):
   except ValueError:  # not registered, or not even a valid builder name
     close = difflib.get_close_matches(name, ["digits"] + tfds.list_builders(), n=4)
     hint = f"did you mean {', '.join(close)}?" if close else "see tfds.list_builders()"
+    hint = UNPUBLISHED.get(name, hint)
     raise errors.InvalidInput(
         f"unknown dataset {name!r}: not 'digits', not an existing directory and "
         f"not a TFDS name; {hint}") from None
