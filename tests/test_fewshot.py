@@ -12,8 +12,8 @@ from absl import app, flags
 from PIL import Image
 
 from conftest import init_params, tiny_model
-from helpers import demo_config, read_metrics, write_image, write_unicode_folder
-from vit_jax import fewshot
+from helpers import demo_config, read_metrics, run_in_process, write_image, write_unicode_folder
+from vit_jax import fewshot, make_arrayrecord
 from vit_jax.checkpoints import npz
 from vit_jax.data import splits
 from vit_jax.data.tf_stack import tf_pipeline
@@ -220,3 +220,16 @@ def test_command_reads_non_ascii_names(tmp_path, capsys):
   run_command(f"--checkpoint={tmp_path / 'tiny.npz'}", f"--dataset={root}", "--shots=1,2",
               "--seeds=1", "--batch_size=4")
   assert "3 classes, 9 train / 9 test examples" in capsys.readouterr().out
+
+
+def test_the_command_reads_arrayrecord_shards_with_the_grain_loader(tmp_path):
+  """fewshot has no config.loader to set: shards are read by Grain, the rest by tf.data."""
+  for split in ("train", "test"):
+    for name in ("a", "b"):
+      write_image(str(tmp_path / "images" / split / name / "0.png"))
+  assert run_in_process(make_arrayrecord, str(tmp_path / "images"),
+                        f"--output={tmp_path / 'shards'}").returncode == 0
+  config = fewshot.data_config(str(tmp_path / "shards"), 16)
+  assert config.loader == "grain" and fewshot.data_config("digits", 16).loader == "tf"
+  dataset = probes.open_probe_dataset(config)
+  assert dataset.info.num_classes == 2

@@ -11,8 +11,13 @@ import tensorflow_datasets as tfds
 from helpers import make_config, run_in_process, train, write_image
 from vit_jax import make_arrayrecord
 from vit_jax.base import errors
-from vit_jax.data import loaders
+from vit_jax.data import loaders, splits
 from vit_jax.data.sources import arrayrecord
+
+
+def _with(config, **keys):
+  config.update(**keys)
+  return config
 
 
 def grain_config(dataset, **keys):
@@ -83,3 +88,80 @@ def test_tfds_split_through_data_source_and_as_shards(tmp_path):
   assert arrayrecord.class_names(str(output)) == [str(d) for d in range(10)]
   np.testing.assert_array_equal(train(shards, num_steps=1, batch_size=4)[0]["image"],
                                 batch["image"])
+  with pytest.raises(errors.InvalidInput, match=(
+      r"^TFDS dataset dummy_mnist has no split 'validation' \(it has test, train\); set "
+      "config.train_split / eval_split to one of them$")):
+    loaders.open_dataset(grain_config("dummy_mnist", tfds_data_dir=data_dir,
+                                      eval_split="validation"))
+  with pytest.raises(errors.InvalidInput, match=(  # tf.data reads TFRecords only
+      r"^TFDS dataset dummy_mnist in .* is prepared as array_record, which tf.data cannot "
+      r"read: set config.loader='grain' \(or rebuild it with tfds build dummy_mnist:.* "
+      r"--file_format=tfrecord\)$")):
+    loaders.open_dataset(_with(make_config("dummy_mnist"), tfds_data_dir=data_dir))
+
+
+def test_output_that_is_not_the_shards_own_folder_is_one_line_before_writing(tmp_path):
+  folder = image_folder(tmp_path / "images")
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  (workdir / "config.json").write_text("{}")
+  (tmp_path / "a_file").write_text("")
+  before = sorted(str(p) for p in tmp_path.rglob("*"))
+  for output, says in [
+      (folder, f"--output={folder} is the source folder {folder}: the shards would become "
+               "part of the data it reads; name a folder outside it"),
+      (folder / "train" / "shards", "is inside the source folder"),
+      (workdir, f"--output={workdir} already holds files make_arrayrecord did not write "
+                "(config.json): name a new or empty folder"),
+      (tmp_path / "a_file", "is a file, not a folder: name a new folder for the shards")]:
+    done = run_in_process(make_arrayrecord, str(folder), f"--output={output}")
+    (line,) = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and line.startswith("error: ") and says in line, done.stderr
+  assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # nothing written
+
+
+def test_a_changed_examples_per_shard_does_not_write_a_second_set(tmp_path):
+  folder, output = image_folder(tmp_path / "images"), tmp_path / "shards"
+  assert run_in_process(make_arrayrecord, str(folder), f"--output={output}",
+                        "--examples_per_shard=3").returncode == 0
+  before = sorted(os.listdir(output))
+  done = run_in_process(make_arrayrecord, str(folder), f"--output={output}",
+                        "--examples_per_shard=4")
+  assert done.returncode == 1 and done.stderr.strip().splitlines()[-1] == (
+      f"error: {output} holds split train in 4 shard(s); this --examples_per_shard writes 3: "
+      "rerun with the --examples_per_shard that wrote them, or write to another --output")
+  assert sorted(os.listdir(output)) == before
+
+
+def test_a_full_disk_is_one_line_and_the_rerun_finishes(tmp_path):
+  folder, output = image_folder(tmp_path / "images"), tmp_path / "shards"
+  output.mkdir()
+  full = output / "train-00000-of-00001.array_record.tmp"
+  full.symlink_to("/dev/full")  # the shard being written: every write fails with ENOSPC
+  done = run_in_process(make_arrayrecord, str(folder), f"--output={output}")
+  assert done.returncode == 1 and done.stderr.strip().splitlines()[-1] == (
+      f"error: disk full writing {output}/train-00000-of-00001.array_record (No space left on "
+      "device): free some space and rerun the same command; finished checkpoints are intact")
+  assert "Traceback" not in done.stderr and not os.path.lexists(full)
+  assert run_in_process(make_arrayrecord, str(folder), f"--output={output}").returncode == 0
+
+
+def test_damaged_shards_are_one_line_naming_them(tmp_path):
+  folder, output = image_folder(tmp_path / "images"), tmp_path / "shards"
+  assert run_in_process(make_arrayrecord, str(folder), f"--output={output}",
+                        "--examples_per_shard=3").returncode == 0
+  shard = output / "train-00001-of-00004.array_record"
+  whole = shard.read_bytes()
+  shard.write_bytes(whole[:len(whole) // 2])  # truncated: the reader's bare RuntimeError
+  with pytest.raises(errors.InvalidInput, match=(
+      f"^ArrayRecord shard {shard} is damaged \\(truncated, or not an ArrayRecord file\\); "
+      "rewrite the folder")):
+    loaders.open_dataset(grain_config(str(output)))
+  flipped = bytearray(whole)
+  flipped[300:364] = b"z" * 64  # a record's bytes changed
+  shard.write_bytes(bytes(flipped))
+  dataset = loaders.open_dataset(grain_config(str(output)))
+  with pytest.raises(splits.CorruptImageError, match=(
+      f"^corrupt image: example [345] of {output}/train: damaged ArrayRecord shard \\(.*\\); "
+      "rebuild the dataset")):
+    train(dataset, num_steps=5, batch_size=10)

@@ -112,7 +112,7 @@ def test_command_writes_all_figures(run, image, tmp_path, checkpoint, size_flag)
     assert_not_blank(out / name)
 
 
-def test_command_errors_are_one_line(run, image, tmp_path):
+def test_command_errors_are_one_line(run, image, tmp_path, monkeypatch):
   fixture = RELEASED_FIXTURES / "vit-ti16.npz"
   missing = tmp_path / "nope.png"
   code, stdout, stderr = run(f"--checkpoint={fixture}", f"--out={tmp_path / 'figs'}", image,
@@ -124,6 +124,12 @@ def test_command_errors_are_one_line(run, image, tmp_path):
                            "(example.png): name a new folder for vit_jax.visualize, or pass "
                            "--overwrite to write into it")
   assert os.listdir(tmp_path) == ["example.png"]
+  monkeypatch.chdir(tmp_path)
+  code, stdout, stderr = run(f"--checkpoint={fixture}", "--out=-", image)
+  assert (code, stdout) == (1, "") and stderr == (
+      "error: '-' would be standard output, where vit_jax.visualize cannot write its folder "
+      "of files: name a folder\n")
+  assert os.listdir(tmp_path) == ["example.png"]  # no folder named '-'
 
   bad = tmp_path / "truncated.npz"
   bad.write_bytes(fixture.read_bytes()[:100_000])

@@ -9,7 +9,7 @@ import os
 from absl import flags
 from ml_collections import config_flags
 
-from vit_jax.base import cli, console
+from vit_jax.base import cli, console, file_urls
 
 FLAGS = flags.FLAGS
 
@@ -64,11 +64,12 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   cli.no_arguments(argv)
   config = cli.load_config(flag_values)
   cli.check_dataset_override(flag_values)
+  workdir = file_urls.as_local(flag_values.workdir)
   if config.get("loader", "tf") == "tf":  # the Grain loader never imports TensorFlow
     cli.keep_tensorflow_off_accelerators()
   initialize_distributed(flag_values)
   from vit_jax.training import loop
-  loop.train_and_evaluate(config, flag_values.workdir)
+  loop.train_and_evaluate(config, workdir)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ from absl import flags
 
 from vit_jax.base import cli, storage
 from vit_jax.data import fingerprint
-from vit_jax.data.sources import arrayrecord, image_folder, multilabel_folder, tfds_arrayrecord
+from vit_jax.data.sources import (
+    arrayrecord, arrayrecord_output, image_folder, multilabel_folder, tfds_arrayrecord)
 
 FLAGS = flags.FLAGS
 
@@ -42,6 +43,7 @@ def write(source: str, output: str, *, splits: List[str], tfds_data_dir=None,
           label_feature: str = "label", examples_per_shard: int = 10_000) -> None:
   """Writes `source`'s splits into `output` (see the module docstring)."""
   output = os.path.expanduser(output)
+  arrayrecord_output.check(os.path.expanduser(source), output)
   if os.path.isdir(os.path.expanduser(source)):
     parts, names = _folder_splits(os.path.expanduser(source))
     work = [(name, _read_file(split), split.labels, fingerprint.of_split(split))

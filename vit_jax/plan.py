@@ -44,6 +44,7 @@ from vit_jax.base import cli, console
 
 FLAGS = flags.FLAGS
 DOES_NOT_FIT_EXIT_CODE = 3
+KIND = "plan"  # the writer's name in --json's no-clobber stamp (vit_jax.base.no_clobber)
 ESTIMATE_NOTE = ("speeds are the TPU compiler's estimates (per-operation roofline), not "
                  "measurements; the input pipeline and the network are not included")
 NO_ESTIMATE_NOTE = ("XLA estimates time for TPUs only: time this config's step with "
@@ -63,6 +64,9 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   flags.DEFINE_string("json", None, "Also write the report as JSON to this path (checked "
                       "before compiling; '-': the JSON on stdout, the report on stderr).",
                       **define)
+  flags.DEFINE_boolean("overwrite", False, "Write --json over an existing file that this "
+                       "command did not write (refused by default: nothing is clobbered).",
+                       **define)
   flags.DEFINE_integer("num_classes", None, "Head size (default: from the dataset's "
                        "metadata).", lower_bound=1, **define)
   flags.DEFINE_float("hbm_limit_gib", None, "Usable memory per device in GiB, below the "
@@ -226,7 +230,7 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   cli.no_arguments(argv)
   config = cli.load_config(flag_values)
   cli.check_dataset_override(flag_values)
-  from vit_jax.base import errors
+  from vit_jax.base import errors, no_clobber
   from vit_jax.checkpoints import two_tower_open
   name = str(config.get("model_name") or "")
   if two_tower_open.is_two_tower(name):  # before the zoo calls it an unknown ViT
@@ -239,6 +243,8 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   try:
     if flag_values.json is not None:
       check_json_path(flag_values.json)
+      no_clobber.claim_output_file(flag_values.json, KIND, flag_values.overwrite,
+                                   stdout_ok=True)
     limit = int(flag_values.hbm_limit_gib * 2**30) if flag_values.hbm_limit_gib else None
     if flag_values.tpu is not None:  # an empty --tpu= is a mistake, not this machine
       target = compiler_readings.tpu_target(flag_values.tpu, limit)
@@ -264,15 +270,14 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   report["notes"] = [compute_note(report)]
   report["plan_seconds"] = time.monotonic() - started
   console.log.info("planned in %s", console.duration(report["plan_seconds"]))
-  text = json.dumps(report, indent=1) + "\n"
+  text = json.dumps({**no_clobber.written_by(KIND), **report}, indent=1) + "\n"
   if flag_values.json == "-":
     print(format_report(report), file=sys.stderr, flush=True)
     print(text, end="", flush=True)
   else:
     print(format_report(report), flush=True)
-  if flag_values.json and flag_values.json != "-":
-    from vit_jax.base import storage  # pylint: disable=import-outside-toplevel
-    storage.write_atomic(flag_values.json, text)
+  if flag_values.json and flag_values.json != "-":  # stamped: a rerun may replace it
+    no_clobber.write_text(flag_values.json, text)
   if not report["fits"]:
     print(f"error: {does_not_fit_line(report)}", file=sys.stderr)
     sys.exit(DOES_NOT_FIT_EXIT_CODE)

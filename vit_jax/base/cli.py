@@ -173,9 +173,18 @@ def load_config(flag_values: flags.FlagValues = flags.FLAGS, name: str = "config
     fail(f"cannot load --{name}: {one_line(e)}", code=2)
 
 
+NO_TENSORFLOW = ("TensorFlow is not installed, and tf.data (config.loader='tf', the default) "
+                 "reads data with it: pip install tensorflow, or read the data with Grain: "
+                 "--config.loader=grain")
+
+
 def keep_tensorflow_off_accelerators() -> None:
-  """TensorFlow only feeds data (tf.data, image decoding): the accelerators are JAX's."""
-  import tensorflow as tf  # seconds to import: only commands that read data pay it.
+  """TensorFlow only feeds data (tf.data, image decoding): the accelerators are JAX's. In
+  an install without it (requirements-without-tensorflow.txt), one line saying so."""
+  try:
+    import tensorflow as tf  # seconds to import: only commands that read data pay it.
+  except ImportError:
+    raise errors.InvalidInput(NO_TENSORFLOW) from None
   tf.config.set_visible_devices([], "GPU")
 
 

@@ -1,6 +1,7 @@
 """The no-clobber rule of every command that writes a folder or a file the user names
-(convert, visualize --out, fewshot --json, predict --json, lora, vtab, export), and the
-atomic writer of whole folders: it sits beside the storage layer, below every command.
+(convert, visualize --out, fewshot --json, predict --json, plan --json, lora, vtab, export),
+and the atomic writer of whole folders: it sits beside the storage layer, below every
+command.
 
 A writer creates a new folder, or writes into an empty one or one that holds its own
 marker (MARKER, {"written_by": "vit_jax.<kind>"}) from an earlier run of the same command;
@@ -112,6 +113,9 @@ def check_output_dir(path: str, kind: str, overwrite: bool = False) -> None:
   """Raises OutputExistsError unless `path` is new, empty, our `kind`'s earlier output, or
   `overwrite`; writes nothing (call it before slow work, then claim_output_dir)."""
   path = os.fspath(path)
+  if path == STDOUT:  # made a folder named '-'
+    raise errors.InvalidInput(f"'{STDOUT}' would be standard output, where vit_jax.{kind} "
+                              "cannot write its folder of files: name a folder")
   _check_parents(path)
   if storage.isfile(path):
     raise OutputExistsError(f"{path} is a file, not a folder: name a new folder for the "

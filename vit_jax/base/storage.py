@@ -23,7 +23,7 @@ from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, TypeVar, 
 
 import fsspec
 
-from vit_jax.base import console, errors
+from vit_jax.base import console, errors, object_moves, store_faults
 
 # gcsfs caches folder listings for as long as the process lives, but a workdir is also
 # written by others: tensorstore (orbax's arrays), other hosts of the job. A stale listing
@@ -36,9 +36,10 @@ Data = Union[str, bytes]
 HTTP = ("http", "https")
 TIMEOUT_S = 60
 F = TypeVar("F", bound=Callable)
-_ANSWERS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError,
-            PermissionError)  # what the store said, as opposed to not answering at all
 _unreachable: Dict[str, str] = {}  # protocol -> why, once a request ran out of retries
+
+
+client_errors = store_faults.client_errors  # the HTTP clients' own exceptions
 
 
 class StorageUnavailable(errors.UserError, OSError):
@@ -67,10 +68,10 @@ def _store_errors(function: F) -> F:
       raise StorageUnavailable(_unreachable[_protocol(path)])
     try:
       return function(path, *args, **kwargs)
-    except _ANSWERS:
+    except (Exception, *store_faults.CANCELLED) as e:  # pylint: disable=broad-except
+      if store_faults.stopped_answering(e):
+        raise unavailable(path, e) from None
       raise
-    except (OSError, TimeoutError, *client_errors()) as e:
-      raise unavailable(path, e) from None
 
   return wrapped  # type: ignore[return-value]
 
@@ -79,11 +80,13 @@ def unavailable(path: str, error: BaseException) -> StorageUnavailable:
   """The one-line error for a store that stopped answering at `path`; from now on every
   call on that protocol fails at once (the client already spent its retries)."""
   protocol = _protocol(path)
+  detail = " ".join(str(error).split()) or type(error).__name__
+  if len(detail) > 200:  # cut at a word, not in one
+    detail = detail[:200].rsplit(" ", 1)[0] + " ..."
   _unreachable[protocol] = (
-      f"lost the connection to {protocol}:// while accessing {path} "
-      f"({' '.join(str(error).split())[:200]}); checkpoints are saved whole or not at all, "
-      "so the last complete one is intact: check the connection and credentials, then "
-      "rerun the same command to resume from it")
+      f"lost the connection to {protocol}:// while accessing {path} ({detail}): check the "
+      "connection and credentials, then rerun the same command (a run resumes from its "
+      "last complete checkpoint; checkpoints are saved whole or not at all)")
   return StorageUnavailable(_unreachable[protocol])
 
 
@@ -94,16 +97,6 @@ def connection_lost(path: str) -> bool:
 
 def _protocol(path: str) -> str:
   return str(path).split("://", 1)[0]
-
-
-@functools.lru_cache(maxsize=None)
-def client_errors() -> tuple:
-  """The HTTP client's own exceptions (fsspec's http and gcsfs let them through)."""
-  try:
-    import aiohttp  # pylint: disable=import-outside-toplevel
-    return (aiohttp.ClientError,)
-  except ImportError:
-    return ()
 
 
 def _http_timeout():
@@ -387,18 +380,23 @@ def remove_empty_dir(path: str) -> None:
 
 
 @_store_errors
-def move(source: str, dest: str) -> None:
-  """Moves a file or folder (local: one rename; object stores: object by object, each
-  moved by the store or copied then deleted, so a kill half-way leaves every object in one
-  place or both, never none)."""
+def move(source: str, dest: str) -> List[str]:
+  """Moves a file or folder; returns what could not be moved and stays (local: one
+  rename, nothing; object stores: object by object, each moved by the store or copied
+  then deleted, so a kill half-way leaves every object in one place or both, never none;
+  object_moves)."""
   if is_url(source):
     fs, key = url_filesystem(source)
     _, dest_key = url_filesystem(dest)
-    fs.mv(key, dest_key, recursive=True)
-    fs.invalidate_cache()
-    return
+    if fs.isfile(key):
+      fs.mv(key, dest_key)
+      fs.invalidate_cache()
+      return []
+    return [f"{_protocol(source)}://{name}" for name in
+            object_moves.move_objects(fs, key.rstrip("/"), dest_key.rstrip("/"))]
   os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
   os.replace(source, dest)
+  return []
 
 
 def free_bytes(path: str) -> Optional[int]:

@@ -24,8 +24,7 @@ def is_source(path: str) -> bool:
   if os.path.isdir(path):
     if not os.path.isfile(config):
       return False
-    with open(config, encoding="utf-8") as f:
-      return json.load(f).get("model_type") in siglip_hf.KINDS
+    return json.loads(storage.read_text(config)).get("model_type") in siglip_hf.KINDS
   if not (path.endswith(".npz") and os.path.isfile(path)):
     return False
   try:

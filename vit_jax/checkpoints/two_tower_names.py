@@ -96,8 +96,7 @@ def _fetch_hub(entry: Entry, dest: str, *, force: bool, verbose: bool) -> str:
       continue
   os.makedirs(dest, exist_ok=True)
   for name, path in files.items():
-    with open(path, "rb") as f:
-      storage.write_atomic(os.path.join(dest, name), f.read())
+    storage.write_atomic(os.path.join(dest, name), storage.read_bytes(path))
   return dest
 
 

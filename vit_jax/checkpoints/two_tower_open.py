@@ -25,8 +25,7 @@ def is_two_tower(checkpoint: str) -> bool:
     if not os.path.isfile(config):
       return False
     try:
-      with open(config, encoding="utf-8") as f:
-        return json.load(f).get("model_type") in siglip_hf.KINDS
+      return json.loads(storage.read_text(config)).get("model_type") in siglip_hf.KINDS
     except (OSError, ValueError, AttributeError):
       return False  # the loader names what is wrong with it
   if not checkpoint.endswith(".npz") or not storage.exists(checkpoint):

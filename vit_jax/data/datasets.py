@@ -12,6 +12,7 @@ import numpy as np
 
 from vit_jax.base import errors
 from vit_jax.data import fingerprint, presets
+from vit_jax.data.grain_stack import grain_workers
 from vit_jax.data.splits import IndexedSplit
 
 LOADERS = ("tf", "grain")
@@ -82,8 +83,14 @@ def check_pp(pp) -> None:
   check_randaug(pp.get("randaug"))
 
 
+# (num_layers, magnitude) at most: the reference's magnitudes go to 30 (the ops
+# extrapolate past 10), and more layers than ops only grind an image to grey.
+MAX_RANDAUG = (10, 30)
+
+
 def check_randaug(randaug) -> None:
-  """config.pp.randaug: None (off) or (num_layers, magnitude), two ints >= 0."""
+  """config.pp.randaug: None (off) or (num_layers, magnitude), two ints >= 0, within
+  MAX_RANDAUG."""
   if randaug is None:
     return
   if (not isinstance(randaug, (tuple, list)) or len(randaug) != 2
@@ -91,6 +98,12 @@ def check_randaug(randaug) -> None:
     raise errors.InvalidInput(
         f"config.pp.randaug={randaug!r} must be None (off) or a pair of ints "
         "(num_layers, magnitude), both >= 0, e.g. (2, 15)")
+  layers, magnitude = randaug
+  if magnitude > MAX_RANDAUG[1] or layers > MAX_RANDAUG[0]:
+    raise errors.InvalidInput(
+        f"config.pp.randaug={tuple(randaug)!r} is past RandAugment's range (up to "
+        f"{MAX_RANDAUG[0]} layers, magnitude up to {MAX_RANDAUG[1]}; AugReg used (2, 10) to "
+        "(2, 20), and magnitude 100 turned 30% of images plain grey): e.g. (2, 15)")
 
 
 def check(config, stride: int) -> None:
@@ -102,9 +115,7 @@ def check(config, stride: int) -> None:
   if config.get("loader", "tf") not in LOADERS:
     raise errors.InvalidInput(f"unknown config.loader={config.loader!r}; choose one of "
                               f"{', '.join(map(repr, LOADERS))}")
-  if config.get("grain_workers", 0) < 0:
-    raise errors.InvalidInput(f"config.grain_workers={config.grain_workers} must be >= 0 "
-                              "(0: no worker processes)")
+  grain_workers.check(config)
   check_pp(config.pp)
   crop = config.pp.crop
   if not isinstance(crop, int) or crop < stride or crop % stride:

@@ -2,6 +2,7 @@
 vit_jax.data.tf_stack.tf_pipeline) or 'grain' (Grain, no TensorFlow:
 vit_jax.data.grain_stack.grain_pipeline). Only the chosen pipeline is imported."""
 
+from vit_jax.base import cli, errors
 from vit_jax.data.datasets import Dataset, DatasetInfo, check  # noqa: F401 (the API)
 
 
@@ -9,8 +10,12 @@ def _loader(config):
   if config.get("loader", "tf") == "grain":
     from vit_jax.data.grain_stack import grain_pipeline  # pylint: disable=import-outside-toplevel
     return grain_pipeline
-  from vit_jax.data.tf_stack import (  # pylint: disable=import-outside-toplevel (TensorFlow)
-      tf_pipeline)
+  try:
+    from vit_jax.data.tf_stack import tf_pipeline  # pylint: disable=import-outside-toplevel
+  except ImportError as e:
+    if (e.name or "").split(".")[0] not in ("tensorflow", "tensorflow_datasets"):
+      raise
+    raise errors.InvalidInput(cli.NO_TENSORFLOW) from None
   return tf_pipeline
 
 

@@ -13,6 +13,12 @@ import numpy as np
 from vit_jax.base import errors
 
 
+# What to do about a corrupt image file: removing it changes the data, which a resume
+# refuses unless told (vit_jax.training.runs.dataset_record), so the advice says how.
+FIX = ("replace it with a readable copy, or remove it (a run that already started then "
+       "resumes with --config.allow_data_change=True)")
+
+
 class CorruptImageError(errors.InvalidInput):
   """An image that cannot be decoded: the message names it and the fix, on one line."""
 
@@ -52,7 +58,7 @@ class IndexedSplit:
     if isinstance(error, FileNotFoundError) or type(error).__name__ == "NotFoundError":
       return FileNotFoundError(f"image {path} disappeared after the dataset was opened; "
                                "restore it, or rerun to scan the folder again")
-    return CorruptImageError(f"corrupt image {path}: {reason}; replace or remove it")
+    return CorruptImageError(f"corrupt image {path}: {reason}; {FIX}")
 
 
 def image_and_label(example: dict) -> Tuple[object, object]:

@@ -19,7 +19,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from vit_jax.base import errors
+from vit_jax.base import errors, storage
 
 GEMMA_VOCAB = 256_000  # SigLIP 2's vocabulary: padded with <pad>, not eos
 
@@ -51,8 +51,7 @@ class BertTokenizer:
 
   def __init__(self, vocab_path: str, max_len: int = 16):
     from tokenizers import BertWordPieceTokenizer  # pylint: disable=import-outside-toplevel
-    with open(vocab_path, encoding="utf-8") as f:
-      vocab = f.read().split("\n")
+    vocab = storage.read_text(vocab_path).split("\n")
     if not {"[CLS]", "[SEP]", "[UNK]"} <= set(vocab):  # the tokenizers package needs all 3
       raise errors.InvalidInput(f"{vocab_path} is no BERT vocabulary (one token a line, "
                                 "with [CLS], [SEP] and [UNK])")

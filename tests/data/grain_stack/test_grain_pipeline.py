@@ -105,8 +105,9 @@ def test_any_file_name_reads_and_a_corrupt_image_is_named(tmp_path):
   bad = tmp_path / "train" / "b" / "bad.jpg"
   bad.write_bytes(corrupt_jpeg())
   dataset = loaders.open_dataset(grain_config(str(tmp_path)))
-  with pytest.raises(splits.CorruptImageError, match=f"corrupt image {bad}: .*; replace or "
-                     "remove it"):
+  with pytest.raises(splits.CorruptImageError, match=f"corrupt image {bad}: .*; replace it "
+                     r"with a readable copy, or remove it \(a run that already started then "
+                     r"resumes with --config.allow_data_change=True\)"):
     train(dataset, num_steps=2, batch_size=3)
 
 

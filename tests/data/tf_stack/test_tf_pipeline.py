@@ -9,7 +9,7 @@ import tensorflow as tf
 from PIL import Image
 
 from helpers import UNICODE_CLASSES, UNICODE_FILES, corrupt_jpeg, demo_config, make_config, train, write_unicode_folder
-from vit_jax.data import order, randaugment, splits
+from vit_jax.data import datasets, order, randaugment, splits
 from vit_jax.data.tf_stack import tf_pipeline, tf_preprocess
 from vit_jax.training import loop as train_lib
 
@@ -189,7 +189,9 @@ def test_corrupt_image_is_named_in_train_and_eval(folder, preset):
       failures[name]()
     message = str(error.value)
     assert message.startswith(f"corrupt image {folder / path}: ") and "\n" not in message
-    assert message.endswith("; replace or remove it") and "{{" not in message
+    assert message.endswith("; replace it with a readable copy, or remove it (a run that "
+                            "already started then resumes with "
+                            "--config.allow_data_change=True)") and "{{" not in message
 
 
 def test_corrupt_encoded_image_is_named():
@@ -219,3 +221,17 @@ def test_bad_preset_and_name():
     tf_pipeline.open_dataset(make_config(preset="inception"))
   with pytest.raises(ValueError, match="did you mean cifar10"):
     tf_pipeline.open_dataset(make_config("cifar-10"))
+  with pytest.raises(ValueError, match=(  # not "did you mean imagenet2012"
+      r"^unknown dataset 'imagenet21k': .*; TFDS does not publish ImageNet-21k: set "
+      r"config.tfds_data_dir to a TFDS build of it \(name imagenet21k, split full\), or give "
+      r"an image folder after the config's name \(configs/augreg.py:NAME,DIR\)$")):
+    tf_pipeline.open_dataset(make_config("imagenet21k"))
+
+
+@pytest.mark.parametrize("randaug", [(2, 100), (2, 31), (11, 10), (1000, 15)])
+def test_randaug_past_the_references_range_is_one_line(randaug):
+  with pytest.raises(ValueError, match=(
+      rf"^config.pp.randaug=\({randaug[0]}, {randaug[1]}\) is past RandAugment's range \(up "
+      r"to 10 layers, magnitude up to 30; .*\): e.g. \(2, 15\)$")):
+    tf_pipeline.open_dataset(make_config(randaug=randaug))
+  datasets.check_randaug((10, 30))  # the bounds themselves are fine

@@ -26,7 +26,7 @@ from absl import flags
 from vit_jax.base import errors, storage
 from vit_jax.data import datasets, order
 from vit_jax.data.datasets import rows_per_process
-from vit_jax.data.grain_stack import np_preprocess
+from vit_jax.data.grain_stack import grain_workers, np_preprocess
 from vit_jax.data.sources import registry, tfds_arrayrecord
 from vit_jax.data.splits import IndexedSplit
 
@@ -139,12 +139,14 @@ class Dataset(datasets.Dataset):
       if not flags.FLAGS.is_parsed():  # grain's workers read its absl flags (library use)
         flags.FLAGS.mark_as_parsed()
       batches = batches.mp_prefetch(grain.MultiprocessingOptions(
-          num_workers=self.workers, per_worker_buffer_size=_PREFETCH_BATCHES))
+          num_workers=self.workers, per_worker_buffer_size=_PREFETCH_BATCHES),
+          worker_init_fn=grain_workers.start_in_worker)
     if finish is not None:
       batches = batches.map(finish)
     iterator = iter(batches)
     try:
-      yield from iterator
+      for batch in iterator:
+        yield grain_workers.unlinked(batch) if self.workers else batch
     finally:
       close = getattr(iterator, "close", None)
       if close is not None:

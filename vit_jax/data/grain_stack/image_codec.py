@@ -19,6 +19,8 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
+from vit_jax.data.grain_stack import pil_pixels
+
 cv2.setNumThreads(1)
 _JPEG_SOI = b"\xff\xd8"
 _MODEL_RANGE = ((np.arange(256, dtype=np.float32) - 127.5) / 127.5).astype(np.float32)
@@ -31,20 +33,26 @@ def is_jpeg(encoded: bytes) -> bool:
 
 
 def _decode_pil(encoded: bytes) -> np.ndarray:
-  """uint8 [H, W, 3]: grayscale replicated, alpha dropped (tf.io.decode_image(channels=3))."""
+  """uint8 [H, W, 3]: the pixels of tf.io.decode_image(channels=3) in every mode
+  (pil_pixels: 16-bit grey, CMYK, palettes with transparency)."""
   with Image.open(io.BytesIO(encoded)) as image:
     image.load()  # a truncated file raises here (OSError), not later
-    return np.asarray(image.convert("RGB"), np.uint8)
+    return pil_pixels.rgb_pixels(image)
+
+
+# JPEG colour spaces libjpeg-turbo converts to RGB with other rounding than TensorFlow's
+# (pil_pixels converts them as TensorFlow does).
+_CONVERTED_AS_TF = ("CMYK", "YCCK")
 
 
 def jpeg_size(encoded: bytes) -> Optional[Tuple[int, int]]:
   """(height, width) from a JPEG's header alone, or None where libjpeg-turbo cannot read
-  it (then decode() reports what is wrong)."""
+  it or should not decode it (CMYK: then decode() goes through PIL)."""
   try:
-    height, width, _, _ = simplejpeg.decode_jpeg_header(encoded)
+    height, width, colorspace, _ = simplejpeg.decode_jpeg_header(encoded)
   except ValueError:
     return None
-  return height, width
+  return None if colorspace in _CONVERTED_AS_TF else (height, width)
 
 
 def _scratch(size: int) -> np.ndarray:

@@ -12,6 +12,7 @@ a rerun skips finished shards (after checking that the source is the one they ca
 from), and arrayrecord.json, written last, is what makes a split readable.
 """
 
+import errno
 import json
 import os
 from typing import Callable, Dict, List, Optional
@@ -19,6 +20,7 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 
 from vit_jax.base import errors, storage
+from vit_jax.data.sources import arrayrecord_output
 from vit_jax.data.splits import IndexedSplit
 
 INDEX = "arrayrecord.json"
@@ -55,19 +57,43 @@ class Records:
   def __init__(self, paths: List[str]):
     import grain  # pylint: disable=import-outside-toplevel
     self.paths = paths
-    self._source = grain.sources.ArrayRecordDataSource(paths)
+    try:
+      self._source = grain.sources.ArrayRecordDataSource(paths)
+    except RuntimeError as e:  # the C++ reader's, at times without a message
+      damaged, reason = _first_damaged(paths, e)
+      raise errors.InvalidInput(f"ArrayRecord shard {damaged} is damaged ({reason}); "
+                                "rewrite the folder with python -m vit_jax.make_arrayrecord "
+                                "(to a new --output)") from None
 
   def __len__(self):
     return len(self._source)
 
   def __getitem__(self, index: int) -> bytes:
-    return self._source[int(index)]
+    try:
+      return self._source[int(index)]
+    except RuntimeError as e:  # a damaged record: the caller names the example
+      raise OSError(f"damaged ArrayRecord shard ({_reason(e)})") from None
 
   def __getstate__(self):
     return {"paths": self.paths}
 
   def __setstate__(self, state):
     self.__init__(state["paths"])
+
+
+def _reason(error: RuntimeError) -> str:
+  return " ".join(str(error).split()) or "truncated, or not an ArrayRecord file"
+
+
+def _first_damaged(paths: List[str], error: RuntimeError):
+  """(the first shard that does not open alone, why) for a set that did not open."""
+  import grain  # pylint: disable=import-outside-toplevel
+  for path in paths:
+    try:
+      grain.sources.ArrayRecordDataSource([path])
+    except RuntimeError as e:
+      return path, _reason(e)
+  return ", ".join(paths), _reason(error)
 
 
 def open_split(root: str, split: str, index: Optional[dict] = None) -> IndexedSplit:
@@ -112,10 +138,16 @@ def _write_shard(path: str, payloads) -> None:
   temporary = f"{path}.tmp"
   writer = array_record_module.ArrayRecordWriter(temporary, "group_size:1")
   try:
-    for payload in payloads:
-      writer.write(payload)
-  finally:
-    writer.close()
+    try:
+      for payload in payloads:
+        writer.write(payload)
+    finally:
+      writer.close()
+  except RuntimeError as e:  # the C++ writer's: a full disk is the user's one line
+    if "No space left on device" not in str(e):
+      raise
+    os.remove(temporary)
+    raise OSError(errno.ENOSPC, "No space left on device", path) from None
   os.replace(temporary, path)  # atomic: a shard that exists is complete
 
 
@@ -141,6 +173,7 @@ def write_split(root: str, split: str, payload: Callable[[int], bytes], labels: 
   total = len(labels)
   num_shards = max(1, -(-total // examples_per_shard))
   shards = shard_names(split, num_shards)
+  arrayrecord_output.check_shard_count(root, split, shards)
   for shard, name in enumerate(shards):
     begin, end = shard * examples_per_shard, min(total, (shard + 1) * examples_per_shard)
     if not os.path.isfile(os.path.join(root, name)):

@@ -11,6 +11,7 @@ import numpy as np
 
 from vit_jax.base import errors, storage
 from vit_jax.base.console import log
+from vit_jax.data import splits
 from vit_jax.data.splits import CorruptImageError, IndexedSplit
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
@@ -62,10 +63,9 @@ def check_image_file(path: str) -> None:
     complete = b"IEND" in tail
   else:
     raise CorruptImageError(f"corrupt image {path}: not a JPEG or PNG file ({size} bytes); "
-                            "replace or remove it")
+                            f"{splits.FIX}")
   if not complete:
-    raise CorruptImageError(f"corrupt image {path}: truncated (no end marker); replace or "
-                            "remove it")
+    raise CorruptImageError(f"corrupt image {path}: truncated (no end marker); {splits.FIX}")
   if head.startswith(_PNG_MAGIC) and len(head) == 24:  # IHDR: width, height (big-endian)
     dimensions = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
   if dimensions and dimensions[0] * dimensions[1] > LARGE_PIXELS:

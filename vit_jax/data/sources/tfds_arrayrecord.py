@@ -2,6 +2,7 @@
 prepared in TFDS's array_record format, without TensorFlow (TFDS imports it only for
 tf.data). Labels are read once when opened; images are read, undecoded, by index."""
 
+import re
 from typing import List, Optional
 
 import numpy as np
@@ -38,6 +39,11 @@ def open_split(builder, split: str, label_feature: str = "label",
   """One split as an IndexedSplit of encoded images; one line when it is not prepared in
   the array_record format."""
   import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  splits = list(builder.info.splits) if builder.is_prepared() else []
+  if splits and re.split(r"[\[+]", split)[0] not in splits:  # "train[:80%]": its base
+    raise errors.InvalidInput(f"TFDS dataset {builder.name} has no split {split!r} (it has "
+                              f"{', '.join(sorted(splits))}); set config.train_split / "
+                              "eval_split to one of them")
   try:
     source = tfds.data_source(builder.name, split=split, data_dir=data_dir,
                               decoders={"image": tfds.decode.SkipDecoding()})

@@ -15,6 +15,11 @@ from vit_jax.base import errors, storage
 from vit_jax.data import fingerprint
 from vit_jax.data.splits import image_and_label, IndexedSplit, StreamingSplit
 
+# Datasets the configs name that TFDS does not publish: what to do instead of a near name.
+UNPUBLISHED = {"imagenet21k": (
+    "TFDS does not publish ImageNet-21k: set config.tfds_data_dir to a TFDS build of it "
+    "(name imagenet21k, split full), or give an image folder after the config's name "
+    "(configs/augreg.py:NAME,DIR)")}
 IN_MEMORY_LIMIT_BYTES = 2 << 30  # TFDS datasets up to this size are held in memory
 _TFDS_READ_BATCH = 4096
 
@@ -26,6 +31,7 @@ def _tfds_builder(name: str, data_dir: Optional[str]):
   except ValueError:  # not registered, or not even a valid builder name
     close = difflib.get_close_matches(name, ["digits"] + tfds.list_builders(), n=4)
     hint = f"did you mean {', '.join(close)}?" if close else "see tfds.list_builders()"
+    hint = UNPUBLISHED.get(name, hint)
     raise errors.InvalidInput(
         f"unknown dataset {name!r}: not 'digits', not an existing directory and "
         f"not a TFDS name; {hint}") from None
@@ -50,6 +56,12 @@ def read_tfds(builder, split, **kwargs) -> tf.data.Dataset:
   """Examples with undecoded images (decode after the shuffle / the crop window), or a
   one-line error if the data is absent (tfds's download=False semantics)."""
   import tensorflow_datasets as tfds
+  if builder.is_prepared() and str(getattr(builder.info.file_format, "value", "")) == (
+      "array_record"):  # tfds: NotImplementedError from deep inside tf.data
+    raise errors.InvalidInput(
+        f"TFDS dataset {builder.name} in {builder.data_dir} is prepared as array_record, "
+        "which tf.data cannot read: set config.loader='grain' (or rebuild it with tfds build "
+        f"{build_name(builder)} --file_format=tfrecord)")
   try:
     return builder.as_dataset(split=split, decoders={"image": tfds.decode.SkipDecoding()},
                               **kwargs)

@@ -1,6 +1,7 @@
 """Stopping at a step boundary when the job is told to, so the train loop can checkpoint
 and exit cleanly: SIGTERM (how TPU VMs, SLURM and Kubernetes announce a preemption) and a
-first Ctrl-C (SIGINT) both save the current step; a second Ctrl-C aborts at once.
+first Ctrl-C (SIGINT) both save the current step; a second Ctrl-C aborts at once
+(SIGINTs that arrive together are one press).
 
 Python runs signal handlers only between bytecodes of the main thread, which may sit in
 one XLA call for seconds (a compilation, a long step). So SIGINT is also written to a
@@ -17,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Optional
 
 import jax
@@ -25,6 +27,10 @@ from jax.experimental import multihost_utils
 from vit_jax.base.console import log
 
 INTERRUPTED_EXIT_CODE = 130  # as vit_jax.base.cli's: 128 + SIGINT
+# SIGINTs read together, or this close together, are one press: Ctrl-C on a run under
+# `timeout` (or any wrapper that forwards signals) delivers the terminal's and the
+# wrapper's copy at once, which counted as the second press and aborted without saving.
+SAME_PRESS_S = 0.05
 
 
 class Interrupted(KeyboardInterrupt):
@@ -67,7 +73,7 @@ class PreemptionWatcher:
     the interpreter would raise KeyboardInterrupt mid-step."""
 
   def _read_signals(self, read_end: int) -> None:
-    presses = 0
+    presses, last_press = 0, 0.0
     while True:
       try:
         data = os.read(read_end, 64)
@@ -76,16 +82,16 @@ class PreemptionWatcher:
       if not data:  # close() closed the write end
         os.close(read_end)
         return
-      for signum in data:
-        if signum != signal.SIGINT:
-          continue
-        presses += 1
-        if presses > 1:
-          _abort()
-        self.interrupted = True
-        self._requested.set()
-        print("Ctrl-C: saving a checkpoint at the next step boundary, then stopping (Ctrl-C "
-              "again aborts at once, without saving)", file=sys.stderr, flush=True)
+      now = time.monotonic()  # SIGINTs read at once, or this close, are one press
+      if signal.SIGINT not in data or (presses and now - last_press < SAME_PRESS_S):
+        continue
+      presses, last_press = presses + 1, now
+      if presses > 1:
+        _abort()
+      self.interrupted = True
+      self._requested.set()
+      print("Ctrl-C: saving a checkpoint at the next step boundary, then stopping (Ctrl-C "
+            "again aborts at once, without saving)", file=sys.stderr, flush=True)
 
   def request(self) -> None:
     """Asks for a stop as if SIGTERM had arrived (for tests and notebooks)."""

@@ -22,8 +22,9 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
-from vit_jax.base import console, errors, storage, workdir_files
+from vit_jax.base import console, errors, storage, store_faults, workdir_files
 from vit_jax.base.console import log
+from vit_jax.training.runs import store_retries
 
 
 class CheckpointRestoreError(errors.UserError, RuntimeError):
@@ -47,9 +48,6 @@ class DiskFullError(errors.UserError, OSError):
 _SPACE_MARGIN = 2.0
 _SPACE_SLACK_BYTES = 1 << 20
 _DISK_FULL_SIGNS = ("No space left on device", "os_error_code='28'", "ENOSPC")
-# tensorstore's and the HTTP clients' words for a store that stopped answering.
-_UNREACHABLE_SIGNS = ("UNAVAILABLE", "Connection refused", "Couldn't connect", "CURL error",
-                      "Cannot connect to host", "DEADLINE_EXCEEDED")
 
 
 @jax.jit
@@ -160,6 +158,8 @@ class Checkpointer:
 
   def _open(self) -> ocp.CheckpointManager:
     if self._manager is None:
+      if storage.is_url(self.directory):
+        store_retries.bound()
       self._while_open.enter_context(_tasks_finish_before_their_loop_closes())  # saves'
       self._manager = ocp.CheckpointManager(
           self.directory,
@@ -228,8 +228,11 @@ class Checkpointer:
     if jax.process_index() == 0:
       stamp = time.strftime("%Y%m%d-%H%M%S")
       for step in steps:  # object stores copy, then delete: a kill leaves both, never none
-        storage.move(storage.join(self.directory, str(step)),
-                     storage.join(self.damaged_directory, f"{step}-{stamp}"))
+        left = storage.move(storage.join(self.directory, str(step)),
+                            storage.join(self.damaged_directory, f"{step}-{stamp}"))
+        if left:  # its commit marker moved first: what stays is no checkpoint to orbax
+          log.warning("could not move %d object(s) of damaged checkpoint %d; left in place: "
+                      "%s", len(left), step, ", ".join(left[:5]))
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices("vit_jax: damaged checkpoints set aside")
     self.close()  # the next use re-reads the steps
@@ -277,7 +280,7 @@ class Checkpointer:
     except Exception as e:  # orbax wraps ENOSPC in ValueError/OSError/XlaRuntimeError
       if any(sign in str(e) for sign in _DISK_FULL_SIGNS):
         raise DiskFullError(self._disk_full_message(step, "No space left on device")) from None
-      if storage.is_url(self.directory) and any(sign in str(e) for sign in _UNREACHABLE_SIGNS):
+      if storage.is_url(self.directory) and store_faults.stopped_answering(e):
         raise storage.unavailable(self.directory, e) from None
       raise
 

@@ -1,0 +1,138 @@
+"""Grain's worker processes: bounded by the usable cores, refused with the tf loader, and
+gone with their run when it is SIGKILLed, leaving nothing in /dev/shm."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO
+from helpers import make_config, subprocess_env, wait_for
+from vit_jax.base import errors
+from vit_jax.data import datasets
+from vit_jax.data.grain_stack import grain_workers
+
+# A run's loader with a worker, a batch read (shared memory and semaphores in use),
+# then waiting to be killed or interrupted (Ctrl-C: the batches closed, as a run does).
+HOLDER = """
+import time
+from helpers import make_config
+from vit_jax.data import loaders
+config = make_config()
+config.loader, config.grain_workers = "grain", 1
+batches = loaders.open_dataset(config).train_batches(
+    batch_size=8, start_step=0, num_steps=1000, seed=3, process_index=0, process_count=1)
+batch = next(batches)
+print("ready", flush=True)
+try:
+  time.sleep(120)
+except KeyboardInterrupt:
+  del batch
+  batches.close()
+  print("interrupted", flush=True)
+"""
+
+
+def _config(workers, loader="grain"):
+  config = make_config()
+  config.loader, config.grain_workers = loader, workers
+  return config
+
+
+def test_more_workers_than_usable_cores_is_one_line():
+  cores = grain_workers.usable_cores()
+  assert 1 <= cores <= os.cpu_count()
+  grain_workers.check(_config(cores))  # the bound itself is fine
+  with pytest.raises(errors.InvalidInput, match=(
+      f"config.grain_workers=10000 is more than the {cores} CPU cores this process may "
+      f"use; set it to at most {cores}$")):
+    datasets.check(_config(10000), 4)
+
+
+@pytest.mark.parametrize("workers", [-1, 1.5, True])
+def test_a_worker_count_that_is_not_a_count_is_one_line(workers):
+  with pytest.raises(errors.InvalidInput, match=r"must be >= 0 \(0: no worker processes\)"):
+    datasets.check(_config(workers), 4)
+
+
+def test_workers_with_the_tf_loader_are_refused():
+  with pytest.raises(errors.InvalidInput, match=(
+      "config.grain_workers=1 starts worker processes of the Grain loader only; set "
+      "config.loader='grain', or config.grain_workers=0 with config.loader='tf'")):
+    datasets.check(_config(1, loader="tf"), 4)
+
+
+def _children(pid):
+  """pids whose parent is `pid`."""
+  found = []
+  for entry in os.listdir("/proc"):
+    try:
+      with open(f"/proc/{entry}/stat") as f:
+        if entry.isdigit() and int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+          found.append(int(entry))
+    except (OSError, IndexError):
+      continue
+  return found
+
+
+def _shared_memory(pids):
+  """The /dev/shm files (segments, semaphores) the processes have mapped."""
+  names = set()
+  for pid in pids:
+    with open(f"/proc/{pid}/maps") as f:
+      names |= {line.split()[-1] for line in f if " /dev/shm/" in line}
+  return names
+
+
+def _alive(pid):
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+  except OSError:
+    return False
+
+
+def _start_holder(log):
+  with open(log, "w") as output:
+    run = subprocess.Popen(
+        [sys.executable, "-c", HOLDER], stdout=output, stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group, as a terminal's job
+        env=subprocess_env(PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")])))
+  wait_for(lambda: "ready" in log.read_text(), run, timeout=120, details=log.read_text)
+  children = _children(run.pid)  # the worker and the resource tracker
+  assert len(children) == 2, children
+  return run, children
+
+
+def _gone(children, shared):
+  wait_for(lambda: not any(map(_alive, children)), timeout=20,
+           details=lambda: f"still running: {[p for p in children if _alive(p)]}")
+  wait_for(lambda: not any(map(os.path.exists, shared)), timeout=10,
+           details=lambda: f"left in /dev/shm: {[p for p in shared if os.path.exists(p)]}")
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "Ctrl-C"])
+def test_a_run_with_workers_leaves_no_process_and_nothing_in_dev_shm(tmp_path, how):
+  """SIGKILL (or the OOM killer) of the run; Ctrl-C in its terminal, which reaches the
+  workers too: no KeyboardInterrupt traceback of theirs, no resource tracker warning."""
+  log = tmp_path / "log"
+  run, children = _start_holder(log)
+  try:
+    shared = _shared_memory([run.pid, *children])
+    assert shared, "the run maps no shared memory: nothing is tested"
+    if how == "SIGKILL":
+      run.send_signal(signal.SIGKILL)
+    else:
+      os.killpg(run.pid, signal.SIGINT)
+    run.wait(timeout=60)
+    _gone(children, shared)
+    if how == "Ctrl-C":
+      time.sleep(1)  # the tracker's last words, if any, reach the log
+      assert run.returncode == 0 and log.read_text() == "ready\ninterrupted\n", log.read_text()
+  finally:
+    if run.poll() is None:
+      run.kill()
+      run.wait()

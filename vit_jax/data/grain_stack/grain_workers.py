@@ -1,0 +1,74 @@
+"""Grain's worker processes (config.grain_workers): how many a run may start, and what
+each does first so that none outlives its run.
+
+Grain spawns its workers as daemons, which end with a parent that exits normally; a
+parent killed by SIGKILL (or the OOM killer) left them running, reparented, with
+multiprocessing's resource tracker and their semaphores and shared memory in /dev/shm.
+Each worker therefore watches its parent (the pipe multiprocessing keeps to it closes
+when the parent dies, however it dies) and exits with it; the resource tracker, whose
+last client is then gone, unlinks what they left. Workers also ignore SIGINT: Ctrl-C in a
+terminal reaches the whole process group, and the run itself stops them on its way out.
+"""
+
+import multiprocessing
+import os
+import signal
+import threading
+
+from grain._src.python.ipc import shared_memory_array  # pylint: disable=g-direct-tensorflow-import
+
+from vit_jax.base import errors
+
+
+def usable_cores() -> int:
+  """The CPU cores this process may run on (its affinity mask, e.g. a container's)."""
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:  # not Linux
+    return os.cpu_count() or 1
+
+
+def check(config) -> None:
+  """config.grain_workers: an int from 0 to the usable cores, with the Grain loader (10000
+  forked ~390 processes and stalled the host; with the tf loader it was ignored)."""
+  workers = config.get("grain_workers", 0)
+  if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
+    raise errors.InvalidInput(f"config.grain_workers={workers!r} must be >= 0 "
+                              "(0: no worker processes)")
+  if workers and config.get("loader", "tf") != "grain":
+    raise errors.InvalidInput(
+        f"config.grain_workers={workers} starts worker processes of the Grain loader only; "
+        f"set config.loader='grain', or config.grain_workers=0 with "
+        f"config.loader={config.get('loader', 'tf')!r}")
+  cores = usable_cores()
+  if workers > cores:
+    raise errors.InvalidInput(
+        f"config.grain_workers={workers} is more than the {cores} CPU cores this process "
+        f"may use; set it to at most {cores}")
+
+
+def start_in_worker(worker_index: int, worker_count: int) -> None:  # pylint: disable=unused-argument
+  """Grain's worker_init_fn (called with the worker's index and count): ignore SIGINT and
+  exit as soon as the parent is gone."""
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  parent = multiprocessing.parent_process()
+  if parent is not None:
+    threading.Thread(target=_exit_with, args=(parent,), name="exit-with-parent",
+                     daemon=True).start()
+
+
+def _exit_with(parent) -> None:
+  parent.join()  # returns once the parent's end of the pipe closes: it died
+  os._exit(1)  # pylint: disable=protected-access  # no cleanup of a dead parent's state
+
+
+def unlinked(batch: dict) -> dict:
+  """A batch from the workers, its shared memory unlinked at once (the arrays stay valid
+  until dropped). Grain unlinks it when the array is garbage-collected, in a thread pool
+  that does not outlive the interpreter: every run with workers ended with the resource
+  tracker's "leaked shared_memory" warning for the batches still held at exit."""
+  for array in batch.values():
+    if isinstance(array, shared_memory_array.SharedMemoryArray) and array._unlink_on_del:  # pylint: disable=protected-access
+      array.shm.unlink()
+      array._unlink_on_del = False  # pylint: disable=protected-access  # closed only, on del
+  return batch
