@@ -19,7 +19,7 @@ import helpers
 from conftest import REPO
 from helpers import read_metrics, run_in_process, wait_for
 from vit_jax import main
-from vit_jax.base import storage
+from vit_jax.base import storage, url_clients
 from vit_jax.data import device_batches
 
 pytestmark = pytest.mark.long
@@ -68,7 +68,7 @@ def checkpoint_steps(workdir):
 
 def snapshot(workdir):
   """Every object under a gs:// workdir with its generation: any rewrite changes it."""
-  filesystem, key = storage.url_filesystem(workdir)
+  filesystem, key = url_clients.url_filesystem(workdir)
   filesystem.invalidate_cache()
   return {path: info.get("generation") for path, info in
           filesystem.find(key, detail=True).items()}

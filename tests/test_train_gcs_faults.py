@@ -15,7 +15,7 @@ import fork_server
 import gcs_emulator
 import helpers
 from conftest import REPO
-from vit_jax.base import storage
+from vit_jax.base import url_clients
 
 pytestmark = pytest.mark.long
 
@@ -26,7 +26,7 @@ LIMIT_S = 120
 def _objects(workdir, fs=None):
   """Object names under <workdir>/checkpoints (through `fs`, a gcsfs of another
   emulator, when given)."""
-  default, key = storage.url_filesystem(f"{workdir}/checkpoints")
+  default, key = url_clients.url_filesystem(f"{workdir}/checkpoints")
   fs = fs or default
   fs.invalidate_cache()
   try:

@@ -4,7 +4,7 @@ store that stops answering one line."""
 
 import pytest
 
-from vit_jax.base import object_moves, storage
+from vit_jax.base import object_moves, storage, url_clients
 
 
 def _checkpoint(root):
@@ -16,7 +16,7 @@ def _checkpoint(root):
 def test_a_folder_moves_marker_first_and_whole(gcs, monkeypatch):
   root = f"gs://{gcs.bucket}/moves/whole"
   _checkpoint(f"{root}/4")
-  fs, _ = storage.url_filesystem(root)
+  fs, _ = url_clients.url_filesystem(root)
   moved = []
   real_mv = fs.mv
   monkeypatch.setattr(fs, "mv", lambda a, b, **kw: (moved.append(a), real_mv(a, b, **kw)))
@@ -30,7 +30,7 @@ def test_an_object_gone_since_the_listing_is_skipped(gcs, monkeypatch):
   """array_metadatas/process_0 listed, then gone (a killed writer's): the move goes on."""
   root = f"gs://{gcs.bucket}/moves/gone"
   _checkpoint(f"{root}/6")
-  fs, _ = storage.url_filesystem(root)
+  fs, _ = url_clients.url_filesystem(root)
   real_find = fs.find
   monkeypatch.setattr(fs, "find", lambda key, **kw: [
       *real_find(key, **kw), f"{key}/array_metadatas/process_0"])
@@ -41,7 +41,7 @@ def test_an_object_gone_since_the_listing_is_skipped(gcs, monkeypatch):
 def test_an_object_that_cannot_be_moved_is_left_and_named(gcs, monkeypatch):
   root = f"gs://{gcs.bucket}/moves/stuck"
   _checkpoint(f"{root}/8")
-  fs, _ = storage.url_filesystem(root)
+  fs, _ = url_clients.url_filesystem(root)
   real_mv = fs.mv
 
   def mv(source, dest, **kwargs):
@@ -59,7 +59,7 @@ def test_an_object_that_cannot_be_moved_is_left_and_named(gcs, monkeypatch):
 def test_a_store_that_stops_answering_mid_move_is_one_line(gcs, monkeypatch):
   root = f"gs://{gcs.bucket}/moves/lost"
   _checkpoint(f"{root}/2")
-  fs, _ = storage.url_filesystem(root)
+  fs, _ = url_clients.url_filesystem(root)
   monkeypatch.setattr(fs, "mv", lambda *a, **kw: (_ for _ in ()).throw(
       RuntimeError("Session is closed")))
   monkeypatch.setattr(storage, "_unreachable", {})

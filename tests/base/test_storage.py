@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO, init_params, tiny_model
 from vit_jax import load_npz, predict, read_class_names, save_npz
-from vit_jax.base import storage
+from vit_jax.base import storage, url_clients
 
 # Where a file is opened other than through vit_jax.base.storage, and why.
 NOT_THROUGH_STORAGE = {
@@ -169,11 +169,11 @@ def test_a_url_without_its_client_says_what_to_install_first():
   except ImportError:
     pass
   for call in (storage.read_bytes, storage.exists):
-    with pytest.raises(storage.UnsupportedURL) as caught:
+    with pytest.raises(url_clients.UnsupportedURL) as caught:
       call("s3://bucket/model.npz")
     assert str(caught.value) == "s3:// needs s3fs: pip install s3fs"
   assert not storage.connection_lost("s3://bucket/model.npz")
-  with pytest.raises(storage.UnsupportedURL, match="^nosuch:// is not a storage scheme this "
+  with pytest.raises(url_clients.UnsupportedURL, match="^nosuch:// is not a storage scheme this "
                      "installation knows .*: use a local path, gs:// or http"):
     storage.read_bytes("nosuch://x/y")
 

@@ -15,7 +15,6 @@ production path (tests/base/test_storage.py checks that nothing else opens files
 
 import contextlib
 import functools
-import logging
 import os
 import shutil
 import tempfile
@@ -23,18 +22,16 @@ from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, TypeVar, 
 
 import fsspec
 
-from vit_jax.base import console, errors, object_moves, store_faults
+from vit_jax.base import errors, object_moves, store_faults, url_clients
 
 # gcsfs caches folder listings for as long as the process lives, but a workdir is also
 # written by others: tensorstore (orbax's arrays), other hosts of the job. A stale listing
 # made orbax's retention fail to delete a step it had just written, so listings are read
 # fresh (a user's own fsspec configuration for gs still wins).
-for _protocol in ("gs", "gcs"):
-  fsspec.config.conf.setdefault(_protocol, {}).setdefault("use_listings_cache", False)
+for _scheme in ("gs", "gcs"):
+  fsspec.config.conf.setdefault(_scheme, {}).setdefault("use_listings_cache", False)
 
 Data = Union[str, bytes]
-HTTP = ("http", "https")
-TIMEOUT_S = 60
 F = TypeVar("F", bound=Callable)
 _unreachable: Dict[str, str] = {}  # protocol -> why, once a request ran out of retries
 
@@ -44,16 +41,6 @@ client_errors = store_faults.client_errors  # the HTTP clients' own exceptions
 
 class StorageUnavailable(errors.UserError, OSError):
   """The object store stopped answering (after the client's own retries)."""
-
-
-class UnsupportedURL(errors.InvalidInput):
-  """A URL whose scheme has no client here (a package to install, or none at all): said
-  first, in one line, not taken for a lost connection."""
-
-
-# The package fsspec needs for a scheme, where it is not fsspec itself.
-CLIENT_PACKAGES = {"gs": "gcsfs", "gcs": "gcsfs", "s3": "s3fs", "s3a": "s3fs", "az": "adlfs",
-                   "abfs": "adlfs", "http": "aiohttp", "https": "aiohttp"}
 
 
 def _store_errors(function: F) -> F:
@@ -95,13 +82,7 @@ def connection_lost(path: str) -> bool:
   return is_url(path) and _protocol(path) in _unreachable
 
 
-def _protocol(path: str) -> str:
-  return str(path).split("://", 1)[0]
-
-
-def _http_timeout():
-  import aiohttp  # pylint: disable=import-outside-toplevel  # fsspec's http client
-  return aiohttp.ClientTimeout(sock_connect=TIMEOUT_S, sock_read=TIMEOUT_S)
+_protocol = url_clients.protocol_of
 
 
 def is_url(path: str) -> bool:
@@ -112,30 +93,6 @@ def is_url(path: str) -> bool:
 def join(*parts: str) -> str:
   """os.path.join, which also joins URL paths with '/'."""
   return os.path.join(*map(str, parts))
-
-
-@functools.lru_cache(maxsize=None)
-def _filesystem(protocol: str):
-  if not console.verbose_requested():  # it logs a traceback per failed retry series
-    for name in ("fsspec", "gcsfs"):
-      logging.getLogger(name).setLevel(logging.CRITICAL)
-  # Like urllib's timeout: per blocking network operation, not for a whole download.
-  timeout = {"client_kwargs": {"timeout": _http_timeout()}} if protocol in HTTP else {}
-  try:
-    return fsspec.filesystem(protocol, **timeout)
-  except ImportError:
-    package = CLIENT_PACKAGES.get(protocol, f"the fsspec client of {protocol}://")
-    raise UnsupportedURL(f"{protocol}:// needs {package}: pip install {package}") from None
-  except ValueError as e:  # fsspec: "Protocol not known"
-    raise UnsupportedURL(f"{protocol}:// is not a storage scheme this installation knows "
-                         f"({' '.join(str(e).split())}): use a local path, gs:// or "
-                         "http(s)://") from None
-
-
-def url_filesystem(path: str):
-  """(fsspec filesystem, path as it names it) for a URL: the one client of every scheme."""
-  fs = _filesystem(_protocol(path))
-  return fs, fs._strip_protocol(str(path))  # pylint: disable=protected-access
 
 
 def _as_bytes(data: Data) -> bytes:
@@ -153,7 +110,7 @@ def write_atomic(path: str, data: Data) -> None:
 
 @_store_errors
 def _upload(path: str, payload: bytes) -> None:
-  fs, key = url_filesystem(path)
+  fs, key = url_clients.url_filesystem(path)
   fs.pipe_file(key, payload)
 
 
@@ -219,7 +176,7 @@ def create_exclusive(path: str, data: Data) -> bool:
   """Creates `path` holding `data` only if nothing is there; False if something is."""
   payload = _as_bytes(data)
   if is_url(path):
-    fs, key = url_filesystem(path)
+    fs, key = url_clients.url_filesystem(path)
     if fs.exists(key):  # stores that ignore the precondition still refuse a visible file
       return False
     try:
@@ -248,7 +205,7 @@ def open_append(path: str):
 @_store_errors
 def read_bytes(path: str) -> bytes:
   if is_url(path):
-    fs, key = url_filesystem(path)
+    fs, key = url_clients.url_filesystem(path)
     return fs.cat_file(key)
   with open(path, "rb") as f:
     return f.read()
@@ -265,7 +222,7 @@ def open_read(path: str) -> BinaryIO:
   """A binary file to read with seeks (a zip's directory without its arrays, a stream
   hashed chunk by chunk)."""
   if is_url(path):
-    fs, key = url_filesystem(path)
+    fs, key = url_clients.url_filesystem(path)
     return fs.open(key, "rb")
   return open(path, "rb")
 
@@ -278,7 +235,7 @@ def _probe(name: str):
   @_store_errors
   def probe(path: str) -> bool:
     if is_url(path):
-      fs, key = url_filesystem(path)
+      fs, key = url_clients.url_filesystem(path)
       fs.invalidate_cache(key)
       return getattr(fs, name)(key)
     return local(path)
@@ -302,7 +259,7 @@ def makedirs(path: str) -> None:
 def listdir(path: str) -> List[str]:
   """Names directly under `path` (files and folders), sorted; [] if there is none."""
   if is_url(path):
-    fs, key = url_filesystem(path)
+    fs, key = url_clients.url_filesystem(path)
     fs.invalidate_cache(key)
     try:
       return sorted(os.path.basename(p.rstrip("/")) for p in fs.ls(key, detail=False))
@@ -318,7 +275,7 @@ def listdir(path: str) -> List[str]:
 def modified_time(path: str) -> float:
   """Seconds since the epoch of the last write (an object's upload time on stores)."""
   if is_url(path):
-    fs, key = url_filesystem(path)
+    fs, key = url_clients.url_filesystem(path)
     fs.invalidate_cache(key)
     return fs.modified(key).timestamp()
   return os.path.getmtime(path)
@@ -329,7 +286,7 @@ def remove(path: str) -> None:
   """Deletes a file; missing is fine."""
   try:
     if is_url(path):
-      fs, key = url_filesystem(path)
+      fs, key = url_clients.url_filesystem(path)
       fs.rm_file(key)
       fs.invalidate_cache(key)
     else:
@@ -343,7 +300,7 @@ def generation(path: str) -> Optional[str]:
   """The version of a GCS object (changes with every upload); None elsewhere."""
   if not str(path).startswith("gs://"):
     return None
-  fs, key = url_filesystem(path)
+  fs, key = url_clients.url_filesystem(path)
   fs.invalidate_cache(key)
   return str(fs.info(key).get("generation"))
 
@@ -352,7 +309,7 @@ def generation(path: str) -> Optional[str]:
 def remove_generation(path: str, version: str) -> None:
   """Deletes a GCS object only if it is still at `version` (a newer upload, e.g. another
   run's lock, survives); missing or already replaced is fine."""
-  fs, key = url_filesystem(path)
+  fs, key = url_clients.url_filesystem(path)
   bucket, name, _ = fs.split_path(key)
   try:
     fs.call("DELETE", "b/{}/o/{}", bucket, name, ifGenerationMatch=version)
@@ -386,8 +343,8 @@ def move(source: str, dest: str) -> List[str]:
   then deleted, so a kill half-way leaves every object in one place or both, never none;
   object_moves)."""
   if is_url(source):
-    fs, key = url_filesystem(source)
-    _, dest_key = url_filesystem(dest)
+    fs, key = url_clients.url_filesystem(source)
+    _, dest_key = url_clients.url_filesystem(dest)
     if fs.isfile(key):
       fs.mv(key, dest_key)
       fs.invalidate_cache()

@@ -15,7 +15,7 @@ from typing import Iterator, Optional, Tuple
 
 import tqdm
 
-from vit_jax.base import errors, storage
+from vit_jax.base import errors, storage, url_clients
 from vit_jax.checkpoints import released
 
 CHUNK_BYTES = 1 << 20
@@ -73,7 +73,7 @@ def _open(url: str) -> Tuple[Optional[int], Iterator[bytes]]:
   """(length or None, chunks) of a URL; the public buckets are read over HTTPS."""
   url = released.https_url(url) if released.is_public(url) else url
   try:
-    fs, key = storage.url_filesystem(url)
+    fs, key = url_clients.url_filesystem(url)
     length = fs.size(key)
     # http(s): one streamed GET (block_size 0), which needs no Range support from servers.
     stream = fs.open(key, "rb", **({"block_size": 0} if url.startswith("http") else {}))

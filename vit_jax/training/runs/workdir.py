@@ -30,7 +30,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 
-from vit_jax.base import errors, storage, workdir_files
+from vit_jax.base import errors, storage, url_clients, workdir_files
 
 HEARTBEAT_S = 15.0
 STALE_AFTER_S = 90.0  # six missed heartbeats: a restarted job waits at most this long
@@ -82,7 +82,7 @@ def _prepare_url(workdir: str) -> bool:
       raise WorkdirError(f"--workdir={workdir} is an object, not a folder: pass a prefix "
                          "that holds no object of that name")
     return not storage.isdir(workdir)
-  except storage.UnsupportedURL as e:
+  except url_clients.UnsupportedURL as e:
     raise WorkdirError(f"cannot use --workdir={workdir}: {e}") from None
   except (OSError, ValueError) as e:  # auth, unknown bucket, unreachable endpoint
     raise WorkdirError(f"cannot use --workdir={workdir}: {' '.join(str(e).split())[:300]}; "
