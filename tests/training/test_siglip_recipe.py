@@ -3,6 +3,8 @@ configs/siglip2_*.py): a tiny random-weight two-tower file saved in big_vision's
 as a Hugging Face SigLIP folder, its image tower loaded (not trained from scratch) under a
 new head, one short run on the digits shared by the module, every fine-tuning control."""
 
+import json
+
 import ml_collections
 import numpy as np
 import pytest
@@ -10,8 +12,9 @@ from flax import traverse_util
 
 from helpers import CONFIG_DIR, load_module, run_in_process, write_image
 from two_tower_helpers import random_params, tiny_siglip
-from vit_jax import load_npz, plan, predict
-from vit_jax.checkpoints import two_tower_convert, two_tower_load
+from vit_jax import benchmark, fewshot, load_npz, plan, predict
+from vit_jax.export import __main__ as export_command
+from vit_jax.checkpoints import siglip_hf, two_tower_convert, two_tower_load
 from vit_jax.training import (lora_adapters, objectives, param_groups, sharding, siglip_recipe,
                               static_checks)
 
@@ -22,13 +25,25 @@ RUN = dict(total_steps=6, warmup_steps=2, batch=32, batch_eval=128, accum_steps=
 
 @pytest.fixture(name="towers", scope="module")
 def fixture_towers(tmp_path_factory):
-  """{'npz': big_vision .npz, 'hf': HF SiglipModel folder, 'img': the tower's flat arrays}."""
+  """{'npz': big_vision .npz, 'hf': HF SiglipModel folder, 'hf2': HF Siglip2Model (NaFlex)
+  folder, 'img': the tower's flat arrays}."""
+  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
   folder = tmp_path_factory.mktemp("towers")
-  params = random_params(tiny_siglip(), 8)
+  model = tiny_siglip()
+  params = random_params(model, 8)
   two_tower_load.save_two_tower(params, folder / "tiny.npz")
   two_tower_convert.convert_two_tower(str(folder / "tiny.npz"), str(folder / "hf"), to="hf")
+  config = siglip_hf.config_for(model, 32)  # SigLIP 2: a Linear patch embedding, 16 patches
+  config["model_type"] = "siglip2"
+  del config["vision_config"]["image_size"]
+  config["vision_config"]["num_patches"] = 16
+  (folder / "hf2").mkdir()
+  (folder / "hf2" / "config.json").write_text(json.dumps(config))
+  save_file(siglip_hf.to_hf(traverse_util.flatten_dict(params["params"], sep="/"), config),
+            str(folder / "hf2" / "model.safetensors"))
   img = traverse_util.flatten_dict(params["params"]["img"], sep="/")
-  return {"npz": str(folder / "tiny.npz"), "hf": str(folder / "hf"), "img": img}
+  return {"npz": str(folder / "tiny.npz"), "hf": str(folder / "hf"),
+          "hf2": str(folder / "hf2"), "img": img}
 
 
 def tiny_config(pretrained, dataset="digits", **overrides):
@@ -47,7 +62,7 @@ def loaded(config, num_classes=10):
   return module, traverse_util.flatten_dict(params, sep="/")
 
 
-@pytest.mark.parametrize("source", ["npz", "hf"])
+@pytest.mark.parametrize("source", ["npz", "hf", "hf2"])
 def test_the_image_tower_is_loaded_under_a_new_zero_head(towers, source):
   module, flat = loaded(tiny_config(towers[source]))
   assert module.classifier == "map" and module.num_classes == 10
@@ -107,6 +122,23 @@ def test_predict_and_plan_take_the_fine_tuned_classifier(run, tmp_path):
   done = run_in_process(plan, *args)
   assert done.returncode == 0, done.stderr
   assert "memory" in done.stdout.lower()
+  done = run_in_process(benchmark, *args[:1], *args[4:], "--steps=1",
+                        f"--json={tmp_path / 'bench.jsonl'}")
+  assert done.returncode == 0, done.stderr
+  record = json.loads((tmp_path / "bench.jsonl").read_text().splitlines()[0])
+  assert record["image_size"] == 16 and record["img_per_sec"] > 0
+
+
+def test_fewshot_and_export_take_the_fine_tuned_classifier(run, tmp_path):
+  workdir, _ = run
+  done = run_in_process(fewshot, f"--checkpoint={workdir / 'params.npz'}", "--dataset=digits", "--shots=5", "--seeds=1",
+                        "--image_size=16", "--json=-")
+  assert done.returncode == 0, done.stderr
+  assert 0 <= json.loads(done.stdout)["5shot"] <= 1
+  done = run_in_process(export_command, workdir / "params.npz", tmp_path / "hlo",
+                        "--to=stablehlo")
+  assert done.returncode == 0, done.stderr
+  assert any((tmp_path / "hlo").iterdir())
 
 
 CONTROLS = {
