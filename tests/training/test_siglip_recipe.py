@@ -14,7 +14,7 @@ from helpers import CONFIG_DIR, load_module, run_in_process, write_image
 from two_tower_helpers import random_params, tiny_siglip
 from vit_jax import benchmark, fewshot, load_npz, plan, predict
 from vit_jax.export import __main__ as export_command
-from vit_jax.checkpoints import siglip_hf, two_tower_convert, two_tower_load
+from vit_jax.checkpoints import npz, siglip_hf, two_tower_convert, two_tower_load
 from vit_jax.training import (lora_adapters, objectives, param_groups, sharding, siglip_recipe,
                               static_checks)
 
@@ -190,3 +190,11 @@ def test_the_three_configs_name_released_towers_and_their_crops():
     assert config.model.classifier == "map" and 0 < config.layer_decay < 1
     assert (config.dataset, config.label_smoothing) == ("/data/my_images", 0.1)
   assert siglip_recipe.TOWERS["So400m_14"][1]["num_layers"] == 27
+
+
+def test_a_tower_of_another_size_is_one_line(towers):
+  config = tiny_config(towers["npz"])
+  config.model.mlp_dim = 48  # the config's tower is not the file's
+  with pytest.raises(npz.CheckpointError) as e:
+    loaded(config)
+  assert "\n" not in str(e.value) and "MlpBlock" in str(e.value)
