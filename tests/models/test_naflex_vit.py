@@ -9,6 +9,7 @@ from flax import traverse_util
 
 from torch_libraries import (  # noqa: F401  # pylint: disable=unused-import
     declare_missing_torchvision_ops, fixture_torch)
+from vit_jax.base import errors
 from vit_jax.checkpoints import siglip_hf
 from vit_jax.models import naflex_vit
 
@@ -68,3 +69,24 @@ def test_pooled_output_equals_siglip2_vision_model_with_padding(transformers, to
   patches[mask == 0] = -3.0
   again = jax.jit(model.apply)({"params": params}, patches, mask, shapes)
   np.testing.assert_allclose(again, ours, rtol=1e-6, atol=1e-6)
+
+
+def test_a_full_square_grid_is_the_fixed_size_tower(tmp_path):
+  """No padding and the table's own grid: NaFlex is the VisionTransformer, bit for bit up
+  to rounding, on params load_npz reads from a two-tower file (head included)."""
+  import two_tower_helpers  # pylint: disable=import-outside-toplevel
+  from vit_jax import load_npz  # pylint: disable=import-outside-toplevel
+  from vit_jax.checkpoints import two_tower_load  # pylint: disable=import-outside-toplevel
+  two_tower_load.save_two_tower(two_tower_helpers.random_params(
+      two_tower_helpers.tiny_siglip(), 8), tmp_path / "tower.npz")
+  module, params = load_npz(str(tmp_path / "tower.npz"), num_classes=5)
+  params["head"]["kernel"] = np.random.default_rng(0).standard_normal((16, 5)).astype(np.float32)
+  naflex = naflex_vit.from_vit(module, grid=4)
+  images = np.random.default_rng(1).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
+  patches = images.reshape(2, 4, 8, 4, 8, 3).transpose(0, 1, 3, 2, 4, 5).reshape(2, 16, -1)
+  ours = jax.jit(naflex.apply)({"params": params}, patches, np.ones((2, 16), np.int32),
+                               np.asarray([[4, 4]] * 2, np.int32))
+  fixed = jax.jit(module.apply)({"params": params}, images)
+  np.testing.assert_allclose(ours, fixed, rtol=1e-5, atol=1e-5)
+  with pytest.raises(errors.InvalidInput, match="MAP-pooled"):
+    naflex_vit.from_vit(module.clone(classifier="gap"), grid=4)

@@ -16,6 +16,7 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
+from vit_jax.base import errors
 from vit_jax.models import attention, vit
 
 
@@ -134,3 +135,14 @@ class MaskedBlock(nn.Module):
     y = vit.layer_norm("LayerNorm_2", self.dtype)(x)
     return x + vit.MlpBlock(self.mlp_dim, dtype=self.dtype, name="MlpBlock_3")(
         y, deterministic=True)
+
+
+def from_vit(module: vit.VisionTransformer, grid: int) -> NaFlexViT:
+  """The NaFlexViT that runs a MAP-pooled VisionTransformer's params (load_npz's, at the
+  file's own size so that the table keeps its grid x grid rows) on NaFlex inputs."""
+  if module.classifier != "map" or module.posemb != "learn" or module.resnet_stages is not None:
+    raise errors.InvalidInput(
+        f"NaFlex runs plain MAP-pooled ViTs with a learned position table (SigLIP 2 towers), "
+        f"not classifier={module.classifier!r}, posemb={module.posemb!r}")
+  return NaFlexViT(module.num_classes, module.patch_size, module.hidden_size, module.mlp_dim,
+                   module.num_heads, module.num_layers, grid, module.dtype)
