@@ -27,7 +27,7 @@ from absl import flags
 from vit_jax.base import cli, errors, no_clobber, storage
 from vit_jax.checkpoints import two_tower_load, two_tower_names
 from vit_jax.data import image_files, prompt_templates, text_tokens
-from vit_jax.models import two_tower, two_tower_eval
+from vit_jax.models import naflex_vit, two_tower, two_tower_eval
 
 FLAGS = flags.FLAGS
 DEFAULT_IMAGE_SIZE = 224
@@ -72,19 +72,55 @@ def prompt_texts(names: Sequence[str], templates: Sequence[str], canonicalize: b
           [prompt_templates.canonicalize_text(t, "{}") for t in templates])
 
 
-def embed_image_files(model, params, paths: Sequence[str], image_size: int,
-                      batch_size: int) -> np.ndarray:
-  """Normalised image embeddings [images, D]: squashed to image_size, in batches of one
-  compiled shape, with a progress bar when there is more than one batch."""
-  embed = jax.jit(lambda p, x: model.apply({"params": p}, x, method=model.embed_images))
+def _embed_in_batches(paths: Sequence[str], batch_size: int, load, embed) -> np.ndarray:
+  """embed(*stacked load(path) parts) in batches of one compiled shape (the last padded
+  with its last image), with a progress bar when there is more than one batch."""
   rows = []
   for start in tqdm.tqdm(range(0, len(paths), batch_size), desc="images", unit="batch",
                          disable=len(paths) <= batch_size, file=sys.stderr):
     chunk = paths[start:start + batch_size]
-    images = np.stack([image_files.load_image(p, image_size) for p in chunk])  # names a bad one
-    padded = np.concatenate([images, np.repeat(images[-1:], batch_size - len(chunk), axis=0)])
-    rows.append(np.asarray(embed(params, padded))[:len(chunk)])
+    items = [load(p) for p in chunk]  # names a bad one
+    items += [items[-1]] * (batch_size - len(chunk))
+    rows.append(np.asarray(embed(*(np.stack(part) for part in zip(*items))))[:len(chunk)])
   return np.concatenate(rows)
+
+
+def embed_image_files(model, params, paths: Sequence[str], image_size: int,
+                      batch_size: int) -> np.ndarray:
+  """Normalised image embeddings [images, D], each image squashed to image_size."""
+  embed = jax.jit(lambda p, x: model.apply({"params": p}, x, method=model.embed_images))
+  return _embed_in_batches(paths, batch_size,
+                           lambda path: (image_files.load_image(path, image_size),),
+                           lambda x: embed(params, x))
+
+
+def embed_naflex_files(model, params, paths: Sequence[str], max_patches: int, grid: int,
+                       batch_size: int) -> np.ndarray:
+  """Normalised image embeddings [images, D] read as SigLIP 2's NaFlex models were trained:
+  each image at its own aspect ratio in at most max_patches patches, padding masked, the
+  image tower's grid x grid position table resized per image (vit_jax.models.naflex_vit)."""
+  tower = naflex_vit.from_vit(model.img, grid)
+  embed = jax.jit(lambda p, *inputs: two_tower.normalize(tower.apply({"params": p}, *inputs)))
+  return _embed_in_batches(
+      paths, batch_size,
+      lambda path: image_files.load_naflex(path, model.img.patch_size, max_patches),
+      lambda *inputs: embed(params["img"], *inputs))
+
+
+def image_embedder(model, params, info, flag_values):
+  """paths -> normalised image embeddings, squashed to --image_size or NaFlex's reading
+  with --max_patches."""
+  if not flag_values.max_patches:
+    image_size = flag_values.image_size or info.image_size or DEFAULT_IMAGE_SIZE
+    return lambda files: embed_image_files(model, params, files, image_size,
+                                           flag_values.batch_size)
+  if flag_values.image_size or not info.image_size:
+    raise cli.UsageError("--max_patches reads each image at its own size (NaFlex): leave "
+                         "--image_size out, and pass a model with a learned square position "
+                         "table (SigLIP 2)")
+  grid = info.image_size // model.img.patch_size
+  return lambda files: embed_naflex_files(model, params, files, flag_values.max_patches, grid,
+                                          flag_values.batch_size)
 
 
 def read_scores(model, params, family: str, zimg, zcls) -> np.ndarray:
@@ -171,9 +207,7 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
                                                       bert_heads=flag_values.bert_heads)
   tokenize = text_tokens.for_model(flag_values.tokenizer or info.tokenizer, family=info.family,
                                    max_len=info.text_length, bert=info.text_tower == "bert")
-  image_size = flag_values.image_size or info.image_size or DEFAULT_IMAGE_SIZE
-  embed = lambda files: embed_image_files(model, params, files, image_size,
-                                          flag_values.batch_size)
+  embed = image_embedder(model, params, info, flag_values)
   if flag_values.captions:
     images, captions, owner = read_captions(flag_values.captions)
     if flag_values.canonicalize:
@@ -236,6 +270,10 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                       "beside the checkpoint.", **define)
   flags.DEFINE_integer("image_size", None, "Resize images to this side; default: the "
                        "checkpoint's own resolution.", lower_bound=1, **define)
+  flags.DEFINE_integer("max_patches", None, "SigLIP 2 NaFlex: read each image at its own "
+                       "aspect ratio in at most this many patches (256, 576, 1024), as the "
+                       "NaFlex models were trained; default: squashed to --image_size.",
+                       lower_bound=1, **define)
   flags.DEFINE_integer("batch_size", 32, "Images per forward pass.", lower_bound=1, **define)
   flags.DEFINE_integer("top_k", 5, "Classes shown per image.", lower_bound=1, **define)
   flags.DEFINE_string("json", None, "Write the results to this JSON file, or standard output "
