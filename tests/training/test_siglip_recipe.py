@@ -5,6 +5,7 @@ new head, one short run on the digits shared by the module, every fine-tuning co
 
 import json
 
+import jax
 import ml_collections
 import numpy as np
 import pytest
@@ -198,3 +199,34 @@ def test_a_tower_of_another_size_is_one_line(towers):
   with pytest.raises(npz.CheckpointError) as e:
     loaded(config)
   assert "\n" not in str(e.value) and "MlpBlock" in str(e.value)
+
+
+def test_predict_max_patches_reads_each_image_as_naflex(towers, tmp_path):
+  """predict --max_patches on a MAP-pooled classifier: the 40 x 16 image as 2 x 5 patches
+  (what naflex_vit computes by hand), the 32 x 32 one on the table's own 4 x 4 grid (what
+  the fixed-size reading gives)."""
+  module, params = load_npz(towers["npz"], num_classes=5)
+  params["head"]["kernel"] = np.random.default_rng(0).standard_normal((16, 5)).astype(
+      np.float32)
+  npz.save_npz(params, tmp_path / "classifier.npz")
+  square, wide = tmp_path / "square.png", tmp_path / "wide.png"
+  write_image(square, size=(32, 32))
+  write_image(wide, size=(40, 16))
+  scores = {}
+  for name, extra in (("fixed", []), ("naflex", ["--max_patches=16"])):
+    done = run_in_process(predict, f"--checkpoint={tmp_path / 'classifier.npz'}", "--json=-",
+                          "--top_k=5", *extra, square, wide)
+    assert done.returncode == 0, done.stderr
+    scores[name] = [[c["probability"] for c in sorted(r["top_k"], key=lambda c: c["class"])]
+                    for r in json.loads(done.stdout)]
+  np.testing.assert_allclose(scores["naflex"][0], scores["fixed"][0], rtol=1e-4, atol=1e-6)
+  from vit_jax.data import image_files  # pylint: disable=import-outside-toplevel
+  from vit_jax.models import naflex_vit  # pylint: disable=import-outside-toplevel
+  patches, mask, grid = image_files.load_naflex(str(wide), 8, 16)
+  assert grid.tolist() == [2, 5]
+  logits = naflex_vit.from_vit(module, 4).apply({"params": params}, patches[None], mask[None],
+                                                grid[None])
+  np.testing.assert_allclose(scores["naflex"][1], np.asarray(jax.nn.softmax(logits))[0],
+                             rtol=1e-4, atol=1e-6)
+  assert np.abs(np.subtract(scores["naflex"][1], scores["fixed"][1])).max() > 1e-2
+
