@@ -14,6 +14,7 @@ channel), a mask [B, N] of the real patches, and each image's grid (rows, column
 from typing import Any
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 from vit_jax.base import errors
@@ -46,7 +47,7 @@ def resize_posemb_per_image(table, shapes, num_patches: int):
     col_w = triangle_weights(cols, grid, num_patches)[index % jnp.maximum(cols, 1)]
     return jnp.einsum("na,nb,abd->nd", row_w, col_w, table)
 
-  return jnp.stack([one(shapes[b]) for b in range(shapes.shape[0])])
+  return jax.vmap(one)(jnp.asarray(shapes))
 
 
 class NaFlexViT(nn.Module):
