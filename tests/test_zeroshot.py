@@ -164,3 +164,31 @@ def test_runs_without_tensorflow(lit, photos, tmp_path):
   assert done.returncode == 0, done.stderr[-3000:]
   assert done.stdout.strip().endswith("tensorflow imported: False")
   assert len(json.loads((tmp_path / "out.json").read_text())) == 2
+
+
+def test_naflex_reading_with_max_patches(run, photos, tmp_path):
+  """--max_patches: each image at its own aspect ratio (the photos, 427 x 640: 3 x 5 of 8 px
+  patches within 16), padded in one batch; a 32 x 32 image, its full 4 x 4 grid the table's
+  own, scores as the fixed-size reading does."""
+  sentencepiece = pytest.importorskip("sentencepiece")
+  (tmp_path / "corpus.txt").write_text("\n".join(["a photo of a cat", "a flower", "china"] * 30))
+  sentencepiece.SentencePieceTrainer.Train(
+      input=str(tmp_path / "corpus.txt"), model_prefix=str(tmp_path / "s"), vocab_size=18,
+      pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2)
+  model = two_tower_helpers.tiny_siglip(vocab_size=18)
+  two_tower_load.save_two_tower(two_tower_helpers.random_params(model, 8),
+                                str(tmp_path / "siglip2.npz"))
+  square = str(tmp_path / "square.png")
+  Image.fromarray(np.asarray(Image.open(photos[0]).convert("RGB").resize((32, 32)))).save(square)
+  common = [f"--checkpoint={tmp_path / 'siglip2.npz'}", "--classes=" + ",".join(CLASSES),
+            f"--tokenizer={tmp_path / 's.model'}", "--json=-", "--batch_size=4"]
+  code, out, err = run(*common, "--max_patches=16", square, *photos)
+  assert code == 0, err
+  naflex = json.loads(out)
+  code, out, err = run(*common, square)
+  assert code == 0, err
+  np.testing.assert_allclose(naflex[0]["scores"], json.loads(out)[0]["scores"], rtol=1e-4,
+                             atol=1e-6)
+  assert len(naflex) == 3 and all(0 < s < 1 for r in naflex for s in r["scores"])
+  with pytest.raises(app.UsageError, match="leave --image_size out"):
+    run(*common, "--max_patches=16", "--image_size=32", square)

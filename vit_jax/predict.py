@@ -25,7 +25,7 @@ from absl import flags, logging
 from vit_jax.base import cli, errors, no_clobber, storage
 from vit_jax.checkpoints import formats, hub, npz, transfer, two_tower_open
 from vit_jax.data import image_files, prompt_templates
-from vit_jax.models import two_tower_eval, vit
+from vit_jax.models import naflex_vit, two_tower_eval, vit
 
 IMAGENET_LABELS_URL = "https://storage.googleapis.com/bit_models/ilsvrc2012_wordnet_lemmas.txt"
 IMAGENET_CLASSES = 1000
@@ -42,29 +42,37 @@ def cache_dir() -> str:
 
 def score_batches(module: vit.VisionTransformer, params, image_paths: Sequence[str], *,
                   image_size: Optional[npz.ImageSize] = None,
-                  batch_size: int = 32, multi_label: bool = False) -> Iterator[np.ndarray]:
+                  batch_size: int = 32, multi_label: bool = False,
+                  max_patches: Optional[int] = None) -> Iterator[np.ndarray]:
   """Class probabilities [n, K] of the images, a batch at a time, in order: softmax, or
   for a multi-label head each class's own sigmoid score.
 
   image_size (a side or (height, width)) defaults to the checkpoint's own resolution; at
   another the model resizes its position embedding (see hub.load_for_inference).
+  max_patches (MAP-pooled SigLIP-style models): NaFlex's reading instead, each image at its
+  own aspect ratio in at most that many patches (vit_jax.models.naflex_vit).
   The last batch is padded, so every batch has one shape and the model compiles once.
   """
-  height, width = npz.side_pair(image_size or npz.native_image_size(module, params))
+  if max_patches:
+    grid = npz.native_image_size(module, params) // module.patch_size
+    naflex = naflex_vit.from_vit(module, grid)
+    load = lambda path: image_files.load_naflex(path, module.patch_size, max_patches)
+    forward = lambda p, *inputs: naflex.apply({"params": p}, *inputs)
+  else:
+    height, width = npz.side_pair(image_size or npz.native_image_size(module, params))
+    load = lambda path: (image_files.load_image(path, (height, width)),)
+    forward = lambda p, images: module.apply({"params": p}, images, train=False)
   batch_size = max(1, min(batch_size, len(image_paths)))
   activation = jax.nn.sigmoid if multi_label else jax.nn.softmax
-
-  @jax.jit
-  def probabilities(params, images):
-    return activation(module.apply({"params": params}, images, train=False))
+  probabilities = jax.jit(lambda p, *inputs: activation(forward(p, *inputs)))
 
   params = jax.device_put(params)  # once, not with every batch
   for start in range(0, len(image_paths), batch_size):
     paths = image_paths[start:start + batch_size]
-    images = np.zeros((batch_size, height, width, 3), np.float32)
-    for i, path in enumerate(paths):
-      images[i] = image_files.load_image(path, (height, width))
-    yield np.asarray(jax.device_get(probabilities(params, images)))[:len(paths)]
+    items = [load(path) for path in paths]
+    items += [items[-1]] * (batch_size - len(paths))
+    inputs = [np.stack(part) for part in zip(*items)]
+    yield np.asarray(jax.device_get(probabilities(params, *inputs)))[:len(paths)]
 
 
 def top_classes(probabilities: np.ndarray, top_k: int) -> List[Prediction]:
@@ -206,8 +214,9 @@ def zero_shot_batches(image_paths: Sequence[str], flag_values) -> Tuple[
   side = two_tower_open.image_size(info, requested and requested[0])
   zcls = two_tower_eval.class_embeddings(model, params, tokenize,
                                          *prompt_templates.prompt_texts(names, templates, True))
-  zimg = two_tower_eval.embed_image_files(model, params, image_paths, side,
-                                          flag_values.batch_size)
+  zimg = two_tower_eval.image_embedder(model, params, info.image_size, side,
+                                       flag_values.max_patches,
+                                       flag_values.batch_size)(image_paths)
   return names, info.family == "siglip", [two_tower_eval.read_scores(model, params, zimg, zcls)]
 
 
@@ -222,7 +231,8 @@ def classifier_batches(image_paths: Sequence[str], flag_values) -> Tuple[
   multi_label = stored_multi_label(path)
   return names, multi_label, score_batches(module, params, image_paths, image_size=image_size,
                                            batch_size=flag_values.batch_size,
-                                           multi_label=multi_label)
+                                           multi_label=multi_label,
+                                           max_patches=flag_values.max_patches)
 
 
 @cli.command
@@ -231,6 +241,9 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   if flag_values.json:  # before the slow load: an existing file is not clobbered
     no_clobber.claim_output_file(flag_values.json, "predict", flag_values.overwrite,
                                  stdout_ok=True)
+  if flag_values.max_patches and flag_values.image_size:
+    raise cli.UsageError("--max_patches reads each image at its own size (NaFlex): leave "
+                         "--image_size out")
   read = zero_shot_batches if flag_values.classes else classifier_batches
   names, multi_label, batches = read(image_paths, flag_values)
   records = []
@@ -259,6 +272,9 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   flags.DEFINE(cli.ImageSizeParser(), "image_size", None,
                cli.image_size_help(npz.IMAGE_SIZE_HELP), flag_values=flag_values)
   flags.DEFINE_boolean("allow_nonfinite", False, npz.ALLOW_NONFINITE_HELP, **define)
+  flags.DEFINE_integer("max_patches", None, "MAP-pooled (SigLIP-style) models: read each "
+                       "image at its own aspect ratio in at most this many patches, as SigLIP "
+                       "2's NaFlex; default: resized to --image_size.", lower_bound=1, **define)
   flags.DEFINE_integer("batch_size", 32, "Images per forward pass.", lower_bound=1, **define)
   flags.DEFINE_integer("top_k", 5, "Classes shown per image.", lower_bound=1, **define)
   flags.DEFINE_string("labels", None, "Class names, one per line; default: ImageNet's for "

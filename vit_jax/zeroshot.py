@@ -102,9 +102,12 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
            else None)
   model, params, info, tokenize = two_tower_open.open_two_tower(
       flag_values.checkpoint, tokenizer=flag_values.tokenizer, bert_heads=flag_values.bert_heads)
-  image_size = two_tower_open.image_size(info, flag_values.image_size)
-  embed = lambda files: two_tower_eval.embed_image_files(model, params, files, image_size,
-                                                         flag_values.batch_size)
+  if flag_values.max_patches and flag_values.image_size:
+    raise cli.UsageError("--max_patches reads each image at its own size (NaFlex): leave "
+                         "--image_size out")
+  embed = two_tower_eval.image_embedder(model, params, info.image_size,
+                                        two_tower_open.image_size(info, flag_values.image_size),
+                                        flag_values.max_patches, flag_values.batch_size)
   if flag_values.captions:
     images, captions, owner = read_captions(flag_values.captions)
     if flag_values.canonicalize:
@@ -165,6 +168,10 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                       "beside the checkpoint.", **define)
   flags.DEFINE_integer("image_size", None, "Resize images to this side; default: the "
                        "checkpoint's own resolution.", lower_bound=1, **define)
+  flags.DEFINE_integer("max_patches", None, "SigLIP 2 NaFlex: read each image at its own "
+                       "aspect ratio in at most this many patches (256, 576, 1024), as the "
+                       "NaFlex models were trained; default: squashed to --image_size.",
+                       lower_bound=1, **define)
   flags.DEFINE_integer("batch_size", 32, "Images per forward pass.", lower_bound=1, **define)
   flags.DEFINE_integer("top_k", 5, "Classes shown per image.", lower_bound=1, **define)
   flags.DEFINE_string("json", None, "Write the results to this JSON file, or standard output "

@@ -11,7 +11,7 @@ from flax import traverse_util
 
 import two_tower_helpers
 from vit_jax import download, zeroshot
-from vit_jax.checkpoints import siglip_hf, transfer, two_tower_load, two_tower_names
+from vit_jax.checkpoints import npz, siglip_hf, transfer, two_tower_load, two_tower_names
 
 NAME = "SigLIP-B_16-224"
 REPO_NAME = two_tower_names.NAMES[NAME].repo
@@ -83,3 +83,11 @@ def test_list_shows_the_two_tower_names():
              for line in lines)
   assert any("SigLIP2-So400m_14-384  (siglip2; hf-hub:google/siglip2-so400m-patch14-384)" in line
              for line in lines)
+
+
+def test_a_released_name_resolves_to_its_fetched_folder_whose_tower_classifies(servers):
+  path = two_tower_names.resolve(NAME)  # what config.pretrained=SigLIP-B_16-224 loads
+  assert path == two_tower_names.local_path(NAME) and path.endswith(f"two-tower/{NAME}")
+  module, params = npz.load_npz(path, num_classes=3)
+  assert module.classifier == "map" and params["head"]["kernel"].shape == (16, 3)
+  assert two_tower_names.resolve(path) == path  # anything else: as hub.resolve

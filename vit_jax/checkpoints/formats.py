@@ -11,7 +11,8 @@ Accepted (local paths):
   * a folder with `config.json` and `model.safetensors` (or sharded `*.index.json`, or
     `flax_model.msgpack`, or `pytorch_model.bin`): an HF ViT folder (`model_type: vit`) or
     a timm hub folder (`architecture`, `model_args`), as `python -m vit_jax.convert`
-    writes them.
+    writes them; or an HF SigLIP / SigLIP 2 folder (`model_type: siglip | siglip2`), read
+    as its two towers' arrays (`img/...`: what a classifier fine-tuned from it loads).
 The config says what the weights cannot (the head count, timm's pooling and activation);
 without one, the head count follows the width (768 -> 12, 1280 -> 16, else width / 64).
 """
@@ -26,7 +27,7 @@ import numpy as np
 
 from vit_jax.base import console, errors, storage, workdir_files
 from vit_jax.checkpoints import (config_consistency, hf_layout, mixer_timm, npz_layout,
-                                 timm_layout, torch_layout, transfer)
+                                 siglip_hf, timm_layout, torch_layout, transfer)
 
 
 Flat = Dict[str, np.ndarray]
@@ -251,6 +252,12 @@ def read_foreign(path: str, *, notes: bool = True) -> Flat:
   state, metadata = _read_weights(weights)
   if TIMM_METADATA in metadata and not config:
     config = json.loads(metadata[TIMM_METADATA])
+  if config.get("model_type") in siglip_hf.KINDS:  # a two-tower folder: load_npz reads img/
+    try:
+      siglip_hf.model_from_config(config)  # refuses what vit_jax's SigLIP cannot run
+      return siglip_hf.from_hf(state, config)
+    except errors.InvalidInput as e:
+      raise FormatError(f"is a SigLIP folder that vit_jax cannot read: {e}") from None
   try:
     if any(".patch_embeddings.projection." in key or key.startswith("embeddings.patch_embeddings")
            for key in state):

@@ -345,6 +345,9 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
 
   if not keep_pre_logits:
     flat = {k: v for k, v in flat.items() if not k.startswith("pre_logits/")}
+  if architecture.classifier == "map" and module.classifier != "map":  # pooled otherwise
+    logging.info("%s: its MAP head is left out (classifier=%r)", path, module.classifier)
+    flat = {k: v for k, v in flat.items() if not k.startswith(npz_layout.MAP_HEAD + "/")}
   if not keep_head:
     flat = {k: v for k, v in flat.items() if not k.startswith("head/")}
   if not allow_nonfinite:

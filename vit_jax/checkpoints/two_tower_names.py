@@ -115,3 +115,9 @@ def fetch(name: str, directory: str = released.LOCAL_DIR, *, force: bool = False
   vocabulary = os.path.splitext(dest)[0] + os.path.splitext(entry.vocabulary)[1]
   transfer.fetch(released.https_url(entry.vocabulary), vocabulary, verbose=verbose)
   return transfer.fetch(released.https_url(entry.bucket), dest, verbose=verbose)
+
+
+def resolve(name_or_path: str) -> str:
+  """A local path for config.pretrained: a released two-tower name fetched (its Hub folder
+  or bucket file: a classifier reads its image tower), anything else as hub.resolve."""
+  return fetch(name_or_path) if name_or_path in NAMES else hub.resolve(name_or_path)

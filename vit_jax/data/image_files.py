@@ -1,6 +1,6 @@
-"""Images named on a command line (predict, visualize): the arguments checked before a slow
-checkpoint load, and each file decoded and resized as evaluation preprocesses it, without
-TensorFlow."""
+"""Images named on a command line (predict, visualize, zeroshot): the arguments checked
+before a slow checkpoint load, and each file decoded and resized as evaluation preprocesses
+it (or patchified at its own aspect ratio, NaFlex), without TensorFlow."""
 
 import os
 from typing import List, Sequence
@@ -18,22 +18,37 @@ def _pil_message(error: Exception) -> str:
   return " ".join(str(error).split()) or type(error).__name__
 
 
-def load_image(path: str, image_size) -> np.ndarray:
-  """[height, width, 3] float32 in [-1, 1] for image_size (a side or (height, width)),
-  preprocessed like evaluation (the same pixels as tf.data's: np_preprocess), without
-  TensorFlow."""
-  from vit_jax.data.grain_stack import (  # pylint: disable=import-outside-toplevel (PIL)
-      np_preprocess)
+def _decoded(path: str, prepare):
+  """prepare(uint8 [H, W, 3]) of the image file at path; a file that cannot be read or
+  decoded is one ImageError naming it."""
   try:
     encoded = storage.read_bytes(path)
   except FileNotFoundError:
     raise ImageError(f"image not found: {path}") from None
   except OSError as e:
     raise ImageError(f"cannot read image {path}: {e.strerror or e}") from None
+  from vit_jax.data.grain_stack import (  # pylint: disable=import-outside-toplevel (PIL)
+      np_preprocess)
   try:
-    return np_preprocess.eval_resize(np_preprocess.decode_image(encoded), image_size)
+    return prepare(np_preprocess.decode_image(encoded))
   except (OSError, ValueError, SyntaxError) as e:  # PIL: not an image, truncated
     raise ImageError(f"cannot read image {path}: {_pil_message(e)}") from None
+
+
+def load_image(path: str, image_size) -> np.ndarray:
+  """[height, width, 3] float32 in [-1, 1] for image_size (a side or (height, width)),
+  preprocessed like evaluation (the same pixels as tf.data's: np_preprocess), without
+  TensorFlow."""
+  from vit_jax.data.grain_stack import (  # pylint: disable=import-outside-toplevel (PIL)
+      np_preprocess)
+  return _decoded(path, lambda image: np_preprocess.eval_resize(image, image_size))
+
+
+def load_naflex(path: str, patch: int, max_patches: int):
+  """(patches, mask, grid) of the image at its own aspect ratio in at most max_patches
+  patches (SigLIP 2's NaFlex reading: vit_jax.data.naflex_patches)."""
+  from vit_jax.data import naflex_patches  # pylint: disable=import-outside-toplevel (PIL)
+  return _decoded(path, lambda image: naflex_patches.patchify(image, patch, max_patches))
 
 
 def image_arguments(argv: Sequence[str]) -> List[str]:

@@ -122,7 +122,8 @@ class SelfAttention(nn.Module):
   The fused implementations (see ATTENTION_IMPLS) fall back to the explicit softmax
   when the attention weights are needed (introspection, attention dropout in training).
   With `inputs_kv` the queries come from `x` and the keys and values from `inputs_kv`
-  (the MAP head's probe attending to the tokens), always with the explicit softmax.
+  (the MAP head's probe attending to the tokens), always with the explicit softmax, as
+  with a `mask` [B, keys] (True: a real token; vit_jax.models.naflex_vit's padding).
   unpadded_inference, fp8: see VisionTransformer.
   """
   num_heads: int
@@ -133,7 +134,7 @@ class SelfAttention(nn.Module):
   fp8: bool = False
 
   @nn.compact
-  def __call__(self, x, *, deterministic: bool, inputs_kv=None):
+  def __call__(self, x, *, deterministic: bool, inputs_kv=None, mask=None):
     hidden = x.shape[-1]
     if hidden % self.num_heads:
       raise errors.InvalidInput(
@@ -151,7 +152,8 @@ class SelfAttention(nn.Module):
     query, key, value = (projection(name)(inputs)
                          for name, inputs in (("query", x), ("key", kv), ("value", kv)))
     needs_weights = self.is_mutable_collection("intermediates") or (
-        self.dropout_rate > 0 and not deterministic) or inputs_kv is not None
+        self.dropout_rate > 0 and not deterministic) or inputs_kv is not None or (
+            mask is not None)
     if self.attention_impl != "softmax" and not needs_weights:
       mixed = fused_attention(query, key, value,
                               attention_backend(self.attention_impl, self.dtype,
@@ -159,8 +161,10 @@ class SelfAttention(nn.Module):
                               pad_for_gradients_only=deterministic and self.unpadded_inference)
     else:
       query = query / jnp.sqrt(head_dim).astype(self.dtype)
-      logits = jnp.einsum("bqhd,bkhd->bhqk", query, key)
-      weights = nn.softmax(logits.astype(jnp.float32), axis=-1)
+      logits = jnp.einsum("bqhd,bkhd->bhqk", query, key).astype(jnp.float32)
+      if mask is not None:  # [B, keys]: padding (NaFlex) is attended by no query
+        logits = jnp.where(mask[:, None, None, :], logits, jnp.finfo(jnp.float32).min)
+      weights = nn.softmax(logits, axis=-1)
       self.sow("intermediates", "attention_weights", weights)
       weights = nn.Dropout(self.dropout_rate)(weights, deterministic=deterministic)
       mixed = jnp.einsum("bhqk,bkhd->bqhd", weights.astype(self.dtype), value)

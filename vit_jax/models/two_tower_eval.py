@@ -9,15 +9,16 @@ caption's when its image is among the k nearest images.
 """
 
 import sys
-from typing import Callable, Dict, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import tqdm
 
+from vit_jax.base import errors
 from vit_jax.data import image_files
-from vit_jax.models import two_tower
+from vit_jax.models import naflex_vit, two_tower
 
 TEXT_BATCH = 64
 
@@ -42,19 +43,53 @@ def class_embeddings(model: two_tower.TwoTower, params, tokenize: Callable,
   return np.asarray(two_tower.normalize(z.mean(axis=1)))
 
 
-def embed_image_files(model: two_tower.TwoTower, params, paths: Sequence[str],
-                      image_size: int, batch_size: int) -> np.ndarray:
-  """Normalised image embeddings [images, D]: squashed to image_size, in batches of one
-  compiled shape, with a progress bar when there is more than one batch."""
-  embed = jax.jit(lambda p, x: model.apply({"params": p}, x, method=model.embed_images))
+def _embed_in_batches(paths: Sequence[str], batch_size: int, load, embed) -> np.ndarray:
+  """embed(*stacked load(path) parts) in batches of one compiled shape (the last padded
+  with its last image), with a progress bar when there is more than one batch."""
   rows = []
   for start in tqdm.tqdm(range(0, len(paths), batch_size), desc="images", unit="batch",
                          disable=len(paths) <= batch_size, file=sys.stderr):
     chunk = paths[start:start + batch_size]
-    images = np.stack([image_files.load_image(p, image_size) for p in chunk])  # names a bad one
-    padded = np.concatenate([images, np.repeat(images[-1:], batch_size - len(chunk), axis=0)])
-    rows.append(np.asarray(embed(params, padded))[:len(chunk)])
+    items = [load(p) for p in chunk]  # names a bad one
+    items += [items[-1]] * (batch_size - len(chunk))
+    rows.append(np.asarray(embed(*(np.stack(part) for part in zip(*items))))[:len(chunk)])
   return np.concatenate(rows)
+
+
+def embed_image_files(model: two_tower.TwoTower, params, paths: Sequence[str],
+                      image_size: int, batch_size: int) -> np.ndarray:
+  """Normalised image embeddings [images, D], each image squashed to image_size."""
+  embed = jax.jit(lambda p, x: model.apply({"params": p}, x, method=model.embed_images))
+  return _embed_in_batches(paths, batch_size,
+                           lambda path: (image_files.load_image(path, image_size),),
+                           lambda x: embed(params, x))
+
+
+def embed_naflex_files(model: two_tower.TwoTower, params, paths: Sequence[str],
+                       max_patches: int, grid: int, batch_size: int) -> np.ndarray:
+  """Normalised image embeddings [images, D] read as SigLIP 2's NaFlex models were trained:
+  each image at its own aspect ratio in at most max_patches patches, padding masked, the
+  image tower's grid x grid position table resized per image (vit_jax.models.naflex_vit)."""
+  tower = naflex_vit.from_vit(model.img, grid)
+  embed = jax.jit(lambda p, *inputs: two_tower.normalize(tower.apply({"params": p}, *inputs)))
+  return _embed_in_batches(
+      paths, batch_size,
+      lambda path: image_files.load_naflex(path, model.img.patch_size, max_patches),
+      lambda *inputs: embed(params["img"], *inputs))
+
+
+def image_embedder(model: two_tower.TwoTower, params, native_size: Optional[int],
+                   image_size: int, max_patches: Optional[int], batch_size: int):
+  """paths -> normalised image embeddings: squashed to image_size, or NaFlex's reading with
+  max_patches (which needs the tower's own square position table: native_size)."""
+  if not max_patches:
+    return lambda paths: embed_image_files(model, params, paths, image_size, batch_size)
+  if not native_size:
+    raise errors.InvalidInput("max_patches reads each image at its own size (NaFlex): pass "
+                              "a model with a learned square position table (SigLIP 2)")
+  grid = native_size // model.img.patch_size
+  return lambda paths: embed_naflex_files(model, params, paths, max_patches, grid,
+                                          batch_size)
 
 
 def read_scores(model: two_tower.TwoTower, params, zimg, zcls) -> np.ndarray:

@@ -165,19 +165,20 @@ def position_embedding(x, kind: str, grid: Tuple[int, int], has_cls: bool,
 class MAPHead(nn.Module):
   """big_vision's multi-head attention pooling: a learned `probe` query attends to all
   tokens, then a residual pre-LN MLP; returns [B, D]. Same names as big_vision
-  (`MultiHeadDotProductAttention_0`, `LayerNorm_0`, `MlpBlock_0`)."""
+  (`MultiHeadDotProductAttention_0`, `LayerNorm_0`, `MlpBlock_0`). mask [B, N]: the
+  tokens that count (NaFlex padding does not)."""
   mlp_dim: int
   num_heads: int
   dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x, mask=None):
     probe = self.param("probe", nn.initializers.xavier_uniform(), (1, 1, x.shape[-1]),
                        jnp.float32)
     probe = jnp.tile(probe.astype(x.dtype), (x.shape[0], 1, 1))
     y = attention.SelfAttention(self.num_heads, dtype=self.dtype,
                                 name="MultiHeadDotProductAttention_0")(
-                                    probe, deterministic=True, inputs_kv=x)
+                                    probe, deterministic=True, inputs_kv=x, mask=mask)
     z = layer_norm("LayerNorm_0", self.dtype)(y)
     y = y + MlpBlock(self.mlp_dim, dtype=self.dtype, name="MlpBlock_0")(z, deterministic=True)
     return y[:, 0]

@@ -19,7 +19,7 @@ import numpy as np
 
 from vit_jax.base import config_checks, errors, storage, workdir_files
 from vit_jax.base.console import log
-from vit_jax.checkpoints import formats, hub, released
+from vit_jax.checkpoints import formats, released, two_tower_names
 from vit_jax.data import device_batches, loaders, splits
 from vit_jax.models import attention
 from vit_jax.training import (
@@ -126,7 +126,7 @@ def resolve_pretrained(config) -> None:
   read (loading it later resolves to the same file)."""
   if config.pretrained is None:
     return
-  path = hub.resolve(config.pretrained)  # fetches a released file not yet in checkpoints/
+  path = two_tower_names.resolve(config.pretrained)  # fetches a released file not yet here
   if not released.has_scheme(path) and not (os.path.isfile(path) or formats.is_foreign(path)):
     kind = ("a directory, not an .npz file or a model folder (with config.json)"
             if os.path.isdir(path) else "not found")

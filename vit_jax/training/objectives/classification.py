@@ -18,7 +18,7 @@ import optax
 
 from vit_jax.base import config_checks, errors
 from vit_jax.base.console import log
-from vit_jax.checkpoints import hub, npz
+from vit_jax.checkpoints import npz, two_tower_names
 from vit_jax.models import vit, zoo
 
 Metrics = Dict[str, jax.Array]
@@ -258,7 +258,7 @@ class Classification:
     """The module, plus host params when starting from config.pretrained."""
     if not load_pretrained:
       return zoo.model_from_config(config, num_classes), None
-    return npz.load_npz(hub.resolve(config.pretrained), image_size=config.pp.crop,
+    return npz.load_npz(two_tower_names.resolve(config.pretrained), image_size=config.pp.crop,
                         num_classes=num_classes, model_name=config.model_name,
                         pre_logits=config.model.representation_size is not None,
                         allow_nonfinite=config.get("allow_nonfinite_pretrained", False),

@@ -1,0 +1,55 @@
+"""NaFlex preprocessing (SigLIP 2): an image resized at its own aspect ratio to the largest
+patch grid within a budget (config.pp.max_patches: 256, 576, 1024 ...), cut into patches
+flattened (row, column, channel), padded to the budget, with the mask of its real patches
+and its grid: the inputs of vit_jax.models.naflex_vit. numpy and PIL only (both input
+stacks can call it); values as transformers' Siglip2ImageProcessor gives them (PIL's
+bilinear resize of the uint8 image, then [-1, 1])."""
+
+import math
+from typing import Tuple
+
+import numpy as np
+from PIL import Image
+
+from vit_jax.base import errors
+
+# The scale is bisected between these bounds until they are this close (as the processors).
+_SCALE_RANGE, _SCALE_EPS = (1e-6, 100.0), 1e-5
+
+
+def _side(size: int, scale: float, patch: int) -> int:
+  return max(patch, math.ceil(size * scale / patch) * patch)
+
+
+def target_size(height: int, width: int, patch: int, max_patches: int) -> Tuple[int, int]:
+  """(height, width) in pixels, multiples of patch, of the largest scaled image whose
+  grid of patches fits max_patches (each side at least one patch)."""
+  if max_patches < 1 or patch < 1:
+    raise errors.InvalidInput(f"max_patches={max_patches} and patch size {patch} must be >= 1")
+  low, high = _SCALE_RANGE
+  while high - low >= _SCALE_EPS:
+    scale = (low + high) / 2
+    patches = (_side(height, scale, patch) // patch) * (_side(width, scale, patch) // patch)
+    low, high = (scale, high) if patches <= max_patches else (low, scale)
+  return _side(height, low, patch), _side(width, low, patch)
+
+
+def patchify(image: np.ndarray, patch: int, max_patches: int
+             ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """uint8 image [H, W, 3] -> (patches [max_patches, patch*patch*3] float32 in [-1, 1],
+  mask [max_patches] int32 (1: a real patch), grid [2] int32 (rows, columns))."""
+  image = np.asarray(image)
+  if image.ndim != 3 or image.shape[-1] != 3 or image.dtype != np.uint8:
+    raise errors.InvalidInput(f"NaFlex takes uint8 RGB images [H, W, 3], got {image.dtype} "
+                              f"{image.shape}")
+  height, width = target_size(image.shape[0], image.shape[1], patch, max_patches)
+  resized = Image.fromarray(image).resize((width, height), Image.BILINEAR)
+  pixels = np.asarray(resized, np.float32) / np.float32(255.0)
+  pixels = (pixels - np.float32(0.5)) / np.float32(0.5)
+  rows, cols = height // patch, width // patch
+  patches = pixels.reshape(rows, patch, cols, patch, 3).transpose(0, 2, 1, 3, 4)
+  patches = patches.reshape(rows * cols, -1)
+  padded = np.zeros((max_patches, patches.shape[1]), np.float32)
+  padded[:len(patches)] = patches
+  mask = (np.arange(max_patches) < len(patches)).astype(np.int32)
+  return padded, mask, np.asarray([rows, cols], np.int32)
