@@ -28,7 +28,7 @@ def run_layouts(results_path):
   import jax
   import jax.numpy as jnp
   import ml_collections
-  from vit_jax.models import vit, zoo
+  from vit_jax.models import encoder_blocks, zoo
   from vit_jax.training import optim, sharding, update_step
   from vit_jax.training.objectives import classification
 
@@ -60,7 +60,7 @@ def run_layouts(results_path):
     model = scanned if scan else fp8 if name in FP8 else module
     step = update_step.make_train_step(classification.make_batch_loss(model, config), optimizer,
                                       config)
-    layout_params = vit.to_scan_layout(params) if scan else params
+    layout_params = encoder_blocks.to_scan_layout(params) if scan else params
     state_sharding = sharding.param_shardings(jax.eval_shape(
         lambda p=layout_params: update_step.create_train_state(p, optimizer)), mesh)
     state = jax.jit(lambda p: update_step.create_train_state(p, optimizer),
@@ -74,7 +74,7 @@ def run_layouts(results_path):
     kernel = encoder["encoderblock" if scan else "encoderblock_0"]["MlpBlock_3"]["Dense_0"]["kernel"]
     results[f"{name}/loss"] = np.asarray(metrics["loss"])
     results[f"{name}/mlp_spec"] = np.asarray(str(kernel.sharding.spec))
-    leaves = jax.tree.leaves(vit.to_block_layout(jax.device_get(new_state.params)))
+    leaves = jax.tree.leaves(encoder_blocks.to_block_layout(jax.device_get(new_state.params)))
     results.update({f"{name}/params/{i}": leaf for i, leaf in enumerate(leaves)})
   np.savez(results_path, **results)
 

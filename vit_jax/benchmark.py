@@ -39,7 +39,7 @@ from ml_collections import config_flags
 
 from vit_jax.base import cli, errors, storage
 from vit_jax.checkpoints import two_tower_open
-from vit_jax.models import attention, vit, zoo
+from vit_jax.models import attention, encoder_blocks, zoo
 from vit_jax.planning import throughput, two_tower_throughput
 from vit_jax.training import objectives, sharding
 
@@ -126,7 +126,7 @@ def define_flags(flag_values: flags.FlagValues = FLAGS, sys_argv=None) -> None:
   flags.DEFINE_boolean("padded_inference", False, "cuDNN attention: pad odd token counts in "
                        "the forward pass too, as gradients need (default: --mode=infer runs it "
                        "unpadded).", **define)
-  flags.DEFINE_enum("remat", "none", tuple(vit.REMAT_POLICIES), "Per-block "
+  flags.DEFINE_enum("remat", "none", tuple(encoder_blocks.REMAT_POLICIES), "Per-block "
                     "rematerialisation policy.", **define)
   flags.DEFINE_boolean("scan", False, "nn.scan over the blocks: one compiled block, faster "
                        "compiles.", **define)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import vit_jax
-from vit_jax.models import fp8, vit
+from vit_jax.models import encoder_blocks, fp8
 
 TINY = dict(num_classes=5, patch_size=8, hidden_size=64, mlp_dim=128, num_heads=4,
             num_layers=2)
@@ -91,12 +91,12 @@ def test_the_model_keeps_its_parameters_and_computes_close_to_exact_math(images,
 def test_gradients_reach_every_dense_kernel(images, params, layout):
   exact = vit_jax.create_model("ViT-Ti_16", **TINY)
   model = vit_jax.create_model("ViT-Ti_16", fp8=True, **TINY, **layout)
-  model_params = {"params": vit.to_scan_layout(params["params"])} if layout else params
+  model_params = {"params": encoder_blocks.to_scan_layout(params["params"])} if layout else params
   loss = lambda m, p: jnp.mean(jax.nn.log_softmax(m.apply(p, images))[:, 0])
   exact_grads = jax.jit(jax.grad(functools.partial(loss, exact)))(params)["params"]
   grads = jax.jit(jax.grad(functools.partial(loss, model)))(model_params)["params"]
   if layout:
-    grads = vit.to_block_layout(grads)
+    grads = encoder_blocks.to_block_layout(grads)
   block = lambda g: g["Transformer"]["encoderblock_1"]
   for path in (("MlpBlock_3", "Dense_0"), ("MlpBlock_3", "Dense_1"),
                ("MultiHeadDotProductAttention_1", "query"),

@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 
 from conftest import init_params, tiny_model
-from vit_jax.models import introspect
-from vit_jax.models import vit
+from vit_jax.models import encoder_blocks, introspect
 
 
 def stochastic(rng, *shape):
@@ -31,7 +30,7 @@ def test_attention_weights_shapes_and_rows_sum_to_one(overrides, image_size, tok
   flash = introspect.attention_weights(module.clone(attention_impl="dot_product"), params, images)
   np.testing.assert_allclose(flash, weights, atol=1e-6)
   scanned = introspect.attention_weights(module.clone(scan_layers=True),
-                                         vit.to_scan_layout(params), images)
+                                         encoder_blocks.to_scan_layout(params), images)
   np.testing.assert_allclose(scanned, weights, atol=1e-6)
 
 

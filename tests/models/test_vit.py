@@ -7,7 +7,7 @@ import pytest
 from flax import traverse_util
 
 from conftest import init_params, tiny_model
-from vit_jax.models import attention, vit
+from vit_jax.models import attention, encoder_blocks
 
 
 def images(batch=2, side=16, seed=0):
@@ -202,26 +202,26 @@ def test_fast_paths_compute_the_same_function(plain, overrides):
 
 @pytest.mark.parametrize("remat_policy", ["none", "dots"])
 def test_scan_over_layers_computes_the_same_function(plain, remat_policy):
-  assert vit.to_scan_layout(plain[0])["Transformer"]["encoderblock"]["MlpBlock_3"]["Dense_0"][
+  assert encoder_blocks.to_scan_layout(plain[0])["Transformer"]["encoderblock"]["MlpBlock_3"]["Dense_0"][
       "kernel"].shape == (2, 32, 64)
   assert_same_function(tiny_model(scan_layers=True, remat_policy=remat_policy), plain,
-                       to_fast=vit.to_scan_layout, to_plain=vit.to_block_layout)
+                       to_fast=encoder_blocks.to_scan_layout, to_plain=encoder_blocks.to_block_layout)
 
 
 def test_layout_conversion_round_trips_and_keeps_other_params():
   params = init_params(tiny_model(num_layers=12))
-  stacked = vit.to_scan_layout(params)
+  stacked = encoder_blocks.to_scan_layout(params)
   assert sorted(stacked["Transformer"]) == ["encoder_norm", "encoderblock", "posembed_input"]
   layer_11 = params["Transformer"]["encoderblock_11"]["LayerNorm_0"]["scale"]
   np.testing.assert_array_equal(stacked["Transformer"]["encoderblock"]["LayerNorm_0"]["scale"][11],
                                 layer_11)  # numeric, not lexicographic, block order
-  jax.tree.map(np.testing.assert_array_equal, vit.to_block_layout(stacked), params)
-  assert vit.to_block_layout(params) is params and vit.to_scan_layout(stacked) is stacked
+  jax.tree.map(np.testing.assert_array_equal, encoder_blocks.to_block_layout(stacked), params)
+  assert encoder_blocks.to_block_layout(params) is params and encoder_blocks.to_scan_layout(stacked) is stacked
 
 
 def test_scanned_intermediates_are_stacked_by_depth():
   module = tiny_model(scan_layers=True)
-  params = vit.to_scan_layout(init_params(tiny_model()))
+  params = encoder_blocks.to_scan_layout(init_params(tiny_model()))
   _, state = module.apply({"params": params}, images(), mutable=["intermediates"])
   block = state["intermediates"]["Transformer"]["encoderblock"]
   weights = block["MultiHeadDotProductAttention_1"]["attention_weights"][0]
@@ -270,7 +270,7 @@ def test_block_initialisers_are_the_references():
 
 
 def test_position_embedding_init_is_normal_0_02():
-  posemb = vit.AddPositionEmbs().init(jax.random.PRNGKey(0), jnp.zeros((1, 1025, 64)))
+  posemb = encoder_blocks.AddPositionEmbs().init(jax.random.PRNGKey(0), jnp.zeros((1, 1025, 64)))
   assert abs(np.std(posemb["params"]["pos_embedding"]) / 0.02 - 1) < 0.02
 
 

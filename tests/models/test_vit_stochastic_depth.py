@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import init_params, tiny_model
-from vit_jax.models import vit, zoo
+from vit_jax.models import encoder_blocks, zoo
 from vit_jax.training import config_defaults
 
 RATE = 0.5
@@ -25,9 +25,9 @@ def train_apply(module, params, x, key, mutable=False):
 
 
 def test_rates_grow_linearly_from_zero_to_the_rate():
-  np.testing.assert_allclose(vit.stochastic_depth_rates(0.1, 12),
+  np.testing.assert_allclose(encoder_blocks.stochastic_depth_rates(0.1, 12),
                              np.linspace(0.0, 0.1, 12), rtol=1e-6)
-  np.testing.assert_array_equal(vit.stochastic_depth_rates(0.3, 1), [0.0])
+  np.testing.assert_array_equal(encoder_blocks.stochastic_depth_rates(0.3, 1), [0.0])
 
 
 def test_no_parameters_released_layout_unchanged():
@@ -41,7 +41,7 @@ def test_no_parameters_released_layout_unchanged():
 def test_exact_at_evaluation(scan_layers):
   module = tiny_model(stochastic_depth=RATE, scan_layers=scan_layers)
   params = init_params(tiny_model())
-  params = vit.to_scan_layout(params) if scan_layers else params
+  params = encoder_blocks.to_scan_layout(params) if scan_layers else params
   off = tiny_model(scan_layers=scan_layers)
   x = images()
   np.testing.assert_allclose(jax.jit(module.apply)({"params": params}, x),
@@ -68,10 +68,10 @@ def test_scanned_and_unrolled_blocks_drop_the_same_branches(remat_policy):
   params = init_params(unrolled)
   x = images(batch=32)
   out, state = train_apply(unrolled, params, x, jax.random.PRNGKey(6), mutable=True)
-  scan_out, scan_state = train_apply(scanned, vit.to_scan_layout(params), x,
+  scan_out, scan_state = train_apply(scanned, encoder_blocks.to_scan_layout(params), x,
                                      jax.random.PRNGKey(6), mutable=True)
   np.testing.assert_allclose(scan_out, out, rtol=1e-5, atol=1e-5)
-  stacked = scan_state["intermediates"]["Transformer"][vit.SCANNED_BLOCKS]
+  stacked = scan_state["intermediates"]["Transformer"][encoder_blocks.SCANNED_BLOCKS]
   for layer in range(3):
     block = state["intermediates"]["Transformer"][f"encoderblock_{layer}"]
     for name in ("stochastic_depth_attention", "stochastic_depth_mlp"):
@@ -81,7 +81,7 @@ def test_scanned_and_unrolled_blocks_drop_the_same_branches(remat_policy):
 def masks(state, layer, scan_layers, num_layers):
   """(attention, mlp) keep masks [batch] of block `layer` from the sown intermediates."""
   encoder = state["intermediates"]["Transformer"]
-  block = encoder[vit.SCANNED_BLOCKS] if scan_layers else encoder[f"encoderblock_{layer}"]
+  block = encoder[encoder_blocks.SCANNED_BLOCKS] if scan_layers else encoder[f"encoderblock_{layer}"]
   pick = (lambda a: a[layer]) if scan_layers else (lambda a: a)
   found = [np.asarray(pick(block[f"stochastic_depth_{branch}"][0]))
            for branch in ("attention", "mlp")]
@@ -96,10 +96,10 @@ def test_drop_frequency_grows_with_depth(scan_layers, remat_policy):
   module = tiny_model(stochastic_depth=RATE, num_layers=layers, scan_layers=scan_layers,
                       remat_policy=remat_policy)
   params = init_params(tiny_model(num_layers=layers))
-  params = vit.to_scan_layout(params) if scan_layers else params
+  params = encoder_blocks.to_scan_layout(params) if scan_layers else params
   _, state = train_apply(module, params, images(batch=BIG_BATCH), jax.random.PRNGKey(3),
                          mutable=True)
-  for layer, rate in enumerate(vit.stochastic_depth_rates(RATE, layers)):
+  for layer, rate in enumerate(encoder_blocks.stochastic_depth_rates(RATE, layers)):
     attention, mlp = masks(state, layer, scan_layers, layers)
     if layer == 0:
       assert attention.all() and mlp.all()  # the first block is never dropped
@@ -137,14 +137,14 @@ def test_a_dropped_branch_adds_nothing_and_a_kept_one_is_scaled():
 def test_gradients_flow_through_kept_branches(scan_layers):
   module = tiny_model(stochastic_depth=RATE, scan_layers=scan_layers, remat_policy="dots")
   params = init_params(tiny_model())
-  params = vit.to_scan_layout(params) if scan_layers else params
+  params = encoder_blocks.to_scan_layout(params) if scan_layers else params
   x = images(batch=16)
   loss = lambda p: jnp.mean(module.apply({"params": p}, x, train=True,
                                          rngs={"dropout": jax.random.PRNGKey(5)}) ** 2)
   grads = jax.jit(jax.grad(loss))(params)
   assert all(np.isfinite(g).all() for g in jax.tree.leaves(grads))
   blocks = grads["Transformer"]
-  kernels = ([blocks[vit.SCANNED_BLOCKS]] if scan_layers
+  kernels = ([blocks[encoder_blocks.SCANNED_BLOCKS]] if scan_layers
              else [blocks["encoderblock_0"], blocks["encoderblock_1"]])
   for block in kernels:
     assert np.abs(block["MlpBlock_3"]["Dense_0"]["kernel"]).max() > 0

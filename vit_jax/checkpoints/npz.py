@@ -27,7 +27,7 @@ from vit_jax.checkpoints.class_names import (  # pylint: disable=unused-import
 from vit_jax.checkpoints.npz_checks import (  # pylint: disable=unused-import
     SINCOS_IMAGE_SIZE, CheckpointError, ImageSize, ImageSizeError, check_against, check_finite,
     check_image_size, expected_shapes, native_image_size, nonfinite_arrays, side_pair)
-from vit_jax.models import mixer, patch_resize, posemb, vit, zoo
+from vit_jax.models import encoder_blocks, mixer, patch_resize, posemb, vit, zoo
 
 POSEMB_KEY = npz_layout.POSEMB
 _DOWNLOAD_HINT = "fetch a released file with: python -m vit_jax.download imagenet21k/ViT-B_16"
@@ -401,7 +401,7 @@ def _params_at(flat: Dict[str, np.ndarray], module: vit.VisionTransformer,
       raise _not_square(path) from None
   check_against(flat, shapes, path, model_name)
   params = traverse_util.unflatten_dict(flat, sep="/")
-  return vit.to_scan_layout(params) if module.scan_layers else params
+  return encoder_blocks.to_scan_layout(params) if module.scan_layers else params
 
 
 IMAGE_SIZE_HELP = ("default: the checkpoint's own. Another size (each side a multiple of the "

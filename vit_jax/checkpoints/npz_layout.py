@@ -27,12 +27,12 @@ import numpy as np
 from flax import traverse_util
 
 from vit_jax.base import errors
-from vit_jax.models import resnet, vit, zoo
+from vit_jax.models import encoder_blocks, resnet, zoo
 
 Flat = Dict[str, np.ndarray]
 
 BLOCK = "Transformer/encoderblock_{}"
-_STACKED_PREFIX = f"Transformer/{vit.SCANNED_BLOCKS}/"
+_STACKED_PREFIX = f"Transformer/{encoder_blocks.SCANNED_BLOCKS}/"
 POSEMB = "Transformer/posembed_input/pos_embedding"
 _LINEN_TO_RELEASED = {
     "LayerNorm_0": "LayerNorm_0",
@@ -77,7 +77,7 @@ def _unstack_blocks(flat: Flat) -> Flat:
       raise LayoutError(f"{key} has shape {value.shape}, expected a leading depth axis of "
                         f"{depth or 'at least 1'} like the other stacked blocks")
   nested = traverse_util.unflatten_dict(flat, sep="/")
-  return traverse_util.flatten_dict(vit.to_block_layout(nested), sep="/")
+  return traverse_util.flatten_dict(encoder_blocks.to_block_layout(nested), sep="/")
 
 
 def _renumber_linen_blocks(flat: Flat) -> Flat:

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vit_jax.base import errors
-from vit_jax.models import resnet, vit
+from vit_jax.models import encoder_blocks, resnet, vit
 
 Grid = Tuple[int, int]  # tokens per (height, width)
 ATTENTION_MODULE = "MultiHeadDotProductAttention_1"
@@ -36,7 +36,7 @@ def attention_weights(module: vit.VisionTransformer, params: Any,
                             mutable=["intermediates"])
     blocks = state["intermediates"]["Transformer"]
     if module.scan_layers:  # already stacked by depth
-      return blocks[vit.SCANNED_BLOCKS][ATTENTION_MODULE]["attention_weights"][0]
+      return blocks[encoder_blocks.SCANNED_BLOCKS][ATTENTION_MODULE]["attention_weights"][0]
     return jnp.stack([blocks[f"encoderblock_{i}"][ATTENTION_MODULE]["attention_weights"][0]
                       for i in range(module.num_layers)])
   return np.asarray(collect(params, images), np.float32)

@@ -4,9 +4,9 @@ second model family.
 The parameter tree IS the released files' layout (`stem`, `MixerBlock_{i}` with
 `LayerNorm_0`, `token_mixing`, `LayerNorm_1`, `channel_mixing`, `pre_head_layer_norm`,
 `head`), so a released .npz is a plain flatten/unflatten, as for the ViT. The MLPs are
-vit.MlpBlock (tanh GELU, as flax.linen.gelu in the original code; dropout is off by default,
+encoder_blocks.MlpBlock (tanh GELU, as flax.linen.gelu in the original code; dropout is off by default,
 the original has none), so the training options of the ViT's blocks apply unchanged:
-dropout, stochastic depth (vit.drop_branch), bf16, remat, scan and FP8.
+dropout, stochastic depth (encoder_blocks.drop_branch), bf16, remat, scan and FP8.
 
 The token-mixing MLP's input width is the patch count, so a Mixer runs at the grid it was
 built for only; fine-tuning at another resolution changes the weights' shapes (see
@@ -21,14 +21,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from vit_jax.base import errors
-from vit_jax.models import vit
+from vit_jax.models import encoder_blocks, vit
 
 SCANNED_BLOCKS = "MixerBlock"  # the stacked blocks' name under scan_layers=True
 
 
 class MixerBlock(nn.Module):
   """x + TokenMLP(LN(x)^T)^T, then + ChannelMLP(LN(.)), each branch optionally dropped per
-  example (stochastic depth: depth_drop = (p, key), see vit.drop_branch)."""
+  example (stochastic depth: depth_drop = (p, key), see encoder_blocks.drop_branch)."""
   tokens_mlp_dim: int
   channels_mlp_dim: int
   dropout_rate: float = 0.0
@@ -37,19 +37,19 @@ class MixerBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x, deterministic: bool, depth_drop=None):
-    y = vit.layer_norm("LayerNorm_0", self.dtype)(x)
+    y = encoder_blocks.layer_norm("LayerNorm_0", self.dtype)(x)
     y = jnp.swapaxes(y, 1, 2)  # [B, channels, tokens]: the MLP mixes the tokens
-    y = vit.MlpBlock(self.tokens_mlp_dim, self.dropout_rate, self.dtype, self.fp8,
+    y = encoder_blocks.MlpBlock(self.tokens_mlp_dim, self.dropout_rate, self.dtype, self.fp8,
                      name="token_mixing")(y, deterministic=deterministic)
     y = jnp.swapaxes(y, 1, 2)
     if depth_drop is not None:
-      y = vit.drop_branch(self, y, depth_drop, 0, "stochastic_depth_token_mixing")
+      y = encoder_blocks.drop_branch(self, y, depth_drop, 0, "stochastic_depth_token_mixing")
     x = x + y
-    y = vit.layer_norm("LayerNorm_1", self.dtype)(x)
-    y = vit.MlpBlock(self.channels_mlp_dim, self.dropout_rate, self.dtype, self.fp8,
+    y = encoder_blocks.layer_norm("LayerNorm_1", self.dtype)(x)
+    y = encoder_blocks.MlpBlock(self.channels_mlp_dim, self.dropout_rate, self.dtype, self.fp8,
                      name="channel_mixing")(y, deterministic=deterministic)
     if depth_drop is not None:
-      y = vit.drop_branch(self, y, depth_drop, 1, "stochastic_depth_channel_mixing")
+      y = encoder_blocks.drop_branch(self, y, depth_drop, 1, "stochastic_depth_channel_mixing")
     out = x + y
     self.sow("intermediates", "block_output", out)
     return out
@@ -101,7 +101,7 @@ class MlpMixer(nn.Module):
                 name="stem")(images.astype(self.dtype))
     batch, height, width, channels = x.shape
     x = self.mix(x.reshape(batch, height * width, channels), train=train)
-    x = jnp.mean(vit.layer_norm("pre_head_layer_norm", self.dtype)(x), axis=1)
+    x = jnp.mean(encoder_blocks.layer_norm("pre_head_layer_norm", self.dtype)(x), axis=1)
     if representation or not self.num_classes:
       return x.astype(jnp.float32)
     logits = nn.Dense(self.num_classes, dtype=self.dtype, name="head",
@@ -111,17 +111,17 @@ class MlpMixer(nn.Module):
 
   def mix(self, x, *, train: bool):
     """The Mixer blocks on tokens [B, patches, C] (unrolled, or one nn.scan body)."""
-    if self.remat_policy not in vit.REMAT_POLICIES:
+    if self.remat_policy not in encoder_blocks.REMAT_POLICIES:
       raise errors.InvalidInput(f"unknown remat_policy {self.remat_policy!r}; choose one of "
-                                f"{', '.join(vit.REMAT_POLICIES)}")
+                                f"{', '.join(encoder_blocks.REMAT_POLICIES)}")
     block = ScannedMixerBlock if self.scan_layers else MixerBlock
     if self.remat_policy != "none":
-      block = nn.remat(block, policy=vit.REMAT_POLICIES[self.remat_policy],
+      block = nn.remat(block, policy=encoder_blocks.REMAT_POLICIES[self.remat_policy],
                        static_argnums=(2,), prevent_cse=not self.scan_layers)
     args = (self.tokens_mlp_dim, self.channels_mlp_dim, self.dropout_rate, self.dtype, self.fp8)
     depth_drop = ()  # in training with stochastic depth: ((rates [N], keys [N]),)
     if train and self.stochastic_depth > 0:
-      rates = vit.stochastic_depth_rates(self.stochastic_depth, self.num_blocks)
+      rates = encoder_blocks.stochastic_depth_rates(self.stochastic_depth, self.num_blocks)
       depth_drop = ((jnp.asarray(rates),
                      jax.random.split(self.make_rng("dropout"), self.num_blocks)),)
     if self.scan_layers:
@@ -174,5 +174,5 @@ def is_mixer_params(params: Any) -> bool:
 
 def released_block_layout(params: Dict[str, Any]) -> Dict[str, Any]:
   """A ViT's or a Mixer's params with scan-stacked blocks split per block (the files'
-  layout); vit.to_block_layout and to_block_layout by family."""
-  return to_block_layout(params) if is_mixer_params(params) else vit.to_block_layout(params)
+  layout); encoder_blocks.to_block_layout and to_block_layout by family."""
+  return to_block_layout(params) if is_mixer_params(params) else encoder_blocks.to_block_layout(params)

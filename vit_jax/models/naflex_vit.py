@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from vit_jax.base import errors
-from vit_jax.models import attention, vit
+from vit_jax.models import attention, encoder_blocks, vit
 
 
 def triangle_weights(out_size, in_size: int, max_out: int):
@@ -107,7 +107,7 @@ class Tokens(nn.Module):
     for i in range(self.num_layers):
       x = MaskedBlock(self.mlp_dim, self.num_heads, self.dtype, name=f"encoderblock_{i}")(
           x, mask)
-    return vit.layer_norm("encoder_norm", self.dtype)(x)
+    return encoder_blocks.layer_norm("encoder_norm", self.dtype)(x)
 
 
 class PosembTable(nn.Module):
@@ -121,20 +121,20 @@ class PosembTable(nn.Module):
 
 
 class MaskedBlock(nn.Module):
-  """vit.Encoder1DBlock's parameters, its attention blind to the padding."""
+  """encoder_blocks.Encoder1DBlock's parameters, its attention blind to the padding."""
   mlp_dim: int
   num_heads: int
   dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, inputs, mask):
-    x = vit.layer_norm("LayerNorm_0", self.dtype)(inputs)
+    x = encoder_blocks.layer_norm("LayerNorm_0", self.dtype)(inputs)
     x = attention.SelfAttention(self.num_heads, dtype=self.dtype,
                                     name="MultiHeadDotProductAttention_1")(
                                         x, deterministic=True, mask=mask)
     x = x + inputs
-    y = vit.layer_norm("LayerNorm_2", self.dtype)(x)
-    return x + vit.MlpBlock(self.mlp_dim, dtype=self.dtype, name="MlpBlock_3")(
+    y = encoder_blocks.layer_norm("LayerNorm_2", self.dtype)(x)
+    return x + encoder_blocks.MlpBlock(self.mlp_dim, dtype=self.dtype, name="MlpBlock_3")(
         y, deterministic=True)
 
 

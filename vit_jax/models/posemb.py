@@ -42,7 +42,7 @@ def resize_grid(grid, new_hw: Tuple[int, int]) -> jax.Array:
 
   The one resize of learned position embeddings, jnp so that it runs both when a file is
   loaded (vit_jax.checkpoints.npz) and inside the model for another input size
-  (vit.AddPositionEmbs): the same float32 operations in the same order, so the two give
+  (encoder_blocks.AddPositionEmbs): the same float32 operations in the same order, so the two give
   the same bits.
   """
   grid = jnp.asarray(grid, jnp.float32)

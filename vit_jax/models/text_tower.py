@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vit_jax.base import errors
-from vit_jax.models import vit
+from vit_jax.models import encoder_blocks
 
 POOLS = ("last", "first", "gap")
 BERT_LAYER_NORM_EPS = 1e-12  # flaxformer's BertBaseConfig / BertLargeConfig
@@ -59,8 +59,8 @@ class TextTransformer(nn.Module):
       raise errors.InvalidInput(f"{x.shape[1]} tokens, but this text tower takes at most "
                                 f"{self.max_len}: tokenize with max_len={self.max_len}")
     x = x + posemb[:, :x.shape[1]].astype(self.dtype)
-    options = vit.BlockOptions(self.mlp_dim, self.num_heads, dtype=self.dtype)
-    x = vit.Encoder(self.depth, options, posemb="none", name="Encoder_0")(x, train=train)
+    options = encoder_blocks.BlockOptions(self.mlp_dim, self.num_heads, dtype=self.dtype)
+    x = encoder_blocks.Encoder(self.depth, options, posemb="none", name="Encoder_0")(x, train=train)
     pooled = {"last": lambda: x[:, -1], "first": lambda: x[:, 0],
               "gap": lambda: jnp.mean(x, axis=1)}[self.pool]()
     return _head(pooled, self.num_classes, self.dtype)

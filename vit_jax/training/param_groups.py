@@ -25,7 +25,7 @@ import numpy as np
 import optax
 
 from vit_jax.base import errors
-from vit_jax.models import masked_patch_vit, mixer, vit
+from vit_jax.models import encoder_blocks, masked_patch_vit, mixer
 from vit_jax.training import sharding
 
 TRAIN, FROZEN, LATER = "train", "frozen", "frozen_until_step"  # optimizer group labels
@@ -33,7 +33,7 @@ TRAIN, FROZEN, LATER = "train", "frozen", "frozen_until_step"  # optimizer group
 HEAD_SIDE = re.compile(r"^(Transformer/encoder_norm|pre_logits|head|MAPHead_0|"
                        rf"pre_head_layer_norm|{masked_patch_vit.PREDICTION_HEAD})(/|$)")
 # A ViT's encoder blocks, or a Mixer's (vit_jax.models.mixer: `stem` is its embedding).
-_BLOCKS = rf"(?:Transformer/{vit.SCANNED_BLOCKS}|{mixer.SCANNED_BLOCKS})"
+_BLOCKS = rf"(?:Transformer/{encoder_blocks.SCANNED_BLOCKS}|{mixer.SCANNED_BLOCKS})"
 BLOCK = re.compile(rf"^{_BLOCKS}_(\d+)/")
 STACKED = re.compile(rf"^{_BLOCKS}/")
 

@@ -21,7 +21,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax.base import errors
-from vit_jax.models import mixer, vit
+from vit_jax.models import encoder_blocks, mixer
 
 AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
@@ -156,7 +156,7 @@ TENSOR_RULES = (
     (r"_mixing/Dense_1/(kernel|lora_a)$", ("tensor", None)),
 )
 # scan_layers' blocks (a ViT's, a Mixer's): depth axis first.
-STACKED_BLOCKS = re.compile(f"Transformer/{vit.SCANNED_BLOCKS}/|(^|/){mixer.SCANNED_BLOCKS}/")
+STACKED_BLOCKS = re.compile(f"Transformer/{encoder_blocks.SCANNED_BLOCKS}/|(^|/){mixer.SCANNED_BLOCKS}/")
 FSDP_MIN_SIZE = 2**16  # smaller tensors cost more to gather than they save
 
 
