@@ -12,7 +12,7 @@ from flax import traverse_util
 
 from vit_jax.base import cli, errors, no_clobber
 from vit_jax.base.console import log
-from vit_jax.checkpoints import hub, npz
+from vit_jax.checkpoints import hub, npz, npz_archive
 from vit_jax.training import lora_adapters
 
 FLAGS = flags.FLAGS
@@ -25,7 +25,7 @@ def main(argv, flag_values=FLAGS):
                          "ViT-B_16 workdir/adapters.npz merged.npz")
   base, adapters, out = hub.resolve(argv[1]), argv[2], argv[3]
   no_clobber.claim_output_file(out, "lora", flag_values.overwrite)
-  arrays = npz.read_npz(adapters)
+  arrays = npz_archive.read_npz(adapters)
   if lora_adapters.SETTINGS not in arrays:
     raise errors.InvalidInput(f"{adapters} holds no {lora_adapters.SETTINGS}: pass the "
                               "adapters.npz that a LoRA run (config.lora.rank >= 1) wrote")

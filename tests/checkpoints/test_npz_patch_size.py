@@ -8,7 +8,7 @@ import pytest
 from helpers import demo_config
 from interop_files import IMAGE, images, tiny_file
 from vit_jax import CheckpointError, load_npz
-from vit_jax.checkpoints import format_conversion, npz
+from vit_jax.checkpoints import format_conversion, npz, npz_archive
 from vit_jax.models import patch_resize, posemb
 from vit_jax.training import objectives
 
@@ -20,7 +20,7 @@ def fixture_tiny(tmp_path_factory):
 
 @pytest.mark.parametrize("patch_size,grid", [(8, 2), (2, 8)])
 def test_kernel_is_pi_resized_and_posemb_goes_to_the_new_grid(tiny, patch_size, grid):
-  file = npz.read_npz(tiny)
+  file = npz_archive.read_npz(tiny)
   module, params = load_npz(tiny, patch_size=patch_size)
   assert module.patch_size == patch_size
   np.testing.assert_array_equal(params["embedding"]["kernel"], patch_resize.pi_resize_kernel(

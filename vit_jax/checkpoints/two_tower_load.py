@@ -19,7 +19,7 @@ import numpy as np
 from flax import traverse_util
 
 from vit_jax.base import errors, storage
-from vit_jax.checkpoints import formats, npz, npz_layout, siglip_hf, two_tower_layout
+from vit_jax.checkpoints import formats, npz, npz_archive, npz_layout, siglip_hf, two_tower_layout
 from vit_jax.models import text_tower, two_tower
 
 LIT_TEXT_LENGTH = 16  # models_lit's pp.max_len for every LiT model
@@ -93,7 +93,7 @@ def _read(path: str, bert_heads: Optional[int]):
           f"{path} holds a {config.get('model_type') or 'model'} folder, not SigLIP: "
           f"two-tower folders have model_type {' or '.join(siglip_hf.KINDS)} in {config_path}")
     return siglip_hf.model_from_config(config), siglip_hf.from_hf(state, config), "hf", config
-  arrays = npz.read_npz(path)
+  arrays = npz_archive.read_npz(path)
   if not two_tower_layout.is_two_tower(arrays):
     raise npz.CheckpointError(f"{path} is not a two-tower (LiT / SigLIP) file: it has "
                               f"{npz_layout.describe(arrays)}; for a ViT use load_npz")
