@@ -121,10 +121,10 @@ def mixer_rows(timm) -> Dict[str, List[Dict[str, str]]]:
   return rows
 
 
-def mixer_architectures(timm) -> Dict[str, Dict[str, Any]]:
-  """{timm mlp_mixer architecture: {'act_layer', 'refused'}}: the original's MlpMixer
-  sizes are computed; gMixer, ResMLP, gMLP blocks are refused, naming their arguments."""
-  mm = timm.models.mlp_mixer
+def _builder_arguments(timm, module_name: str, factory: str):
+  """(model name, the keyword arguments its builder passes to `factory`) for each model of
+  timm.models.<module_name>, captured by standing in for the factory: no model is built."""
+  module = getattr(timm.models, module_name)
 
   class Captured(Exception):
     pass
@@ -132,22 +132,26 @@ def mixer_architectures(timm) -> Dict[str, Dict[str, Any]]:
   def capture(variant, pretrained=False, **kwargs):
     raise Captured(kwargs)
 
-  found = {}
-  original = mm._create_mixer  # pylint: disable=protected-access
-  mm._create_mixer = capture  # pylint: disable=protected-access
+  original = getattr(module, factory)
+  setattr(module, factory, capture)
   try:
-    for name in timm.models.list_models(module="mlp_mixer"):
+    for name in timm.models.list_models(module=module_name):
       try:
-        getattr(mm, name)(pretrained=False)
+        getattr(module, name)(pretrained=False)
       except Captured as e:
-        kwargs = e.args[0]
-      else:
-        continue
-      other = sorted(set(kwargs) - MIXER_ARGS)
-      found[name] = {"act_layer": None, "refused": ", ".join(
-          f"{k}={_describe(kwargs[k])}" for k in other) or None}
+        yield name, e.args[0]
   finally:
-    mm._create_mixer = original  # pylint: disable=protected-access
+    setattr(module, factory, original)
+
+
+def mixer_architectures(timm) -> Dict[str, Dict[str, Any]]:
+  """{timm mlp_mixer architecture: {'act_layer', 'refused'}}: the original's MlpMixer
+  sizes are computed; gMixer, ResMLP, gMLP blocks are refused, naming their arguments."""
+  found = {}
+  for name, kwargs in _builder_arguments(timm, "mlp_mixer", "_create_mixer"):
+    other = sorted(set(kwargs) - MIXER_ARGS)
+    found[name] = {"act_layer": None, "refused": ", ".join(
+        f"{k}={_describe(kwargs[k])}" for k in other) or None}
   return found
 
 
@@ -184,34 +188,16 @@ def architectures(timm) -> Dict[str, Dict[str, Any]]:
   """{timm architecture: {'act_layer': ..., 'refused': reason or None}} for its plain
   VisionTransformer builders (their arguments, captured without building a model) and the
   ResNetV2 hybrids timm_layout maps."""
-  vt = timm.models.vision_transformer
-
-  class Captured(Exception):
-    pass
-
-  def capture(variant, pretrained=False, **kwargs):
-    raise Captured(kwargs)
-
   found = {}
-  original = vt._create_vision_transformer  # pylint: disable=protected-access
-  vt._create_vision_transformer = capture  # pylint: disable=protected-access
-  try:
-    for name in timm.models.list_models(module="vision_transformer"):
-      try:
-        getattr(vt, name)(pretrained=False)
-      except Captured as e:
-        kwargs = e.args[0]
-      else:
-        continue
-      other = sorted(k for k, v in kwargs.items()
-                     if k not in COMPUTED_ARGS or (k == "qkv_bias" and v is not True))
-      act = _describe(kwargs.get("act_layer"))
-      reasons = [f"{k}={_describe(kwargs[k])}" for k in other]
-      if act not in ACTIVATIONS:
-        reasons.insert(0, f"act_layer={act}")
-      found[name] = {"act_layer": act, "refused": ", ".join(reasons) or None}
-  finally:
-    vt._create_vision_transformer = original  # pylint: disable=protected-access
+  for name, kwargs in _builder_arguments(timm, "vision_transformer",
+                                         "_create_vision_transformer"):
+    other = sorted(k for k, v in kwargs.items()
+                   if k not in COMPUTED_ARGS or (k == "qkv_bias" and v is not True))
+    act = _describe(kwargs.get("act_layer"))
+    reasons = [f"{k}={_describe(kwargs[k])}" for k in other]
+    if act not in ACTIVATIONS:
+      reasons.insert(0, f"act_layer={act}")
+    found[name] = {"act_layer": act, "refused": ", ".join(reasons) or None}
   for name in timm.models.list_models(module="vision_transformer_hybrid"):
     known = name.rsplit("_", 1)[0] in _HYBRIDS or name == "vit_base_r26_s32_224"
     found[name] = {"act_layer": None, "refused": None if known else
