@@ -16,7 +16,7 @@ conversion's output): anything else is refused unless --overwrite.
 from absl import flags
 
 from vit_jax.base import cli, no_clobber
-from vit_jax.checkpoints import format_conversion, hub, two_tower_convert, two_tower_names
+from vit_jax.checkpoints import format_conversion, hub, two_tower_convert, two_tower_open
 
 FLAGS = flags.FLAGS
 
@@ -26,18 +26,18 @@ def main(argv, flag_values=FLAGS):
   if len(argv) != 3:
     raise cli.UsageError("pass SRC and DST, e.g. python -m vit_jax.convert params.npz "
                          "out/ --to=hf")
-  if argv[1] in two_tower_names.NAMES:
-    argv[1] = two_tower_names.fetch(argv[1])
-  src = hub.resolve(argv[1])
-  if two_tower_convert.is_source(src):  # LiT / SigLIP: .npz (big_vision's layout) or hf
+  src = hub.resolve(two_tower_open.local_checkpoint(argv[1]))
+  if two_tower_open.is_two_tower(src):  # LiT / SigLIP: .npz (big_vision's layout) or hf
     to = flag_values.to or ("npz" if argv[2].endswith(".npz") else "hf")
     print("\n".join(two_tower_convert.convert_two_tower(src, argv[2], to=to,
                                                         overwrite=flag_values.overwrite)))
     return
   lines = format_conversion.convert(src, argv[2], to=flag_values.to,
-                          model_name=flag_values.model, pre_logits=flag_values.pre_logits,
-                          image_size=flag_values.image_size, patch_size=flag_values.patch_size,
-                          overwrite=flag_values.overwrite)
+                                   model_name=flag_values.model,
+                                   pre_logits=flag_values.pre_logits,
+                                   image_size=flag_values.image_size,
+                                   patch_size=flag_values.patch_size,
+                                   overwrite=flag_values.overwrite)
   print("\n".join(lines))
 
 

@@ -8,30 +8,13 @@ import os
 import shutil
 from typing import List
 
-import numpy as np
 from flax import traverse_util
 
 from vit_jax.base import errors, no_clobber, storage
-from vit_jax.checkpoints import format_conversion, siglip_hf, two_tower_layout, two_tower_load
+from vit_jax.checkpoints import format_conversion, siglip_hf, two_tower_load
 
 KIND = format_conversion.KIND
 TARGETS = ("npz", "hf")
-
-
-def is_source(path: str) -> bool:
-  """Whether path holds a two-tower model (an HF SigLIP folder or a two-tower .npz)."""
-  config = os.path.join(path, "config.json")
-  if os.path.isdir(path):
-    if not os.path.isfile(config):
-      return False
-    return json.loads(storage.read_text(config)).get("model_type") in siglip_hf.KINDS
-  if not (path.endswith(".npz") and os.path.isfile(path)):
-    return False
-  try:
-    with np.load(path, allow_pickle=False) as archive:  # the names only, no arrays read
-      return two_tower_layout.is_two_tower(dict.fromkeys(archive.files))
-  except (OSError, ValueError):
-    return False  # not a readable .npz: the ViT path says why
 
 
 def _tokenizer_name(tokenizer: str, to: str, dst: str) -> str:
