@@ -16,6 +16,7 @@ file is refused unless pre_logits is 'drop' (convert the encoder as a feature ex
 without that layer and the head that reads it, as timm does with those files) or, for hf,
 'pooler' (ViTModel, whose pooler is exactly that layer: its pooler_output is our
 representation; the head is not written).
+MLP-Mixers (convert_mixer) go to npz or to timm's MlpMixer; transformers has no Mixer.
 A sincos2d model becomes a learned table of the same values (neither library has the
 fixed embedding); timm and HF outputs are float32.
 """
@@ -29,7 +30,8 @@ import numpy as np
 from flax import traverse_util
 
 from vit_jax.base import errors, no_clobber, storage
-from vit_jax.checkpoints import formats, hf_layout, npz, timm_layout, torch_layout
+from vit_jax.checkpoints import (formats, hf_layout, mixer_npz, mixer_timm, npz, timm_layout,
+                                 torch_layout)
 from vit_jax.models import posemb, vit, zoo
 
 TARGETS = ("npz", "timm", "hf")
@@ -67,11 +69,13 @@ class Source:
 
 
 def read_source(path: str, model_name: Optional[str] = None,
-                image_size: Optional[int] = None, patch_size: Optional[int] = None) -> Source:
-  """The checkpoint at `path`, for `image_size` px (default: the file's own; 224 for
-  sincos2d) and `patch_size` (default: the file's; another is PI-resized as load_npz
-  does): a learned position embedding is resized as load_npz resizes it."""
-  checkpoint = npz.read_checkpoint(path, model_name=model_name)
+                image_size: Optional[int] = None, patch_size: Optional[int] = None,
+                arrays: Optional[Dict[str, np.ndarray]] = None) -> Source:
+  """The checkpoint at `path` (its arrays if already read), for `image_size` px (default:
+  the file's own; 224 for sincos2d) and `patch_size` (default: the file's; another is
+  PI-resized as load_npz does): a learned position embedding is resized as load_npz
+  resizes it."""
+  checkpoint = npz.read_checkpoint(path, model_name=model_name, arrays=arrays)
   module = npz.check_checkpoint(checkpoint, path, model_name)
   native = checkpoint.image_size(module)
   if patch_size is not None:
@@ -189,30 +193,36 @@ def write_timm(source: Source, flat: Dict[str, np.ndarray], classes: Optional[in
     state = torch_layout.to_torch(flat, timm_layout.rules(arch.resnet_stages == ()), "timm")
   except (timm_layout.Unsupported, torch_layout.LayoutMismatch) as e:
     raise ConversionError(f"no timm model computes this one: {e}") from None
+  lines = _write_timm_files(state, name, args, source.image_size, arch.hidden_size, dst)
+  if arch.resnet_stages is not None:
+    lines.append("note: timm's hybrid stem standardises conv kernels and normalises groups "
+                 "with other epsilons than the original code: logits agree to ~1e-4 relative "
+                 "(R50+B/16), not to float32 precision")
+  return lines
+
+
+def _write_timm_files(state: Dict[str, np.ndarray], name: str, args: Dict[str, Any],
+                      image_size: Tuple[int, int], num_features: int, dst: str) -> List[str]:
+  """timm's weights and config (a folder for local-dir:, or one .safetensors file with the
+  config in its metadata); the lines that say how to load them."""
   # timm keeps a pretrained head only if the pretrained config has the model's class count.
-  pretrained_cfg = {"num_classes": args["num_classes"], "input_size": [3, *source.image_size],
+  pretrained_cfg = {"num_classes": args["num_classes"], "input_size": [3, *image_size],
                     "interpolation": "bilinear", "crop_pct": 1.0, **NORMALIZE}
   config = {"architecture": name, "model_args": args}
   if dst.lower().endswith(formats.SAFETENSORS):
     write_safetensors(state, dst, {formats.TIMM_METADATA: json.dumps(config)})
     loads = _call("timm.create_model", name, pretrained=True,
                   pretrained_cfg_overlay=dict(file=dst, **pretrained_cfg), **args)
-    lines = [f"wrote timm {name} weights to {dst}", f"load with: {loads}"]
-  else:
-    write_safetensors(state, os.path.join(dst, WEIGHTS))
-    _write_json({**config, "num_classes": args["num_classes"], "num_features": arch.hidden_size,
-                 "global_pool": args["global_pool"], "pretrained_cfg": {
-                     **pretrained_cfg, "crop_mode": "center", "fixed_input_size": True,
-                     "classifier": "head"}},
-                os.path.join(dst, formats.CONFIG))
-    lines = [f"wrote timm {name} to {dst}/ ({WEIGHTS}, {formats.CONFIG})",
-             f"load with: timm.create_model('local-dir:{dst}', pretrained=True)",
-             f"which is: {_call('timm.create_model', name, **args)} + these weights"]
-  if arch.resnet_stages is not None:
-    lines.append("note: timm's hybrid stem standardises conv kernels and normalises groups "
-                 "with other epsilons than the original code: logits agree to ~1e-4 relative "
-                 "(R50+B/16), not to float32 precision")
-  return lines
+    return [f"wrote timm {name} weights to {dst}", f"load with: {loads}"]
+  write_safetensors(state, os.path.join(dst, WEIGHTS))
+  _write_json({**config, "num_classes": args["num_classes"], "num_features": num_features,
+               "global_pool": args.get("global_pool", "avg"), "pretrained_cfg": {
+                   **pretrained_cfg, "crop_mode": "center", "fixed_input_size": True,
+                   "classifier": "head"}},
+              os.path.join(dst, formats.CONFIG))
+  return [f"wrote timm {name} to {dst}/ ({WEIGHTS}, {formats.CONFIG})",
+          f"load with: timm.create_model('local-dir:{dst}', pretrained=True)",
+          f"which is: {_call('timm.create_model', name, **args)} + these weights"]
 
 
 def write_hf(source: Source, flat: Dict[str, np.ndarray], classes: Optional[int],
@@ -250,6 +260,43 @@ def _class_names(src: str, source: Source) -> Optional[List[str]]:
   return names if names is not None and len(names) == source.checkpoint.num_classes else None
 
 
+def convert_mixer(src: str, arrays: Dict[str, np.ndarray], dst: str, to: str, *,
+                  model_name: Optional[str], image_size: Optional[int],
+                  patch_size: Optional[int], pre_logits: Optional[str],
+                  overwrite: bool) -> List[str]:
+  """convert() for an MLP-Mixer (its arrays read, dst checked): to our .npz or to timm's
+  MlpMixer (transformers has none); image_size resizes the token-mixing MLPs as load_npz
+  does (vit_jax.models.mixer_resize)."""
+  if to == "hf":
+    raise ConversionError(f"{src} is an MLP-Mixer, and Hugging Face transformers has no "
+                          "Mixer model: convert it with --to=timm or to an .npz")
+  if pre_logits:
+    raise ConversionError(f"{src} is an MLP-Mixer, which has no pre_logits layer: leave "
+                          "--pre_logits out")
+  module, params = mixer_npz.load(arrays, src, image_size=image_size, model_name=model_name,
+                                  patch_size=patch_size,
+                                  num_classes=None if "head/kernel" in arrays else 0)
+  size = mixer_npz.native_image_size(module, params)
+  lines = [f"read {src}: {zoo.find_name(mixer_npz.infer(arrays, src)[0]) or 'a Mixer'}, "
+           f"{module.num_classes or 'no'} classes, {size[0]}x{size[1]} px"]
+  if to == "npz":
+    names = None if formats.is_foreign(src) else npz.read_class_names(src)
+    npz.save_npz(params, dst, class_names=names if module.num_classes else None)
+    return lines + [f"wrote {dst} (released .npz layout)"]
+  try:
+    name, args = mixer_timm.model_name_and_args(module, size, module.num_classes)
+  except timm_layout.Unsupported as e:
+    raise ConversionError(f"no timm model computes {src}: {e}") from None
+  if not writes_one_file(dst, to):
+    no_clobber.claim_output_dir(dst, KIND, overwrite)
+  flat = traverse_util.flatten_dict(params, sep="/")
+  state = mixer_timm.to_timm({k: np.asarray(v) for k, v in flat.items()})
+  return lines + _write_timm_files(state, name, args, size, module.hidden_dim, dst) + [
+      "note: timm's MlpMixer computes the exact GELU unless told otherwise; the original "
+      "code (and Google's weights) use the tanh GELU: pass "
+      f"{mixer_timm.TANH_GELU_ARGUMENT} to timm.create_model for the same function"]
+
+
 def convert(src: str, dst: str, *, to: Optional[str] = None, model_name: Optional[str] = None,
             pre_logits: Optional[str] = None, image_size: Optional[int] = None,
             patch_size: Optional[int] = None, overwrite: bool = False) -> List[str]:
@@ -272,7 +319,11 @@ def convert(src: str, dst: str, *, to: Optional[str] = None, model_name: Optiona
       no_clobber.claim_output_file(dst, KIND, overwrite)
     else:
       no_clobber.check_output_dir(dst, KIND, overwrite)
-    source = read_source(src, model_name, image_size, patch_size)
+    arrays = npz.read_arrays(src)
+    if mixer_npz.holds_mixer(arrays):
+      return convert_mixer(src, arrays, dst, to, model_name=model_name, image_size=image_size,
+                           patch_size=patch_size, pre_logits=pre_logits, overwrite=overwrite)
+    source = read_source(src, model_name, image_size, patch_size, arrays)
     lines = [f"read {src}: {source.summary()}"]
     names = _class_names(src, source)
     if to == "npz":  # a multi-label head stays one (only our .npz files record it)
