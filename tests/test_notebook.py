@@ -39,6 +39,9 @@ def test_notebook_runs_offline(tmp_path, monkeypatch):
   assert [true for true, _ in classified] == [str(d) for d in range(10)]
   assert sum(true == predicted for true, predicted in classified) >= 6, printed
   assert "25-shot accuracy" in printed
+  # The Mixer from scratch beside it (configs/mixer_demo.py's model, the same 200 steps).
+  mixer = re.search(r"MlpMixer: test accuracy ([\d.]+) after 200 steps; (\d+) of 10", printed)
+  assert mixer and float(mixer.group(1)) >= 0.85, printed  # 0.97 measured
   images = [o for cell in notebook.cells if cell.cell_type == "code"
             for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
   assert len(images) == 4  # the four figures are displayed

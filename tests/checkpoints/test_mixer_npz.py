@@ -92,3 +92,11 @@ def test_a_feature_extractor_saves_no_head(saved, tmp_path):
   with pytest.raises(CheckpointError, match="has no head: pass num_classes"):
     load_npz(str(tmp_path / "features.npz"))
   assert load_npz(str(tmp_path / "features.npz"), num_classes=2)[0].num_classes == 2
+
+
+def test_native_image_size_is_the_token_mixing_grid(saved, tmp_path):
+  """npz.native_image_size (which predict.classify and the notebook call) reads a Mixer's
+  size off its token-mixing MLPs, also after loading at a larger size widened them."""
+  module, params, path = saved
+  assert npz.native_image_size(module, params) == IMAGE
+  assert npz.native_image_size(*load_npz(path, image_size=2 * IMAGE)) == 2 * IMAGE

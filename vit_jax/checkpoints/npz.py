@@ -18,12 +18,12 @@ from flax import traverse_util
 
 from vit_jax.base import console, errors, storage
 from vit_jax.checkpoints import class_names as class_names_lib
-from vit_jax.checkpoints import formats, mixer_npz, npz_archive, npz_layout
+from vit_jax.checkpoints import formats, mixer_npz, npz_archive, npz_checks, npz_layout
 from vit_jax.checkpoints.class_names import (  # pylint: disable=unused-import
     read_class_names, read_multi_label)
 from vit_jax.checkpoints.npz_checks import (  # pylint: disable=unused-import
     SINCOS_IMAGE_SIZE, CheckpointError, ImageSize, ImageSizeError, check_against, check_finite,
-    check_image_size, expected_shapes, native_image_size, nonfinite_arrays, side_pair)
+    check_image_size, expected_shapes, nonfinite_arrays, side_pair)
 from vit_jax.models import encoder_blocks, mixer, patch_resize, posemb, vit, zoo
 
 POSEMB_KEY = npz_layout.POSEMB
@@ -100,9 +100,17 @@ class Checkpoint:
     """The (height, width) the file's position embedding was made for (square grids)."""
     if module.posemb == "sincos2d":
       return SINCOS_IMAGE_SIZE, SINCOS_IMAGE_SIZE
-    side = native_image_size(module, {"Transformer": {"posembed_input": {
+    side = npz_checks.native_image_size(module, {"Transformer": {"posembed_input": {
         "pos_embedding": self.flat[POSEMB_KEY]}}})
     return side, side
+
+
+def native_image_size(module, params) -> int:
+  """The input side a model's params were made for: a ViT's position table's (224, 384,
+  ...; sincos2d: SINCOS_IMAGE_SIZE), a Mixer's token-mixing width's (its square grid)."""
+  if isinstance(module, mixer.MlpMixer):
+    return mixer_npz.native_image_size(module, params)[0]
+  return npz_checks.native_image_size(module, params)
 
 
 def read_arrays(path: str) -> Dict[str, np.ndarray]:
