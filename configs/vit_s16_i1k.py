@@ -20,24 +20,14 @@ Slice: planned for a v3-8 (128 images per core; benchmarks/RESULTS.md, issue 40)
   python -m vit_jax.plan --config=configs/vit_s16_i1k.py --tpu=v3-8
 """
 
-import re
-
 from vit_jax.training import config_defaults
 
-TRAIN_EXAMPLES = 1_268_355  # train[:99%] of ImageNet's 1,281,167
 BATCH = 1024
 
 
 def get_config(arg="90ep"):
-  epochs = re.fullmatch(r"(\d+)ep", str(arg).strip())
-  if not epochs or int(epochs[1]) < 1:
-    raise ValueError(f"configs/vit_s16_i1k.py takes the epochs as NNNep (e.g. "
-                     f"--config=configs/vit_s16_i1k.py:300ep), got {arg!r}")
-  config = config_defaults.with_dataset(config_defaults.get_config(), "imagenet2012")
-  config.evals.minival = {"dataset": "imagenet2012", "split": "train[99%:]",
-                          "metric": "accuracy", "optional": False}
+  config = config_defaults.imagenet_from_scratch(arg, "configs/vit_s16_i1k.py", BATCH)
   config.model_name = "ViT-S_16"
-  config.pretrained = None
   config.model.classifier = "gap"
   config.model.posemb = "sincos2d"
   config.model.representation_size = 384
@@ -45,7 +35,6 @@ def get_config(arg="90ep"):
   config_defaults.big_vision_from_scratch(config, base_lr=1e-3, weight_decay=0.1, batch=BATCH)
   config.pp.randaug = (2, 10)
   config.pp.mixup_alpha = 0.2
-  config.total_steps = TRAIN_EXAMPLES * int(epochs[1]) // BATCH
   config.eval_every = 2_500
   config.checkpoint_every = 1_000
   return config

@@ -44,8 +44,8 @@ def test_predict_at_its_size_and_at_twice_it(mixer_file):
       "multiples of it (4x4, 8x8, 12x12, ...): pick an image size that gives one"]
 
 
-def test_visualize_and_convert_refuse_a_mixer_in_one_line(mixer_file, tmp_path, monkeypatch,
-                                                          capsys):
+def test_visualize_and_convert_to_timm_refuse_a_tiny_mixer_in_one_line(mixer_file, tmp_path,
+                                                                      monkeypatch, capsys):
   path, image = mixer_file
   values = flags.FlagValues()  # visualize's main reads the module's FLAGS (test_visualize)
   visualize.define_flags(values)
@@ -57,9 +57,9 @@ def test_visualize_and_convert_refuse_a_mixer_in_one_line(mixer_file, tmp_path, 
       f"error: {path} is an MLP-Mixer: it has no attention or position embedding to draw "
       "(visualize takes ViTs); python -m vit_jax.predict runs it"]
   assert not (tmp_path / "v").exists()
-  done = run_in_process(convert_command, path, tmp_path / "t", "--to=timm")
-  assert done.returncode == 1 and "is an MLP-Mixer checkpoint; this takes ViT" in done.stderr
-  assert len(done.stderr.strip().splitlines()) == 1
+  done = run_in_process(convert_command, path, tmp_path / "t", "--to=timm")  # a tiny Mixer
+  assert done.returncode == 1 and "timm registers Mixers S, B and L" in done.stderr
+  assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "t").exists()
 
 
 @pytest.mark.parametrize("to", ["stablehlo", "onnx"])

@@ -70,3 +70,24 @@ def test_mixer_configs_are_the_originals_recipe():
   assert load_module("mixer_b16.py").get_config() == config
   pets = load_module("mixer_l16.py").get_config("oxford_iiit_pet")
   assert (pets.model_name, pets.dataset, pets.pp.crop) == ("Mixer-L_16", "oxford_iiit_pet", 224)
+
+
+def test_mixer_pretraining_config_is_big_vision_s_mlp_mixer_i1k():
+  """configs/mixer_b16_i1k.py: big_vision's configs/mlp_mixer_i1k.py (the Mixer paper's
+  ImageNet recipe), its wd mapped as for the AugReg configs (1e-4 / lr 1e-3 = 0.1)."""
+  module = load_module("mixer_b16_i1k.py")
+  config = module.get_config()
+  assert (config.model_name, config.pretrained, config.dataset) == (
+      "Mixer-B_16", None, "imagenet2012")
+  assert (config.model.stochastic_depth, config.model.head_bias_init, config.loss) == (
+      0.1, -6.9, "sigmoid_xent")
+  assert (config.batch, config.pp.crop, config.pp.randaug, config.pp.mixup_alpha) == (
+      4096, 224, (2, 15), 0.5)
+  assert (config.optimizer, config.optim_dtype, config.base_lr, config.weight_decay) == (
+      "adam", "float32", 0.001, 0.1)
+  assert (config.warmup_steps, config.decay_type, config.linear_end, config.grad_norm_clip) == (
+      10_000, "linear", 1e-5, 1.0)
+  assert (config.train_split, config.evals.minival.split) == ("train[:99%]", "train[99%:]")
+  assert config.total_steps == 1_268_355 * 300 // 4096
+  assert module.get_config("60ep").total_steps == 1_268_355 * 60 // 4096
+  assert not {"hidden_size", "num_layers"} & set(config.model)  # the Mixer's own sizes

@@ -10,6 +10,8 @@ cosine decay with 500 warm-up steps, 384 px. Key names follow the reference
 vision_transformer configs where they exist.
 """
 
+import re
+
 import ml_collections
 
 from vit_jax.base import config_checks
@@ -307,6 +309,25 @@ def mixer_demo_config(dataset: str = None) -> ml_collections.ConfigDict:
   for key in ("hidden_size", "mlp_dim", "num_heads", "num_layers"):
     del config.model[key]
   config.model.update(hidden_dim=64, num_blocks=4, tokens_mlp_dim=32, channels_mlp_dim=128)
+  return config
+
+
+I1K_TRAIN_EXAMPLES = 1_268_355  # train[:99%] of ImageNet's 1,281,167
+
+
+def imagenet_from_scratch(epochs_arg, config_file: str, batch: int) -> ml_collections.ConfigDict:
+  """big_vision's ImageNet-1k from-scratch setting (configs/vit_s16_i1k.py,
+  configs/mixer_b16_i1k.py): train[:99%] for the epochs `epochs_arg` names ("90ep") as steps
+  at `batch`, minival on train[99%:] beside the validation set, no pretrained file."""
+  epochs = re.fullmatch(r"(\d+)ep", str(epochs_arg).strip())
+  if not epochs or int(epochs[1]) < 1:
+    raise ValueError(f"{config_file} takes the epochs as NNNep (e.g. "
+                     f"--config={config_file}:300ep), got {epochs_arg!r}")
+  config = with_dataset(get_config(), "imagenet2012")
+  config.evals.minival = {"dataset": "imagenet2012", "split": "train[99%:]",
+                          "metric": "accuracy", "optional": False}
+  config.pretrained = None
+  config.total_steps = I1K_TRAIN_EXAMPLES * int(epochs[1]) // batch
   return config
 
 
