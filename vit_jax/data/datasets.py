@@ -60,8 +60,10 @@ class Dataset:
                             class_counts(train, len(class_names)))
 
   def fingerprints(self) -> dict:
-    """{'train': ..., 'eval': ...}: what each split holds (vit_jax.data.fingerprint)."""
-    return {name: fingerprint.of_split(split)
+    """{'train': ..., 'eval': ...}: what each split holds (vit_jax.data.fingerprint), and
+    the NaFlex patch budget it is read at."""
+    budget = self.pp.get("max_patches")
+    return {name: fingerprint.with_budget(fingerprint.of_split(split), budget)
             for name, split in (("train", self.train), ("eval", self.eval)) if split is not None}
 
 
