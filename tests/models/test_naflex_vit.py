@@ -11,7 +11,7 @@ from torch_libraries import (  # noqa: F401  # pylint: disable=unused-import
     declare_missing_torchvision_ops, fixture_torch)
 from vit_jax.base import errors
 from vit_jax.checkpoints import siglip_hf
-from vit_jax.models import naflex_vit
+from vit_jax.models import naflex_vit, posemb
 
 PATCH, BUDGET = 4, 24
 SHAPES = [(4, 6), (6, 2), (3, 3)]  # rows x columns of patches; 24, 12 and 9 of 24 real
@@ -26,8 +26,8 @@ def fixture_transformers(torch):
 @pytest.mark.parametrize("rows,cols", [(16, 16), (5, 30), (24, 3), (7, 9), (1, 1)])
 def test_triangle_weights_equal_torch_antialiased_bilinear(torch, rows, cols):
   grid = np.random.default_rng(0).standard_normal((16, 16, 3)).astype(np.float32)
-  ours = np.einsum("ia,jb,abd->ijd", naflex_vit.triangle_weights(rows, 16, rows),
-                   naflex_vit.triangle_weights(cols, 16, cols), grid)
+  ours = np.einsum("ia,jb,abd->ijd", posemb.triangle_weights(rows, 16, rows),
+                   posemb.triangle_weights(cols, 16, cols), grid)
   reference = torch.nn.functional.interpolate(
       torch.tensor(grid.transpose(2, 0, 1))[None], size=(rows, cols), mode="bilinear",
       align_corners=False, antialias=True)[0].numpy().transpose(1, 2, 0)

@@ -64,9 +64,9 @@ def num_classes_of(config: ml_collections.ConfigDict) -> int:
     raise
 
 
-def _abstract(spec: batch_spec.Spec, placed) -> Dict[str, jax.ShapeDtypeStruct]:
-  return {name: jax.ShapeDtypeStruct(shape, dtype, sharding=placed)
-          for name, (shape, dtype) in spec.items()}
+def _abstract(spec: batch_spec.Spec, placed) -> Dict[str, Any]:
+  return batch_spec.map_arrays(
+      lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=placed), spec)
 
 
 @dataclasses.dataclass
@@ -92,8 +92,10 @@ def build_programs(config: ml_collections.ConfigDict, mesh, num_classes: int) ->
                        run.abstract_state, run.state_shardings)
   batches, replicated = run.batch_sharding, run.replicated
   rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
-  train_batch = _abstract(batch_spec.train_batch(config, num_classes, config.batch), batches)
-  eval_batch = _abstract(batch_spec.eval_batch(config, config.batch_eval), batches)
+  patch = getattr(module, "patch_size", None)  # NaFlex batches' patches
+  train_batch = _abstract(batch_spec.train_batch(config, num_classes, config.batch, patch),
+                          batches)
+  eval_batch = _abstract(batch_spec.eval_batch(config, config.batch_eval, patch), batches)
   eval_step = classification_eval.jit_eval_step(objective.make_eval_step(run.module, config),
                                                 mesh)  # as the loop evaluates it (LoRA's)
   update = jax.jit(update_step.make_apply_gradients(run.optimizer, config),
