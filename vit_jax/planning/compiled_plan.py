@@ -247,7 +247,8 @@ def model_flops_per_image(config, num_classes: int) -> Optional[float]:
   """Analytic matmul FLOPs of one forward pass (vit_jax.planning.throughput); None for hybrids."""
   from vit_jax.planning import throughput  # pylint: disable=import-outside-toplevel
   module = zoo.model_from_config(config, num_classes=num_classes)
-  return throughput.forward_flops_per_image(module, config.pp.crop)
+  return throughput.forward_flops_per_image(module, config.pp.crop,
+                                            config.pp.get("max_patches"))
 
 
 def _speed(step_cost: Optional[dict], batch: int, model_flops: Optional[float],
@@ -321,7 +322,8 @@ def plan_steps(config: ml_collections.ConfigDict, target: compiler_readings.Targ
       "slice": target.name, "devices": target.num_devices, "chips": target.chips,
       "cores": target.cores, "hosts": hosts, "device_kind": target.devices[0].device_kind,
       "mesh": dict(mesh.shape), "model": config.model_name, "num_classes": num_classes,
-      "image_size": config.pp.crop, "dtype": config.dtype, "batch": config.batch,
+      "image_size": config.pp.crop, "max_patches": config.pp.get("max_patches"),
+      "dtype": config.dtype, "batch": config.batch,
       "accum_steps": config.accum_steps, "per_device_batch": config.batch // parallel,
       "per_device_micro_batch": config.batch // config.accum_steps // parallel,
       "batch_eval": config.batch_eval, "per_device_eval_batch": config.batch_eval // parallel,
