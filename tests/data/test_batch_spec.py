@@ -24,3 +24,19 @@ def test_the_spec_is_what_the_loaders_feed(loader, mixup_alpha):
   assert as_spec(train) == batch_spec.train_batch(config, num_classes, 8)
   evaluated = next(iter(dataset.eval_batches(batch_size=8, process_index=0, process_count=1)))
   assert as_spec(evaluated) == batch_spec.eval_batch(config, 8)
+
+
+def test_a_naflex_spec_nests_patches_mask_and_grid():
+  """pp.max_patches: the image is {'patches', 'mask', 'grid'} at the budget and the model's
+  patch size (the loaders' side is held to it above once they produce NaFlex batches)."""
+  config = config_defaults.demo_config()
+  config.pp.max_patches = 36
+  image = {"patches": ((4, 36, 4 * 4 * 3), np.dtype(np.float32)),
+           "mask": ((4, 36), np.dtype(np.int32)), "grid": ((4, 2), np.dtype(np.int32))}
+  assert batch_spec.train_batch(config, 10, 4, patch_size=4) == {
+      "image": image, "label": ((4,), np.dtype(np.int32))}
+  assert batch_spec.eval_batch(config, 4, patch_size=4)["image"] == image
+  zeros = batch_spec.map_arrays(np.zeros, batch_spec.eval_batch(config, 4, patch_size=4))
+  assert zeros["image"]["grid"].dtype == np.int32 and zeros["mask"].shape == (4,)
+  with pytest.raises(ValueError, match="patch size"):
+    batch_spec.train_batch(config, 10, 4)
