@@ -159,9 +159,12 @@ def naflex_config(root, loader, **pp):
 
 
 def test_naflex_eval_batches_equal_tf_data_on_mixed_aspect_ratios(mixed_aspect):
-  batches = {loader: list(loaders.open_dataset(naflex_config(mixed_aspect, loader),
-                                               NAFLEX_PATCH).eval_batches(
-      batch_size=8, process_index=0, process_count=1)) for loader in ("tf", "grain")}
+  opened = {loader: loaders.open_dataset(naflex_config(mixed_aspect, loader), NAFLEX_PATCH)
+            for loader in ("tf", "grain")}
+  assert opened["tf"].fingerprints() == opened["grain"].fingerprints()
+  assert opened["grain"].fingerprints()["train"]["max_patches"] == 24  # a resume sees it
+  batches = {loader: list(dataset.eval_batches(batch_size=8, process_index=0, process_count=1))
+             for loader, dataset in opened.items()}
   assert len(batches["grain"]) == len(batches["tf"]) == 2
   for ours, theirs in zip(batches["grain"], batches["tf"]):
     for key in ("label", "mask"):
