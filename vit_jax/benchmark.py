@@ -15,7 +15,8 @@ Compile time is excluded from the step times and reported on its own. MFU divide
 model FLOPs (analytic, cross-checked with XLA's cost analysis) by a peak measured on the
 spot with a large matmul in the same dtype (or --peak_tflops).
 
-Table columns: compile_s (compile time), median_s / min_s / max_s (step time over the timed
+Table columns: size (the crop in px; NaFlex, config.pp.max_patches: the patch budget, 576p,
+every patch of it real), compile_s (compile time), median_s / min_s / max_s (step time over the timed
 steps), img/s (batch / median step, all devices) and img/s/dev (per device), GFLOP (model
 FLOPs per image: 3x the forward for training; XLA's count, also in the JSON as
 xla_gflop_per_image, for hybrids), MFU, MiB/dev (device memory: arguments, outputs and
@@ -75,7 +76,8 @@ def _key_columns(model, mode, size, batch, dtype) -> str:
 
 
 def format_row(r: dict) -> str:
-  return " ".join([_key_columns(r["model"], r["mode"], r["image_size"], r["batch"], r["dtype"])]
+  size = f"{r['max_patches']}p" if r.get("max_patches") else r["image_size"]  # NaFlex: budget
+  return " ".join([_key_columns(r["model"], r["mode"], size, r["batch"], r["dtype"])]
                   + [f"{_number(r[key], spec):>{width}}" for _, key, spec, width in COLUMNS])
 
 
@@ -267,7 +269,9 @@ def describe_config(config: ml_collections.ConfigDict, mode: str) -> str:
   batch = (f"batch {config.batch} in {config.accum_steps} micro-batch(es)" if mode == "train"
            else f"batch_eval {config.batch_eval}")
   backend = attention.attention_backend(config.model.attention_impl, jnp.dtype(config.dtype))
-  return (f"{config.model_name} {mode}, {batch}, {config.pp.crop} px, {config.dtype}, mesh "
+  size = (f"NaFlex at most {config.pp.max_patches} patches" if config.pp.get("max_patches")
+          else f"{config.pp.crop} px")
+  return (f"{config.model_name} {mode}, {batch}, {size}, {config.dtype}, mesh "
           f"{dict(config.mesh)}, attention {backend}, remat {config.model.remat_policy}, "
           f"scan {config.model.scan_layers}, fp8 {config.model.fp8}, optimizer "
           f"{config.optimizer}, objective {objectives.get(config).name}, polyak_decay "

@@ -114,7 +114,9 @@ def format_report(report: Dict[str, Any]) -> str:
   lines = [
       f"{report['config']} on {report['slice']} ({report['device_kind']}, {chips}"
       f"{report['devices']} devices, mesh {mesh})",
-      f"{report['model']}, {report['num_classes']} classes, {report['image_size']} px, "
+      f"{report['model']}, {report['num_classes']} classes, " + (
+          f"NaFlex at most {report['max_patches']} patches, " if report.get("max_patches")
+          else f"{report['image_size']} px, ") +
       f"{report['dtype']}; batch {report['batch']} ({report['per_device_batch']} per device"
       f" in {report['accum_steps']} micro-batch(es) of {report['per_device_micro_batch']}); "
       f"eval batch {report['batch_eval']} ({report['per_device_eval_batch']} per device)",

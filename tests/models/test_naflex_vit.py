@@ -11,7 +11,7 @@ from torch_libraries import (  # noqa: F401  # pylint: disable=unused-import
     declare_missing_torchvision_ops, fixture_torch)
 from vit_jax.base import errors
 from vit_jax.checkpoints import siglip_hf
-from vit_jax.models import naflex_vit
+from vit_jax.models import naflex_vit, posemb
 
 PATCH, BUDGET = 4, 24
 SHAPES = [(4, 6), (6, 2), (3, 3)]  # rows x columns of patches; 24, 12 and 9 of 24 real
@@ -26,8 +26,8 @@ def fixture_transformers(torch):
 @pytest.mark.parametrize("rows,cols", [(16, 16), (5, 30), (24, 3), (7, 9), (1, 1)])
 def test_triangle_weights_equal_torch_antialiased_bilinear(torch, rows, cols):
   grid = np.random.default_rng(0).standard_normal((16, 16, 3)).astype(np.float32)
-  ours = np.einsum("ia,jb,abd->ijd", naflex_vit.triangle_weights(rows, 16, rows),
-                   naflex_vit.triangle_weights(cols, 16, cols), grid)
+  ours = np.einsum("ia,jb,abd->ijd", posemb.triangle_weights(rows, 16, rows),
+                   posemb.triangle_weights(cols, 16, cols), grid)
   reference = torch.nn.functional.interpolate(
       torch.tensor(grid.transpose(2, 0, 1))[None], size=(rows, cols), mode="bilinear",
       align_corners=False, antialias=True)[0].numpy().transpose(1, 2, 0)
@@ -90,3 +90,27 @@ def test_a_full_square_grid_is_the_fixed_size_tower(tmp_path):
   np.testing.assert_allclose(ours, fixed, rtol=1e-5, atol=1e-5)
   with pytest.raises(errors.InvalidInput, match="MAP-pooled"):
     naflex_vit.from_vit(module.clone(classifier="gap"), grid=4)
+
+
+def test_training_settings_run_through_the_vits_encoder():
+  """Dropout and stochastic depth act in training (and only there: the scanned model below
+  has dropout); scanned and rematerialised blocks are the same function, on the same
+  (stacked) parameters."""
+  from vit_jax.models import encoder_blocks  # pylint: disable=import-outside-toplevel
+  model = naflex_vit.NaFlexViT(3, PATCH, 24, 40, 3, 2, posemb_grid=4)
+  rng = np.random.default_rng(0)
+  patches = rng.uniform(-1, 1, (3, BUDGET, PATCH * PATCH * 3)).astype(np.float32)
+  mask = np.zeros((3, BUDGET), np.int32)
+  for i, (rows, cols) in enumerate(SHAPES):
+    mask[i, :rows * cols] = 1
+  image = {"patches": patches, "mask": mask, "grid": np.asarray(SHAPES, np.int32)}
+  params = model.init(jax.random.PRNGKey(0), image)["params"]
+  params["head"]["kernel"] = rng.standard_normal((24, 3)).astype(np.float32)
+  run = lambda module, p, **kw: jax.jit(lambda p: module.apply({"params": p}, image, **kw))(p)
+  plain = run(model, params)
+  dropped = model.clone(dropout_rate=0.3, stochastic_depth=0.5)
+  keys = {"dropout": jax.random.PRNGKey(1)}
+  assert np.abs(run(dropped, params, train=True, rngs=keys) - plain).max() > 1e-3
+  scanned = model.clone(scan_layers=True, remat_policy="full", dropout_rate=0.3)
+  np.testing.assert_allclose(run(scanned, encoder_blocks.to_scan_layout(params)), plain,
+                             rtol=1e-5, atol=1e-6)

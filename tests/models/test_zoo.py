@@ -85,3 +85,12 @@ def test_token_grid_matches_the_model(name, side, grid):
 def test_out_of_range_options_are_one_line(name, options, message):
   with pytest.raises(ValueError, match=message):
     zoo.create_model(name, **options)
+
+
+def test_patch_size_of_a_config_is_its_override_else_the_model_names():
+  from vit_jax.training import siglip_recipe
+  assert zoo.patch_size(siglip_recipe.classifier_config("So400m_14")) == 14  # override
+  config = siglip_recipe.classifier_config("B_16")
+  config.model.patch_size = None  # the demo configs' "not set"
+  config.model_name = "ViT-B_32"
+  assert zoo.patch_size(config) == 32

@@ -10,9 +10,10 @@ import numpy as np
 
 
 def to_global(batch: dict, sharding: jax.sharding.Sharding) -> dict:
-  """This process's rows -> global jax Arrays laid out over the mesh's batch axes."""
-  return {name: jax.make_array_from_process_local_data(sharding, np.asarray(value))
-          for name, value in batch.items()}
+  """This process's rows -> global jax Arrays laid out over the mesh's batch axes (every
+  array of a nested batch: a NaFlex image's patches, mask and grid)."""
+  return jax.tree.map(
+      lambda value: jax.make_array_from_process_local_data(sharding, np.asarray(value)), batch)
 
 
 def prefetch_to_device(iterator: Iterator[dict], sharding: jax.sharding.Sharding,

@@ -92,16 +92,18 @@ class Encoder1DBlock(nn.Module):
 
   With depth_drop = (p, key) (the Encoder passes it in training with stochastic depth),
   each residual branch (attention, MLP) is dropped per example with probability p (see
-  drop_branch; masks sown as `stochastic_depth_attention` / `stochastic_depth_mlp`)."""
+  drop_branch; masks sown as `stochastic_depth_attention` / `stochastic_depth_mlp`).
+  mask [B, tokens] (True: a real token; NaFlex's padding is False) keeps padding out of
+  every query's attention."""
   options: BlockOptions
 
   @nn.compact
-  def __call__(self, inputs, deterministic: bool, depth_drop=None):
+  def __call__(self, inputs, deterministic: bool, depth_drop=None, mask=None):
     o = self.options
     x = layer_norm("LayerNorm_0", o.dtype)(inputs)
     x = attention.SelfAttention(o.num_heads, o.attention_dropout_rate, o.dtype, o.attention_impl,
-                      o.unpadded_inference, o.fp8,
-                      name="MultiHeadDotProductAttention_1")(x, deterministic=deterministic)
+                      o.unpadded_inference, o.fp8, name="MultiHeadDotProductAttention_1")(
+                          x, deterministic=deterministic, mask=mask)
     x = nn.Dropout(o.dropout_rate)(x, deterministic=deterministic)
     if depth_drop is not None:
       x = drop_branch(self, x, depth_drop, 0, "stochastic_depth_attention")
@@ -117,16 +119,16 @@ class Encoder1DBlock(nn.Module):
 
 
 class ScannedBlock(Encoder1DBlock):
-  """An encoder block as an nn.scan body: (carry, deterministic[, depth_drop]) -> (carry,
-  None), depth_drop scanned (one per block).
+  """An encoder block as an nn.scan body: (carry, deterministic, depth_drop, mask) ->
+  (carry, None), depth_drop scanned (one per block; None without stochastic depth).
 
   Under an fsdp mesh the carry is pinned to the batch split: inside the scan loop XLA's
   partitioner otherwise follows the weights split over `fsdp` and gathers the whole batch
   onto every device (ViT-S/16, 384 px, 64 images per core on a v2-8: 14.58 GiB per core
   instead of 4.48 GiB)."""
 
-  def __call__(self, inputs, deterministic: bool, depth_drop=None):
-    return super().__call__(split_over_batch(inputs), deterministic, depth_drop), None
+  def __call__(self, inputs, deterministic: bool, depth_drop=None, mask=None):
+    return super().__call__(split_over_batch(inputs), deterministic, depth_drop, mask), None
 
 
 def split_over_batch(x):
@@ -155,6 +157,8 @@ class Encoder(nn.Module):
   Stochastic depth: the Encoder draws one `dropout` key per block (split from its own) and
   passes each block its (rate, key), a scanned input under scan_layers; so the rates still
   grow with depth there, and scanned and unrolled blocks drop the same branches.
+  mask [B, tokens]: the real tokens (NaFlex; see Encoder1DBlock); posemb='naflex' resizes
+  the learned posemb_grid table to each image's grid, `grid` being their (rows, cols) [B, 2].
   """
   num_layers: int
   options: BlockOptions
@@ -164,7 +168,8 @@ class Encoder(nn.Module):
   posemb_grid: Optional[Tuple[int, int]] = None
 
   @nn.compact
-  def __call__(self, x, *, train: bool, grid: Tuple[int, int] = (0, 0), has_cls: bool = True):
+  def __call__(self, x, *, train: bool, grid: Tuple[int, int] = (0, 0), has_cls: bool = True,
+               mask=None):
     if self.remat_policy not in REMAT_POLICIES:
       raise errors.InvalidInput(
           f"unknown remat_policy {self.remat_policy!r}; choose one of "
@@ -175,21 +180,21 @@ class Encoder(nn.Module):
                        static_argnums=(2,), prevent_cse=not self.scan_layers)
     x = position_embedding(x, self.posemb, grid, has_cls, self.posemb_grid)
     x = nn.Dropout(self.options.dropout_rate)(x, deterministic=not train)
-    depth_drop = ()  # in training with stochastic depth: ((rates [L], keys [L]),)
+    depth_drop = None  # in training with stochastic depth: (rates [L], keys [L])
     if train and self.options.stochastic_depth > 0:
       rates = stochastic_depth_rates(self.options.stochastic_depth, self.num_layers)
-      depth_drop = ((jnp.asarray(rates), jax.random.split(self.make_rng("dropout"),
-                                                          self.num_layers)),)
+      depth_drop = (jnp.asarray(rates), jax.random.split(self.make_rng("dropout"),
+                                                         self.num_layers))
     if self.scan_layers:
       stack = nn.scan(block, variable_axes={"params": 0, "intermediates": 0},
                       split_rngs={"params": True, "dropout": True},
-                      in_axes=(nn.broadcast, 0) if depth_drop else nn.broadcast,
+                      in_axes=(nn.broadcast, 0 if depth_drop else nn.broadcast, nn.broadcast),
                       length=self.num_layers)
-      x, _ = stack(self.options, name=SCANNED_BLOCKS)(x, not train, *depth_drop)
+      x, _ = stack(self.options, name=SCANNED_BLOCKS)(x, not train, depth_drop, mask)
     else:
       for layer in range(self.num_layers):
         x = block(self.options, name=f"encoderblock_{layer}")(
-            x, not train, *jax.tree.map(lambda a, i=layer: a[i], depth_drop))
+            x, not train, jax.tree.map(lambda a, i=layer: a[i], depth_drop), mask)
     return layer_norm("encoder_norm", self.options.dtype)(x)
 
 
@@ -225,11 +230,19 @@ class AddPositionEmbs(nn.Module):
   The table keeps the grid it was made for (`stored_grid` at init, else the input's); for
   inputs of another grid it is resized in the forward pass with posemb.resize_posemb, the
   resize load_npz applies to files, so both give the same bits. A stored grid that is not
-  square must be named by stored_grid."""
+  square must be named by stored_grid. per_image (NaFlex): the square stored_grid table
+  resized to each image's grid, `grid` being their (rows, cols) [B, 2]
+  (posemb.resize_posemb_per_image)."""
   stored_grid: Optional[Tuple[int, int]] = None
+  per_image: bool = False
 
   @nn.compact
   def __call__(self, x, grid: Optional[Tuple[int, int]] = None, has_cls: bool = True):
+    if self.per_image:
+      table = self.param("pos_embedding", nn.initializers.normal(stddev=0.02),
+                         (1, self.stored_grid[0] * self.stored_grid[1], x.shape[-1]),
+                         jnp.float32)
+      return x + posemb_lib.resize_posemb_per_image(table, grid, x.shape[1]).astype(x.dtype)
     if self.has_variable("params", "pos_embedding"):
       shape = self.get_variable("params", "pos_embedding").shape
     elif self.stored_grid is not None:
@@ -247,9 +260,12 @@ def position_embedding(x, kind: str, grid: Tuple[int, int], has_cls: bool,
                        stored_grid: Optional[Tuple[int, int]] = None):
   """x + the position embedding: the learned `posembed_input` table (its class-token row
   included; see AddPositionEmbs), or the fixed sincos2d table (the class token, if any,
-  gets none); 'none' adds nothing (text towers add their own table before the encoder)."""
+  gets none); 'none' adds nothing (text towers add their own table before the encoder);
+  'naflex': the learned table resized per image (AddPositionEmbs' per_image)."""
   if kind == "none":
     return x
+  if kind == "naflex":
+    return AddPositionEmbs(stored_grid, per_image=True, name="posembed_input")(x, grid, False)
   if kind == "learn":
     return AddPositionEmbs(stored_grid, name="posembed_input")(x, grid, has_cls)
   return x + jnp.asarray(posemb_lib.sincos_2d_with_cls(grid, x.shape[-1], has_cls), x.dtype)

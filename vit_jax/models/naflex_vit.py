@@ -11,48 +11,21 @@ transformers' Siglip2ImageProcessor give: patches [B, N, P*P*C] flattened (row, 
 channel), a mask [B, N] of the real patches, and each image's grid (rows, columns) [B, 2].
 """
 
-from typing import Any
+from typing import Any, Mapping
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 
 from vit_jax.base import errors
-from vit_jax.models import attention, encoder_blocks, vit
-
-
-def triangle_weights(out_size, in_size: int, max_out: int):
-  """[max_out, in_size] weights of an antialiased linear resize from in_size to out_size
-  (a traced scalar) samples, as PyTorch's interpolate(mode='bilinear', antialias=True,
-  align_corners=False) and PIL compute them: half-pixel centres, the triangle widened by
-  the downscale factor, each row normalised; rows at or past out_size are junk (padding)."""
-  scale = in_size / jnp.maximum(out_size, 1).astype(jnp.float32)
-  support = jnp.maximum(scale, 1.0)
-  centre = (jnp.arange(max_out, dtype=jnp.float32)[:, None] + 0.5) * scale
-  offset = jnp.arange(in_size, dtype=jnp.float32)[None, :] + 0.5 - centre
-  weights = jnp.maximum(0.0, 1.0 - jnp.abs(offset) / support)
-  return weights / jnp.maximum(jnp.sum(weights, axis=1, keepdims=True), 1e-12)
-
-
-def resize_posemb_per_image(table, shapes, num_patches: int):
-  """table (1, g*g, D) -> [B, num_patches, D]: image b's rows*cols first, resized to its
-  grid shapes[b] and flattened row-major (the rest: padding, masked out)."""
-  grid = int(round(table.shape[1] ** 0.5))
-  table = table.reshape(grid, grid, -1).astype(jnp.float32)
-  index = jnp.arange(num_patches)
-
-  def one(shape):
-    rows, cols = shape[0], shape[1]
-    row_w = triangle_weights(rows, grid, num_patches)[index // jnp.maximum(cols, 1)]
-    col_w = triangle_weights(cols, grid, num_patches)[index % jnp.maximum(cols, 1)]
-    return jnp.einsum("na,nb,abd->nd", row_w, col_w, table)
-
-  return jax.vmap(one)(jnp.asarray(shapes))
+from vit_jax.models import encoder_blocks, vit
 
 
 class NaFlexViT(nn.Module):
-  """A MAP-pooled ViT on NaFlex inputs; see the module docstring. num_classes 0: the
-  pooled representation [B, D]; else a `head` on it."""
+  """A MAP-pooled ViT on NaFlex inputs; see the module docstring. Called with (patches,
+  mask, grid) or with the main job's batch image, a dict {'patches', 'mask', 'grid'}.
+  num_classes 0 or representation=True: the pooled representation [B, D]; else a `head`
+  on it. Training: dropout, attention dropout and stochastic depth as the ViT's blocks
+  (vit_jax.models.encoder_blocks), rematerialisation and scanned blocks too."""
   num_classes: int
   patch_size: int
   hidden_size: int
@@ -61,19 +34,35 @@ class NaFlexViT(nn.Module):
   num_layers: int
   posemb_grid: int = 16  # the position table's side (released: 16 x 16)
   dtype: Any = jnp.float32
+  dropout_rate: float = 0.0
+  attention_dropout_rate: float = 0.0
+  stochastic_depth: float = 0.0
+  head_bias_init: float = 0.0
+  remat_policy: str = "none"
+  scan_layers: bool = False
+  fp8: bool = False
 
   @nn.compact
-  def __call__(self, patches, mask, shapes, *, train: bool = False):
-    del train  # no dropout: a NaFlex fine-tune is not this module's job yet
+  def __call__(self, patches, mask=None, shapes=None, *, train: bool = False,
+               representation: bool = False):
+    if isinstance(patches, Mapping):  # a batch's image: vit_jax.data.batch_spec's NaFlex spec
+      patches, mask, shapes = patches["patches"], patches["mask"], patches["grid"]
     x = PatchLinear(self.patch_size, self.hidden_size, self.dtype, name="embedding")(patches)
     mask = mask.astype(bool)
-    x = Tokens(self.num_layers, self.mlp_dim, self.num_heads, self.posemb_grid, self.dtype,
-               name="Transformer")(x, mask, shapes)
+    options = encoder_blocks.BlockOptions(
+        self.mlp_dim, self.num_heads, self.dropout_rate, self.attention_dropout_rate,
+        self.dtype, fp8=self.fp8, stochastic_depth=self.stochastic_depth)
+    x = encoder_blocks.Encoder(self.num_layers, options, self.remat_policy, self.scan_layers,
+                               "naflex", (self.posemb_grid, self.posemb_grid),
+                               name="Transformer")(x, train=train, grid=shapes, has_cls=False,
+                                                   mask=mask)
     x = vit.MAPHead(self.mlp_dim, self.num_heads, self.dtype, name="MAPHead_0")(x, mask)
-    if not self.num_classes:
-      return x
+    if representation or not self.num_classes:
+      return x.astype(jnp.float32)
     return nn.Dense(self.num_classes, name="head", dtype=self.dtype,
-                    kernel_init=nn.initializers.zeros)(x)
+                    kernel_init=nn.initializers.zeros,
+                    bias_init=nn.initializers.constant(self.head_bias_init))(x).astype(
+                        jnp.float32)
 
 
 class PatchLinear(nn.Module):
@@ -92,58 +81,19 @@ class PatchLinear(nn.Module):
     return patches.astype(self.dtype) @ flat + bias.astype(self.dtype)
 
 
-class Tokens(nn.Module):
-  """`Transformer`: position embedding resized per image, masked blocks, final norm."""
-  num_layers: int
-  mlp_dim: int
-  num_heads: int
-  posemb_grid: int = 16
-  dtype: Any = jnp.float32
-
-  @nn.compact
-  def __call__(self, x, mask, shapes):
-    table = PosembTable(self.posemb_grid, name="posembed_input")(x.shape[-1])
-    x = x + resize_posemb_per_image(table, shapes, x.shape[1]).astype(x.dtype)
-    for i in range(self.num_layers):
-      x = MaskedBlock(self.mlp_dim, self.num_heads, self.dtype, name=f"encoderblock_{i}")(
-          x, mask)
-    return encoder_blocks.layer_norm("encoder_norm", self.dtype)(x)
-
-
-class PosembTable(nn.Module):
-  """The learned grid x grid table (`pos_embedding`, (1, grid * grid, D))."""
-  grid: int = 16
-
-  @nn.compact
-  def __call__(self, width: int):
-    return self.param("pos_embedding", nn.initializers.normal(stddev=0.02),
-                      (1, self.grid * self.grid, width))
-
-
-class MaskedBlock(nn.Module):
-  """encoder_blocks.Encoder1DBlock's parameters, its attention blind to the padding."""
-  mlp_dim: int
-  num_heads: int
-  dtype: Any = jnp.float32
-
-  @nn.compact
-  def __call__(self, inputs, mask):
-    x = encoder_blocks.layer_norm("LayerNorm_0", self.dtype)(inputs)
-    x = attention.SelfAttention(self.num_heads, dtype=self.dtype,
-                                    name="MultiHeadDotProductAttention_1")(
-                                        x, deterministic=True, mask=mask)
-    x = x + inputs
-    y = encoder_blocks.layer_norm("LayerNorm_2", self.dtype)(x)
-    return x + encoder_blocks.MlpBlock(self.mlp_dim, dtype=self.dtype, name="MlpBlock_3")(
-        y, deterministic=True)
-
-
 def from_vit(module: vit.VisionTransformer, grid: int) -> NaFlexViT:
   """The NaFlexViT that runs a MAP-pooled VisionTransformer's params (load_npz's, at the
-  file's own size so that the table keeps its grid x grid rows) on NaFlex inputs."""
-  if module.classifier != "map" or module.posemb != "learn" or module.resnet_stages is not None:
+  file's own size so that the table keeps its grid x grid rows) on NaFlex inputs, with
+  its training settings (dropout, stochastic depth, remat, scan, FP8, dtype)."""
+  if (module.classifier != "map" or module.posemb != "learn" or module.resnet_stages is not None
+      or module.representation_size is not None):
     raise errors.InvalidInput(
         f"NaFlex runs plain MAP-pooled ViTs with a learned position table (SigLIP 2 towers), "
-        f"not classifier={module.classifier!r}, posemb={module.posemb!r}")
+        f"not classifier={module.classifier!r}, posemb={module.posemb!r}"
+        + (", with a ResNet stem" if module.resnet_stages is not None else "")
+        + (", with pre_logits" if module.representation_size is not None else "")
+        + ": use classifier='map', posemb='learn'")
   return NaFlexViT(module.num_classes, module.patch_size, module.hidden_size, module.mlp_dim,
-                   module.num_heads, module.num_layers, grid, module.dtype)
+                   module.num_heads, module.num_layers, grid, module.dtype,
+                   module.dropout_rate, module.attention_dropout_rate, module.stochastic_depth,
+                   module.head_bias_init, module.remat_policy, module.scan_layers, module.fp8)

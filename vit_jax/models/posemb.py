@@ -5,6 +5,8 @@ The patch rows are laid out on their (h, w) grid and resampled with align-corner
 bilinear interpolation (output index o samples input o*(old-1)/(new-1), as
 scipy.ndimage.zoom(order=1) does); the class-token row is kept as is. The same function
 resizes at load time and inside the model at run time (any input size, non-square too).
+NaFlex (SigLIP 2) resizes a square table to each image's own grid inside the step, with an
+antialiased bilinear filter computed as weights (resize_posemb_per_image).
 """
 
 from typing import Optional, Tuple
@@ -94,3 +96,32 @@ def sincos_2d_with_cls(grid: Tuple[int, int], width: int, has_cls: bool) -> np.n
   the patches before prepending the token): a table in the learned embedding's layout."""
   table = sincos_2d(grid, width)
   return np.concatenate([np.zeros_like(table[:, :1]), table], axis=1) if has_cls else table
+
+
+def triangle_weights(out_size, in_size: int, max_out: int):
+  """[max_out, in_size] weights of an antialiased linear resize from in_size to out_size
+  (a traced scalar) samples, as PyTorch's interpolate(mode='bilinear', antialias=True,
+  align_corners=False) and PIL compute them: half-pixel centres, the triangle widened by
+  the downscale factor, each row normalised; rows at or past out_size are junk (padding)."""
+  scale = in_size / jnp.maximum(out_size, 1).astype(jnp.float32)
+  support = jnp.maximum(scale, 1.0)
+  centre = (jnp.arange(max_out, dtype=jnp.float32)[:, None] + 0.5) * scale
+  offset = jnp.arange(in_size, dtype=jnp.float32)[None, :] + 0.5 - centre
+  weights = jnp.maximum(0.0, 1.0 - jnp.abs(offset) / support)
+  return weights / jnp.maximum(jnp.sum(weights, axis=1, keepdims=True), 1e-12)
+
+
+def resize_posemb_per_image(table, shapes, num_patches: int):
+  """table (1, g*g, D) -> [B, num_patches, D]: image b's rows*cols first, resized to its
+  grid shapes[b] and flattened row-major (the rest: padding, masked out)."""
+  grid = int(round(table.shape[1] ** 0.5))
+  table = table.reshape(grid, grid, -1).astype(jnp.float32)
+  index = jnp.arange(num_patches)
+
+  def one(shape):
+    rows, cols = shape[0], shape[1]
+    row_w = triangle_weights(rows, grid, num_patches)[index // jnp.maximum(cols, 1)]
+    col_w = triangle_weights(cols, grid, num_patches)[index % jnp.maximum(cols, 1)]
+    return jnp.einsum("na,nb,abd->nd", row_w, col_w, table)
+
+  return jax.vmap(one)(jnp.asarray(shapes))

@@ -207,3 +207,9 @@ def token_grid(module: vit.VisionTransformer, image_side: int) -> int:
     for _ in range(halvings):
       image_side = -(-image_side // 2)
   return image_side // module.patch_size
+
+
+def patch_size(config) -> int:
+  """The patch side in pixels of the model a training config builds: config.model.patch_size
+  where set, else its model_name's (what a NaFlex loader cuts images into)."""
+  return config.model.get("patch_size") or get_architecture(config.model_name).patch_size

@@ -64,9 +64,9 @@ def num_classes_of(config: ml_collections.ConfigDict) -> int:
     raise
 
 
-def _abstract(spec: batch_spec.Spec, placed) -> Dict[str, jax.ShapeDtypeStruct]:
-  return {name: jax.ShapeDtypeStruct(shape, dtype, sharding=placed)
-          for name, (shape, dtype) in spec.items()}
+def _abstract(spec: batch_spec.Spec, placed) -> Dict[str, Any]:
+  return batch_spec.map_arrays(
+      lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=placed), spec)
 
 
 @dataclasses.dataclass
@@ -92,8 +92,10 @@ def build_programs(config: ml_collections.ConfigDict, mesh, num_classes: int) ->
                        run.abstract_state, run.state_shardings)
   batches, replicated = run.batch_sharding, run.replicated
   rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
-  train_batch = _abstract(batch_spec.train_batch(config, num_classes, config.batch), batches)
-  eval_batch = _abstract(batch_spec.eval_batch(config, config.batch_eval), batches)
+  patch = getattr(module, "patch_size", None)  # NaFlex batches' patches
+  train_batch = _abstract(batch_spec.train_batch(config, num_classes, config.batch, patch),
+                          batches)
+  eval_batch = _abstract(batch_spec.eval_batch(config, config.batch_eval, patch), batches)
   eval_step = classification_eval.jit_eval_step(objective.make_eval_step(run.module, config),
                                                 mesh)  # as the loop evaluates it (LoRA's)
   update = jax.jit(update_step.make_apply_gradients(run.optimizer, config),
@@ -245,7 +247,8 @@ def model_flops_per_image(config, num_classes: int) -> Optional[float]:
   """Analytic matmul FLOPs of one forward pass (vit_jax.planning.throughput); None for hybrids."""
   from vit_jax.planning import throughput  # pylint: disable=import-outside-toplevel
   module = zoo.model_from_config(config, num_classes=num_classes)
-  return throughput.forward_flops_per_image(module, config.pp.crop)
+  return throughput.forward_flops_per_image(module, config.pp.crop,
+                                            config.pp.get("max_patches"))
 
 
 def _speed(step_cost: Optional[dict], batch: int, model_flops: Optional[float],
@@ -319,7 +322,8 @@ def plan_steps(config: ml_collections.ConfigDict, target: compiler_readings.Targ
       "slice": target.name, "devices": target.num_devices, "chips": target.chips,
       "cores": target.cores, "hosts": hosts, "device_kind": target.devices[0].device_kind,
       "mesh": dict(mesh.shape), "model": config.model_name, "num_classes": num_classes,
-      "image_size": config.pp.crop, "dtype": config.dtype, "batch": config.batch,
+      "image_size": config.pp.crop, "max_patches": config.pp.get("max_patches"),
+      "dtype": config.dtype, "batch": config.batch,
       "accum_steps": config.accum_steps, "per_device_batch": config.batch // parallel,
       "per_device_micro_batch": config.batch // config.accum_steps // parallel,
       "batch_eval": config.batch_eval, "per_device_eval_batch": config.batch_eval // parallel,

@@ -7,6 +7,7 @@ with a large matmul in the same dtype (or the peak given). The train step is the
 job's own (vit_jax.training.state_and_step), so a run's train/img_per_sec compares with it.
 """
 
+import math
 import statistics
 import time
 from typing import Dict, Optional
@@ -15,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from vit_jax.data import batch_spec
 from vit_jax.data.sources import registry
 from vit_jax.models import attention, mixer, vit, zoo
 from vit_jax.training import objectives, sharding, state_and_step
@@ -30,19 +32,21 @@ def mixer_flops_per_image(module: mixer.MlpMixer, image_size: int) -> float:
   return embedding + module.num_blocks * per_block + 2 * c * module.num_classes
 
 
-def forward_flops_per_image(module: vit.VisionTransformer, image_size: int) -> float:
+def forward_flops_per_image(module: vit.VisionTransformer, image_size: int,
+                            patches: Optional[int] = None) -> float:
   """Matmul FLOPs (2 per multiply-add) of one plain-ViT (or Mixer) forward pass; None for
-  hybrids."""
+  hybrids. patches: a NaFlexViT's budget (config.pp.max_patches; its padding is computed
+  too) instead of image_size's grid."""
   if isinstance(module, mixer.MlpMixer):
     return mixer_flops_per_image(module, image_size)
-  if module.resnet_stages is not None:
+  if getattr(module, "resnet_stages", None) is not None:
     return None
-  patches = (image_size // module.patch_size) ** 2
-  tokens = patches + (module.classifier == "token")
+  patches = patches or (image_size // module.patch_size) ** 2
+  tokens = patches + (getattr(module, "classifier", "map") == "token")
   d, m = module.hidden_size, module.mlp_dim
   per_layer = 2 * tokens * (4 * d * d + 2 * d * m) + 4 * tokens * tokens * d
   embedding = 2 * patches * module.patch_size**2 * 3 * d
-  head = 2 * (module.representation_size or d) * module.num_classes
+  head = 2 * (getattr(module, "representation_size", None) or d) * module.num_classes
   return embedding + module.num_layers * per_layer + head
 
 
@@ -72,17 +76,33 @@ def benchmark_config(image_size: int) -> ml_collections.ConfigDict:
       loss="softmax_xent", label_smoothing=0.0, pp={"crop": image_size}))
 
 
+def synthetic_images(config, module, batch: int):
+  """Random images of the step's shapes (vit_jax.data.batch_spec), not zeros (those can run
+  faster); NaFlex (config.pp.max_patches): every patch of the budget real, the grid the
+  squarest that fits (the step costs the same whatever the grids)."""
+  spec = batch_spec.image(config, batch, getattr(module, "patch_size", None))
+  if not isinstance(spec, dict):
+    return jax.random.uniform(jax.random.PRNGKey(2), spec[0], minval=-1, maxval=1)
+  budget = spec["mask"][0][1]
+  rows = math.isqrt(budget)
+  return {"patches": jax.random.uniform(jax.random.PRNGKey(2), spec["patches"][0],
+                                        minval=-1, maxval=1),
+          "mask": jnp.ones(spec["mask"][0], jnp.int32),
+          "grid": jnp.tile(jnp.asarray([[rows, budget // rows]], jnp.int32), (batch, 1))}
+
+
 def step_function(module, mode, mesh, batch, image_size, config):
   """(jitted fn, args) of the train step `config` trains `module` with
   (vit_jax.training.state_and_step:
   the main job's own) or of inference, state placed on the mesh."""
-  images = jax.random.uniform(jax.random.PRNGKey(2), (batch, image_size, image_size, 3),
-                              minval=-1, maxval=1)  # not zeros: those can run faster
+  del image_size  # config.pp's
+  images = synthetic_images(config, module, batch)
+  first = jax.tree.map(lambda x: x[:1], images)
   batch_sharding = sharding.batch_sharding(mesh)
   if mode == "infer":
-    params = jax.eval_shape(module.init, jax.random.PRNGKey(0), images[:1])["params"]
+    params = jax.eval_shape(module.init, jax.random.PRNGKey(0), first)["params"]
     param_sharding = sharding.param_shardings(params, mesh)
-    params = jax.jit(lambda r: module.init(r, images[:1])["params"],
+    params = jax.jit(lambda r: module.init(r, first)["params"],
                      out_shardings=param_sharding)(jax.random.PRNGKey(0))
     fn = jax.jit(lambda p, x: module.apply({"params": p}, x),
                  in_shardings=(param_sharding, batch_sharding))
@@ -135,7 +155,8 @@ def measure(module: vit.VisionTransformer, mode: str, mesh, batch: int, image_si
     if mode == "train":
       args = (out[0], *args[1:])
   step_s = statistics.median(times) if times else None
-  forward = forward_flops_per_image(module, image_size)
+  patches = (config.get("pp") or {}).get("max_patches")
+  forward = forward_flops_per_image(module, image_size, patches)
   cost = (compiled.cost_analysis() or {})
   cost = cost[0] if isinstance(cost, list) else cost
   xla_flops = float(cost.get("flops", 0.0)) * jax.device_count() / batch or None
@@ -148,7 +169,7 @@ def measure(module: vit.VisionTransformer, mode: str, mesh, batch: int, image_si
   measured = (jax.local_devices()[0].memory_stats() or {}).get("peak_bytes_in_use")  # GPU/TPU
   return {
       "model": model_name, "mode": mode, "batch": batch, "image_size": image_size,
-      "dtype": dtype,
+      "max_patches": patches, "dtype": dtype,
       "attention_impl": attention.attention_backend(module.attention_impl, module.dtype)
                         if hasattr(module, "attention_impl") else None,  # a Mixer: none
       "unpadded_inference": getattr(module, "unpadded_inference", None),

@@ -140,6 +140,10 @@ def _add_data_keys(config: ml_collections.ConfigDict) -> None:
   config.pp.mixup_alpha = 0.0
   # (num_layers, magnitude): big_vision's RandAugment on train crops, e.g. (2, 15); None = off.
   config.pp.randaug = ml_collections.FieldReference(None, field_type=tuple)
+  # NaFlex (SigLIP 2, docs/siglip_classifiers.md): each image resized at its own aspect
+  # ratio to at most this many patches, padded to it; the model is a NaFlexViT (a MAP head
+  # and a learned position table required). None = the square pp.crop.
+  config.pp.max_patches = ml_collections.FieldReference(None, field_type=int)
 
 
 def _add_optimisation_keys(config: ml_collections.ConfigDict) -> None:

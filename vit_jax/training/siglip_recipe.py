@@ -56,3 +56,26 @@ def classifier_config(size: str, dataset: str = None) -> ml_collections.ConfigDi
   config.label_smoothing = LABEL_SMOOTHING
   config.layer_decay = layer_decay
   return config
+
+
+# NaFlex towers (configs/siglip2_*_naflex.py): size -> (the TOWERS key of the same width,
+# the released NaFlex file). Each image is read at its own aspect ratio in at most
+# NAFLEX_BUDGET patches of 16 px (config.pp.max_patches: 256, 576, 1024, ...); the file's
+# 16 x 16 position table is resized to each image's grid in the step.
+NAFLEX = {"B_16": ("B_16", "SigLIP2-B_16-NaFlex"),
+          "So400m_16": ("So400m_14", "SigLIP2-So400m_16-NaFlex")}
+NAFLEX_BUDGET = 256
+NAFLEX_PATCH = 16
+NAFLEX_GRID = 16
+
+
+def naflex_config(size: str, dataset: str = None) -> ml_collections.ConfigDict:
+  """classifier_config's recipe for a NaFlex tower (`size`: a key of NAFLEX). pp.crop is
+  NAFLEX_GRID patches: the table side of a model built without the file (plan, benchmark)."""
+  tower, pretrained = NAFLEX[size]
+  config = classifier_config(tower, dataset)
+  config.model.patch_size = NAFLEX_PATCH
+  config.pretrained = pretrained
+  config.pp.crop = NAFLEX_GRID * NAFLEX_PATCH
+  config.pp.max_patches = NAFLEX_BUDGET
+  return config

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from vit_jax.data import batch_spec
 from vit_jax.training import lora_adapters, objectives, optim, param_groups, sharding, update_step
 
 
@@ -47,13 +48,14 @@ def build(config: ml_collections.ConfigDict, module, mesh,
   schedule = optim.make_schedule(config)
   optimizer = optim.make_optimizer(config, trained, schedule)
   polyak = config.polyak_decay > 0
-  image_shape = (1, config.pp.crop, config.pp.crop, 3)
+  sample = batch_spec.map_arrays(jnp.zeros, batch_spec.image(  # an image to init on
+      config, 1, getattr(module, "patch_size", None)))
 
   def state_of(params):
     return update_step.create_train_state(params, optimizer, polyak=polyak)
 
   def init_state(rng):
-    return state_of(module.init(rng, jnp.zeros(image_shape, jnp.float32))["params"])
+    return state_of(module.init(rng, sample)["params"])
 
   abstract_state = jax.eval_shape(init_state, jax.random.PRNGKey(0))
   state_shardings = sharding.param_shardings(abstract_state, mesh)

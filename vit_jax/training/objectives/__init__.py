@@ -4,7 +4,9 @@ evaluates and exports. Each is one object with the `Objective` protocol:
   * classification (default): the VisionTransformer on the labels (objectives.classification);
   * mpp: masked patch prediction, self-supervised (objectives.mpp); labels unused;
   * classification with config.model.flexi_patch_sizes: FlexiViT, one model for several
-    patch sizes (objectives.flexi).
+    patch sizes (objectives.flexi);
+  * classification with config.pp.max_patches: NaFlex, each image at its own aspect ratio
+    (objectives.naflex).
 
 vit_jax.training.update_step turns an objective's batch loss into the generic train step; its eval
 step returns {'loss_sum', 'correct', 'examples'} sums over the real rows; its model answers
@@ -17,7 +19,7 @@ from typing import Any, Callable, Optional, Protocol, Tuple
 import ml_collections
 
 from vit_jax.base import errors
-from vit_jax.training.objectives import classification, flexi, mpp
+from vit_jax.training.objectives import classification, flexi, mpp, naflex
 
 DEFAULT = "classification"
 
@@ -53,6 +55,12 @@ def get(config: ml_collections.ConfigDict) -> Objective:
   if name not in OBJECTIVES:
     raise errors.InvalidInput(
         f"unknown config.objective={name!r}; choose one of {', '.join(OBJECTIVES)}")
+  if naflex.max_patches(config) is not None:
+    if name != "classification" or flexi.patch_sizes(config):
+      what = "FlexiViT" if flexi.patch_sizes(config) else f"config.objective={name!r}"
+      raise errors.InvalidInput(f"config.pp.max_patches (NaFlex) trains a plain classifier, "
+                                f"not {what}: set pp.max_patches=None")
+    return naflex.NaFlexClassification()
   if flexi.patch_sizes(config):
     if name != "classification":
       raise errors.InvalidInput(f"config.model.flexi_patch_sizes trains a classifier: leave it "

@@ -41,8 +41,7 @@ def patch_sizes(config: ml_collections.ConfigDict) -> Tuple[int, ...]:
 
 def export_patch_size(config: ml_collections.ConfigDict) -> int:
   """flexi_export_patch_size, else model.patch_size, else model_name's."""
-  size = config.model.get("flexi_export_patch_size") or config.model.get("patch_size")
-  return size or zoo.get_architecture(config.model_name).patch_size
+  return config.model.get("flexi_export_patch_size") or zoo.patch_size(config)
 
 
 def check(config: ml_collections.ConfigDict) -> None:

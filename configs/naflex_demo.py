@@ -1,0 +1,23 @@
+"""The demo's small ViT from scratch as a NaFlex model: each image at its own aspect ratio.
+
+  python -m vit_jax.main --config=configs/naflex_demo.py --workdir=/tmp/naflex_demo
+  python -m vit_jax.main --config=configs/naflex_demo.py:/data/my_images --workdir=DIR
+
+configs/demo.py's 4-block model and recipe (digits, 1,000 steps), MAP-pooled, reading each
+image in at most config.pp.max_patches patches of 4 px at its own aspect ratio (16 for the
+8x8 digits, 64 for a folder's images), padded to that budget, the padding masked out.
+Its position table is pp.crop / 4 per side (4 x 4 on the digits), resized to each image's
+grid. NaFlex with a released SigLIP 2 tower: configs/siglip2_b16_naflex.py.
+"""
+
+from vit_jax.training import config_defaults
+
+# Patches per image: the digits' 16 px at 4 px patches; a folder's images near 32 px.
+DIGITS_BUDGET, FOLDER_BUDGET = 16, 64
+
+
+def get_config(dataset=None):
+  config = config_defaults.demo_config(dataset)
+  config.model.classifier = "map"
+  config.pp.max_patches = DIGITS_BUDGET if config.dataset == "digits" else FOLDER_BUDGET
+  return config

@@ -1,0 +1,84 @@
+"""Classification at each image's native aspect ratio (SigLIP 2's NaFlex), chosen by
+`config.pp.max_patches`: the loaders give each image as up to that many patches, padded to
+it, with their mask and grid (vit_jax.data.batch_spec), and the model is a NaFlexViT
+(vit_jax.models.naflex_vit) built from the config's MAP-pooled ViT. Loss, evaluation and
+params.npz are classification's: the NaFlexViT's parameters are the ViT's, name for name.
+
+The position table keeps its own grid and is resized to each image's grid in the step: a
+pretrained file's (16 x 16 for the released NaFlex towers, the crop's for a fixed-size
+one), or for a model from scratch pp.crop / patch size per side (so params.npz loads as a
+ViT at pp.crop, and predict --max_patches reads it as NaFlex again).
+
+Keys read: pp.max_patches, pp.mixup_alpha, model.*, model_name, pretrained, and
+classification's.
+"""
+
+from typing import Optional, Tuple
+
+import ml_collections
+
+from vit_jax.base import errors
+from vit_jax.checkpoints import npz, two_tower_names
+from vit_jax.models import naflex_vit, zoo
+from vit_jax.training.objectives import classification
+
+
+def max_patches(config: ml_collections.ConfigDict) -> Optional[int]:
+  """config.pp.max_patches; None where the config has none (square crops)."""
+  return (config.get("pp") or {}).get("max_patches")
+
+
+def check_budget(config: ml_collections.ConfigDict) -> None:
+  """A whole number of patches of at least one; MixUp mixes square images, not these."""
+  budget = max_patches(config)
+  if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
+    raise errors.InvalidInput(f"config.pp.max_patches={budget!r} must be a whole number >= 1: "
+                              "the patch budget of each image, e.g. 256, 576 or 1024")
+  if config.pp.mixup_alpha:
+    raise errors.InvalidInput(
+        f"config.pp.mixup_alpha={config.pp.mixup_alpha} mixes square images and NaFlex "
+        "(config.pp.max_patches) reads each at its own shape: set pp.mixup_alpha=0")
+
+
+def from_scratch_grid(config: ml_collections.ConfigDict, patch_size: int) -> int:
+  """The position table's side of a model trained from scratch: pp.crop's patch grid."""
+  grid = config.pp.crop // patch_size
+  if grid < 1:
+    raise errors.InvalidInput(
+        f"config.pp.crop={config.pp.crop} is below one {patch_size} px patch: NaFlex from "
+        "scratch keeps a position table of pp.crop / patch size per side; raise pp.crop")
+  return grid
+
+
+class NaFlexClassification(classification.Classification):
+  """Classification's protocol (vit_jax.training.objectives) on NaFlex batches."""
+
+  def check(self, config: ml_collections.ConfigDict) -> None:
+    """Classification's checks, the budget, and a model NaFlex runs (one line naming the
+    config.model key to change)."""
+    super().check(config)
+    check_budget(config)
+    if zoo.is_mixer(config.model_name):
+      raise errors.InvalidInput(f"NaFlex (config.pp.max_patches) runs ViTs, not the MLP-Mixer "
+                                f"{config.model_name}: set pp.max_patches=None")
+    try:
+      naflex_vit.from_vit(zoo.model_from_config(config, num_classes=1), 1)
+    except errors.InvalidInput as e:
+      raise errors.InvalidInput(f"config.model: {e} (or pp.max_patches=None)") from None
+    except TypeError:
+      pass  # an unknown config.model key: zoo.check_config names it
+
+  def create_model(self, config: ml_collections.ConfigDict, num_classes: int, *,
+                   load_pretrained: bool) -> Tuple[naflex_vit.NaFlexViT, Optional[dict]]:
+    """The NaFlexViT of the config's ViT, plus host params (the file's own table grid)
+    when starting from config.pretrained."""
+    if not load_pretrained:
+      module = zoo.model_from_config(config, num_classes)
+      return naflex_vit.from_vit(module, from_scratch_grid(config, module.patch_size)), None
+    module, params = npz.load_npz(
+        two_tower_names.resolve(config.pretrained), num_classes=num_classes,
+        model_name=config.model_name, pre_logits=config.model.representation_size is not None,
+        allow_nonfinite=config.get("allow_nonfinite_pretrained", False),
+        **zoo.config_overrides(config))
+    grid = npz.native_image_size(module, params) // module.patch_size  # the file's table
+    return naflex_vit.from_vit(module, grid), params
