@@ -72,3 +72,20 @@ def test_a_record_of_sizes_only_compares_sizes():
   assert fingerprint.describe_change(old, new) == "files 1 replaced (a/2.png)"
   new["files"]["a/2.png"] = [6, 1]
   assert not fingerprint.changed(old, new)
+
+
+def test_a_naflex_budget_is_part_of_the_fingerprint(tmp_path):
+  write_image(tmp_path / "train/a/0.png")
+  write_image(tmp_path / "test/a/1.png")
+  plain = fingerprint.of_split(directory_source(str(tmp_path))[0])
+  assert fingerprint.with_budget(plain, None) == plain  # square-crop records unchanged
+  at_256, at_576 = (fingerprint.with_budget(plain, n) for n in (256, 576))
+  assert not fingerprint.changed(at_256, fingerprint.with_budget(plain, 256))
+  for old, new, told in ((at_256, at_576, "max_patches 256 -> 576"),
+                         (plain, at_256, "max_patches None -> 256")):
+    assert fingerprint.changed(old, new) and not fingerprint.labels_kept(old, new)
+    assert fingerprint.describe_change(old, new) == told
+  write_image(tmp_path / "train/a/2.png")
+  grown = fingerprint.with_budget(fingerprint.of_split(directory_source(str(tmp_path))[0]), 576)
+  assert fingerprint.describe_change(at_256, grown) == (
+      "max_patches 256 -> 576; files 1 added (a/2.png)")

@@ -51,18 +51,48 @@ class Dataset:
   """A train and an eval split with the preprocessing of config.pp (train is None for
   an evaluation-only set); subclasses read them."""
 
-  def __init__(self, train, eval_split, class_names: List[str], pp):
+  def __init__(self, train, eval_split, class_names: List[str], pp,
+               patch_size: Optional[int] = None):
     self.train = train
     self.eval = eval_split
     self.pp = pp
+    self.naflex_patch = naflex_patch(pp, patch_size)
     self.info = DatasetInfo(len(class_names), len(train) if train is not None else 0,
                             len(eval_split), class_names, eval_split.multi_label,
                             class_counts(train, len(class_names)))
 
   def fingerprints(self) -> dict:
-    """{'train': ..., 'eval': ...}: what each split holds (vit_jax.data.fingerprint)."""
-    return {name: fingerprint.of_split(split)
+    """{'train': ..., 'eval': ...}: what each split holds (vit_jax.data.fingerprint), and
+    the NaFlex patch budget it is read at."""
+    budget = self.pp.get("max_patches")
+    return {name: fingerprint.with_budget(fingerprint.of_split(split), budget)
             for name, split in (("train", self.train), ("eval", self.eval)) if split is not None}
+
+
+def naflex_patch(pp, patch_size: Optional[int]) -> Optional[int]:
+  """The patch side NaFlex cuts images into (config.pp.max_patches set: the model's patch
+  size, which the caller passes, e.g. zoo.patch_size(config)), else None: square crops."""
+  if pp.get("max_patches") is None:
+    return None
+  if not patch_size:
+    raise ValueError("config.pp.max_patches is set: open the dataset with the model's "
+                     "patch_size (e.g. loaders.open_dataset(config, zoo.patch_size(config)))")
+  return patch_size
+
+
+def _check_max_patches(pp) -> None:
+  """config.pp.max_patches: None, or a patch budget >= 1 without MixUp (NaFlex rows of
+  different grids cannot be mixed pixel for pixel)."""
+  budget = pp.get("max_patches")
+  if budget is None:
+    return
+  if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
+    raise errors.InvalidInput(f"config.pp.max_patches={budget!r} must be None (square crops) "
+                              "or a patch budget >= 1, e.g. 256")
+  if pp.mixup_alpha:
+    raise errors.InvalidInput(f"config.pp.mixup_alpha={pp.mixup_alpha} with NaFlex "
+                              f"(config.pp.max_patches={budget}): images of other grids "
+                              "cannot be mixed; set mixup_alpha=0")
 
 
 def check_pp(pp) -> None:
@@ -81,6 +111,7 @@ def check_pp(pp) -> None:
     raise errors.InvalidInput(f"config.pp.mixup_alpha={pp.mixup_alpha} must be >= 0 and "
                               "finite (0 = off)")
   check_randaug(pp.get("randaug"))
+  _check_max_patches(pp)
 
 
 # (num_layers, magnitude) at most: the reference's magnitudes go to 30 (the ops

@@ -12,6 +12,9 @@ the run would go on with swapped labels. Per split kind:
     docs/fingerprint.md);
   * TFDS: name, version, split and example count;
   * examples in memory (the digits, VTAB's selections): a sha256 of pixels and labels.
+A NaFlex run's patch budget (config.pp.max_patches) is part of every split's fingerprint:
+the same files read at another budget are other inputs, so a resume at another budget is a
+data change (refused unless allowed, and recorded).
 """
 
 import hashlib
@@ -79,6 +82,18 @@ def of_split(split) -> Dict[str, Any]:
   return {"kind": split.kind, "examples": len(split), "sha256": _arrays_digest(split)}
 
 
+def with_budget(found: Dict[str, Any], max_patches) -> Dict[str, Any]:
+  """A split's fingerprint with the NaFlex patch budget it is read at (none recorded
+  without one, so records of square-crop runs stay as they were)."""
+  return found if max_patches is None else {**found, "max_patches": max_patches}
+
+
+def _budget_change(old: Dict[str, Any], new: Dict[str, Any]) -> str:
+  """'max_patches A -> B' when the NaFlex budgets differ, else ''."""
+  before, after = old.get("max_patches"), new.get("max_patches")
+  return "" if before == after else f"max_patches {before} -> {after}"
+
+
 def of_tfds(identity: Dict[str, str], examples: int) -> Dict[str, Any]:
   """The fingerprint of a TFDS split (tfds_identity) of `examples` examples."""
   identity = {"kind": "tfds", **identity, "examples": examples}
@@ -135,6 +150,8 @@ def relabelled_in_file(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
 
 def changed(old: Dict[str, Any], new: Dict[str, Any]) -> bool:
   """Whether two fingerprints of one split differ (an older record read as it was kept)."""
+  if _budget_change(old, new):
+    return True
   if old.get("kind") == new.get("kind") == "files" and "files" in old:
     return bool(any(files_change(old["files"], new["files"]).values())
                 or relabelled_in_file(old, new))
@@ -150,8 +167,8 @@ def describe_files_change(old: Dict[str, Any], new: Dict[str, Any]) -> str:
 
 def labels_kept(old: Dict[str, Any], new: Dict[str, Any]) -> bool:
   """Whether every example the run saw keeps its label and no example came or went: only
-  files replaced in place (what fixing a corrupt image does)."""
-  if not old.get("kind") == new.get("kind") == "files" or "files" not in old:
+  files replaced in place (what fixing a corrupt image does) and the same NaFlex budget."""
+  if _budget_change(old, new) or not old.get("kind") == new.get("kind") == "files" or "files" not in old:
     return False
   change = files_change(old["files"], new["files"])
   return not (change["relabelled"] or change["added"] or change["removed"]
@@ -160,13 +177,17 @@ def labels_kept(old: Dict[str, Any], new: Dict[str, Any]) -> bool:
 
 def describe_change(old: Dict[str, Any], new: Dict[str, Any]) -> str:
   """What differs between two fingerprints of one split, on one line."""
+  budget = _budget_change(old, new)
+  if budget and not changed({**old, "max_patches": None}, {**new, "max_patches": None}):
+    return budget
+  prefix = f"{budget}; " if budget else ""
   if old.get("kind") == new.get("kind") == "files" and "files" in old:
     parts = [describe_files_change(old["files"], new["files"])]
     in_file = relabelled_in_file(old, new)
     if in_file:
       parts.append(f"{len(in_file)} relabelled in labels.csv{_shown(in_file)}")
-    return "files " + ", ".join(part for part in parts if part)
+    return prefix + "files " + ", ".join(part for part in parts if part)
   keys = [k for k in ("kind", "name", "version", "split", "examples") if old.get(k) != new.get(k)]
   if not keys:
-    return "its examples differ (as many as before)"
-  return ", ".join(f"{k} {old.get(k)} -> {new.get(k)}" for k in keys)
+    return prefix + "its examples differ (as many as before)"
+  return prefix + ", ".join(f"{k} {old.get(k)} -> {new.get(k)}" for k in keys)

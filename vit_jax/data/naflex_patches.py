@@ -34,22 +34,38 @@ def target_size(height: int, width: int, patch: int, max_patches: int) -> Tuple[
   return _side(height, low, patch), _side(width, low, patch)
 
 
-def patchify(image: np.ndarray, patch: int, max_patches: int
-             ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """uint8 image [H, W, 3] -> (patches [max_patches, patch*patch*3] float32 in [-1, 1],
-  mask [max_patches] int32 (1: a real patch), grid [2] int32 (rows, columns))."""
+def resize(image: np.ndarray, patch: int, max_patches: int) -> np.ndarray:
+  """uint8 [H, W, 3] -> uint8 [h, w, 3] at target_size: PIL's bilinear resize (antialiased
+  when it shrinks), rounded to uint8, as transformers' processor."""
   image = np.asarray(image)
   if image.ndim != 3 or image.shape[-1] != 3 or image.dtype != np.uint8:
     raise errors.InvalidInput(f"NaFlex takes uint8 RGB images [H, W, 3], got {image.dtype} "
                               f"{image.shape}")
   height, width = target_size(image.shape[0], image.shape[1], patch, max_patches)
-  resized = Image.fromarray(image).resize((width, height), Image.BILINEAR)
-  pixels = np.asarray(resized, np.float32) / np.float32(255.0)
-  pixels = (pixels - np.float32(0.5)) / np.float32(0.5)
-  rows, cols = height // patch, width // patch
+  return np.asarray(Image.fromarray(image).resize((width, height), Image.BILINEAR))
+
+
+def cut(pixels: np.ndarray, patch: int, max_patches: int
+        ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """[h, w, 3] (sides multiples of patch) -> (patches [max_patches, patch*patch*3] of its
+  dtype, zeros past the image's, mask [max_patches] int32 (1: a real patch), grid [2]
+  int32 (rows, columns))."""
+  rows, cols = pixels.shape[0] // patch, pixels.shape[1] // patch
   patches = pixels.reshape(rows, patch, cols, patch, 3).transpose(0, 2, 1, 3, 4)
-  patches = patches.reshape(rows * cols, -1)
-  padded = np.zeros((max_patches, patches.shape[1]), np.float32)
-  padded[:len(patches)] = patches
-  mask = (np.arange(max_patches) < len(patches)).astype(np.int32)
+  padded = np.zeros((max_patches, patch * patch * 3), pixels.dtype)
+  padded[:rows * cols] = patches.reshape(rows * cols, -1)
+  mask = (np.arange(max_patches) < rows * cols).astype(np.int32)
   return padded, mask, np.asarray([rows, cols], np.int32)
+
+
+def model_range(pixels: np.ndarray) -> np.ndarray:
+  """uint8 -> float32 in [-1, 1] as the processor computes it (rescale, then normalise
+  with mean and std 0.5)."""
+  return (np.asarray(pixels, np.float32) / np.float32(255.0) - np.float32(0.5)) / np.float32(0.5)
+
+
+def patchify(image: np.ndarray, patch: int, max_patches: int
+             ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """uint8 image [H, W, 3] -> (patches [max_patches, patch*patch*3] float32 in [-1, 1],
+  mask [max_patches] int32 (1: a real patch), grid [2] int32 (rows, columns))."""
+  return cut(model_range(resize(image, patch, max_patches)), patch, max_patches)

@@ -29,3 +29,9 @@ def bit_resize(crop: int, resize: int = None) -> int:
         f"bit preprocessing: resize={resize} is smaller than crop={crop}; "
         "set pp.resize >= pp.crop")
   return resize
+
+
+def bit_side_fraction(crop: int, resize: int = None) -> float:
+  """The share of each side the BiT crop keeps (crop / its resize): a NaFlex train crop
+  (no square to resize to) keeps this share of each side at the image's aspect ratio."""
+  return crop / bit_resize(crop, resize)

@@ -10,6 +10,7 @@ import sklearn
 from PIL import Image
 
 from helpers import corrupt_jpeg, make_config, train, write_image, write_unicode_folder
+from naflex_folder import write_mixed_aspect_folder
 from vit_jax.base import errors
 from vit_jax.data import datasets, loaders, splits
 from vit_jax.data.grain_stack import grain_pipeline
@@ -136,3 +137,65 @@ def test_randaugment_runs_per_example_on_uint8_pixels_and_is_reproducible():
   assert np.abs(augmented["image"] - plain["image"]).mean() > 0.05
   levels = augmented["image"] * 127.5 + 127.5
   np.testing.assert_allclose(levels, np.round(levels), atol=1e-3)
+
+
+# NaFlex (config.pp.max_patches): 8 px patches, 24 at most; the fixture's shapes give
+# several grids in one batch.
+NAFLEX_PATCH = 8
+# The Grain loader reads as transformers (PIL on uint8), tf.data as big_vision (floats):
+# measured up to 1.006 levels of 255 apart (tests/data/tf_stack/test_tf_naflex.py).
+NAFLEX_TOLERANCE = 1.02 / 127.5
+
+
+@pytest.fixture(name="mixed_aspect", scope="module")
+def fixture_mixed_aspect(tmp_path_factory):
+  return str(write_mixed_aspect_folder(tmp_path_factory.mktemp("mixed")))
+
+
+def naflex_config(root, loader, **pp):
+  config = make_config(root, max_patches=24, **pp)
+  config.loader = loader
+  return config
+
+
+def test_naflex_eval_batches_equal_tf_data_on_mixed_aspect_ratios(mixed_aspect):
+  batches = {loader: list(loaders.open_dataset(naflex_config(mixed_aspect, loader),
+                                               NAFLEX_PATCH).eval_batches(
+      batch_size=8, process_index=0, process_count=1)) for loader in ("tf", "grain")}
+  assert len(batches["grain"]) == len(batches["tf"]) == 2
+  for ours, theirs in zip(batches["grain"], batches["tf"]):
+    for key in ("label", "mask"):
+      np.testing.assert_array_equal(ours[key], theirs[key])
+    for key in ("grid", "mask"):
+      np.testing.assert_array_equal(ours["image"][key], theirs["image"][key])
+    assert np.abs(ours["image"]["patches"] - theirs["image"]["patches"]).max() <= NAFLEX_TOLERANCE
+    assert len({tuple(grid) for grid in ours["image"]["grid"]}) >= 3  # mixed in one batch
+
+
+def test_naflex_train_batches_on_both_loaders(mixed_aspect):
+  """The order rule's labels on both loaders; each row's patches are its grid's, in
+  [-1, 1], zeros past them."""
+  pp = {"preset": "inception", "resize": None, "randaug": (2, 9)}
+  grain_data = loaders.open_dataset(naflex_config(mixed_aspect, "grain", **pp), NAFLEX_PATCH)
+  tf_data = loaders.open_dataset(naflex_config(mixed_aspect, "tf", **pp), NAFLEX_PATCH)
+  for ours, theirs in zip(train(grain_data, num_steps=2), train(tf_data, num_steps=2)):
+    np.testing.assert_array_equal(ours["label"], theirs["label"])
+    for image in (ours["image"], theirs["image"]):
+      assert image["patches"].shape == (8, 24, NAFLEX_PATCH ** 2 * 3)
+      assert image["patches"].dtype == np.float32 and image["mask"].dtype == np.int32
+      np.testing.assert_array_equal(image["mask"].sum(1), image["grid"].prod(1))
+      assert not image["patches"][image["mask"] == 0].any()
+      assert -1 <= image["patches"].min() < image["patches"].max() <= 1
+
+
+def test_naflex_worker_processes_give_the_threads_batches(mixed_aspect):
+  threads = loaders.open_dataset(naflex_config(mixed_aspect, "grain"), NAFLEX_PATCH)
+  config = naflex_config(mixed_aspect, "grain")
+  config.grain_workers = 1
+  workers = loaders.open_dataset(config, NAFLEX_PATCH)
+  from grain._src.python.ipc.shared_memory_array import SharedMemoryArray  # pylint: disable=import-outside-toplevel
+  for ours, theirs in zip(train(workers, num_steps=2), train(threads, num_steps=2)):
+    for key in ("patches", "mask", "grid"):
+      np.testing.assert_array_equal(ours["image"][key], theirs["image"][key])
+      shared = ours["image"][key]  # the image dict's arrays unlinked too (no leak at exit)
+      assert not (isinstance(shared, SharedMemoryArray) and shared._unlink_on_del)  # pylint: disable=protected-access

@@ -9,6 +9,7 @@ import tensorflow as tf
 from PIL import Image
 
 from helpers import UNICODE_CLASSES, UNICODE_FILES, corrupt_jpeg, demo_config, make_config, train, write_unicode_folder
+from vit_jax.base import errors
 from vit_jax.data import datasets, order, randaugment, splits
 from vit_jax.data.tf_stack import tf_pipeline, tf_preprocess
 from vit_jax.training import loop as train_lib
@@ -235,3 +236,33 @@ def test_randaug_past_the_references_range_is_one_line(randaug):
       r"to 10 layers, magnitude up to 30; .*\): e.g. \(2, 15\)$")):
     tf_pipeline.open_dataset(make_config(randaug=randaug))
   datasets.check_randaug((10, 30))  # the bounds themselves are fine
+
+
+def test_naflex_on_digits_and_a_streamed_tfds_split(tmp_path, monkeypatch):
+  """config.pp.max_patches: in-memory pixels (the digits, BiT's window) and a streamed
+  TFDS split (process parts, the eval padding rows' patches zero) give patch batches; a
+  budget without the model's patch size, or with MixUp, is refused."""
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  from vit_jax.data.sources import tfds_builder  # pylint: disable=import-outside-toplevel
+  digits = tf_pipeline.open_dataset(make_config(max_patches=9), patch_size=4)
+  image = train(digits, num_steps=1)[0]["image"]
+  assert image["patches"].shape == (8, 9, 48) and (image["grid"] == 3).all()
+  tfds.testing.DummyMnist(data_dir=str(tmp_path)).download_and_prepare()
+  monkeypatch.setattr(tfds_builder, "IN_MEMORY_LIMIT_BYTES", 0)
+  config = make_config("dummy_mnist", max_patches=9, preset="inception", resize=None)
+  config.tfds_data_dir = str(tmp_path)
+  streamed = tf_pipeline.open_dataset(config, patch_size=4)
+  assert isinstance(streamed.train, splits.StreamingSplit)
+  assert train(streamed, process_count=2, num_steps=1)[0]["image"]["mask"].shape == (4, 9)
+  parts = [list(streamed.eval_batches(batch_size=6, process_index=p, process_count=2))
+           for p in range(2)]
+  assert sum(b["mask"].sum() for part in parts for b in part) == 20
+  padding = parts[1][-1]
+  assert not padding["image"]["patches"][padding["mask"] == 0].any()
+  with pytest.raises(ValueError, match="config.pp.max_patches is set: open the dataset with "
+                     "the model's patch_size"):
+    tf_pipeline.open_dataset(make_config(max_patches=9))
+  with pytest.raises(errors.InvalidInput, match=r"^config.pp.mixup_alpha=0.2 with "
+                     r"NaFlex \(config.pp.max_patches=9\): images of other grids cannot be "
+                     "mixed; set mixup_alpha=0$"):
+    tf_pipeline.open_dataset(make_config(max_patches=9, mixup_alpha=0.2), patch_size=4)

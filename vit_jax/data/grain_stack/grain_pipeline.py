@@ -17,7 +17,7 @@ processes (mp_prefetch).
 
 import functools
 import os
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 import grain
 import numpy as np
@@ -26,7 +26,7 @@ from absl import flags
 from vit_jax.base import errors, storage
 from vit_jax.data import datasets, order
 from vit_jax.data.datasets import rows_per_process
-from vit_jax.data.grain_stack import grain_workers, np_preprocess
+from vit_jax.data.grain_stack import grain_workers, np_naflex, np_preprocess
 from vit_jax.data.sources import registry, tfds_arrayrecord
 from vit_jax.data.splits import IndexedSplit
 
@@ -54,8 +54,8 @@ class _TrainExample:
   augmented (a class, not a closure: worker processes unpickle it)."""
 
   def __init__(self, split: IndexedSplit, pp, seed: int, batch_size: int, rows: int,
-               start_step: int, process_index: int):
-    self.split, self.pp, self.seed = split, pp, seed
+               start_step: int, process_index: int, naflex_patch: Optional[int] = None):
+    self.split, self.pp, self.seed, self.naflex_patch = split, pp, seed, naflex_patch
     self.batch_size, self.rows, self.start_step = batch_size, rows, start_step
     self.process_index = process_index
 
@@ -71,9 +71,12 @@ class _TrainExample:
     image = _read(self.split, index, functools.partial(self._crop, rng=rng))
     return {"image": image, "label": self.split.labels[index], "position": position}
 
-  def _crop(self, payload, rng) -> np.ndarray:
-    """uint8 pixels: _Finish scales the whole batch (4x less memory to stack)."""
+  def _crop(self, payload, rng):
+    """uint8 pixels (NaFlex: uint8 patches): _Finish scales the whole batch (4x less
+    memory to stack)."""
     pp = self.pp
+    if self.naflex_patch:
+      return np_naflex.train_patches(payload, rng, pp, self.naflex_patch)
     if pp.preset == "inception":
       return np_preprocess.inception_pixels(payload, pp.crop, rng, flip=pp.flip,
                                             randaug=pp.get("randaug"))
@@ -92,7 +95,10 @@ class _Finish:
 
   def __call__(self, batch: dict) -> dict:
     position = batch.pop("position")
-    batch["image"] = np_preprocess.to_model_range(batch["image"])
+    if isinstance(batch["image"], dict):  # NaFlex (no MixUp: datasets.check_pp)
+      batch["image"] = np_naflex.scaled(batch["image"])
+    else:
+      batch["image"] = np_preprocess.to_model_range(batch["image"])
     batch["label"] = batch["label"].astype(np.int32, copy=False)
     if self.mixup_alpha:
       onehot = (batch["label"].astype(np.float32) if self.multi_label
@@ -105,19 +111,18 @@ class _Finish:
 
 class _EvalExample:
   """Position in the padded split -> {'image', 'label', 'mask'} (padding rows repeat the
-  last example, mask 0)."""
+  last example, mask 0); `prepare` turns an image's payload into its 'image'."""
 
-  def __init__(self, split: IndexedSplit, crop, batch_size: int, rows: int,
+  def __init__(self, split: IndexedSplit, prepare, batch_size: int, rows: int,
                process_index: int):
-    self.split, self.crop = split, crop
+    self.split, self.prepare = split, prepare
     self.batch_size, self.rows, self.process_index = batch_size, rows, process_index
 
   def __call__(self, i: int) -> dict:
     batch_id, row = divmod(int(i), self.rows)
     position = batch_id * self.batch_size + self.process_index * self.rows + row
     index = min(position, len(self.split) - 1)
-    image = _read(self.split, index, functools.partial(np_preprocess.eval_resize,
-                                                        size=self.crop))
+    image = _read(self.split, index, self.prepare)
     return {"image": image, "label": self.split.labels[index].astype(np.int32),
             "mask": np.float32(position < len(self.split))}
 
@@ -125,8 +130,9 @@ class _EvalExample:
 class Dataset(datasets.Dataset):
   """A train and an eval split with the preprocessing of config.pp, read by Grain."""
 
-  def __init__(self, train, eval_split, class_names: List[str], pp, workers: int = 0):
-    super().__init__(train, eval_split, class_names, pp)
+  def __init__(self, train, eval_split, class_names: List[str], pp, workers: int = 0,
+               patch_size: Optional[int] = None):
+    super().__init__(train, eval_split, class_names, pp, patch_size)
     self.workers = workers
 
   def _iterate(self, dataset: grain.MapDataset, finish=None) -> Iterator[dict]:
@@ -158,7 +164,7 @@ class Dataset(datasets.Dataset):
     pipeline.Dataset.train_batches gives them."""
     rows = rows_per_process(batch_size, process_count)
     example = _TrainExample(self.train, self.pp, seed, batch_size, rows, start_step,
-                            process_index)
+                            process_index, self.naflex_patch)
     finish = _Finish(self.pp.mixup_alpha, seed, batch_size, self.info.num_classes,
                      self.info.multi_label)
     steps = max(0, num_steps - start_step)
@@ -173,9 +179,17 @@ class Dataset(datasets.Dataset):
     source = self.train if split == "train" else self.eval
     rows = rows_per_process(batch_size, process_count)
     num_batches = -(-len(source) // batch_size)
-    example = _EvalExample(source, self.pp.crop, batch_size, rows, process_index)
+    example = _EvalExample(source, self._eval_prepare(), batch_size, rows, process_index)
     dataset = grain.MapDataset.range(num_batches * rows).map(example)
     return self._iterate(dataset.batch(rows))
+
+  def _eval_prepare(self):
+    """payload -> the whole image resized to pp.crop, or NaFlex patches at its aspect
+    ratio (a partial: worker processes unpickle it)."""
+    if self.naflex_patch:
+      return functools.partial(np_naflex.eval_patches, patch=self.naflex_patch,
+                               max_patches=self.pp.max_patches)
+    return functools.partial(np_preprocess.eval_resize, size=self.pp.crop)
 
 
 def _check_source(config) -> None:
@@ -186,8 +200,8 @@ def _check_source(config) -> None:
                               "tf.data; set config.loader='tf'")
 
 
-def open_dataset(config) -> Dataset:
-  """The dataset of config.dataset for the Grain loader (see pipeline.open_dataset); a
+def open_dataset(config, patch_size: Optional[int] = None) -> Dataset:
+  """The dataset of config.dataset for the Grain loader (see tf_pipeline.open_dataset); a
   TFDS name is read through tfds.data_source (tfds_arrayrecord)."""
   datasets.check_pp(config.pp)
   _check_source(config)
@@ -198,10 +212,12 @@ def open_dataset(config) -> Dataset:
         label_feature=registry.label_feature(config), data_dir=config.tfds_data_dir)
   else:
     train, eval_split, class_names = source.open(config)
-  return Dataset(train, eval_split, class_names, config.pp, config.get("grain_workers", 0))
+  return Dataset(train, eval_split, class_names, config.pp, config.get("grain_workers", 0),
+                 patch_size)
 
 
-def open_eval_dataset(config, dataset: str, split: str, label_feature: str = "label") -> Dataset:
+def open_eval_dataset(config, dataset: str, split: str, label_feature: str = "label",
+                      patch_size: Optional[int] = None) -> Dataset:
   """An evaluation-only Dataset (eval_batches only) of `dataset`'s `split`."""
   datasets.check_pp(config.pp)
   for source in registry.SOURCES:
@@ -212,5 +228,6 @@ def open_eval_dataset(config, dataset: str, split: str, label_feature: str = "la
       found = source.open_eval(dataset, split, config, label_feature)
     if found is not None:
       eval_split, class_names = found
-      return Dataset(None, eval_split, class_names, config.pp, config.get("grain_workers", 0))
+      return Dataset(None, eval_split, class_names, config.pp, config.get("grain_workers", 0),
+                     patch_size)
   raise AssertionError("registry.Tfds takes any name")

@@ -62,12 +62,21 @@ def _exit_with(parent) -> None:
   os._exit(1)  # pylint: disable=protected-access  # no cleanup of a dead parent's state
 
 
+def _leaves(tree: dict):
+  for value in tree.values():
+    if isinstance(value, dict):
+      yield from _leaves(value)
+    else:
+      yield value
+
+
 def unlinked(batch: dict) -> dict:
   """A batch from the workers, its shared memory unlinked at once (the arrays stay valid
   until dropped). Grain unlinks it when the array is garbage-collected, in a thread pool
   that does not outlive the interpreter: every run with workers ended with the resource
-  tracker's "leaked shared_memory" warning for the batches still held at exit."""
-  for array in batch.values():
+  tracker's "leaked shared_memory" warning for the batches still held at exit. Nested
+  dicts (a NaFlex batch's image) are walked too."""
+  for array in _leaves(batch):
     if isinstance(array, shared_memory_array.SharedMemoryArray) and array._unlink_on_del:  # pylint: disable=protected-access
       array.shm.unlink()
       array._unlink_on_del = False  # pylint: disable=protected-access  # closed only, on del

@@ -90,10 +90,10 @@ def _image_size(image):
   return image, size
 
 
-def _finish_train(resized: np.ndarray, rng: np.random.Generator, flip: bool,
-                  randaug: Optional[Tuple[int, int]]) -> np.ndarray:
+def finish_train(resized: np.ndarray, rng: np.random.Generator, flip: bool,
+                 randaug: Optional[Tuple[int, int]]) -> np.ndarray:
   """Flip and, with randaug = (N, M), RandAugment seeded from the example's generator
-  (the tf.data path's order: preprocess._finish_train, big_vision's): uint8 pixels. The
+  (the tf.data path's order: tf_preprocess.finish_train, big_vision's): uint8 pixels. The
   resized crop is uint8 throughout, rounded, where tf.data resizes to floats and, for
   RandAugment only, truncates them (its crops are then half a level darker on average)."""
   pixels = _maybe_flip(np.asarray(resized, np.uint8), rng, flip)
@@ -110,7 +110,7 @@ def inception_pixels(image, size: int, rng: np.random.Generator, *, flip: bool =
   image, (height, width) = _image_size(image)
   window = inception_window(height, width, rng)
   crop = image_codec.resize(_scaled_window(image, window, size), (size, size))
-  return _finish_train(crop, rng, flip, randaug)
+  return finish_train(crop, rng, flip, randaug)
 
 
 def bit_pixels(image, crop: int, rng: np.random.Generator, *, resize: int = None,
@@ -123,7 +123,7 @@ def bit_pixels(image, crop: int, rng: np.random.Generator, *, resize: int = None
                                (resize, resize))
   top, left = rng.integers(0, resize - crop + 1, size=2)
   window = resized[top:top + crop, left:left + crop]
-  return _finish_train(window, rng, flip, randaug)
+  return finish_train(window, rng, flip, randaug)
 
 
 def inception_crop(image, size: int, rng: np.random.Generator, **options) -> np.ndarray:

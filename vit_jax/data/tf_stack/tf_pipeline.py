@@ -16,16 +16,16 @@ iterator with one line naming it (splits.CorruptImageError / FileNotFoundError;
 indexed_reader.py). Global device batches: device_batches.py.
 """
 
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 import jax
 import numpy as np
 import tensorflow as tf
 
 from vit_jax.base import errors
-from vit_jax.data import datasets, order, presets
+from vit_jax.data import datasets, order
 from vit_jax.data.sources import registry
-from vit_jax.data.tf_stack import indexed_reader, tf_preprocess
+from vit_jax.data.tf_stack import indexed_reader, tf_naflex, tf_preprocess
 from vit_jax.data.datasets import (DatasetInfo, check, check_pp, class_counts,  # noqa: F401
                                   rows_per_process)
 from vit_jax.data.sources.tfds_builder import read_tfds
@@ -36,17 +36,20 @@ class Dataset(datasets.Dataset):
   """A train and an eval split with the preprocessing of config.pp, read by tf.data (train
   is None for an evaluation-only set)."""
 
-  def __init__(self, train, eval_split, class_names: List[str], pp, shuffle_buffer: int):
-    super().__init__(train, eval_split, class_names, pp)
+  def __init__(self, train, eval_split, class_names: List[str], pp, shuffle_buffer: int,
+               patch_size: Optional[int] = None):
+    super().__init__(train, eval_split, class_names, pp, patch_size)
     self.shuffle_buffer = shuffle_buffer
 
   def _payload(self, split, data: tf.Tensor) -> tf.Tensor:
     """Pixels or encoded bytes of one example (files are read here, in parallel)."""
     return tf.io.read_file(data) if split.kind == "files" else data
 
-  def _augment(self, image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+  def _augment(self, image: tf.Tensor, seed: tf.Tensor):
     pp = self.pp
     randaug = pp.get("randaug")
+    if self.naflex_patch:
+      return tf_naflex.train_patches(image, seed, pp, self.naflex_patch)
     if pp.preset == "inception":
       return tf_preprocess.inception_crop(image, pp.crop, seed, flip=pp.flip, randaug=randaug)
     return tf_preprocess.bit_crop(image, pp.crop, seed, resize=pp.resize, flip=pp.flip,
@@ -58,7 +61,8 @@ class Dataset(datasets.Dataset):
                     process_index: int, process_count: int) -> Iterator[dict]:
     """This process's rows of the global batches of steps start_step .. num_steps - 1:
     {'image': float32 [B/P, crop, crop, 3], 'label': int32 [B/P]} (multi-label data:
-    multi-hot [B/P, num_classes]; with MixUp, 'label' is float32 [B/P, num_classes])."""
+    multi-hot [B/P, num_classes]; with MixUp, 'label' is float32 [B/P, num_classes]);
+    NaFlex (pp.max_patches): 'image' is {'patches', 'mask', 'grid'} (tf_naflex.cut)."""
     rows = rows_per_process(batch_size, process_count)  # MixUp's even rows: see check()
     def augment(position, data, label):
       image = self._augment(self._payload(self.train, data), order.example_seed(seed, position))
@@ -114,7 +118,8 @@ class Dataset(datasets.Dataset):
     time; encoded images decode one by one (sizes differ, JPEGs decode their window), and
     so does RandAugment (per image, in numpy)."""
     return (isinstance(self.train, IndexedSplit) and self.train.kind == "pixels"
-            and self.pp.preset == "bit" and not self.pp.get("randaug"))
+            and self.pp.preset == "bit" and not self.pp.get("randaug")
+            and not self.naflex_patch)
 
   def _streaming_train(self, start_step: int, seed: int, process_index: int,
                        process_count: int) -> tf.data.Dataset:
@@ -129,6 +134,12 @@ class Dataset(datasets.Dataset):
     return data.map(split.features)
 
   # --- eval ---
+
+  def _eval_image(self, image: tf.Tensor):
+    """The whole image: resized to pp.crop, or NaFlex patches at its aspect ratio."""
+    if self.naflex_patch:
+      return tf_naflex.eval_patches(image, self.naflex_patch, self.pp.max_patches)
+    return tf_preprocess.eval_resize(image, self.pp.crop)
 
   def eval_batches(self, *, batch_size: int, process_index: int, process_count: int,
                    split: str = "eval") -> Iterator[dict]:
@@ -150,7 +161,7 @@ class Dataset(datasets.Dataset):
         return positions, np.minimum(positions, size - 1)  # padding rows repeat the last
 
       def prepare(position, data, label):
-        image = tf_preprocess.eval_resize(self._payload(source, data), self.pp.crop)
+        image = self._eval_image(self._payload(source, data))
         return {"image": image, "label": label, "mask": tf.cast(position < size, tf.float32)}
 
       batch_ids = tf.data.Dataset.range(num_batches)
@@ -172,36 +183,39 @@ class Dataset(datasets.Dataset):
 
     def prepare(example):
       image, label = split.features(example)
-      return {"image": tf_preprocess.eval_resize(image, self.pp.crop), "label": label,
+      return {"image": self._eval_image(image), "label": label,
               "mask": tf.constant(1.0)}
 
     examples = data.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     label_spec = examples.element_spec["label"]
     padding = tf.data.Dataset.from_tensors({
-        "image": tf.zeros([*presets.side_pair(self.pp.crop), 3]),
+        "image": tf.nest.map_structure(lambda spec: tf.zeros(spec.shape, spec.dtype),
+                                       examples.element_spec["image"]),
         "label": tf.zeros(label_spec.shape, label_spec.dtype), "mask": tf.constant(0.0)}).repeat()
     return examples.concatenate(padding), -(-longest // rows)
 
 
-def open_dataset(config) -> Dataset:
+def open_dataset(config, patch_size: Optional[int] = None) -> Dataset:
   """The dataset of config.dataset: 'digits', an image directory or a TFDS name.
 
   Validates everything up front and fast (one-line errors naming the problem and the
   fix). Reads dataset, train_split, eval_split, tfds_data_dir, tfds_manual_dir,
   tfds_download, shuffle_buffer and pp.{preset, crop, resize, flip, mixup_alpha, randaug};
-  the splits apply to TFDS only (default 'train' / 'test').
+  the splits apply to TFDS only (default 'train' / 'test'). With pp.max_patches (NaFlex),
+  patch_size is the model's patch side.
   """
   check_pp(config.pp)
   train, eval_split, class_names = registry.open_source(config)
-  return Dataset(train, eval_split, class_names, config.pp, config.shuffle_buffer)
+  return Dataset(train, eval_split, class_names, config.pp, config.shuffle_buffer, patch_size)
 
 
-def open_eval_dataset(config, dataset: str, split: str, label_feature: str = "label") -> Dataset:
+def open_eval_dataset(config, dataset: str, split: str, label_feature: str = "label",
+                      patch_size: Optional[int] = None) -> Dataset:
   """An evaluation-only Dataset (eval_batches only) of `dataset`'s `split`, with the
   eval preprocessing of config.pp; see registry.open_eval_source."""
   check_pp(config.pp)
   eval_split, class_names = registry.open_eval_source(dataset, split, config, label_feature)
-  return Dataset(None, eval_split, class_names, config.pp, config.shuffle_buffer)
+  return Dataset(None, eval_split, class_names, config.pp, config.shuffle_buffer, patch_size)
 
 
 def host_threading() -> tf.data.Options:

@@ -32,7 +32,7 @@ def decode_image(encoded: tf.Tensor) -> tf.Tensor:
   return image
 
 
-def _pixels(image: tf.Tensor) -> tf.Tensor:
+def as_pixels(image: tf.Tensor) -> tf.Tensor:
   """uint8 RGB pixels of an image given as pixels or as encoded bytes."""
   return decode_image(image) if image.dtype == tf.string else image
 
@@ -45,7 +45,7 @@ def to_model_range(image: tf.Tensor) -> tf.Tensor:
 def eval_resize(image: tf.Tensor, size) -> tf.Tensor:
   """Evaluation and prediction: plain bilinear resize to size x size (or to size =
   (height, width)), no crop."""
-  resized = tf.image.resize(_pixels(image), side_pair(size), method="bilinear",
+  resized = tf.image.resize(as_pixels(image), side_pair(size), method="bilinear",
                             antialias=False)
   return to_model_range(resized)
 
@@ -65,8 +65,8 @@ def rand_augment(pixels: tf.Tensor, num_layers: int, magnitude: int, seed: tf.Te
   return out
 
 
-def _finish_train(resized: tf.Tensor, seed: tf.Tensor, flip_seed: tf.Tensor, flip: bool,
-                  randaug: Optional[Tuple[int, int]]) -> tf.Tensor:
+def finish_train(resized: tf.Tensor, seed: tf.Tensor, flip_seed: tf.Tensor, flip: bool,
+                 randaug: Optional[Tuple[int, int]]) -> tf.Tensor:
   """Flip and, with randaug = (N, M), big_vision's order: the resized crop back to uint8
   (clipped, truncated), flip, RandAugment (seeded by `seed` folded with 3), [-1, 1]."""
   if not randaug:
@@ -102,31 +102,37 @@ def _crop_pixels(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
   return tf.slice(image, begin, size)
 
 
-def inception_crop(image: tf.Tensor, size: int, seed: tf.Tensor, *, flip: bool = True,
-                   randaug: Optional[Tuple[int, int]] = None) -> tf.Tensor:
-  """Reference fine-tuning train crop: random window, bilinear resize, random flip
-  (then RandAugment with randaug = (N, M): _finish_train)."""
-  crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+def inception_window_pixels(image: tf.Tensor, crop_seed: tf.Tensor) -> tf.Tensor:
+  """uint8 pixels of the inception window (inception_window) of pixels or encoded bytes,
+  at their own size."""
   if image.dtype == tf.string:
     crop = tf.cond(tf.io.is_jpeg(image), lambda: _crop_jpeg(image, crop_seed),
                    lambda: _crop_pixels(decode_image(image), crop_seed))
     crop.set_shape([None, None, 3])
-  else:
-    crop = _crop_pixels(image, crop_seed)
+    return crop
+  return _crop_pixels(image, crop_seed)
+
+
+def inception_crop(image: tf.Tensor, size: int, seed: tf.Tensor, *, flip: bool = True,
+                   randaug: Optional[Tuple[int, int]] = None) -> tf.Tensor:
+  """Reference fine-tuning train crop: random window, bilinear resize, random flip
+  (then RandAugment with randaug = (N, M): finish_train)."""
+  crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+  crop = inception_window_pixels(image, crop_seed)
   crop = tf.image.resize(crop, [size, size], method="bilinear", antialias=False)
-  return _finish_train(crop, seed, flip_seed, flip, randaug)
+  return finish_train(crop, seed, flip_seed, flip, randaug)
 
 
 def bit_crop(image: tf.Tensor, crop: int, seed: tf.Tensor, *, resize: int = None,
              flip: bool = True, randaug: Optional[Tuple[int, int]] = None) -> tf.Tensor:
   """BiT train preprocessing: resize to `resize` (HyperRule default), random crop, flip
-  (then RandAugment with randaug = (N, M): _finish_train)."""
+  (then RandAugment with randaug = (N, M): finish_train)."""
   resize = bit_resize(crop, resize)
   crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
-  image = tf.image.resize(_pixels(image), [resize, resize], method="bilinear",
+  image = tf.image.resize(as_pixels(image), [resize, resize], method="bilinear",
                           antialias=False)
   image = tf.image.stateless_random_crop(image, [crop, crop, 3], crop_seed)
-  return _finish_train(image, seed, flip_seed, flip, randaug)
+  return finish_train(image, seed, flip_seed, flip, randaug)
 
 
 def bit_crop_batch(images: tf.Tensor, crop: int, uniforms: tf.Tensor, *, resize: int = None,
