@@ -28,6 +28,12 @@ def max_patches(config: ml_collections.ConfigDict) -> Optional[int]:
   return (config.get("pp") or {}).get("max_patches")
 
 
+def loader_patch_size(config: ml_collections.ConfigDict) -> Optional[int]:
+  """What the loaders cut each image into (loaders.open_dataset's patch_size): the model's
+  patch size with NaFlex, else None (square crops)."""
+  return zoo.patch_size(config) if max_patches(config) is not None else None
+
+
 def check_budget(config: ml_collections.ConfigDict) -> None:
   """A whole number of patches of at least one; MixUp mixes square images, not these."""
   budget = max_patches(config)
