@@ -5,11 +5,13 @@ import numpy as np
 import pytest
 
 from vit_jax.data import batch_spec, loaders
+from vit_jax.models import zoo
 from vit_jax.training import config_defaults
 
 
 def as_spec(batch) -> dict:
-  return {key: (tuple(value.shape), np.asarray(value).dtype) for key, value in batch.items()}
+  return {key: as_spec(value) if isinstance(value, dict)
+          else (tuple(value.shape), np.asarray(value).dtype) for key, value in batch.items()}
 
 
 @pytest.mark.parametrize("loader", ["tf", "grain"])
@@ -28,7 +30,7 @@ def test_the_spec_is_what_the_loaders_feed(loader, mixup_alpha):
 
 def test_a_naflex_spec_nests_patches_mask_and_grid():
   """pp.max_patches: the image is {'patches', 'mask', 'grid'} at the budget and the model's
-  patch size (the loaders' side is held to it above once they produce NaFlex batches)."""
+  patch size (the loaders' side: the next test)."""
   config = config_defaults.demo_config()
   config.pp.max_patches = 36
   image = {"patches": ((4, 36, 4 * 4 * 3), np.dtype(np.float32)),
@@ -40,3 +42,16 @@ def test_a_naflex_spec_nests_patches_mask_and_grid():
   assert zeros["image"]["grid"].dtype == np.int32 and zeros["mask"].shape == (4,)
   with pytest.raises(ValueError, match="patch size"):
     batch_spec.train_batch(config, 10, 4)
+
+
+@pytest.mark.parametrize("loader", ["tf", "grain"])
+def test_the_naflex_spec_is_what_the_loaders_feed(loader):
+  config = config_defaults.demo_config()
+  config.loader, config.pp.max_patches = loader, 12
+  patch = zoo.patch_size(config)
+  dataset = loaders.open_dataset(config, patch)
+  train = next(iter(dataset.train_batches(batch_size=4, start_step=0, num_steps=1, seed=0,
+                                          process_index=0, process_count=1)))
+  assert as_spec(train) == batch_spec.train_batch(config, dataset.info.num_classes, 4, patch)
+  evaluated = next(iter(dataset.eval_batches(batch_size=4, process_index=0, process_count=1)))
+  assert as_spec(evaluated) == batch_spec.eval_batch(config, 4, patch)

@@ -98,3 +98,33 @@ class Exports:
                     **self._options)
       self._outs[case] = out
     return self._outs[case]
+
+
+# NaFlex (--max_patches): a MAP-pooled tiny ViT with a learned 4 x 4 table (16 px, 4 px
+# patches), read at 12 patches at most; a batch of three aspect ratios other than the
+# export's own verification batch.
+NAFLEX_BUDGET, NAFLEX_SHAPES = 12, ((30, 10), (9, 40), (20, 20))
+
+
+@functools.lru_cache(maxsize=None)
+def naflex_checkpoint(root) -> str:
+  path = str(pathlib.Path(root) / "naflex_map.npz")
+  module = tiny_model(num_classes=3, classifier="map")
+  npz.save_npz(random_params(module, image_size=16), path)
+  return path
+
+
+def naflex_inputs_and_logits(checkpoint):
+  """(inputs {'patches', 'mask', 'grid'} of noise images of NAFLEX_SHAPES, patchified as a
+  client does, the JAX NaFlexViT's logits for them)."""
+  from vit_jax.data import naflex_patches  # pylint: disable=import-outside-toplevel
+  from vit_jax.models import naflex_vit  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(5)
+  rows = [naflex_patches.patchify(rng.integers(0, 256, (*shape, 3), np.uint8), 4, NAFLEX_BUDGET)
+          for shape in NAFLEX_SHAPES]
+  inputs = dict(zip(("patches", "mask", "grid"), map(np.stack, zip(*rows))))
+  module, params = npz.load_npz(checkpoint)
+  model = naflex_vit.from_vit(module, 4)
+  logits = jax.jit(lambda p, x: model.apply({"params": p}, x["patches"], x["mask"], x["grid"]))(
+      params, inputs)
+  return inputs, np.asarray(logits)

@@ -31,6 +31,8 @@ def runs(checkpoints, tmp_path_factory):
       "unwritable": (gap, root / "a_file" / "out", "--to=stablehlo"),
       "unknown_to": (gap, root / "out_unknown", "--to=keras"),
       "existing": (gap, root / "existing", "--to=stablehlo"),
+      "naflex_size": (gap, root / "out_naflex", "--to=stablehlo", "--max_patches=12",
+                      "--image_size=32"),
   }
   results = {}
   for case, args in cases.items():
@@ -67,7 +69,8 @@ def stop_while_holding(process, lock, timeout=300):
 @pytest.mark.parametrize("case, names", [
     ("corrupt", ["corrupt.npz"]), ("unwritable", ["a_file", "is a file, not a folder"]),
     ("unknown_to", ["keras", "stablehlo, saved_model, tflite, onnx"]),
-    ("existing", ["already holds files it did not write", "--overwrite"])])
+    ("existing", ["already holds files it did not write", "--overwrite"]),
+    ("naflex_size", ["--max_patches takes each image at its own size (NaFlex)"])])
 def test_bad_input_is_one_line_and_writes_nothing(runs, case, names):
   root, out, code, stdout, stderr = runs[case]
   lines = stderr.strip().splitlines()

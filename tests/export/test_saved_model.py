@@ -6,9 +6,9 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from export_cases import (CASES, checkpoints,  # noqa: F401 (checkpoints: a fixture)
-                          Exports, flax_logits, noise_and_logits, read_metadata,
-                          relative)
+from export_cases import (CASES, NAFLEX_BUDGET, checkpoints,  # noqa: F401 (a fixture)
+                          Exports, flax_logits, naflex_checkpoint, naflex_inputs_and_logits,
+                          noise_and_logits, read_metadata, relative)
 from vit_jax import export, predict
 from vit_jax.checkpoints import npz
 from vit_jax.data import image_files
@@ -81,3 +81,21 @@ def test_a_multi_label_head_serves_sigmoid_probabilities(checkpoints, tmp_path):
   images, truth = noise_and_logits(path, 16, 7)
   out = saved_model.serving_module(loaded, None, False).serve(tf.constant(images))
   np.testing.assert_allclose(out["probabilities"], tf.nn.sigmoid(truth), atol=1e-6)
+
+
+def test_a_naflex_classifier_takes_patches_mask_and_grid(tmp_path):
+  """--max_patches: the SavedModel's signature takes NaFlex inputs; on a batch of three
+  aspect ratios (three grids, padding in each row) its logits are the JAX NaFlexViT's."""
+  checkpoint = naflex_checkpoint(tmp_path)
+  out = str(tmp_path / "naflex")
+  export.export(checkpoint, out, to="saved_model", max_patches=NAFLEX_BUDGET, log=lambda _: None)
+  inputs, truth = naflex_inputs_and_logits(checkpoint)
+  assert len({tuple(grid) for grid in inputs["grid"]}) == 3
+  logits = serving(out)(**{k: tf.constant(v) for k, v in inputs.items()})["logits"].numpy()
+  assert relative(logits, truth) <= 1e-5
+  meta = read_metadata(out)
+  assert meta["max_patches"] == NAFLEX_BUDGET and not meta["preprocessing"]["in_graph"]
+  assert meta["signature"]["inputs"] == {
+      "patches": {"shape": [None, NAFLEX_BUDGET, 48], "dtype": "float32"},
+      "mask": {"shape": [None, NAFLEX_BUDGET], "dtype": "int32"},
+      "grid": {"shape": [None, 2], "dtype": "int32"}}

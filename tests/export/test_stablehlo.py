@@ -7,8 +7,9 @@ import jax
 import numpy as np
 import pytest
 
-from export_cases import (CASES, checkpoints,  # noqa: F401 (checkpoints: a fixture)
-                          Exports, noise_and_logits, read_metadata, relative)
+from export_cases import (CASES, NAFLEX_BUDGET, checkpoints,  # noqa: F401 (a fixture)
+                          Exports, naflex_checkpoint, naflex_inputs_and_logits,
+                          noise_and_logits, read_metadata, relative)
 from vit_jax import export
 
 
@@ -74,3 +75,14 @@ def test_a_non_square_size_is_traced_and_recorded(checkpoints, tmp_path):
   assert model.in_avals[0].shape == (2, 16, 24, 3)
   images, truth = noise_and_logits(path, meta["image_size"], 2)  # the load-time resize
   assert relative(np.asarray(model.call(images)), truth) <= 1e-5
+
+
+def test_a_naflex_classifier_is_called_with_a_dict_at_any_batch(tmp_path):
+  checkpoint = naflex_checkpoint(tmp_path)
+  out = str(tmp_path / "naflex")
+  export.export(checkpoint, out, to="stablehlo", max_patches=NAFLEX_BUDGET, log=lambda _: None)
+  inputs, truth = naflex_inputs_and_logits(checkpoint)
+  model = deserialized(f"{out}/{read_metadata(out)['files']['model']}")
+  for batch in (1, 3):
+    logits = model.call({k: v[:batch] for k, v in inputs.items()})
+    assert relative(logits, truth[:batch]) <= 1e-5

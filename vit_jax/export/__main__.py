@@ -1,6 +1,6 @@
 """python -m vit_jax.export CHECKPOINT OUT --to=stablehlo|saved_model|tflite|onnx
     [--image_size=PX|HxW] [--batch=N|dynamic] [--dtype=float32|bfloat16|float16]
-    [--with_preprocessing] [--overwrite]
+    [--with_preprocessing] [--max_patches=N] [--overwrite]
 
 Writes the checkpoint (anything load_npz reads, or a released name) as a serving artefact
 into the folder OUT with a metadata.json beside it, after reloading it in its own runtime
@@ -27,7 +27,7 @@ def main(argv, flag_values=FLAGS):
   result = api.export(argv[1], argv[2], to=flag_values.to, image_size=flag_values.image_size,
                       batch=flag_values.batch, dtype=flag_values.dtype,
                       with_preprocessing=flag_values.with_preprocessing,
-                      overwrite=flag_values.overwrite)
+                      overwrite=flag_values.overwrite, max_patches=flag_values.max_patches)
   print(result.summary())
 
 
@@ -44,6 +44,10 @@ def define_flags(flag_values=flags.FLAGS) -> None:
   flags.DEFINE_boolean("with_preprocessing", False, "saved_model: the signature takes "
                        "encoded image bytes and decodes, resizes and scales them in the "
                        "graph, as python -m vit_jax.predict does.", **define)
+  flags.DEFINE_integer("max_patches", None, "NaFlex (a MAP-pooled ViT classifier, e.g. a "
+                       "fine-tuned SigLIP 2 tower): the model takes patches, mask and grid "
+                       "at this patch budget, as vit_jax.data.naflex_patches.patchify gives "
+                       "them (docs/serving.md).", **define)
   flags.DEFINE_boolean("overwrite", False, "Replace an existing OUT that is no earlier "
                        "export (refused by default: nothing is clobbered).", **define)
   flags.mark_flag_as_required("to", flag_values=flag_values)

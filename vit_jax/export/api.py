@@ -70,14 +70,15 @@ def parse_batch(batch: Union[None, int, str]) -> Union[None, int, str]:
   return value
 
 
-def _options(to: str, fmt, batch, dtype: str, with_preprocessing: bool) -> Options:
+def _options(to: str, fmt, batch, dtype: str, with_preprocessing: bool,
+             max_patches: Optional[int] = None) -> Options:
   if dtype not in DTYPES:
     raise ExportError(f"unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
   batch = parse_batch(batch)
   if batch is None:
     batch = getattr(fmt, "DEFAULT_BATCH", "dynamic")
   asked = {"with_preprocessing": with_preprocessing, f"dtype={dtype}": dtype != "float32",
-           "batch=dynamic": batch == "dynamic"}
+           "batch=dynamic": batch == "dynamic", "max_patches": max_patches is not None}
   for option, on in asked.items():
     if on and option in fmt.REFUSED:
       raise ExportError(f"--to={to} does not support {option}: {fmt.REFUSED[option]}")
@@ -87,7 +88,7 @@ def _options(to: str, fmt, batch, dtype: str, with_preprocessing: bool) -> Optio
 def export(checkpoint: str, out: str, *, to: str, image_size: Optional[npz.ImageSize] = None,
            batch: Union[None, int, str] = None, dtype: str = "float32",
            with_preprocessing: bool = False, overwrite: bool = False,
-           log: Callable[[str], None] = print):
+           max_patches: Optional[int] = None, log: Callable[[str], None] = print):
   """Exports `checkpoint` (anything load_npz reads, or a released name) to folder `out`
   -> Result; a two-tower model (LiT, SigLIP) as its two towers (export.two_tower_export)
   -> TwoTowerResult.
@@ -97,24 +98,31 @@ def export(checkpoint: str, out: str, *, to: str, image_size: Optional[npz.Image
   batch: 'dynamic' or N (default: dynamic; 1 for tflite). dtype: float32, bfloat16
   (compute dtype; stablehlo and saved_model) or float16 (tflite: float16 weights).
   with_preprocessing: saved_model only, its signature then takes encoded image bytes.
+  max_patches: NaFlex (a MAP-pooled ViT classifier, SigLIP 2's reading): the inputs are
+  patches, mask and grid at this budget, as vit_jax.data.naflex_patches.patchify gives them.
   Raises an errors.UserError (one line: ExportError, CheckpointError, ...) and leaves
   `out` as it was when anything fails.
   """
   start = time.time()
+  _check_naflex(max_patches, image_size, with_preprocessing)
   if two_tower_open.is_two_tower(checkpoint):
+    if max_patches:
+      raise ExportError("--max_patches exports a NaFlex classifier (params.npz of a "
+                        "fine-tuned tower), not a two-tower model")
     two_tower_export.check_options(to, image_size, dtype, with_preprocessing)
     batch = parse_batch(batch)
     return two_tower_export.export(checkpoint, out, format_module(to), image_size=image_size,
                                    batch=None if batch in (None, "dynamic") else batch,
                                    overwrite=overwrite, log=log)
   fmt = format_module(to)
-  options = _options(to, fmt, batch, dtype, with_preprocessing)
+  options = _options(to, fmt, batch, dtype, with_preprocessing, max_patches)
   output.check_writable(out, overwrite)
   with no_clobber.sole_writer(out, output.KIND):  # a concurrent export into `out` fails here
     source = source_lib.load_source(checkpoint, image_size,
-                                    "float32" if dtype == "float16" else dtype)
-    log(f"read {checkpoint}: {source.model_name}, {source.module.num_classes} classes, "
-        f"{source.image_size[0]}x{source.image_size[1]} px")
+                                    "float32" if dtype == "float16" else dtype, max_patches)
+    log(f"read {checkpoint}: {source.model_name}, {source.module.num_classes} classes, " +
+        (f"NaFlex, up to {max_patches} patches" if max_patches else
+         f"{source.image_size[0]}x{source.image_size[1]} px"))
     with output.staged(out) as staging:
       files, signature = fmt.write(source, options, staging)
       inputs, reference = verification_batch(source, options)
@@ -127,16 +135,41 @@ def export(checkpoint: str, out: str, *, to: str, image_size: Optional[npz.Image
       parity = {"max_relative_logit_difference": difference, "tolerance": tolerance,
                 "runtime": fmt.RUNTIME, "reference": f"the Flax model ({source.dtype}, jax CPU)",
                 "batch": len(reference),
-                "inputs": "encoded JPEG images" if with_preprocessing else
-                          f"uniform noise in [-1, 1], seed {source_lib.VERIFY_SEED}"}
+                "inputs": _verification_inputs(source, with_preprocessing)}
       metadata.write(metadata.describe(
           source, fmt=to, files=files, signature=signature, parity=parity,
           batch=options.batch or "dynamic", in_graph_preprocessing=with_preprocessing), staging)
     return Result(out, to, difference, tolerance, fmt.RUNTIME, time.time() - start)
 
 
+def _check_naflex(max_patches, image_size, with_preprocessing: bool) -> None:
+  if max_patches is None:
+    return
+  if not isinstance(max_patches, int) or isinstance(max_patches, bool) or max_patches < 1:
+    raise ExportError(f"max_patches must be a whole number >= 1, got {max_patches!r}")
+  if image_size is not None:
+    raise ExportError("--max_patches takes each image at its own size (NaFlex): leave "
+                      "--image_size out")
+  if with_preprocessing:
+    raise ExportError("--with_preprocessing decodes to a square image; NaFlex inputs are "
+                      "patchified by the client (vit_jax.data.naflex_patches.patchify)")
+
+
+def _verification_inputs(source: source_lib.Source, with_preprocessing: bool) -> str:
+  if source.max_patches:
+    return (f"noise images of {len(source_lib.NAFLEX_SHAPES)} aspect ratios, seed "
+            f"{source_lib.VERIFY_SEED}, patchified by vit_jax.data.naflex_patches")
+  if with_preprocessing:
+    return "encoded JPEG images"
+  return f"uniform noise in [-1, 1], seed {source_lib.VERIFY_SEED}"
+
+
 def verification_batch(source: source_lib.Source, options: Options):
   """(inputs for the export, the Flax model's logits for them)."""
+  if source.max_patches:
+    inputs = source_lib.verification_patches(options.batch or VERIFY_BATCH,
+                                             source.module.patch_size, source.max_patches)
+    return inputs, source.flax_logits(inputs)
   images = source_lib.verification_images(options.batch or VERIFY_BATCH, source.image_size)
   if not options.with_preprocessing:
     return images, source.flax_logits(images)

@@ -26,6 +26,21 @@ def preprocessing_contract(image_size, in_graph: bool) -> Dict[str, Any]:
           "same_as": "vit_jax.data.tf_stack.tf_preprocess.eval_resize (python -m vit_jax.predict)"}
 
 
+def naflex_contract(patch: int, max_patches: int) -> Dict[str, Any]:
+  """NaFlex's preprocessing (vit_jax.data.naflex_patches.patchify), as a contract: done by
+  the client, never in the graph."""
+  steps = ["decode to RGB uint8 (grayscale replicated, alpha dropped)",
+           f"resize at the image's own aspect ratio to the largest size whose grid of {patch} "
+           f"px patches holds at most {max_patches} (sides rounded up to whole patches, at "
+           "least one): PIL's bilinear resize of the uint8 image",
+           "scale: pixel / 255 * 2 - 1, i.e. [0, 255] -> [-1, 1]",
+           f"cut into patches flattened (row, column, channel) in row-major order, padded "
+           f"with zeros to {max_patches}; mask 1 on the real patches; grid (rows, columns)"]
+  return {"in_graph": False, "steps": steps,
+          "same_as": "vit_jax.data.naflex_patches.patchify (python -m vit_jax.predict "
+                     "--max_patches; transformers' Siglip2ImageProcessor)"}
+
+
 def describe(source: source_lib.Source, *, fmt: str, files: Dict[str, str],
              signature: Dict[str, Any], batch, parity: Dict[str, Any],
              in_graph_preprocessing: bool) -> Dict[str, Any]:
@@ -45,7 +60,10 @@ def describe(source: source_lib.Source, *, fmt: str, files: Dict[str, str],
       "multi_label": source.multi_label,
       "probabilities": source.activation,  # of the logits: sigmoid for multi-label heads
       "signature": signature,
-      "preprocessing": preprocessing_contract(source.image_size, in_graph_preprocessing),
+      "max_patches": source.max_patches,  # NaFlex's patch budget; None: images
+      "preprocessing": (naflex_contract(source.module.patch_size, source.max_patches)
+                        if source.max_patches else
+                        preprocessing_contract(source.image_size, in_graph_preprocessing)),
       "source_checkpoint": {"path": source.checkpoint, "sha256": source_lib.sha256(source.path)},
       "parity": parity,
       "exported": {"utc": datetime.datetime.now(datetime.timezone.utc).isoformat(

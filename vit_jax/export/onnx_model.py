@@ -38,22 +38,28 @@ REFUSED = {
                           "client, or use --to=saved_model --with_preprocessing",
     "dtype=bfloat16": "onnxruntime's CPU provider lacks bfloat16 kernels for this model: "
                       "export float32",
-    "dtype=float16": "float16 weights are a TFLite option; export float32"}
+    "dtype=float16": "float16 weights are a TFLite option; export float32",
+    # jax2onnx 0.13's batching rules use jax.interpreters.batching.not_mapped, which jax
+    # 0.10 removed: the vmap of the per-image position-table resize cannot be traced.
+    "max_patches": "jax2onnx 0.13 cannot trace NaFlex's per-image position-table resize "
+                   "(a vmap) under this jax: use --to=saved_model or stablehlo"}
 
 
 def write(source: source_lib.Source, options, directory: str) -> Tuple[Dict, Dict[str, Any]]:
-  (height, width), classes = source.image_size, source.module.num_classes
+  classes, specs = source.module.num_classes, source.input_specs(options.batch)
   batch = "B" if options.batch is None else options.batch
   logits_fn = source.logits_fn()
 
-  def outputs(images):
-    logits = logits_fn(images)
+  def outputs(*inputs):
+    named = dict(zip(specs, inputs))
+    logits = logits_fn(named if source.max_patches else named["images"])
     return logits, getattr(jax.nn, source.activation)(logits)
 
-  model = convert(outputs, [(batch, height, width, 3)], ["images"], ["logits", "probabilities"])
+  structs = [jax.ShapeDtypeStruct((batch, *shape[1:]), dtype) for shape, dtype in specs.values()]
+  model = convert(outputs, structs, list(specs), ["logits", "probabilities"])
   onnx.save(model, os.path.join(directory, FILE))
   shape = [options.batch]
-  signature = {"inputs": {"images": {"shape": shape + [height, width, 3], "dtype": "float32"}},
+  signature = {"inputs": source_lib.describe_inputs(source, options.batch),
                "outputs": {"logits": {"shape": shape + [classes], "dtype": "float32"},
                            "probabilities": {"shape": shape + [classes], "dtype": "float32"}},
                "opset": OPSET, "converter": f"jax2onnx {_version()}"}
@@ -113,5 +119,7 @@ def session(directory: str, file: str = FILE) -> onnxruntime.InferenceSession:
                                       providers=["CPUExecutionProvider"])
 
 
-def run(directory: str, images: np.ndarray) -> np.ndarray:
-  return session(directory).run(["logits"], {"images": images})[0]
+def run(directory: str, inputs) -> np.ndarray:
+  """The logits of images, or of a dict of NaFlex inputs."""
+  named = inputs if isinstance(inputs, dict) else {"images": inputs}
+  return session(directory).run(["logits"], named)[0]

@@ -30,25 +30,29 @@ REFUSED = {"dtype=float16": "float16 weights are a TFLite option; use float32 or
 def serving_module(source: source_lib.Source, batch: Optional[int], with_preprocessing: bool,
                    platforms=source_lib.PLATFORMS) -> tf.Module:
   """A tf.Module holding the weights as variables and the serving function."""
-  height, width = source.image_size
+  specs = source.input_specs(batch)
   module = tf.Module()
   module.params = tf.nest.map_structure(tf.Variable, source.params)
+  shapes = {name: "(" + ", ".join(["b", *map(str, shape[1:])]) + ")" if batch is None else None
+            for name, (shape, _) in specs.items()}
   logits_of = jax2tf.convert(
       source.apply, with_gradient=False, native_serialization_platforms=platforms,
-      polymorphic_shapes=[None, f"(b, {height}, {width}, 3)" if batch is None else None])
+      polymorphic_shapes=[None, shapes if source.max_patches else shapes["images"]])
 
-  def outputs(images):
-    logits = logits_of(module.params, images)
+  def outputs(*inputs):
+    named = dict(zip(specs, inputs))
+    logits = logits_of(module.params, named if source.max_patches else named["images"])
     return {"logits": logits, "probabilities": getattr(tf.nn, source.activation)(logits)}
 
   if with_preprocessing:
     from vit_jax.export import preprocessing
-    spec = tf.TensorSpec([batch], tf.string, name="images")
+    signature = [tf.TensorSpec([batch], tf.string, name="images")]
     serve = lambda images: outputs(preprocessing.images_from_bytes(images, source.image_size))
   else:
-    spec = tf.TensorSpec([batch, height, width, 3], tf.float32, name="images")
+    signature = [tf.TensorSpec(shape, tf.as_dtype(dtype), name=name)
+                 for name, (shape, dtype) in specs.items()]
     serve = outputs
-  module.serve = tf.function(serve, input_signature=[spec], autograph=False)
+  module.serve = tf.function(serve, input_signature=signature, autograph=False)
   return module
 
 
@@ -60,10 +64,10 @@ def write(source: source_lib.Source, options, directory: str) -> Tuple[Dict, Dic
   save(serving_module(source, options.batch, options.with_preprocessing),
        os.path.join(directory, DIR))
   classes = source.module.num_classes
-  images = ({"shape": [options.batch], "dtype": "string", "content": "encoded JPEG, PNG, "
-             "GIF or BMP bytes, one image per element"} if options.with_preprocessing else
-            {"shape": [options.batch, *source.image_size, 3], "dtype": "float32"})
-  signature = {"name": SIGNATURE, "inputs": {"images": images},
+  inputs = ({"images": {"shape": [options.batch], "dtype": "string", "content": "encoded "
+                        "JPEG, PNG, GIF or BMP bytes, one image per element"}}
+            if options.with_preprocessing else source_lib.describe_inputs(source, options.batch))
+  signature = {"name": SIGNATURE, "inputs": inputs,
                "outputs": {"logits": {"shape": [options.batch, classes], "dtype": "float32"},
                            "probabilities": {"shape": [options.batch, classes],
                                              "dtype": "float32"}},
@@ -71,7 +75,10 @@ def write(source: source_lib.Source, options, directory: str) -> Tuple[Dict, Dic
   return {"model": DIR}, signature
 
 
-def run(directory: str, inputs: np.ndarray) -> np.ndarray:
+def run(directory: str, inputs) -> np.ndarray:
+  """The logits of `inputs`: images (or encoded bytes), or a dict of NaFlex inputs."""
   serve = tf.saved_model.load(os.path.join(directory, DIR)).signatures[SIGNATURE]
+  if isinstance(inputs, dict):
+    return serve(**{k: tf.constant(v) for k, v in inputs.items()})["logits"].numpy()
   return serve(images=tf.constant(list(inputs) if inputs.dtype == object else inputs)
                )["logits"].numpy()

@@ -12,7 +12,7 @@ import numpy as np
 
 from vit_jax.base import errors, storage
 from vit_jax.checkpoints import hub, mixer_npz, npz
-from vit_jax.models import mixer, mixer_zoo, vit, zoo
+from vit_jax.models import mixer, mixer_zoo, naflex_vit, vit, zoo
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # What StableHLO and SavedModel exports are lowered for (lowering needs no such device);
@@ -40,6 +40,9 @@ class Source:
   dtype: str
   checkpoint_image_size: Tuple[int, int]  # the file's own; another is resized in the model
   multi_label: bool = False  # saved by a multi-label run: probabilities are sigmoids
+  # NaFlex (SigLIP 2): the model takes patches, mask and grid at this patch budget (the
+  # client patchifies: vit_jax.data.naflex_patches), not images.
+  max_patches: Optional[int] = None
 
   @property
   def activation(self) -> str:
@@ -47,20 +50,41 @@ class Source:
     return "sigmoid" if self.multi_label else "softmax"
 
   def logits_fn(self):
-    """images [B, H, W, 3] float32 in [-1, 1] -> float32 logits, weights closed over."""
-    return lambda images: self.apply(self.params, images)
+    """inputs (see apply) -> float32 logits, weights closed over."""
+    return lambda inputs: self.apply(self.params, inputs)
 
-  def apply(self, params, images):
-    """The model's logits for images [B, H, W, 3] float32 in [-1, 1], given weights."""
-    return _apply(self.module, params, images)
+  def apply(self, params, inputs):
+    """The model's logits, given weights, for images [B, H, W, 3] float32 in [-1, 1], or
+    for NaFlex inputs {'patches', 'mask', 'grid'} (input_specs)."""
+    if self.max_patches:
+      return _apply_naflex(self.naflex_module, params, inputs)
+    return _apply(self.module, params, inputs)
 
-  def flax_logits(self, images: np.ndarray) -> np.ndarray:
+  @property
+  def naflex_module(self) -> naflex_vit.NaFlexViT:
+    """The NaFlexViT running the params, its position table at the file's own grid."""
+    return naflex_vit.from_vit(self.module,
+                               self.checkpoint_image_size[0] // self.module.patch_size)
+
+  def input_specs(self, batch: Optional[int]) -> Dict[str, Tuple[tuple, np.dtype]]:
+    """name -> (shape, dtype) of the exported model's inputs, in call order (batch None:
+    dynamic): 'images', or NaFlex's 'patches', 'mask' and 'grid'."""
+    if not self.max_patches:
+      return {"images": ((batch, *self.image_size, 3), np.dtype(np.float32))}
+    patch, budget = self.module.patch_size, self.max_patches
+    return {"patches": ((batch, budget, patch * patch * 3), np.dtype(np.float32)),
+            "mask": ((batch, budget), np.dtype(np.int32)),
+            "grid": ((batch, 2), np.dtype(np.int32))}
+
+  def flax_logits(self, images) -> np.ndarray:
     """The reference every export is checked against. In float32 the weights are
     arguments of one program per architecture and batch shape in a process (exporting a
     checkpoint to several formats compiles it once, and hashes no weights into XLA's cache
     keys). In bfloat16 they are constants, as in the exported programs: XLA rounds
     constants to bfloat16 when it compiles, but may keep arguments' float32 values
     (xla_allow_excess_precision), 2e-3 apart on a 2-block model."""
+    if self.dtype == "float32" and self.max_patches:
+      return np.asarray(_jitted_naflex(self.naflex_module, self.params, images))
     if self.dtype == "float32":
       return np.asarray(_jitted_apply(self.module, self.params, images))
     return np.asarray(jax.jit(self.logits_fn())(images))
@@ -97,10 +121,18 @@ def _apply(module: vit.VisionTransformer, params, images):
 _jitted_apply = jax.jit(_apply, static_argnums=0)
 
 
-def load_source(checkpoint: str, image_size: Optional[npz.ImageSize], dtype: str) -> Source:
+def _apply_naflex(module: naflex_vit.NaFlexViT, params, inputs):
+  return module.apply({"params": params}, inputs["patches"], inputs["mask"], inputs["grid"])
+
+
+_jitted_naflex = jax.jit(_apply_naflex, static_argnums=0)
+
+
+def load_source(checkpoint: str, image_size: Optional[npz.ImageSize], dtype: str,
+                max_patches: Optional[int] = None) -> Source:
   """The checkpoint loaded as load_npz does, run at image_size (a side or (height, width),
   multiples of the stride; the model resizes its position embedding, see
-  hub.load_for_inference);
+  hub.load_for_inference), or on NaFlex inputs of max_patches patches (MAP-pooled ViTs);
   raises an errors.UserError (one line: CheckpointError, ExportError, ...) for what cannot
   be read or exported."""
   path = hub.resolve(checkpoint)  # a released or hf-hub: name is fetched first
@@ -114,8 +146,35 @@ def load_source(checkpoint: str, image_size: Optional[npz.ImageSize], dtype: str
     native = npz.side_pair(npz.native_image_size(module, params))
   else:  # at another size than the file's, its token-mixing MLPs were resized on loading
     native = size if image_size is None else mixer_npz.native_image_size(*npz.load_npz(path))
-  return Source(checkpoint, path, module.clone(dtype=DTYPES[dtype]), params, size, dtype,
-                native, multi_label)
+  found = Source(checkpoint, path, module.clone(dtype=DTYPES[dtype]), params, size, dtype,
+                 native, multi_label, max_patches)
+  if max_patches:
+    try:
+      found.naflex_module  # pylint: disable=pointless-statement (a model NaFlex runs?)
+    except errors.InvalidInput as e:
+      raise ExportError(f"{checkpoint}: --max_patches: {e}") from None
+  return found
+
+
+def describe_inputs(source: Source, batch: Optional[int]) -> Dict[str, Dict[str, Any]]:
+  """metadata.json's signature inputs: name -> {'shape', 'dtype'} (batch None: dynamic)."""
+  return {name: {"shape": [batch, *shape[1:]], "dtype": dtype.name}
+          for name, (shape, dtype) in source.input_specs(batch).items()}
+
+
+# NaFlex verification: images of these shapes (tall, wide, square, ...) in turn.
+NAFLEX_SHAPES = ((40, 20), (20, 48), (33, 33), (17, 29))
+
+
+def verification_patches(batch: int, patch: int, max_patches: int) -> Dict[str, np.ndarray]:
+  """The fixed NaFlex batch: noise images of NAFLEX_SHAPES in turn (mixed aspect ratios
+  and grids), patchified as clients do (vit_jax.data.naflex_patches)."""
+  from vit_jax.data import naflex_patches  # pylint: disable=import-outside-toplevel (PIL)
+  rng = np.random.default_rng(VERIFY_SEED)
+  shapes = [NAFLEX_SHAPES[i % len(NAFLEX_SHAPES)] for i in range(batch)]
+  rows = [naflex_patches.patchify(rng.integers(0, 256, (*shape, 3), np.uint8), patch,
+                                  max_patches) for shape in shapes]
+  return {name: np.stack(part) for name, part in zip(("patches", "mask", "grid"), zip(*rows))}
 
 
 def verification_images(batch: int, image_size: Tuple[int, int]) -> np.ndarray:

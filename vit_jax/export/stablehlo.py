@@ -9,7 +9,6 @@ import os
 from typing import Any, Dict, Tuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from vit_jax.base import storage
@@ -24,23 +23,25 @@ REFUSED = {"with_preprocessing": "JPEG decoding is no StableHLO operation: feed 
            "dtype=float16": "float16 weights are a TFLite option; use float32 or bfloat16"}
 
 
-def input_spec(batch, image_size) -> jax.ShapeDtypeStruct:
-  height, width = image_size
-  shape = jax.export.symbolic_shape(f"b, {height}, {width}, 3") if batch is None \
-      else (batch, height, width, 3)
-  return jax.ShapeDtypeStruct(shape, jnp.float32)
+def input_structs(source: source_lib.Source, batch) -> Dict[str, jax.ShapeDtypeStruct]:
+  """The model's inputs (source.input_specs), one symbolic batch 'b' shared by all."""
+  (size,) = jax.export.symbolic_shape("b") if batch is None else (batch,)
+  return {name: jax.ShapeDtypeStruct((size, *shape[1:]), dtype)
+          for name, (shape, dtype) in source.input_specs(batch).items()}
 
 
 def write(source: source_lib.Source, options, directory: str) -> Tuple[Dict, Dict[str, Any]]:
+  structs = input_structs(source, options.batch)
+  arguments = structs if source.max_patches else structs["images"]
   exported = jax.export.export(jax.jit(source.logits_fn()),
-                               platforms=source_lib.PLATFORMS)(
-      input_spec(options.batch, source.image_size))
+                               platforms=source_lib.PLATFORMS)(arguments)
   storage.write_atomic(os.path.join(directory, FILE), bytes(exported.serialize()))
-  signature = {"inputs": {"images": {"shape": [options.batch, *source.image_size, 3],
-                                     "dtype": "float32"}},
+  names = ", ".join(structs)
+  signature = {"inputs": source_lib.describe_inputs(source, options.batch),
                "outputs": {"logits": {"shape": [options.batch, source.module.num_classes],
                                       "dtype": "float32"}},
-               "call": "jax.export.deserialize(data).call(images)",
+               "call": (f"jax.export.deserialize(data).call({{{names}}}) (a dict)"
+                        if source.max_patches else "jax.export.deserialize(data).call(images)"),
                "platforms": list(exported.platforms)}
   return {"model": FILE}, signature
 

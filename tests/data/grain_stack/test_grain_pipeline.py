@@ -143,7 +143,7 @@ def test_randaugment_runs_per_example_on_uint8_pixels_and_is_reproducible():
 # several grids in one batch.
 NAFLEX_PATCH = 8
 # The Grain loader reads as transformers (PIL on uint8), tf.data as big_vision (floats):
-# measured up to 1.006 levels of 255 apart (tests/data/tf_stack/test_tf_naflex.py).
+# measured up to 1.005 levels of 255 apart (tests/data/tf_stack/test_tf_naflex.py).
 NAFLEX_TOLERANCE = 1.02 / 127.5
 
 
@@ -159,9 +159,12 @@ def naflex_config(root, loader, **pp):
 
 
 def test_naflex_eval_batches_equal_tf_data_on_mixed_aspect_ratios(mixed_aspect):
-  batches = {loader: list(loaders.open_dataset(naflex_config(mixed_aspect, loader),
-                                               NAFLEX_PATCH).eval_batches(
-      batch_size=8, process_index=0, process_count=1)) for loader in ("tf", "grain")}
+  opened = {loader: loaders.open_dataset(naflex_config(mixed_aspect, loader), NAFLEX_PATCH)
+            for loader in ("tf", "grain")}
+  assert opened["tf"].fingerprints() == opened["grain"].fingerprints()
+  assert opened["grain"].fingerprints()["train"]["max_patches"] == 24  # a resume sees it
+  batches = {loader: list(dataset.eval_batches(batch_size=8, process_index=0, process_count=1))
+             for loader, dataset in opened.items()}
   assert len(batches["grain"]) == len(batches["tf"]) == 2
   for ours, theirs in zip(batches["grain"], batches["tf"]):
     for key in ("label", "mask"):

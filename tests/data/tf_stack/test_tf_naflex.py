@@ -15,7 +15,7 @@ from vit_jax.data.tf_stack import tf_naflex, tf_preprocess
 ODD_SIZES = [(1, 1), (3, 500), (500, 3), (17, 29), (224, 224), (1000, 10), (37, 101),
              (9, 81), (250, 333)]
 BUDGETS = [(16, 256), (14, 23), (8, 64)]  # (patch, max_patches)
-# PIL rounds to uint8 (half a level) after a fixed-point filter; measured up to 1.006 levels
+# PIL rounds to uint8 (half a level) after a fixed-point filter; measured up to 1.005 levels
 # of 255 (one level is 1 / 127.5 in [-1, 1]) on these images.
 TOLERANCE = 1.02 / 127.5
 
