@@ -136,6 +136,22 @@ def test_config_times_exactly_the_configs_step(tmp_path, capsys, monkeypatch):
   assert seen["config"].optimizer == "adamw" and seen["config"].accum_steps == 2
 
 
+def test_a_naflex_config_is_timed_at_its_patch_budget(tmp_path, capsys):
+  """config.pp.max_patches: the step's synthetic batch is batch_spec's NaFlex image (every
+  patch of the budget real), the row's size is the budget and the FLOPs count it."""
+  out = tmp_path / "naflex.jsonl"
+  run_command("--config=configs/naflex_demo.py", "--config.batch=8", "--config.pp.max_patches=9",
+              "--config.model.num_layers=1", "--steps=1", "--peak_tflops=1", f"--json={out}")
+  printed = capsys.readouterr().out
+  assert "ViT-Ti_16 train, batch 8 in 1 micro-batch(es), NaFlex at most 9 patches" in printed
+  assert table(printed)["size"] == "9p"
+  result = json.loads(out.read_text())
+  assert result["max_patches"] == 9 and result["img_per_sec"] > 0
+  module = zoo.create_model("ViT-Ti_16", num_classes=10, patch_size=4, hidden_size=64,
+                            mlp_dim=128, num_heads=4, num_layers=1, classifier="map")
+  assert result["gflop_per_image"] * 1e9 == 3 * throughput.forward_flops_per_image(module, 16, 9)
+
+
 @pytest.mark.parametrize("argv, problem", [
     (["--config=configs/demo.py", "--batch=8"], "--batch cannot go with --config"),
     (["--config=configs/demo.py", "--image-size=32", "--scan"],

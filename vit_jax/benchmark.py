@@ -268,7 +268,8 @@ def describe_config(config: ml_collections.ConfigDict, mode: str) -> str:
   """What --config makes the benchmark time, on one line."""
   batch = (f"batch {config.batch} in {config.accum_steps} micro-batch(es)" if mode == "train"
            else f"batch_eval {config.batch_eval}")
-  backend = attention.attention_backend(config.model.attention_impl, jnp.dtype(config.dtype))
+  backend = ("softmax, padding masked" if config.pp.get("max_patches") else  # NaFlex
+             attention.attention_backend(config.model.attention_impl, jnp.dtype(config.dtype)))
   size = (f"NaFlex at most {config.pp.max_patches} patches" if config.pp.get("max_patches")
           else f"{config.pp.crop} px")
   return (f"{config.model_name} {mode}, {batch}, {size}, {config.dtype}, mesh "

@@ -25,6 +25,7 @@ from vit_jax.models import attention
 from vit_jax.training import (
     lora_adapters, objectives, param_groups, sharding, state_and_step, static_checks)
 from vit_jax.training import evaluators as evaluators_lib
+from vit_jax.training.objectives import naflex
 from vit_jax.training.runs import (
     class_report, dataset_record, metrics, outputs, preemption, train_state)
 from vit_jax.training.runs import workdir as workdir_lib
@@ -160,7 +161,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
 def _train_in_workdir(config, workdir: str, mesh, objective: objectives.Objective,
                       started: float) -> Dict[str, float]:
   # --- Checks that read data and files, before anything slow or any write -------------
-  dataset = loaders.open_dataset(config)
+  dataset = loaders.open_dataset(config, naflex.loader_patch_size(config))
   config = resolve_config(config, dataset.info, objective)
   config_checks.check_warmup_fits(config)
   param_groups.check_unfreezes(config)

@@ -137,8 +137,9 @@ def test_fine_tuning_controls_find_the_vits_parameter_names(setup):
     ({"model.classifier": "gap"}, "classifier='map'"),
     ({"model.posemb": "sincos2d"}, "posemb='learn'"),
     ({"model.representation_size": 16}, "pre_logits"),
-    ({"pp.mixup_alpha": 0.2}, "pp.mixup_alpha=0"),
-    ({"pp.max_patches": 0}, "whole number >= 1"),
+    ({"pp.mixup_alpha": 0.2}, "set mixup_alpha=0"),
+    ({"pp.max_patches": 0}, "patch budget >= 1"),
+    ({"pp.crop": 2}, "raise pp.crop"),
     ({"objective": "mpp"}, "pp.max_patches=None"),
     ({"model.flexi_patch_sizes": (4, 8)}, "not FlexiViT"),
 ])

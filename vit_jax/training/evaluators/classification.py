@@ -28,6 +28,7 @@ from vit_jax.base.console import log
 from vit_jax.data import device_batches, loaders
 from vit_jax.training import objectives, sharding, update_step
 from vit_jax.training.evaluators import multilabel, per_class
+from vit_jax.training.objectives import naflex
 
 # metric -> the TFDS feature holding the labels it scores.
 LABEL_FEATURES = {"accuracy": "label", "real": "real_label"}
@@ -135,7 +136,8 @@ def open_sets(config: ml_collections.ConfigDict, dataset: loaders.Dataset) -> Li
     metric = spec.get("metric", "accuracy")
     try:
       opened = loaders.open_eval_dataset(config, spec.dataset, spec.get("split", "test"),
-                                          LABEL_FEATURES[metric])
+                                          LABEL_FEATURES[metric],
+                                          naflex.loader_patch_size(config))
     except (FileNotFoundError, ValueError) as e:
       if spec.get("optional", False) and _absent(e):
         log.info("eval set %s skipped: %s", name, " ".join(str(e).split()))

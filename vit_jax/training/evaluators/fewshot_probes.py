@@ -25,6 +25,7 @@ from vit_jax.base import errors
 from vit_jax.base.console import log
 from vit_jax.data import device_batches, loaders
 from vit_jax.training import config_defaults, sharding
+from vit_jax.training.objectives import naflex
 
 _ROWS_PER_CHUNK = 4096  # train rows augmented to float64 at a time (primal solve)
 _SCORES_PER_CHUNK = 1 << 22  # float64 test scores held at once: 32 MiB
@@ -210,7 +211,7 @@ def split_features(feature_fn, params, dataset: loaders.Dataset, batch_size: int
 def open_probe_dataset(config: ml_collections.ConfigDict) -> loaders.Dataset:
   """config.dataset opened for few-shot probes, which fit one class per image: multi-label
   data is refused in one line."""
-  dataset = loaders.open_dataset(config)
+  dataset = loaders.open_dataset(config, naflex.loader_patch_size(config))
   if dataset.info.multi_label:
     raise errors.InvalidInput(
         f"few-shot probes need one class per image, and {config.dataset} is multi-label "

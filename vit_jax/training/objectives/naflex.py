@@ -9,7 +9,7 @@ pretrained file's (16 x 16 for the released NaFlex towers, the crop's for a fixe
 one), or for a model from scratch pp.crop / patch size per side (so params.npz loads as a
 ViT at pp.crop, and predict --max_patches reads it as NaFlex again).
 
-Keys read: pp.max_patches, pp.mixup_alpha, model.*, model_name, pretrained, and
+Keys read: pp.max_patches, pp.crop (from scratch), model.*, model_name, pretrained, and
 classification's.
 """
 
@@ -28,16 +28,10 @@ def max_patches(config: ml_collections.ConfigDict) -> Optional[int]:
   return (config.get("pp") or {}).get("max_patches")
 
 
-def check_budget(config: ml_collections.ConfigDict) -> None:
-  """A whole number of patches of at least one; MixUp mixes square images, not these."""
-  budget = max_patches(config)
-  if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
-    raise errors.InvalidInput(f"config.pp.max_patches={budget!r} must be a whole number >= 1: "
-                              "the patch budget of each image, e.g. 256, 576 or 1024")
-  if config.pp.mixup_alpha:
-    raise errors.InvalidInput(
-        f"config.pp.mixup_alpha={config.pp.mixup_alpha} mixes square images and NaFlex "
-        "(config.pp.max_patches) reads each at its own shape: set pp.mixup_alpha=0")
+def loader_patch_size(config: ml_collections.ConfigDict) -> Optional[int]:
+  """What the loaders cut each image into (loaders.open_dataset's patch_size): the model's
+  patch size with NaFlex, else None (square crops)."""
+  return zoo.patch_size(config) if max_patches(config) is not None else None
 
 
 def from_scratch_grid(config: ml_collections.ConfigDict, patch_size: int) -> int:
@@ -54,10 +48,9 @@ class NaFlexClassification(classification.Classification):
   """Classification's protocol (vit_jax.training.objectives) on NaFlex batches."""
 
   def check(self, config: ml_collections.ConfigDict) -> None:
-    """Classification's checks, the budget, and a model NaFlex runs (one line naming the
-    config.model key to change)."""
+    """Classification's checks and a model NaFlex runs (one line naming the config.model
+    key to change). The budget and MixUp are the loaders' (data.datasets, loaders.check)."""
     super().check(config)
-    check_budget(config)
     if zoo.is_mixer(config.model_name):
       raise errors.InvalidInput(f"NaFlex (config.pp.max_patches) runs ViTs, not the MLP-Mixer "
                                 f"{config.model_name}: set pp.max_patches=None")
@@ -67,6 +60,8 @@ class NaFlexClassification(classification.Classification):
       raise errors.InvalidInput(f"config.model: {e} (or pp.max_patches=None)") from None
     except TypeError:
       pass  # an unknown config.model key: zoo.check_config names it
+    if config.get("pretrained") is None:
+      from_scratch_grid(config, zoo.patch_size(config))
 
   def create_model(self, config: ml_collections.ConfigDict, num_classes: int, *,
                    load_pretrained: bool) -> Tuple[naflex_vit.NaFlexViT, Optional[dict]]:
