@@ -38,6 +38,11 @@ TINY = dict(patch_size=4, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=2)
 def pytest_configure(config):
   config.addinivalue_line("markers", "long: a module of real-process runs that takes a minute "
                           "or more; such modules start first")
+  # pytest-xdist hands out --dist loadfile's files most tests first unless told not to
+  # (--no-loadscope-reorder): that would send the long modules, which have few tests, out
+  # last, whatever order pytest_collection_modifyitems gives them.
+  if getattr(config.option, "loadscopereorder", False):
+    config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(items):

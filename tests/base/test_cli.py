@@ -80,7 +80,9 @@ def helps():
   runs = list(USAGE_MISTAKES)
   runs += [(command, "--help") for command in COMMANDS]
   runs += [("vit_jax.download", flag) for flag in OTHER_HELP_FLAGS]
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", JAX_PLATFORMS="cpu")
+  # PYTHONPATH: this checkout's commands (command_runner's children run from tests/, where
+  # only an installed vit_jax, perhaps another checkout's, would be found).
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
   first = subprocess.Popen([sys.executable, "-m", *runs[0]], cwd=REPO, env=env, text=True,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
   light = [run for run in runs[1:] if run[0] in WITHOUT_TENSORFLOW]
