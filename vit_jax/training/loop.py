@@ -138,6 +138,9 @@ def check_config(config: ml_collections.ConfigDict, mesh,
                  objective: objectives.Objective) -> None:
   """Everything about the config that can be refused without reading data, then the
   pretrained file (fetched if it is a released name not yet downloaded)."""
+  two_tower = two_tower_names.as_model_name(config.get("model_name") or "")
+  if two_tower:  # before the zoo calls it an unknown ViT
+    raise errors.InvalidInput(two_tower)
   static_checks.check_static(config, mesh, objective)
   resolve_pretrained(config)
 
