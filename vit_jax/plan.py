@@ -239,8 +239,9 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
         "does not train: there is no step of it to plan; time its towers' inference with "
         f"python -m vit_jax.benchmark --model={name}")
   from vit_jax.planning import compiled_plan, compiler_readings, fit_search
-  from vit_jax.training import objectives, sharding, static_checks
+  from vit_jax.training import objectives, pretrained_file, sharding, static_checks
   try:
+    pretrained_file.check_offline(config)  # a missing local file; nothing is downloaded
     if flag_values.json is not None:
       check_json_path(flag_values.json)
       no_clobber.claim_output_file(flag_values.json, KIND, flag_values.overwrite,
@@ -254,7 +255,7 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
         target = dataclasses.replace(target, hbm_bytes_per_device=limit)
     mesh = sharding.make_mesh(config.mesh, devices=target.devices)
     static_checks.check_static(config, mesh, objectives.get(config))
-  except errors.InvalidInput as e:
+  except (errors.InvalidInput, FileNotFoundError) as e:
     raise cli.UsageError(cli.one_line(e)) from None
   started = time.monotonic()
   report = {"config": flag_values["config"].config_filename,
