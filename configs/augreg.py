@@ -26,7 +26,10 @@ for the files named wd_0.1 with lr 0.001), so weight_decay = the name's wd, exac
 A name with a fine-tuning suffix --DATASET-steps_Nk-lr_LR-res_RES gives that fine-tuning run
 from the pre-trained file (augreg/NAME): SGD momentum 0.9, batch 512, N thousand steps, lr
 LR, RES px, no dropout nor stochastic depth (the project's fine-tuning recipe otherwise,
-config_defaults.finetune_config).
+config_defaults.finetune_config). The pre-trained file must be reachable: gs://vit_models
+refuses anonymous downloads, so only a file with a Hugging Face Hub mirror
+(vit_jax/checkpoints/hub_mirrors.json) or a local copy in checkpoints/augreg/ starts one;
+any other is refused in one line naming the mirrored pre-training files of that model.
 
 Slice (pre-training; check first): Ti and S on a v3-64, B on a v3-128, L on a v3-256 (64,
 32 and 16 images per core; benchmarks/RESULTS.md, issue 40), e.g.
@@ -34,8 +37,10 @@ Slice (pre-training; check first): Ti and S on a v3-64, B on a v3-128, L on a v3
 wd_0.1-do_0.1-sd_0.1 --tpu=v3-256
 """
 
+import os
 import re
 
+from vit_jax.checkpoints import hub_table, released
 from vit_jax.models import zoo
 from vit_jax.training import config_defaults
 
@@ -51,7 +56,8 @@ AUGS = {
     "strong2": ((2, 20), 0.8),
 }
 # Released names also use `light0` (an R26_S_32 file's pre-training): its definition is not
-# in big_vision's grid and could not be checked here, so it only starts fine-tunings.
+# in big_vision's grid and could not be checked here, so it is not pre-trained here (its
+# pre-trained file has no reachable copy either, so neither is its fine-tuning run).
 UNDEFINED_AUGS = ("light0",)
 # data part -> (dataset, train split, eval split, train examples, epochs or None (the name's))
 I21K_HELD_OUT = 51_200  # big_vision's test/val/train-eval images at the start of `full`
@@ -119,7 +125,7 @@ def pretraining_config(parts: dict, name: str, dataset: str = None):
   """The run that produced pre-training file `name` (see the module docstring)."""
   if parts["aug"] in UNDEFINED_AUGS:
     _refuse(name, f"aug_{parts['aug']} is a released name whose recipe big_vision's grid does "
-            f"not define, so it cannot be pre-trained here (fine-tuning from it works); "
+            f"not define, so it cannot be pre-trained here; "
             f"defined: {', '.join(AUGS)}")
   tfds_name, train_split, eval_split, examples, _ = DATA[parts["data"]]
   config = config_defaults.get_config()
@@ -148,6 +154,26 @@ def pretraining_config(parts: dict, name: str, dataset: str = None):
   return config
 
 
+def check_reachable(name: str, pretrained_name: str) -> None:
+  """One line unless the pre-trained file that fine-tuning run `name` starts from has a
+  Hub mirror or a local copy (the bucket refuses anonymous downloads)."""
+  url = released.family_url("augreg", pretrained_name)
+  path = released.bucket_path(url)
+  mirrors = hub_table.load()["mirrors"]
+  if path in mirrors or os.path.exists(released.local_path(url)):
+    return
+  model = path[len("augreg/"):].split("-")[0]  # as the bucket spells it
+  starts = [p[len("augreg/"):-len(".npz")] for p in mirrors
+            if p.startswith(f"augreg/{model}-") and "--" not in p]
+  itself = (f"fetch the fine-tuned file itself (python -m vit_jax.download augreg/{name}), "
+            if f"augreg/{name}.npz" in mirrors else "")
+  raise ValueError(
+      f"configs/augreg.py:{name}: its pre-trained file {path} has no reachable copy "
+      f"(gs://vit_models refuses anonymous downloads and no Hugging Face Hub repository "
+      f"mirrors it); put a copy at {released.local_path(url)}, {itself}or fine-tune from a "
+      f"mirrored pre-training of {model}: {', '.join(starts) or 'none'}")
+
+
 def finetuning_config(parts: dict, fine: dict, pretrained_name: str):
   """The fine-tuning run of a released `...--DATASET-steps_...` file."""
   config = config_defaults.finetune_config(parts["model"], fine["dataset"])
@@ -169,5 +195,7 @@ def get_config(arg=DEFAULT):
   if suffix:
     if dataset:
       _refuse(arg, "a fine-tuning name takes no ',DATASET': its dataset is in the name")
-    return finetuning_config(parts, parse_finetuning(suffix, name), pretrained_name)
+    fine = parse_finetuning(suffix, name)
+    check_reachable(name, pretrained_name)
+    return finetuning_config(parts, fine, pretrained_name)
   return pretraining_config(parts, name, dataset.strip() or None)

@@ -104,6 +104,9 @@ def test_the_compute_line_says_why_there_is_no_estimate():
     (["--tpu=v3-8", "--json={tmp}/a_file/plan.json"], "a_file is a file"),
     (["--tpu=v3-8", "--json=/proc/plan.json"], "cannot create files in /proc"),
     (["--config.model_name=SigLIP2-B_16-224"], "vit_jax.benchmark --model=SigLIP2-B_16-224"),
+    (["--config.pretrained={tmp}/gone/x.npz"], "gone/x.npz is not found (check the path"),
+    (["--config.model_name=SigLIP2-B_16"], "--config=configs/siglip2_b16.py "
+     "--config.pretrained=SigLIP2-B_16-224"),  # not 'did you mean ViT-B_16'
     (["--tpu=v3-8", "--json={tmp}/a_file"], "a_file already exists and vit_jax.plan did not "
      "write it: name a new file, or pass --overwrite to replace it"),  # no-clobber
 ])

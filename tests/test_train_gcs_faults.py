@@ -21,6 +21,10 @@ pytestmark = pytest.mark.long
 
 ARGS = helpers.demo_args(total_steps=100000, checkpoint_every=4, eval_every=100000)
 LIMIT_S = 120
+# How long the four runs, started at once, may take to reach their cut point: their start
+# and compile, not what is tested (the end within LIMIT_S of the cut). 300 s was not
+# enough once on a 2-core host at load 100 (another session's suite beside a burner).
+REACH_S = 900
 
 
 def _objects(workdir, fs=None):
@@ -101,8 +105,8 @@ def cuts(gcs, tmp_path_factory):
 @pytest.mark.parametrize("point", [*CUTS, *(f"{name}, emulator stopped" for name in STOPS)])
 def test_a_store_cut_during_a_save_ends_the_run_in_one_line_within_two_minutes(cuts, point):
   cut = cuts[point]
-  cut.thread.join(timeout=300)
-  assert cut.cut_at is not None, "the save never reached the point"
+  cut.thread.join(timeout=REACH_S)
+  assert cut.cut_at is not None, f"the save did not reach the point in {REACH_S} s"
   deadline = cut.cut_at + LIMIT_S
   while cut.run.poll() is None and time.monotonic() < deadline + 10:
     time.sleep(0.5)

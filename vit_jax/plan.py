@@ -233,16 +233,19 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   config = cli.load_config(flag_values)
   cli.check_dataset_override(flag_values)
   from vit_jax.base import errors, no_clobber
-  from vit_jax.checkpoints import two_tower_open
+  from vit_jax.checkpoints import two_tower_names, two_tower_open
   name = str(config.get("model_name") or "")
   if two_tower_open.is_two_tower(name):  # before the zoo calls it an unknown ViT
     raise cli.UsageError(
         f"config.model_name={name} is a two-tower (LiT / SigLIP) model, which the main job "
         "does not train: there is no step of it to plan; time its towers' inference with "
         f"python -m vit_jax.benchmark --model={name}")
+  if two_tower_names.as_model_name(name):  # SigLIP2-B_16: its tower's config plans
+    raise cli.UsageError(two_tower_names.as_model_name(name))
   from vit_jax.planning import compiled_plan, compiler_readings, fit_search
-  from vit_jax.training import objectives, sharding, static_checks
+  from vit_jax.training import objectives, pretrained_file, sharding, static_checks
   try:
+    pretrained_file.check_offline(config)  # a missing local file; nothing is downloaded
     if flag_values.json is not None:
       check_json_path(flag_values.json)
       no_clobber.claim_output_file(flag_values.json, KIND, flag_values.overwrite,
@@ -256,7 +259,7 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
         target = dataclasses.replace(target, hbm_bytes_per_device=limit)
     mesh = sharding.make_mesh(config.mesh, devices=target.devices)
     static_checks.check_static(config, mesh, objectives.get(config))
-  except errors.InvalidInput as e:
+  except (errors.InvalidInput, FileNotFoundError) as e:
     raise cli.UsageError(cli.one_line(e)) from None
   started = time.monotonic()
   report = {"config": flag_values["config"].config_filename,

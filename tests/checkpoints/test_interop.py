@@ -334,12 +334,12 @@ def test_a_model_without_head_saves_and_loads(tmp_path):
 
 def test_training_accepts_model_folders_as_pretrained(tmp_path):
   import ml_collections  # pylint: disable=import-outside-toplevel
-  from vit_jax.training import loop  # pylint: disable=import-outside-toplevel
+  from vit_jax.training import pretrained_file  # pylint: disable=import-outside-toplevel
   format_conversion.convert(tiny_file(tmp_path), tmp_path / "hf", to="hf")
-  loop.resolve_pretrained(ml_collections.ConfigDict({"pretrained": str(tmp_path / "hf")}))
+  pretrained_file.resolve(ml_collections.ConfigDict({"pretrained": str(tmp_path / "hf")}))
   (tmp_path / "empty").mkdir()
   with pytest.raises(FileNotFoundError, match="a directory, not an .npz file or a model folder"):
-    loop.resolve_pretrained(ml_collections.ConfigDict({"pretrained": str(tmp_path / "empty")}))
+    pretrained_file.resolve(ml_collections.ConfigDict({"pretrained": str(tmp_path / "empty")}))
 
 
 def test_pytorch_files_without_pytorch_say_how_to_read_them(tmp_path, monkeypatch):

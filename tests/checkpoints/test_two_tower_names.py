@@ -10,6 +10,7 @@ from absl import flags
 from flax import traverse_util
 
 import two_tower_helpers
+from conftest import REPO
 from vit_jax import download, zeroshot
 from vit_jax.checkpoints import npz, siglip_hf, transfer, two_tower_load, two_tower_names
 
@@ -91,3 +92,22 @@ def test_a_released_name_resolves_to_its_fetched_folder_whose_tower_classifies(s
   module, params = npz.load_npz(path, num_classes=3)
   assert module.classifier == "map" and params["head"]["kernel"].shape == (16, 3)
   assert two_tower_names.resolve(path) == path  # anything else: as hub.resolve
+
+
+@pytest.mark.parametrize("name, config, start", [
+    ("SigLIP2-B_16", "configs/siglip2_b16.py", "SigLIP2-B_16-224"),
+    ("siglip2-so400m_14", "configs/siglip2_so400m14.py", "SigLIP2-So400m_14-224"),
+    ("SigLIP-L_16-384", "configs/siglip2_l16.py", "SigLIP-L_16-384"),
+    ("LiT-B16B_2", None, "LiT-B16B_2")])
+def test_a_two_tower_name_as_model_name_says_where_it_goes(name, config, start):
+  """Not 'unknown model name; did you mean ViT-B_16' (the zoo's answer)."""
+  line = two_tower_names.as_model_name(name)
+  assert "\n" not in line and line.startswith(f"config.model_name={name} names a two-tower")
+  assert line.endswith(f"python -m vit_jax.zeroshot --checkpoint={start} (python -m "
+                       "vit_jax.download --list names them)")
+  if config:
+    assert f"--config={config} --config.pretrained={start};" in line
+    assert (REPO / config).is_file()
+  else:
+    assert "has no fine-tuning config here" in line
+  assert two_tower_names.as_model_name("ViT-B_16") is None

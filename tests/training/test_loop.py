@@ -217,6 +217,9 @@ def test_a_resumed_run_with_changed_settings_keeps_the_original_config(demo_run,
     (dict(pp=dict(mixup_alpha=float("nan"))), "pp.mixup_alpha=nan must be >= 0 and finite"),
     (dict(pp=dict(randaug=(2,))), r"config.pp.randaug=\(2,\) must be None \(off\) or a pair"),
     (dict(freeze="."), "config.freeze='.' freezes every parameter: nothing would train"),
+    (dict(model_name="SigLIP2-B_16"), "^config.model_name=SigLIP2-B_16 names a two-tower "
+     r"\(image-text\) model, .* --config=configs/siglip2_b16.py --config.pretrained="
+     "SigLIP2-B_16-224; to classify zero-shot, python -m vit_jax.zeroshot "),  # not 'ViT-B_16?'
 ], ids=lambda x: "-".join(map(str, x.items())) if isinstance(x, dict) else None)
 def test_bad_config_is_refused_before_anything_is_written(tmp_path, override, message):
   workdir = tmp_path / "run"

@@ -35,3 +35,9 @@ def move_objects(fs, key: str, dest_key: str, markers: Sequence[str] = MARKERS) 
         left.append(name)
   fs.invalidate_cache()
   return left
+
+
+def named(left: Sequence[str], limit: int = 5) -> str:
+  """The objects a move left, for a one-line message: the first `limit` and a count."""
+  more = f" and {len(left) - limit} more" if len(left) > limit else ""
+  return ", ".join(left[:limit]) + more

@@ -73,6 +73,32 @@ NAMES: Dict[str, Entry] = {
 }
 
 
+# The two-tower image towers with a fine-tuning config of their own (configs/siglip2_*.py
+# build that tower's geometry; config.pretrained picks the file, SigLIP or SigLIP 2).
+TOWER_CONFIGS = {"b_16": "configs/siglip2_b16.py", "l_16": "configs/siglip2_l16.py",
+                 "so400m_14": "configs/siglip2_so400m14.py"}
+
+
+def as_model_name(model_name: str) -> Optional[str]:
+  """The one line for a two-tower name given as config.model_name (SigLIP2-B_16, LiT-B16B,
+  SigLIP-L_16-384: the zoo would call it an unknown ViT and offer ViT-B_16), or None for
+  any other name."""
+  name = str(model_name).strip()
+  if not name.lower().startswith(("lit-", "siglip-", "siglip2-")):
+    return None
+  start = name if name in NAMES else next(
+      (n for n in NAMES if n.lower().startswith(name.lower() + "-")), None)
+  config = TOWER_CONFIGS.get(name.split("-")[1].lower())
+  finetune = (f"fine-tune its image tower as a classifier with --config={config}"
+              + (f" --config.pretrained={start}" if start else "") if config else
+              "its image tower has no fine-tuning config here (configs/siglip2_*.py build the "
+              "B_16, L_16 and So400m_14 towers)")
+  return (f"config.model_name={name} names a two-tower (image-text) model, not an image "
+          f"model's architecture: {finetune}; to classify zero-shot, python -m "
+          f"vit_jax.zeroshot --checkpoint={start or 'NAME'} (python -m vit_jax.download "
+          f"--list names them)")
+
+
 def listing() -> List[str]:
   """One line per name: where it comes from."""
   return [f"{name}  ({entry.family}; {'hf-hub:' + entry.repo if entry.repo else entry.bucket})"

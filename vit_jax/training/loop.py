@@ -8,7 +8,6 @@ is written until then. A finished run is reported, not repeated.
 
 import dataclasses
 import math
-import os
 import time
 from typing import Any, Dict, Optional
 
@@ -19,11 +18,12 @@ import numpy as np
 
 from vit_jax.base import config_checks, errors, storage, workdir_files
 from vit_jax.base.console import log
-from vit_jax.checkpoints import formats, released, two_tower_names
+from vit_jax.checkpoints import two_tower_names
 from vit_jax.data import device_batches, loaders, splits
 from vit_jax.models import attention
 from vit_jax.training import (
-    lora_adapters, objectives, param_groups, sharding, state_and_step, static_checks)
+    lora_adapters, objectives, param_groups, pretrained_file, sharding, state_and_step,
+    static_checks)
 from vit_jax.training import evaluators as evaluators_lib
 from vit_jax.training.objectives import naflex
 from vit_jax.training.runs import (
@@ -121,26 +121,15 @@ def write_train_metrics(writer, step: int, step_metrics: dict,
   writer.write_scalars(step, values)
 
 
-def resolve_pretrained(config) -> None:
-  """Resolves config.pretrained now, downloading a released or hf-hub: name not yet in
-  checkpoints/, so that a missing file or an unreachable server fails before the data is
-  read (loading it later resolves to the same file)."""
-  if config.pretrained is None:
-    return
-  path = two_tower_names.resolve(config.pretrained)  # fetches a released file not yet here
-  if not released.has_scheme(path) and not (os.path.isfile(path) or formats.is_foreign(path)):
-    kind = ("a directory, not an .npz file or a model folder (with config.json)"
-            if os.path.isdir(path) else "not found")
-    raise FileNotFoundError(f"config.pretrained={config.pretrained}: {path} is {kind} (check "
-                            "the path, or fetch a released file with python -m vit_jax.download)")
-
-
 def check_config(config: ml_collections.ConfigDict, mesh,
                  objective: objectives.Objective) -> None:
   """Everything about the config that can be refused without reading data, then the
   pretrained file (fetched if it is a released name not yet downloaded)."""
+  two_tower = two_tower_names.as_model_name(config.get("model_name") or "")
+  if two_tower:  # before the zoo calls it an unknown ViT
+    raise errors.InvalidInput(two_tower)
   static_checks.check_static(config, mesh, objective)
-  resolve_pretrained(config)
+  pretrained_file.resolve(config)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:

@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import ml_collections
 
-from vit_jax.base import errors, no_clobber, storage, workdir_files
+from vit_jax.base import errors, no_clobber, object_moves, storage, workdir_files
 from vit_jax.base.console import log
 from vit_jax.checkpoints import hub, npz
 from vit_jax.data.sources import vtab_tasks as tasks_lib
@@ -215,9 +215,14 @@ def set_aside(workdir: str) -> str:
     parent = storage.join(workdir, SUPERSEDED)
     dest = storage.join(parent, str(len(storage.listdir(parent)) + 1))
     storage.makedirs(dest)
-    for name in storage.listdir(workdir):
-      if name not in (SWEEP_DIR, SUPERSEDED, workdir_files.LOCK):
-        storage.move(storage.join(workdir, name), storage.join(dest, name))
+    left = [object_name for name in storage.listdir(workdir)
+            if name not in (SWEEP_DIR, SUPERSEDED, workdir_files.LOCK)
+            for object_name in storage.move(storage.join(workdir, name),
+                                            storage.join(dest, name))]
+  if left:  # a new run beside them would resume or report the old one's files
+    raise errors.UserError(
+        f"could not move {len(left)} object(s) of the earlier run in {workdir} to {dest}: "
+        f"{object_moves.named(left)}; move or delete them, then rerun (nothing was deleted)")
   return dest
 
 

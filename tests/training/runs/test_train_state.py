@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from vit_jax.base import storage
 from vit_jax.training.runs import train_state
 
 
@@ -118,6 +119,25 @@ def test_damaged_latest_falls_back_to_the_newest_intact_one(tmp_path, how, capfd
   checkpointer.save(150, state(3.0))
   checkpointer.wait()
   assert checkpointer.all_steps() == [100, 150]
+  checkpointer.close()
+
+
+def test_objects_of_a_damaged_checkpoint_left_in_place_are_named_and_the_resume_goes_on(
+    tmp_path, monkeypatch, capfd):
+  """On an object store, storage.move returns the objects it could not move (commit
+  marker first: what stays is no checkpoint); the resume names them and goes on."""
+  write_steps(str(tmp_path), {100: 1.0, 150: 2.0})
+  damage(tmp_path / "checkpoints" / "150", "truncated")
+  stuck = [f"gs://b/run/checkpoints/150/default/d/{i}" for i in range(7)]
+  real_move = storage.move
+  monkeypatch.setattr(storage, "move", lambda source, dest: real_move(source, dest) or stuck)
+  checkpointer = train_state.Checkpointer(str(tmp_path))
+  restored, step = checkpointer.restore_latest(jax.eval_shape(state))
+  assert step == 100 and checkpointer.all_steps() == [100]
+  np.testing.assert_array_equal(restored["params"]["w"], 1.0)
+  err = capfd.readouterr().err
+  assert ("could not move 7 object(s) of damaged checkpoint 150; left in place: "
+          f"{', '.join(stuck[:5])} and 2 more") in err, err
   checkpointer.close()
 
 

@@ -105,6 +105,22 @@ def test_an_empty_lock_is_described_and_taken_over_within_seconds(tmp_path):
   workdir.WorkdirLock(str(tmp_path)).acquire().release()
 
 
+def test_a_stale_lock_that_cannot_be_moved_aside_is_named_not_retried(tmp_path, monkeypatch):
+  """storage.move returns what an object store could not move: the lock still there is
+  named (not 'other runs keep taking it' after retries that find it again)."""
+  lock = tmp_path / workdir_files.LOCK
+  lock.write_bytes(b"")
+  old = time.time() - workdir.UNREADABLE_AFTER_S - 1
+  os.utime(lock, (old, old))
+  moves = []
+  monkeypatch.setattr(storage, "move", lambda source, dest: moves.append(source) or [source])
+  with pytest.raises(workdir.WorkdirError, match=(
+      f"^could not move the stale lock {lock} aside \\({lock} left in place\\): delete it, "
+      "then rerun$")):
+    workdir.WorkdirLock(str(tmp_path)).acquire()
+  assert moves == [str(lock)] and lock.exists()
+
+
 def test_a_workdir_path_too_long_for_the_files_inside_is_refused_before_it_is_made(tmp_path):
   deep = tmp_path.joinpath(*["d" * 200] * 20)  # ~4,000 characters, each name allowed
   with pytest.raises(workdir.WorkdirError, match="characters long; the files a run writes "

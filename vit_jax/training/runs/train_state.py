@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
-from vit_jax.base import console, errors, storage, store_faults, workdir_files
+from vit_jax.base import console, errors, object_moves, storage, store_faults, workdir_files
 from vit_jax.base.console import log
 from vit_jax.training.runs import store_retries
 
@@ -232,7 +232,7 @@ class Checkpointer:
                             storage.join(self.damaged_directory, f"{step}-{stamp}"))
         if left:  # its commit marker moved first: what stays is no checkpoint to orbax
           log.warning("could not move %d object(s) of damaged checkpoint %d; left in place: "
-                      "%s", len(left), step, ", ".join(left[:5]))
+                      "%s", len(left), step, object_moves.named(left))
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices("vit_jax: damaged checkpoints set aside")
     self.close()  # the next use re-reads the steps

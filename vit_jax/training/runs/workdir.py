@@ -30,7 +30,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 
-from vit_jax.base import errors, storage, url_clients, workdir_files
+from vit_jax.base import errors, object_moves, storage, url_clients, workdir_files
 
 HEARTBEAT_S = 15.0
 STALE_AFTER_S = 90.0  # six missed heartbeats: a restarted job waits at most this long
@@ -224,9 +224,12 @@ class WorkdirLock:
       return
     aside = f"{self.path}.stale-{os.getpid()}"
     try:
-      storage.move(self.path, aside)
+      left = storage.move(self.path, aside)
     except FileNotFoundError:
       return
+    if left:  # still there: retrying would only find the same stale lock
+      raise WorkdirError(f"could not move the stale lock {self.path} aside "
+                         f"({object_moves.named(left)} left in place): delete it, then rerun")
     storage.remove(aside)
 
   def _beat(self) -> None:

@@ -1,0 +1,39 @@
+"""config.pretrained before anything slow: plan's offline check passes released and hf-hub:
+names without fetching them, and names a missing local path in one line."""
+
+import ml_collections
+import pytest
+
+from vit_jax.checkpoints import hub, transfer
+from vit_jax.training import pretrained_file
+
+
+def _config(pretrained):
+  return ml_collections.ConfigDict({"pretrained": pretrained})
+
+
+@pytest.mark.parametrize("name", [
+    None, "ViT-B_16", "augreg/S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0",
+    "imagenet21k+imagenet2012/ViT-L_16-224", "SigLIP2-B_16-224", "hf-hub:google/vit-base-patch16-224",
+    "gs://some-bucket/model.npz"])
+def test_names_and_urls_pass_offline_without_fetching(name, monkeypatch, tmp_path):
+  monkeypatch.chdir(tmp_path)  # no checkpoints/ copy of anything
+  refuse = lambda *a, **kw: pytest.fail("fetched something")
+  monkeypatch.setattr(hub, "fetch_released", refuse)
+  monkeypatch.setattr(hub, "download_file", refuse)
+  monkeypatch.setattr(transfer, "fetch", refuse)
+  pretrained_file.check_offline(_config(name))
+  assert list(tmp_path.iterdir()) == []
+
+
+def test_a_missing_or_wrong_local_path_is_one_line(tmp_path):
+  with pytest.raises(FileNotFoundError, match=(
+      rf"^config.pretrained={tmp_path}/x.npz: {tmp_path}/x.npz is not found \(check the "
+      r"path, or fetch a released file with python -m vit_jax.download\)$")):
+    pretrained_file.check_offline(_config(f"{tmp_path}/x.npz"))
+  with pytest.raises(FileNotFoundError, match="is a directory, not an .npz file"):
+    pretrained_file.check_offline(_config(str(tmp_path)))
+  with pytest.raises(ValueError, match="unknown checkpoint family 'nofamily'"):
+    pretrained_file.check_offline(_config("nofamily/x"))
+  with pytest.raises(ValueError, match="is no Hub repository name"):
+    pretrained_file.check_offline(_config("hf-hub:a/b/c"))
