@@ -1,7 +1,9 @@
 """Shared test fixtures: paths to the released-format fixtures and tiny models."""
 
+import fcntl
 import os
 import pathlib
+import pickle
 import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -55,13 +57,26 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(name="demo_run", scope="session")
 def fixture_demo_run(tmp_path_factory):
-  """The shared demo run (helpers.DEMO_SETTINGS) on this process's one device, finished:
-  (its workdir, its result). How often it evaluates or saves does not change its params,
-  so it is also the one-device reference of the runs on other layouts. Read-only: tests
-  that go on from it copy it first."""
+  """The shared demo run (helpers.DEMO_SETTINGS) on one device, finished: (its workdir, its
+  result). How often it evaluates or saves does not change its params, so it is also the
+  one-device reference of the runs on other layouts. Read-only: tests that go on from it
+  copy it first. Made once per test session: pytest-xdist's workers share it through their
+  common temporary folder, the first to need it runs it while another waits on the lock."""
   from vit_jax.training import loop  # pylint: disable=import-outside-toplevel
-  workdir = tmp_path_factory.mktemp("demo") / "run"
-  return workdir, loop.train_and_evaluate(helpers.demo_config(), str(workdir))
+  root, name = tmp_path_factory.getbasetemp(), "demo_run"
+  session = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # set in pytest-xdist's workers
+  if session:
+    # The session's folder, above each worker's own; named per session, since a reused
+    # --basetemp keeps what an earlier session left there.
+    root, name = root.parent, f"demo_run-{session}"
+  workdir, result_file = root / name, root / f"{name}.pickle"
+  with open(root / f"{name}.lock", "a") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not result_file.exists():
+      result = loop.train_and_evaluate(helpers.demo_config(), str(workdir))
+      result_file.with_suffix(".partial").write_bytes(pickle.dumps(result))
+      result_file.with_suffix(".partial").rename(result_file)
+  return workdir, pickle.loads(result_file.read_bytes())
 
 
 @pytest.fixture(scope="module")
