@@ -124,7 +124,8 @@ def test_predict_and_plan_take_the_fine_tuned_classifier(run, tmp_path):
   assert done.returncode == 0, done.stderr
   assert "memory" in done.stdout.lower()
   done = run_in_process(benchmark, *args[:1], *args[4:], "--steps=1",
-                        "--peak_tflops=1", f"--json={tmp_path / 'bench.jsonl'}")  # no peak to measure
+                        "--peak_tflops=1",  # the peak, measured: test_throughput's
+                        f"--json={tmp_path / 'bench.jsonl'}")
   assert done.returncode == 0, done.stderr
   record = json.loads((tmp_path / "bench.jsonl").read_text().splitlines()[0])
   assert record["image_size"] == 16 and record["img_per_sec"] > 0
