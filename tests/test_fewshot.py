@@ -1,6 +1,7 @@
 """Few-shot linear evaluation: the ridge solver, the protocol, device features, the
 command and the evaluator inside training."""
 
+import functools
 import json
 import logging
 import os
@@ -11,7 +12,7 @@ import pytest
 from absl import app, flags
 from PIL import Image
 
-from conftest import init_params, tiny_model
+from conftest import random_params, tiny_model
 from helpers import demo_config, read_metrics, run_in_process, write_image, write_unicode_folder
 from vit_jax import fewshot, make_arrayrecord
 from vit_jax.checkpoints import npz
@@ -89,7 +90,7 @@ def test_separable_classes_are_learnt_and_random_labels_are_not():
 
 def test_device_features_equal_the_model_and_drop_padding():
   module = tiny_model(num_classes=5, representation_size=8)
-  params = init_params(module)
+  params = random_params(module, 16)  # no init to compile: any parameters serve
   rng = np.random.default_rng(0)
   split = lambda n: splits.IndexedSplit(rng.integers(0, 256, (n, 8, 8, 3), dtype=np.uint8),
                                     np.arange(n, dtype=np.int32) % 5, "pixels")
@@ -100,12 +101,14 @@ def test_device_features_equal_the_model_and_drop_padding():
   feature_fn = probes.feature_function(module, mesh, shardings)
   params = jax.device_put(params, shardings)
   batch_size = 4 * sharding.batch_parallelism(mesh)
+  reference = jax.jit(functools.partial(module.apply, representation=True))  # one program, not
+  # one per operation
   for split_name, size in (("train", 10), ("eval", 7)):
     features, labels = probes.dataset_features(feature_fn, params, dataset, split_name,
                                                 batch_size, sharding.batch_sharding(mesh))
     images = np.concatenate([b["image"] for b in dataset.eval_batches(
         batch_size=batch_size, process_index=0, process_count=1, split=split_name)])[:size]
-    expected = module.apply({"params": params}, images, representation=True)
+    expected = reference({"params": params}, images)
     assert features.shape == (size, 8) and list(labels) == [i % 5 for i in range(size)]
     np.testing.assert_allclose(features, expected, rtol=1e-5, atol=1e-6)
     assert np.abs(features).max() <= 1  # pre_logits' tanh: not the logits
@@ -133,7 +136,7 @@ def run_command(*args):
 
 def test_command_prints_the_table_and_writes_json(tmp_path, capsys, monkeypatch):
   module = tiny_model(num_classes=5)
-  npz.save_npz(init_params(module), tmp_path / "tiny.npz")
+  npz.save_npz(random_params(module, 16), tmp_path / "tiny.npz")
   write_folder(tmp_path / "images")
   run_command(f"--checkpoint={tmp_path / 'tiny.npz'}", f"--dataset={tmp_path / 'images'}",
               "--shots=1,2,5", "--seeds=2", "--batch_size=5", f"--json={tmp_path / 'out.json'}")
@@ -159,7 +162,7 @@ def test_command_prints_the_table_and_writes_json(tmp_path, capsys, monkeypatch)
 def test_command_runs_at_another_non_square_size(tmp_path, capsys):
   """--image_size=HxW on a 16 px checkpoint: the images are resized to 16x24 and the model
   resizes its position embedding."""
-  npz.save_npz(init_params(tiny_model(num_classes=5)), tmp_path / "tiny.npz")
+  npz.save_npz(random_params(tiny_model(num_classes=5), 16), tmp_path / "tiny.npz")
   write_folder(tmp_path / "images")
   run_command(f"--checkpoint={tmp_path / 'tiny.npz'}", f"--dataset={tmp_path / 'images'}",
               "--shots=5", "--seeds=1", "--batch_size=5", "--image_size=16x24")
@@ -189,7 +192,7 @@ def test_command_errors_are_one_line(tmp_path, capsys):
   write_image(tmp_path / "tags" / "test" / "b.png")
   for split, name in (("train", "a"), ("test", "b")):
     (tmp_path / "tags" / split / "labels.csv").write_text(f"path,labels\n{name}.png,x;y\n")
-  npz.save_npz(init_params(tiny_model(num_classes=5)), tmp_path / "tiny.npz")
+  npz.save_npz(random_params(tiny_model(num_classes=5), 16), tmp_path / "tiny.npz")
   with pytest.raises(SystemExit):
     run_command(f"--checkpoint={tmp_path / 'tiny.npz'}", f"--dataset={tmp_path / 'tags'}")
   assert capsys.readouterr().err == (
@@ -215,7 +218,7 @@ def test_training_logs_fewshot_metrics(tmp_path):
 
 def test_command_reads_non_ascii_names(tmp_path, capsys):
   module = tiny_model(num_classes=5)
-  npz.save_npz(init_params(module), tmp_path / "tiny.npz")
+  npz.save_npz(random_params(module, 16), tmp_path / "tiny.npz")
   root = write_unicode_folder(tmp_path / "données")
   run_command(f"--checkpoint={tmp_path / 'tiny.npz'}", f"--dataset={root}", "--shots=1,2",
               "--seeds=1", "--batch_size=4")

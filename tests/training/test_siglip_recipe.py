@@ -81,8 +81,8 @@ def test_gap_leaves_the_map_head_out(towers):
   config.model.classifier = "gap"
   module, flat = loaded(config)
   assert module.classifier == "gap" and not any(k.startswith("MAPHead_0") for k in flat)
-  logits = module.apply({"params": traverse_util.unflatten_dict(flat, sep="/")},
-                        np.zeros((2, 16, 16, 3), np.float32))
+  logits = jax.jit(module.apply)({"params": traverse_util.unflatten_dict(flat, sep="/")},
+                                 np.zeros((2, 16, 16, 3), np.float32))  # one program
   assert logits.shape == (2, 10)
 
 
@@ -124,6 +124,7 @@ def test_predict_and_plan_take_the_fine_tuned_classifier(run, tmp_path):
   assert done.returncode == 0, done.stderr
   assert "memory" in done.stdout.lower()
   done = run_in_process(benchmark, *args[:1], *args[4:], "--steps=1",
+                        "--peak_tflops=1",  # the peak, measured: test_throughput's
                         f"--json={tmp_path / 'bench.jsonl'}")
   assert done.returncode == 0, done.stderr
   record = json.loads((tmp_path / "bench.jsonl").read_text().splitlines()[0])
@@ -224,8 +225,8 @@ def test_predict_max_patches_reads_each_image_as_naflex(towers, tmp_path):
   from vit_jax.models import naflex_vit  # pylint: disable=import-outside-toplevel
   patches, mask, grid = image_files.load_naflex(str(wide), 8, 16)
   assert grid.tolist() == [2, 5]
-  logits = naflex_vit.from_vit(module, 4).apply({"params": params}, patches[None], mask[None],
-                                                grid[None])
+  logits = jax.jit(naflex_vit.from_vit(module, 4).apply)(  # one program, not one per op
+      {"params": params}, patches[None], mask[None], grid[None])
   np.testing.assert_allclose(scores["naflex"][1], np.asarray(jax.nn.softmax(logits))[0],
                              rtol=1e-4, atol=1e-6)
   assert np.abs(np.subtract(scores["naflex"][1], scores["fixed"][1])).max() > 1e-2

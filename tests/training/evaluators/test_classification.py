@@ -13,8 +13,9 @@ import pytest
 import tensorflow_datasets as tfds
 from sklearn import metrics as sk_metrics
 
-from conftest import init_params, tiny_model
+from conftest import random_params, tiny_model
 from helpers import demo_config, read_metrics, tiny_tfds_builder
+from test_loop import polyak_config
 from vit_jax.data import splits
 from vit_jax.data.sources import tfds_builder
 from vit_jax.data.tf_stack import tf_pipeline
@@ -110,7 +111,7 @@ def evals_config(tfds_dir, **overrides):
 def test_evaluator_matches_a_reference_on_every_set(tfds_dir):
   config = evals_config(tfds_dir)
   module = tiny_model(num_classes=10)
-  params = init_params(module)
+  params = random_params(module, 16)  # no init to compile: any parameters serve
   mesh = sharding.make_mesh({"data": -1})
   evaluator = classification.Evaluator(config, module, mesh, tf_pipeline.open_dataset(config))
   metrics = evaluator(jax.device_put(params, sharding.replicated(mesh)), step=0)
@@ -143,21 +144,42 @@ def test_evaluator_matches_a_reference_on_every_set(tfds_dir):
   assert metrics["eval/accuracy"] == metrics["eval/test/accuracy"]  # the primary set
 
 
-def test_main_job_logs_every_set_and_the_designated_primary(tfds_dir, tmp_path, caplog):
-  config = evals_config(tfds_dir, eval_primary="real")
-  with caplog.at_level(logging.INFO, logger="vit_jax"):
-    result = train.train_and_evaluate(config, str(tmp_path))
+@pytest.fixture(name="evals_run", scope="module")
+def fixture_evals_run(tfds_dir, tmp_path_factory):
+  """One short main job with both sets, 'real' its primary, and a Polyak average (so every
+  set is evaluated raw too): test_loop's polyak_config programs, which XLA's persistent
+  cache shares (the sets add no train program). (its workdir, its result, its log)."""
+  config = evals_config(tfds_dir, eval_primary="real", **{
+      key: polyak_config()[key] for key in ("polyak_decay", "total_steps", "eval_every",
+                                            "checkpoint_every")})
+  config.model.num_layers = polyak_config().model.num_layers
+  workdir = tmp_path_factory.mktemp("evals") / "run"
+  logger, records = logging.getLogger("vit_jax"), []
+  handler = logging.Handler(logging.INFO)
+  handler.emit = lambda record: records.append(record.getMessage())
+  logger.addHandler(handler)
+  level = logger.level
+  logger.setLevel(logging.INFO)
+  try:
+    result = train.train_and_evaluate(config, str(workdir))
+  finally:
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+  return workdir, result, "\n".join(records)
+
+
+def test_main_job_logs_every_set_and_the_designated_primary(evals_run):
+  workdir, result, log = evals_run
   assert result["eval/accuracy"] == result["eval/real/accuracy"]
   assert result["eval/examples"] == 8
-  logged = [row for row in read_metrics(tmp_path) if "eval/accuracy" in row][-1]
+  logged = [row for row in read_metrics(workdir) if "eval/accuracy" in row][-1]
   for name in ("test", "real", "v2"):
     assert logged[f"eval/{name}/accuracy"] == result[f"eval/{name}/accuracy"]
-  assert "2 without a label left out" in caplog.text
+  assert "2 without a label left out" in log
 
 
-def test_polyak_evaluates_every_set_raw_too(tfds_dir, tmp_path):
-  result = train.train_and_evaluate(evals_config(tfds_dir, polyak_decay=0.5), str(tmp_path))
-  assert {"eval_raw/real/accuracy", "eval_raw/v2/loss", "eval_raw/accuracy"} <= set(result)
+def test_polyak_evaluates_every_set_raw_too(evals_run):
+  assert {"eval_raw/real/accuracy", "eval_raw/v2/loss", "eval_raw/accuracy"} <= set(evals_run[1])
 
 
 def test_an_optional_set_without_data_is_skipped_with_a_note(tfds_dir, caplog):
