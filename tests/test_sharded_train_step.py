@@ -52,6 +52,10 @@ def run_layouts(results_path):
     params["head"]["kernel"] = jax.random.normal(rng, params["head"]["kernel"].shape) * 0.1
     return params
   params = jax.device_get(init(rng, batch["image"][:1]))
+  # The start states on the host, placed on each layout below (no program per layout).
+  start = jax.jit(lambda p: update_step.create_train_state(p, optimizer))
+  host_states = {scan: jax.device_get(start(encoder_blocks.to_scan_layout(params) if scan
+                                            else params)) for scan in (False, True)}
   results = {}
   for name, layout in {"one": {"data": 1}, **LAYOUTS, **SCANNED, **FP8}.items():
     devices = jax.devices()[:1] if name.startswith("one") else jax.devices()
@@ -60,11 +64,8 @@ def run_layouts(results_path):
     model = scanned if scan else fp8 if name in FP8 else module
     step = update_step.make_train_step(classification.make_batch_loss(model, config), optimizer,
                                       config)
-    layout_params = encoder_blocks.to_scan_layout(params) if scan else params
-    state_sharding = sharding.param_shardings(jax.eval_shape(
-        lambda p=layout_params: update_step.create_train_state(p, optimizer)), mesh)
-    state = jax.jit(lambda p: update_step.create_train_state(p, optimizer),
-                    out_shardings=state_sharding)(layout_params)
+    state_sharding = sharding.param_shardings(host_states[scan], mesh)
+    state = jax.device_put(host_states[scan], state_sharding)
     jitted = jax.jit(step, in_shardings=(state_sharding, sharding.batch_sharding(mesh),
                                          sharding.replicated(mesh)),
                      out_shardings=(state_sharding, sharding.replicated(mesh)))

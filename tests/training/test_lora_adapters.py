@@ -8,6 +8,7 @@ rebuilds from the base checkpoint bit for bit."""
 import json
 import os
 import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -15,11 +16,12 @@ import pytest
 from flax import traverse_util
 
 from conftest import REPO, init_params, tiny_model
-from helpers import demo_args, load_params, one_process_command, run_in_process, split_runs
-from helpers import subprocess_env
+from helpers import (demo_args, load_params, run_in_one_process, run_in_process, sigterm_at_step,
+                     split_runs, subprocess_env)
 from test_update_step import classification_step, make_batch, make_config
 from vit_jax import lora as lora_command
 from vit_jax.base import errors
+from vit_jax.data import device_batches
 from vit_jax.training import lora_adapters, optim, sharding, update_step
 
 pytestmark = pytest.mark.long  # a real 8-device process: start first (conftest)
@@ -222,25 +224,37 @@ def test_targets_and_ranks_that_cannot_work_are_one_line(overrides, message):
   assert message in str(caught.value) and "\n" not in str(caught.value)
 
 
-# On 8 devices, data 2 x fsdp 2 x tensor 2, from the shared demo run's params.npz:
-# 6 steps at once, and 3 steps then a rerun to 6 that resumes from the checkpoint at 3.
+# On 8 devices, data 2 x fsdp 2 x tensor 2, from the shared demo run's params.npz: a run
+# preempted (SIGTERM) after step 3 and rerun to resume there, then 6 steps at once. The same
+# settings throughout: one compiled train step serves all three runs.
 MESH = ["--config.mesh.data=2", "--config.mesh.fsdp=2", "--config.mesh.tensor=2"]
 LORA = [f"--config.lora.rank={RANK}", "--config.lora.alpha=4.0", "--config.lora.dropout=0.1",
-        "--config.eval_every=6", "--config.checkpoint_every=3"]
+        "--config.eval_every=6", "--config.checkpoint_every=6"]
+PREEMPTED_AT = 3
+
+
+def run_mesh_runs(runs):
+  """The process of mesh_runs: `runs` one after another (helpers.run_in_one_process), the
+  first stopped by a real SIGTERM during its step PREEMPTED_AT, as a preempted job is."""
+  device_batches.prefetch_to_device = sigterm_at_step(PREEMPTED_AT)  # the first run's stream
+  run_in_one_process("vit_jax.main", runs)
 
 
 @pytest.fixture(name="mesh_runs", scope="module")
 def fixture_mesh_runs(tmp_path_factory, demo_run):
   root = tmp_path_factory.mktemp("lora")
   base = demo_run[0] / "params.npz"
-  args = lambda workdir, steps: [*demo_args(pretrained=base, total_steps=steps), *MESH, *LORA,
-                                 f"--workdir={root / workdir}"]
-  done = subprocess.run(one_process_command("vit_jax.main", [
-      args("whole", 6), args("resumed", 3), args("resumed", 6)]), cwd=REPO,
-                        env=subprocess_env(8), capture_output=True, text=True, timeout=600)
+  args = lambda workdir: [*demo_args(pretrained=base), *MESH, *LORA, f"--workdir={root / workdir}"]
+  tests = REPO / "tests"
+  done = subprocess.run(
+      [sys.executable, __file__, json.dumps([args("resumed"), args("resumed"), args("whole")])],
+      cwd=REPO, env=subprocess_env(8, PYTHONPATH=os.pathsep.join(
+          map(str, (REPO, tests, tests / "training")))),
+      capture_output=True, text=True, timeout=600)
   ended = split_runs(done.stderr)
   assert done.returncode == 0 and [code for code, _, _ in ended] == [0, 0, 0], done.stderr[-3000:]
-  assert "resumed from step 3" in ended[2][2]
+  assert ended[0][1] == [str(PREEMPTED_AT)], ended[0][2][-2000:]  # saved at the stop only
+  assert f"resumed from step {PREEMPTED_AT}" in ended[1][2]
   return base, root / "whole", root / "resumed"
 
 
@@ -289,3 +303,7 @@ def test_merge_onto_another_base_of_the_same_shapes_is_refused(mesh_runs, tmp_pa
   assert not out.exists()
   done = run_in_process(lora_command, other, adapters, out, "--allow_other_base")
   assert done.returncode == 0 and out.exists(), done.stderr
+
+
+if __name__ == "__main__":  # python test_lora_adapters.py RUNS_JSON: fixture_mesh_runs
+  run_mesh_runs(json.loads(sys.argv[1]))
