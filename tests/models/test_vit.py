@@ -83,7 +83,7 @@ def test_gap_classifier_has_no_class_token_and_averages_tokens():
   params = random_params(module, 16)
   assert "cls" not in params
   assert params["Transformer"]["posembed_input"]["pos_embedding"].shape == (1, 16, 32)
-  assert module.apply({"params": params}, images()).shape == (2, 5)
+  assert jax.jit(module.apply)({"params": params}, images()).shape == (2, 5)
 
 
 def test_pre_logits_is_dense_plus_tanh():
@@ -132,7 +132,7 @@ def test_bfloat16_compute_keeps_float32_params_and_logits():
   params = jax.eval_shape(module.init, jax.random.PRNGKey(0), images())["params"]
   assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(params))
   params = random_params(module, 16)
-  logits = module.apply({"params": params}, images())
+  logits = jax.jit(module.apply)({"params": params}, images())  # one compile, not op by op
   assert logits.dtype == jnp.float32
   reference = tiny_model().apply({"params": params}, images())
   np.testing.assert_allclose(logits, reference, rtol=0.05, atol=0.05)
