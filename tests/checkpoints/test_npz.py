@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from conftest import init_params, tiny_model
+from conftest import random_params, tiny_model
 from vit_jax import load_npz, save_npz
 from vit_jax.checkpoints import npz
 
@@ -149,7 +149,7 @@ def test_directory_names_the_npz_files_in_it(tmp_path):
   assert one_line(e) == (f"{tmp_path} is a directory, not an .npz checkpoint: pass the path "
                          "of an .npz file, or of a Hugging Face or timm model folder (with "
                          "config.json and model.safetensors)")
-  save_npz(init_params(tiny_model()), tmp_path / "params.npz")
+  save_npz(random_params(tiny_model(), 16), tmp_path / "params.npz")
   with pytest.raises(npz.CheckpointError) as e:
     load_npz(tmp_path)
   assert one_line(e).endswith(f"pass one of its .npz files: {tmp_path / 'params.npz'}")
@@ -166,7 +166,7 @@ def test_save_npz_refuses_what_is_no_vit_params_in_one_line(tmp_path, params, me
 def with_nonfinite(tmp_path, keys, value):
   """A tiny checkpoint whose `keys` each hold one `value` (NaN or Inf); its path."""
   path = tmp_path / "diverged.npz"
-  save_npz(init_params(tiny_model()), path)
+  save_npz(random_params(tiny_model(), 16), path)
   arrays = dict(np.load(path))
   for key in keys:
     arrays[key].flat[0] = value
@@ -189,7 +189,7 @@ def test_nonfinite_weights_are_refused_unless_allowed(tmp_path, value, name):
 
 
 def test_nonfinite_weights_are_not_saved_unless_allowed(tmp_path):
-  params = init_params(tiny_model())
+  params = random_params(tiny_model(), 16)
   params["Transformer"]["encoder_norm"]["scale"] = np.full_like(
       params["Transformer"]["encoder_norm"]["scale"], np.inf)
   path = tmp_path / "diverged.npz"
@@ -221,7 +221,7 @@ def every_kind_of_array(tmp_path_factory):
   """Arrays of a tiny hybrid with a pre_logits layer: every key infer_architecture reads."""
   module = tiny_model(representation_size=8, resnet_stages=(), resnet_width=0.5, patch_size=2)
   path = tmp_path_factory.mktemp("hybrid") / "hybrid.npz"
-  save_npz(init_params(module, 32), path)
+  save_npz(random_params(module, 32), path)
   return dict(np.load(path))
 
 
@@ -342,7 +342,7 @@ def test_hybrid_stride_and_largest_allowed_size(released_fixtures):
 
 def test_save_never_leaves_a_partial_file(tmp_path):
   path = tmp_path / "kept.npz"
-  params = init_params(tiny_model())
+  params = random_params(tiny_model(), 16)
   save_npz(params, path)
   before = path.read_bytes()
   with pytest.raises(Exception):
@@ -354,13 +354,13 @@ def test_save_never_leaves_a_partial_file(tmp_path):
 
 def test_tiny_model_round_trip_infers_a_non_zoo_architecture(tmp_path):
   module = tiny_model(classifier="gap", representation_size=8)
-  params = init_params(module)
+  params = random_params(module, 16)
   save_npz({"params": params}, tmp_path / "tiny.npz")
   loaded_module, loaded = load_npz(tmp_path / "tiny.npz")
   assert loaded_module == module
   x = np.random.default_rng(0).uniform(-1, 1, (2, 16, 16, 3)).astype(np.float32)
-  np.testing.assert_allclose(loaded_module.apply({"params": loaded}, x),
-                             module.apply({"params": params}, x), rtol=1e-6)
+  np.testing.assert_allclose(jax.jit(loaded_module.apply)({"params": loaded}, x),
+                             jax.jit(module.apply)({"params": params}, x), rtol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])

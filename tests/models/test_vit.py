@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
-from conftest import init_params, tiny_model
+from conftest import random_params, tiny_model
 from vit_jax.models import attention, encoder_blocks
 
 
@@ -15,7 +15,7 @@ def images(batch=2, side=16, seed=0):
 
 
 def test_released_parameter_names_and_shapes():
-  params = tiny_model().init(jax.random.PRNGKey(0), images())["params"]
+  params = jax.eval_shape(tiny_model().init, jax.random.PRNGKey(0), images())["params"]
   shapes = {k: v.shape for k, v in traverse_util.flatten_dict(params, sep="/").items()}
   block = "Transformer/encoderblock_1"
   assert shapes["cls"] == (1, 1, 32)
@@ -72,7 +72,7 @@ def manual_forward(params, x, num_heads):
 
 def test_forward_equals_an_independent_implementation():
   module = tiny_model()
-  params = init_params(module)
+  params = random_params(module, 16)
   x = images()
   ours = module.apply({"params": params}, x)
   np.testing.assert_allclose(ours, manual_forward(params, x, 2), rtol=1e-5, atol=1e-5)
@@ -80,15 +80,15 @@ def test_forward_equals_an_independent_implementation():
 
 def test_gap_classifier_has_no_class_token_and_averages_tokens():
   module = tiny_model(classifier="gap")
-  params = init_params(module)
+  params = random_params(module, 16)
   assert "cls" not in params
   assert params["Transformer"]["posembed_input"]["pos_embedding"].shape == (1, 16, 32)
-  assert module.apply({"params": params}, images()).shape == (2, 5)
+  assert jax.jit(module.apply)({"params": params}, images()).shape == (2, 5)
 
 
 def test_pre_logits_is_dense_plus_tanh():
   module = tiny_model(representation_size=8)
-  params = init_params(module)
+  params = random_params(module, 16)
   assert params["pre_logits"]["kernel"].shape == (32, 8)
   assert params["head"]["kernel"].shape == (8, 5)
 
@@ -96,7 +96,7 @@ def test_pre_logits_is_dense_plus_tanh():
 @pytest.mark.parametrize("representation_size", [None, 8])
 def test_representation_is_the_input_of_the_head(representation_size):
   module = tiny_model(representation_size=representation_size)
-  params = init_params(module)
+  params = random_params(module, 16)
   features = module.apply({"params": params}, images(), representation=True)
   assert features.shape == (2, representation_size or 32) and features.dtype == jnp.float32
   head = params["head"]
@@ -106,7 +106,7 @@ def test_representation_is_the_input_of_the_head(representation_size):
 
 def test_dropout_only_in_training():
   module = tiny_model(dropout_rate=0.5)
-  params = init_params(module)
+  params = random_params(module, 16)
   x = images()
   eval_a = module.apply({"params": params}, x)
   eval_b = module.apply({"params": params}, x, train=False)
@@ -117,7 +117,7 @@ def test_dropout_only_in_training():
 
 def test_intermediates_expose_attention_and_block_outputs():
   module = tiny_model()
-  params = init_params(module)
+  params = random_params(module, 16)
   logits, state = module.apply({"params": params}, images(), mutable=["intermediates"])
   np.testing.assert_array_equal(logits, module.apply({"params": params}, images()))
   block = state["intermediates"]["Transformer"]["encoderblock_0"]
@@ -131,8 +131,8 @@ def test_bfloat16_compute_keeps_float32_params_and_logits():
   module = tiny_model(dtype=jnp.bfloat16)
   params = jax.eval_shape(module.init, jax.random.PRNGKey(0), images())["params"]
   assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(params))
-  params = init_params(module)
-  logits = module.apply({"params": params}, images())
+  params = random_params(module, 16)
+  logits = jax.jit(module.apply)({"params": params}, images())  # one compile, not op by op
   assert logits.dtype == jnp.float32
   reference = tiny_model().apply({"params": params}, images())
   np.testing.assert_allclose(logits, reference, rtol=0.05, atol=0.05)
@@ -167,7 +167,7 @@ def fixture_plain():
   """The plain tiny model's params and its logits, loss and gradients on images(): what
   every fast path must compute, computed once."""
   module = tiny_model()
-  params = init_params(module)
+  params = random_params(module, 16)
   x = images()
   return params, jax.jit(module.apply)({"params": params}, x), loss_and_grads(module, params, x)
 
@@ -209,7 +209,7 @@ def test_scan_over_layers_computes_the_same_function(plain, remat_policy):
 
 
 def test_layout_conversion_round_trips_and_keeps_other_params():
-  params = init_params(tiny_model(num_layers=12))
+  params = random_params(tiny_model(num_layers=12), 16)
   stacked = encoder_blocks.to_scan_layout(params)
   assert sorted(stacked["Transformer"]) == ["encoder_norm", "encoderblock", "posembed_input"]
   layer_11 = params["Transformer"]["encoderblock_11"]["LayerNorm_0"]["scale"]
@@ -221,7 +221,7 @@ def test_layout_conversion_round_trips_and_keeps_other_params():
 
 def test_scanned_intermediates_are_stacked_by_depth():
   module = tiny_model(scan_layers=True)
-  params = encoder_blocks.to_scan_layout(init_params(tiny_model()))
+  params = encoder_blocks.to_scan_layout(random_params(tiny_model(), 16))
   _, state = module.apply({"params": params}, images(), mutable=["intermediates"])
   block = state["intermediates"]["Transformer"]["encoderblock"]
   weights = block["MultiHeadDotProductAttention_1"]["attention_weights"][0]
@@ -231,7 +231,7 @@ def test_scanned_intermediates_are_stacked_by_depth():
 
 def test_dot_product_path_still_returns_attention_weights():
   module = tiny_model(attention_impl="dot_product")
-  params = init_params(module)
+  params = random_params(module, 16)
   _, state = module.apply({"params": params}, images(), mutable=["intermediates"])
   weights = state["intermediates"]["Transformer"]["encoderblock_1"][
       "MultiHeadDotProductAttention_1"]["attention_weights"][0]
@@ -257,7 +257,7 @@ def test_block_initialisers_are_the_references():
   """vit_facts.md section 2: xavier-uniform attention and MLP kernels, zero attention
   biases, normal(1e-6) MLP biases (these only matter when training from scratch)."""
   module = tiny_model(hidden_size=64, mlp_dim=256, num_heads=4)
-  params = module.init(jax.random.PRNGKey(0), images())["params"]
+  params = jax.jit(module.init)(jax.random.PRNGKey(0), images())["params"]  # one compile
   block = params["Transformer"]["encoderblock_0"]
   attention, mlp = block["MultiHeadDotProductAttention_1"], block["MlpBlock_3"]
   for name in ("query", "key", "value", "out"):
@@ -285,6 +285,6 @@ def test_position_embedding_init_is_normal_0_02():
 ], ids=["uint8", "int32", "list", "nchw", "unbatched"])
 def test_the_model_refuses_pixels_it_would_misread(given, message):
   module = tiny_model()
-  params = module.init(jax.random.PRNGKey(0), images())["params"]
+  params = random_params(module, 16)
   with pytest.raises(ValueError, match=message):
     module.apply({"params": params}, given)
