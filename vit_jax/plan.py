@@ -240,8 +240,9 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
         f"config.model_name={name} is a two-tower (LiT / SigLIP) model, which the main job "
         "does not train: there is no step of it to plan; time its towers' inference with "
         f"python -m vit_jax.benchmark --model={name}")
-  if two_tower_names.as_model_name(name):  # SigLIP2-B_16: its tower's config plans
-    raise cli.UsageError(two_tower_names.as_model_name(name))
+  two_tower = two_tower_names.as_model_name(name)  # SigLIP2-B_16: its tower's config plans
+  if two_tower:
+    raise cli.UsageError(two_tower)
   from vit_jax.planning import compiled_plan, compiler_readings, fit_search
   from vit_jax.training import objectives, pretrained_file, sharding, static_checks
   try:

@@ -89,10 +89,13 @@ def as_model_name(model_name: str) -> Optional[str]:
   start = name if name in NAMES else next(
       (n for n in NAMES if n.lower().startswith(name.lower() + "-")), None)
   config = TOWER_CONFIGS.get(name.split("-")[1].lower())
-  finetune = (f"fine-tune its image tower as a classifier with --config={config}"
-              + (f" --config.pretrained={start}" if start else "") if config else
-              "its image tower has no fine-tuning config here (configs/siglip2_*.py build the "
-              "B_16, L_16 and So400m_14 towers)")
+  if config is None:
+    finetune = ("its image tower has no fine-tuning config here (configs/siglip2_*.py build "
+                "the B_16, L_16 and So400m_14 towers)")
+  else:
+    finetune = f"fine-tune its image tower as a classifier with --config={config}"
+    if start:
+      finetune += f" --config.pretrained={start}"
   return (f"config.model_name={name} names a two-tower (image-text) model, not an image "
           f"model's architecture: {finetune}; to classify zero-shot, python -m "
           f"vit_jax.zeroshot --checkpoint={start or 'NAME'} (python -m vit_jax.download "

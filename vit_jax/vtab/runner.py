@@ -215,10 +215,10 @@ def set_aside(workdir: str) -> str:
     parent = storage.join(workdir, SUPERSEDED)
     dest = storage.join(parent, str(len(storage.listdir(parent)) + 1))
     storage.makedirs(dest)
-    left = [object_name for name in storage.listdir(workdir)
-            if name not in (SWEEP_DIR, SUPERSEDED, workdir_files.LOCK)
-            for object_name in storage.move(storage.join(workdir, name),
-                                            storage.join(dest, name))]
+    left = []  # objects a move could not take
+    for name in storage.listdir(workdir):
+      if name not in (SWEEP_DIR, SUPERSEDED, workdir_files.LOCK):
+        left += storage.move(storage.join(workdir, name), storage.join(dest, name))
   if left:  # a new run beside them would resume or report the old one's files
     raise errors.UserError(
         f"could not move {len(left)} object(s) of the earlier run in {workdir} to {dest}: "
