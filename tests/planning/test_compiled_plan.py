@@ -118,8 +118,8 @@ def test_the_plan_compiles_the_program_the_main_job_runs():
       process_count=1))))
   state = run.init(jax.random.PRNGKey(0))
   fn, args = programs.train
-  assert fn.lower(*args).as_text() == run.step.lower(state, batch,
-                                                     jax.random.PRNGKey(1)).as_text()
+  assert fn.lower(*args).as_text() == run.step.lower(state, batch, jax.random.PRNGKey(1),
+                                                     run.placed_schedule()).as_text()
   eval_batch = to_global(next(iter(dataset.eval_batches(
       batch_size=config.batch_eval, process_index=0, process_count=1))))
   eval_fn, eval_args = programs.eval

@@ -43,7 +43,7 @@ def test_config_times_the_step_that_trains_its_objective_with_polyak():
   objective = objectives.get(config)
   module, _ = objective.create_model(config, 10, load_pretrained=False)
   mesh = sharding.make_mesh({"data": 1}, jax.devices()[:1])
-  step, (state, batch, rng) = throughput.step_function(module, "train", mesh, 8,
+  step, (state, batch, rng, schedule) = throughput.step_function(module, "train", mesh, 8,
                                                        config.pp.crop, config)
   assert state.polyak is not None
   params = jax.device_get(state.params)
@@ -51,6 +51,6 @@ def test_config_times_the_step_that_trains_its_objective_with_polyak():
   # jitted as the step is: eagerly, each op of the MPP loss compiles on its own (~8 s)
   expected = jax.jit(objective.make_batch_loss(module, config))(params, jax.device_get(batch),
                                                                 key)
-  state, step_metrics = step(state, batch, rng)
+  state, step_metrics = step(state, batch, rng, schedule)
   assert float(step_metrics["loss"]) == pytest.approx(float(expected), rel=1e-5)
   assert state.polyak is not None

@@ -92,6 +92,8 @@ def build_programs(config: ml_collections.ConfigDict, mesh, num_classes: int) ->
                        run.abstract_state, run.state_shardings)
   batches, replicated = run.batch_sharding, run.replicated
   rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
+  schedule = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
+                          run.schedule)
   patch = getattr(module, "patch_size", None)  # NaFlex batches' patches
   train_batch = _abstract(batch_spec.train_batch(config, num_classes, config.batch, patch),
                           batches)
@@ -101,7 +103,7 @@ def build_programs(config: ml_collections.ConfigDict, mesh, num_classes: int) ->
   update = jax.jit(update_step.make_apply_gradients(run.optimizer, config),
                    in_shardings=(run.state_shardings, run.state_shardings.params),
                    out_shardings=run.state_shardings, donate_argnums=(0,))
-  return Programs(train=(run.step, (state, train_batch, rng)),
+  return Programs(train=(run.step, (state, train_batch, rng, schedule)),
                   eval=(eval_step, (state.params, eval_batch)),
                   update=(update, (state, state.params)), state_bytes=compiler_readings.shard_bytes(state),
                   fsdp_saving_bytes=compiler_readings.fsdp_saving(state, mesh.size),

@@ -110,7 +110,8 @@ def step_function(module, mode, mesh, batch, image_size, config):
   run = state_and_step.build(config, module, mesh)
   labels = jax.random.randint(jax.random.PRNGKey(3), (batch,), 0, max(module.num_classes, 1))
   data = jax.device_put({"image": images, "label": labels}, batch_sharding)
-  return run.step, (run.init(jax.random.PRNGKey(0)), data, jax.random.PRNGKey(1))
+  return run.step, (run.init(jax.random.PRNGKey(0)), data, jax.random.PRNGKey(1),
+                    run.placed_schedule())
 
 
 def run(model: str, mode: str, batch: int, image_size: int, dtype: str = "float32",

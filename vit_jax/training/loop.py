@@ -279,6 +279,7 @@ def _train_loop(job: Job, run: state_and_step.Trainer, state, evaluators, writer
       batch_size=config.batch, start_step=start_step, num_steps=total_steps, seed=config.seed,
       process_index=jax.process_index(), process_count=jax.process_count()), batch_sharding)
   dropout_rng = sharding.put(jax.random.PRNGKey(config.seed + 1), replicated)
+  schedule = run.placed_schedule()
   first_nonfinite = sharding.put(np.zeros((), np.int32), replicated)
   end = LoopEnd(state, start_step, metrics.Progress(
       total_steps=total_steps, batch_size=config.batch, num_devices=jax.device_count()),
@@ -289,7 +290,7 @@ def _train_loop(job: Job, run: state_and_step.Trainer, state, evaluators, writer
     for step in range(start_step + 1, total_steps + 1):
       batch = next(batches)
       with jax.transfer_guard("disallow"):  # inputs must already be on the devices
-        end.state, step_metrics = run.step(end.state, batch, dropout_rng)
+        end.state, step_metrics = run.step(end.state, batch, dropout_rng, schedule)
         first_nonfinite = track_nonfinite(first_nonfinite, end.state.step, step_metrics)
       done_step = step
       if step == start_step + 1:

@@ -10,21 +10,23 @@ except `linear_end` (default: the reference code's 1e-5) and the param_groups ke
 """
 
 import math
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 
 from vit_jax.base import config_checks, errors
 from vit_jax.training import param_groups
 
-# decay_type -> lr after warm-up as a function of (base_lr, progress in [0, 1], linear_end).
-_DECAYS: Dict[str, Callable] = {
-    "cosine": lambda base, p, end: base * 0.5 * (1.0 + jnp.cos(jnp.pi * p)),
-    "linear": lambda base, p, end: end + (base - end) * (1.0 - p),
-    "constant": lambda base, p, end: base * jnp.ones_like(p),
+# decay_type -> (scale, offset) of the lr after warm-up, from (base_lr, linear_end), and the
+# shape f(progress in [0, 1]) that lr = offset + scale * f(progress) follows.
+_DECAYS: Dict[str, Tuple[Callable, Callable]] = {
+    "cosine": (lambda base, end: (base * 0.5, 0.0), lambda p: 1.0 + jnp.cos(jnp.pi * p)),
+    "linear": (lambda base, end: (base - end, end), lambda p: 1.0 - p),
+    "constant": (lambda base, end: (base, 0.0), jnp.ones_like),
 }
 
 # Names whose leaves get weight decay. Matching by name, not by ndim >= 2: attention
@@ -63,7 +65,22 @@ def _check_range(config, key: str, low: float, high: float, rule: str, *, none_o
     raise errors.InvalidInput(f"config.{key}={value!r} must be {rule}")
 
 
-def make_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
+def schedule_numbers(config: ml_collections.ConfigDict) -> Dict[str, np.float32]:
+  """The numbers of config's schedule (from base_lr, warmup_steps, total_steps, linear_end),
+  as float32 scalars. The main job passes them to its compiled train step as arguments, so
+  that runs differing only in length or learning rate (a sweep, a longer rerun) share one
+  program instead of compiling one each. Combined in float64 first, as Python would fold
+  them into the program."""
+  scale_and_offset, _ = config_checks.config_choice(_DECAYS, "decay_type", config.decay_type)
+  warmup, total = config.warmup_steps, config.total_steps
+  scale, offset = scale_and_offset(config.base_lr, config.get("linear_end", 1e-5))
+  return {"warmup_steps": np.float32(warmup),
+          "decay_steps": np.float32(max(total - warmup, 1)),  # total == warmup: a step at the end
+          "scale": np.float32(scale), "offset": np.float32(offset)}
+
+
+def make_schedule(config: ml_collections.ConfigDict,
+                  numbers: Optional[Dict[str, jax.typing.ArrayLike]] = None) -> optax.Schedule:
   """The reference code's schedule: linear warm-up times a decay over the remaining steps.
 
       warm(step) = min(1, step / warmup_steps)           (1 when warmup_steps == 0)
@@ -71,17 +88,20 @@ def make_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
       cosine:    lr = base_lr * warm * 0.5 * (1 + cos(pi * p))           (-> 0)
       linear:    lr = warm * (linear_end + (base_lr - linear_end) * (1 - p))  (-> linear_end)
       constant:  lr = base_lr * warm
+
+  `numbers`: schedule_numbers(config) (the default), or those numbers as traced arguments of
+  a compiled program; only decay_type is then fixed in the program.
   """
-  decay = config_checks.config_choice(_DECAYS, "decay_type", config.decay_type)
-  base, warmup, total = config.base_lr, config.warmup_steps, config.total_steps
-  end = config.get("linear_end", 1e-5)
-  decay_steps = max(total - warmup, 1)  # total == warmup: decay is a step at the end
+  _, shape = config_checks.config_choice(_DECAYS, "decay_type", config.decay_type)
+  numbers = schedule_numbers(config) if numbers is None else numbers
+  warmup, decay_steps = numbers["warmup_steps"], numbers["decay_steps"]
 
   def schedule(step):
     step = jnp.asarray(step, jnp.float32)
     progress = jnp.clip((step - warmup) / decay_steps, 0.0, 1.0)
-    warm = jnp.minimum(1.0, step / warmup) if warmup > 0 else 1.0
-    return jnp.asarray(warm * decay(base, progress, end), jnp.float32)
+    warm = jnp.where(warmup > 0, jnp.minimum(1.0, step / jnp.maximum(warmup, 1.0)), 1.0)
+    return jnp.asarray(warm * (numbers["offset"] + numbers["scale"] * shape(progress)),
+                       jnp.float32)
 
   return schedule
 

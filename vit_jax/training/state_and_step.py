@@ -23,7 +23,10 @@ class Trainer:
   (its settings or None) and trained (the regex of what trains, "" for everything);
   optimizer; abstract_state (shapes) and state_shardings; batch_sharding and replicated;
   init(rng) and from_params(host params) -> a placed state at step 0;
-  step(state, batch, rng) -> (state, metrics), jitted with the state donated."""
+  step(state, batch, rng, schedule) -> (state, metrics), jitted with the state donated;
+  schedule: the learning-rate schedule's numbers on the host
+  (vit_jax.training.optim.schedule_numbers), which step takes as arguments, placed
+  (placed_schedule()), rather than as constants of its program."""
   module: Any
   lora: Optional[lora_adapters.Settings]
   trained: str
@@ -35,6 +38,10 @@ class Trainer:
   init: Callable
   from_params: Callable
   step: Callable
+  schedule: Any
+
+  def placed_schedule(self):
+    return sharding.put(self.schedule, jax.tree.map(lambda _: self.replicated, self.schedule))
 
 
 def build(config: ml_collections.ConfigDict, module, mesh,
@@ -45,8 +52,7 @@ def build(config: ml_collections.ConfigDict, module, mesh,
   lora = lora_adapters.settings(config)
   module = lora_adapters.wrap(module, lora)
   trained = lora_adapters.trained_regex(lora)  # LoRA: only the adapters and the head train
-  schedule = optim.make_schedule(config)
-  optimizer = optim.make_optimizer(config, trained, schedule)
+  optimizer = optim.make_optimizer(config, trained)  # its state does not depend on the schedule
   polyak = config.polyak_decay > 0
   sample = batch_spec.map_arrays(jnp.zeros, batch_spec.image(  # an image to init on
       config, 1, getattr(module, "patch_size", None)))
@@ -62,11 +68,16 @@ def build(config: ml_collections.ConfigDict, module, mesh,
   batch_sharding, replicated = sharding.batch_sharding(mesh), sharding.replicated(mesh)
   batch_loss = param_groups.without_frozen_gradients(objective.make_batch_loss(module, config),
                                                      config, trained)
-  step = jax.jit(
-      sharding.on_mesh(mesh, update_step.make_train_step(batch_loss, optimizer, config,
-                                                         schedule)),
-      in_shardings=(state_shardings, batch_sharding, replicated),
-      out_shardings=(state_shardings, replicated), donate_argnums=(0,))
+
+  def train_step(state, batch, rng, schedule_numbers):
+    schedule = optim.make_schedule(config, schedule_numbers)
+    step_with = update_step.make_train_step(
+        batch_loss, optim.make_optimizer(config, trained, schedule), config, schedule)
+    return step_with(state, batch, rng)
+
+  step = jax.jit(sharding.on_mesh(mesh, train_step),
+                 in_shardings=(state_shardings, batch_sharding, replicated, replicated),
+                 out_shardings=(state_shardings, replicated), donate_argnums=(0,))
   place = jax.jit(state_of, out_shardings=state_shardings)
   with_adapters = lambda params: lora_adapters.with_adapters(params, lora, config.seed)
   return Trainer(
@@ -76,4 +87,4 @@ def build(config: ml_collections.ConfigDict, module, mesh,
       init=jax.jit(init_state, out_shardings=state_shardings),
       from_params=lambda params: place(sharding.put(with_adapters(params),
                                                     state_shardings.params)),
-      step=step)
+      step=step, schedule=optim.schedule_numbers(config))

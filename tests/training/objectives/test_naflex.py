@@ -79,7 +79,7 @@ def test_the_loss_falls_on_mixed_aspect_ratios(setup):
   rng = jax.random.PRNGKey(1)
   losses = []
   for _ in range(12):
-    state, metrics = run.step(state, batch, rng)
+    state, metrics = run.step(state, batch, rng, run.placed_schedule())
     losses.append(float(metrics["loss"]))
   assert np.isfinite(losses).all()
   assert losses[-1] < 0.5 * losses[0], losses
