@@ -24,6 +24,8 @@ import sys
 import tempfile
 import traceback
 
+import gc_tuning
+
 
 def run_all(light, heavy, *, env, cwd, timeout=300):
   """[(exit status, stdout and stderr)] of the light runs, then the heavy ones, run by one
@@ -110,6 +112,7 @@ def main():
     import ml_collections  # noqa: F401
     import optax  # noqa: F401
     import orbax.checkpoint  # noqa: F401
+    gc_tuning.fewer_collections()  # the children inherit it
     light = start(runs["light"], folder)
     if runs["heavy"]:
       import tensorflow  # noqa: F401

@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
+import gc_tuning
 import helpers
 from vit_jax import create_model
 
@@ -62,6 +63,7 @@ def _keep_loaded_executables():
 
 
 _keep_loaded_executables()
+gc_tuning.fewer_collections()
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RELEASED_FIXTURES = REPO.parent / "shared" / "fixtures" / "released_format"

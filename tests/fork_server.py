@@ -21,6 +21,7 @@ import threading
 import time
 
 import command_runner
+import gc_tuning
 
 _lock = threading.Lock()
 _server = None
@@ -103,6 +104,7 @@ def _serve():
   # What every main job's first evaluation draws its confusion matrix with (~0.6 s).
   import matplotlib.backends.backend_agg  # noqa: F401 pylint: disable=import-outside-toplevel
   import matplotlib.figure  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
+  gc_tuning.fewer_collections()  # the children inherit it
   answers, children = sys.stdout, set()
   sys.stdout = sys.stderr  # nothing else may write on the answer channel
   try:

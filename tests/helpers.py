@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+import gc_tuning
 import ml_collections
 import numpy as np
 from PIL import Image
@@ -83,6 +84,7 @@ def exit_code_in_process(command, *args) -> int:
   sys.argv, so ARGS stand in sys.argv meanwhile). Its output goes where this process's
   goes; returns the exit status."""
   from absl import flags  # pylint: disable=import-outside-toplevel
+
   from vit_jax.base import cli  # pylint: disable=import-outside-toplevel
   argv = [command.__name__, *map(str, args)]
   flag_values = flags.FlagValues()
@@ -117,6 +119,7 @@ def run_in_one_process(module_name, runs):
   One process start (seconds: TensorFlow, jax) then serves several runs of a command."""
   from vit_jax.base import cli  # pylint: disable=import-outside-toplevel
   command = importlib.import_module(module_name)
+  gc_tuning.fewer_collections()
 
   def run_all(argv):
     del argv

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+import gc_tuning
 from helpers import subprocess_env
 
 LAYOUTS = {"data8": {"data": 8}, "data4_fsdp2": {"data": 4, "fsdp": 2},
@@ -123,4 +124,5 @@ def test_fp8_step_shards_like_one_device(results):
 
 
 if __name__ == "__main__":
+  gc_tuning.fewer_collections()
   run_layouts(sys.argv[1])
