@@ -44,6 +44,31 @@ def test_schedule_matches_reference_formula(decay_type):
   assert got[-2] == pytest.approx(end, abs=1e-9) and got[-1] == got[-2]
 
 
+@pytest.mark.parametrize("decay_type", ["cosine", "linear", "constant"])
+@pytest.mark.parametrize("warmup", [WARMUP, 0])
+def test_schedule_numbers_as_arguments_give_the_same_rates(decay_type, warmup):
+  """The train step takes the schedule's numbers as arguments (one program for any length
+  and rate): traced, they must give the rates the numbers folded in as constants give."""
+  config = make_config(decay_type=decay_type, warmup_steps=warmup)
+  folded = optim.make_schedule(config)
+  traces = []
+
+  @jax.jit
+  def traced(numbers, step):
+    traces.append(step)  # runs once per trace, not per call
+    return optim.make_schedule(config, numbers)(step)
+
+  numbers = optim.schedule_numbers(config)
+  np.testing.assert_allclose([traced(numbers, step) for step in STEPS],
+                             [folded(step) for step in STEPS], rtol=1e-6, atol=1e-12)
+  longer = make_config(decay_type=decay_type, warmup_steps=warmup, total_steps=2 * TOTAL,
+                       base_lr=2 * BASE)  # other numbers, same program
+  np.testing.assert_allclose(
+      [traced(optim.schedule_numbers(longer), step) for step in STEPS],
+      [optim.make_schedule(longer)(step) for step in STEPS], rtol=1e-6, atol=1e-12)
+  assert len(traces) == 1
+
+
 def test_constant_schedule_and_no_warmup():
   schedule = optim.make_schedule(make_config(decay_type="constant"))
   np.testing.assert_allclose([schedule(s) for s in (WARMUP // 2, WARMUP, TOTAL)],

@@ -9,7 +9,7 @@ import ml_collections
 from flax import traverse_util
 
 from conftest import REPO, tiny_model
-from test_update_step import make_config
+from test_update_step import make_batch, make_config
 from vit_jax.training import lora_adapters, optim, sharding, state_and_step
 
 PACKAGE = pathlib.Path(REPO) / "vit_jax"
@@ -49,6 +49,23 @@ def test_build_parses_lora_and_the_schedule_once_and_hands_them_on(monkeypatch):
   assert any(name.endswith(lora_adapters.A) for name in
              traverse_util.flatten_dict(state.params, sep="/"))
   assert len(parses) == 1 and len(schedules) == 1
+
+
+def test_runs_differing_only_in_length_or_rate_compile_one_train_step():
+  """The schedule's numbers are arguments of the step: a sweep over rates or a longer rerun
+  compiles nothing new. Its decay type stays part of the program."""
+  mesh = sharding.make_mesh({"data": -1})
+
+  def program(**schedule):
+    config = make_config(seed=0, pp=dict(crop=16), model_name="ViT-B_16", **schedule)
+    run = state_and_step.build(config, tiny_model(5), mesh)
+    state = jax.eval_shape(run.init, jax.random.PRNGKey(0))
+    batch = jax.eval_shape(make_batch)
+    return run.step.lower(state, batch, jax.random.PRNGKey(1), run.placed_schedule()).as_text()
+
+  base = program(base_lr=0.03, warmup_steps=2, total_steps=10, decay_type="cosine")
+  assert program(base_lr=0.1, warmup_steps=0, total_steps=500, decay_type="cosine") == base
+  assert program(base_lr=0.03, warmup_steps=2, total_steps=10, decay_type="linear") != base
 
 
 def test_without_lora_the_module_is_the_one_given():
