@@ -57,7 +57,7 @@ def test_runs_differing_only_in_length_or_rate_compile_one_train_step():
   mesh = sharding.make_mesh({"data": -1})
 
   def program(**schedule):
-    config = make_config(seed=0, pp=dict(crop=16), model_name="ViT-B_16", **schedule)
+    config = make_config(seed=0, pp={"crop": 16}, model_name="ViT-B_16", **schedule)
     run = state_and_step.build(config, tiny_model(5), mesh)
     state = jax.eval_shape(run.init, jax.random.PRNGKey(0))
     batch = jax.eval_shape(make_batch)

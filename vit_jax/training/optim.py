@@ -10,7 +10,7 @@ except `linear_end` (default: the reference code's 1e-5) and the param_groups ke
 """
 
 import math
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Optional
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +23,7 @@ from vit_jax.training import param_groups
 
 # decay_type -> (scale, offset) of the lr after warm-up, from (base_lr, linear_end), and the
 # shape f(progress in [0, 1]) that lr = offset + scale * f(progress) follows.
-_DECAYS: Dict[str, Tuple[Callable, Callable]] = {
+_DECAYS: Dict[str, tuple[Callable, Callable]] = {
     "cosine": (lambda base, end: (base * 0.5, 0.0), lambda p: 1.0 + jnp.cos(jnp.pi * p)),
     "linear": (lambda base, end: (base - end, end), lambda p: 1.0 - p),
     "constant": (lambda base, end: (base, 0.0), jnp.ones_like),
@@ -65,7 +65,7 @@ def _check_range(config, key: str, low: float, high: float, rule: str, *, none_o
     raise errors.InvalidInput(f"config.{key}={value!r} must be {rule}")
 
 
-def schedule_numbers(config: ml_collections.ConfigDict) -> Dict[str, np.float32]:
+def schedule_numbers(config: ml_collections.ConfigDict) -> dict[str, np.float32]:
   """The numbers of config's schedule (from base_lr, warmup_steps, total_steps, linear_end),
   as float32 scalars. The main job passes them to its compiled train step as arguments, so
   that runs differing only in length or learning rate (a sweep, a longer rerun) share one
@@ -80,7 +80,7 @@ def schedule_numbers(config: ml_collections.ConfigDict) -> Dict[str, np.float32]
 
 
 def make_schedule(config: ml_collections.ConfigDict,
-                  numbers: Optional[Dict[str, jax.typing.ArrayLike]] = None) -> optax.Schedule:
+                  numbers: dict[str, jax.typing.ArrayLike] | None = None) -> optax.Schedule:
   """The reference code's schedule: linear warm-up times a decay over the remaining steps.
 
       warm(step) = min(1, step / warmup_steps)           (1 when warmup_steps == 0)
