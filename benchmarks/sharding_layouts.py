@@ -38,16 +38,16 @@ def measure(module, config, layout, batch_size, image_size, steps):
   state = run.init(jax.random.PRNGKey(0))
   batch = jax.device_put({"image": images, "label": jnp.zeros((batch_size,), jnp.int32)},
                          sharding.batch_sharding(mesh))
-  step = run.step
+  schedule = run.placed_schedule()
   start = time.perf_counter()
-  compiled = step.lower(state, batch, jax.random.PRNGKey(1)).compile()
+  compiled = run.step.lower(state, batch, jax.random.PRNGKey(1), schedule).compile()
   compile_s = time.perf_counter() - start
   memory = compiled.memory_analysis()
   per_device = (memory.argument_size_in_bytes + memory.temp_size_in_bytes) / 2**20
   times = []
   for _ in range(steps):
     start = time.perf_counter()
-    state, metrics = compiled(state, batch, jax.random.PRNGKey(1))
+    state, metrics = compiled(state, batch, jax.random.PRNGKey(1), schedule)
     jax.block_until_ready(metrics)
     times.append(time.perf_counter() - start)
   return compile_s, statistics.median(times), per_device
