@@ -99,7 +99,7 @@ def make_schedule(config: ml_collections.ConfigDict,
   def schedule(step):
     step = jnp.asarray(step, jnp.float32)
     progress = jnp.clip((step - warmup) / decay_steps, 0.0, 1.0)
-    warm = jnp.where(warmup > 0, jnp.minimum(1.0, step / jnp.maximum(warmup, 1.0)), 1.0)
+    warm = jnp.where(warmup > 0, jnp.minimum(1.0, step / jnp.where(warmup > 0, warmup, 1.0)), 1.0)
     return jnp.asarray(warm * (numbers["offset"] + numbers["scale"] * shape(progress)),
                        jnp.float32)
 
