@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
-import gc_tuning
 from conftest import REPO, init_params, tiny_model
 from helpers import (demo_args, load_params, run_in_one_process, run_in_process, sigterm_at_step,
                      split_runs, subprocess_env)
@@ -307,5 +306,4 @@ def test_merge_onto_another_base_of_the_same_shapes_is_refused(mesh_runs, tmp_pa
 
 
 if __name__ == "__main__":  # python test_lora_adapters.py RUNS_JSON: fixture_mesh_runs
-  gc_tuning.fewer_collections()
   run_mesh_runs(json.loads(sys.argv[1]))

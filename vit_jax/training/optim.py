@@ -99,7 +99,8 @@ def make_schedule(config: ml_collections.ConfigDict,
   def schedule(step):
     step = jnp.asarray(step, jnp.float32)
     progress = jnp.clip((step - warmup) / decay_steps, 0.0, 1.0)
-    warm = jnp.where(warmup > 0, jnp.minimum(1.0, step / jnp.where(warmup > 0, warmup, 1.0)), 1.0)
+    divisor = jnp.where(warmup > 0, warmup, 1.0)  # no division by 0 without warm-up
+    warm = jnp.where(warmup > 0, jnp.minimum(1.0, step / divisor), 1.0)
     return jnp.asarray(warm * (numbers["offset"] + numbers["scale"] * shape(progress)),
                        jnp.float32)
 
