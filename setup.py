@@ -93,7 +93,9 @@ setuptools.setup(
         # because tests/gcs_emulator.py adds GCS's generation preconditions to its handlers.
         # libtpu (the tpu extra's): vit_jax.plan's tests compile for TPU topologies on the
         # CPU (tests/planning/test_compiled_plan.py); it starts no TPU backend where none is attached.
+        # filelock: the tests' bounded compile cache (tests/conftest.py) evicts under it.
         "test": ["pytest>=8", "pytest-xdist>=3.5", "gcp-storage-emulator==2026.7.19",
+                 "filelock>=3.12",
                  "nbclient>=0.10", "nbformat>=5.10",
                  "ipykernel>=6", "nbconvert>=7",  # jupyter nbconvert --execute the notebook
                  f"jax[tpu]{JAX_VERSIONS}; sys_platform == 'linux'"],
