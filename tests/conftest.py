@@ -7,6 +7,7 @@ import os
 import pathlib
 import pickle
 import platform
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -14,8 +15,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 def _compile_cache_dir() -> str:
   """Where the tests keep compiled programs between runs: beside .ci/run's virtualenv
   (~/.cache/vit_jax), so that a rerun of the suite (everyone's inner loop, and CI where it
-  keeps that cache) loads what it compiled before instead of compiling it again (a fifth
-  of a cold run's CPU). One folder per CPU model and instruction set: XLA compiles CPU
+  keeps that cache) loads what it compiled before instead of compiling it again (about a
+  quarter of a cold run's CPU). One folder per CPU model and instruction set: XLA compiles CPU
   code for the machine it runs on, and a copied home folder must not bring code for
   another CPU."""
   cpu = ""
@@ -25,7 +26,12 @@ def _compile_cache_dir() -> str:
                                               "model\t"))}))
   machine = hashlib.sha256((platform.machine() + cpu).encode()).hexdigest()[:12]
   cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-  return os.path.join(cache_home, "vit_jax", f"xla_cache_tests-{machine}")
+  folder = os.path.join(cache_home, "vit_jax", f"xla_cache_tests-{machine}")
+  try:
+    os.makedirs(folder, exist_ok=True)
+  except OSError:  # a read-only or missing home: this run's temporary folder, as before
+    folder = os.path.join(tempfile.gettempdir(), f"vit_jax_tests_xla_cache-{machine}")
+  return folder
 
 
 # Many tests (and the main-job subprocesses they start, which inherit the environment)
@@ -33,8 +39,10 @@ def _compile_cache_dir() -> str:
 # tests, pytest-xdist workers, processes and runs of the suite. Keyed by the program,
 # compiler and JAX version, so a hit is the same executable; bounded (least recently used
 # programs go first); set before jax is imported.
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _compile_cache_dir())
-os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2 * 2**30))
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # a folder of one's own is left as it is:
+  # JAX's eviction needs the access times it records itself in every entry's folder
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _compile_cache_dir()
+  os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2 * 2**30))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 # Test programs are small and run a few steps: most of their compile time is LLVM
 # optimising loops that then run a few times. Unoptimised code compiles a demo main job
