@@ -18,7 +18,8 @@ def _compile_cache_dir() -> str:
   keeps that cache) loads what it compiled before instead of compiling it again (about a
   quarter of a cold run's CPU). One folder per CPU model and instruction set: XLA compiles CPU
   code for the machine it runs on, and a copied home folder must not bring code for
-  another CPU."""
+  another CPU. The root is predict.cache_dir()'s, written again here because importing
+  vit_jax imports jax, which reads these settings at import."""
   cpu = ""
   with contextlib.suppress(OSError):
     cpu = "".join(sorted({line for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines()
@@ -39,8 +40,8 @@ def _compile_cache_dir() -> str:
 # tests, pytest-xdist workers, processes and runs of the suite. Keyed by the program,
 # compiler and JAX version, so a hit is the same executable; bounded (least recently used
 # programs go first); set before jax is imported.
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # a folder of one's own is left as it is:
-  # JAX's eviction needs the access times it records itself in every entry's folder
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # a folder of one's own gets no bound:
+  # JAX's eviction needs the access-time file it writes beside each entry it stores itself
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _compile_cache_dir()
   os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2 * 2**30))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
