@@ -5,6 +5,7 @@ The runs that receive the signals (and the full disk's) are real processes; the 
 of the same command (refused, resumed) run in this process through the command's own
 parsing and endings (helpers.run_in_process): a process start costs seconds."""
 
+import glob
 import json
 import logging
 import os
@@ -72,6 +73,26 @@ def press_ctrl_c(process):
   raise TimeoutError("SIGINT was not delivered within 10 s")
 
 
+def press_again_while_saving(process, workdir):
+  """A second Ctrl-C that lands while the first one's save is being written, however fast
+  the machine: the job is stopped (SIGSTOP) once orbax's background writer has reached the
+  array metadata (the save call has returned by then; the commit is still to come), and
+  the press arrives as it continues."""
+  half_written = os.path.join(workdir, "checkpoints", "*.orbax-checkpoint-tmp*", "*",
+                              "array_metadatas")
+  deadline = time.monotonic() + 60
+  while not glob.glob(half_written):
+    assert process.poll() is None and time.monotonic() < deadline, "no save began in 60 s"
+    time.sleep(0.0002)
+  os.kill(process.pid, signal.SIGSTOP)
+  try:
+    assert glob.glob(half_written), "the save ended before the job could be stopped"
+    time.sleep(preemption.SAME_PRESS_S + 0.05)  # a second press, not the first one forwarded
+    process.send_signal(signal.SIGINT)
+  finally:
+    os.kill(process.pid, signal.SIGCONT)
+
+
 def checkpoint_steps(workdir):
   path = os.path.join(workdir, "checkpoints")
   return sorted(int(d) for d in os.listdir(path) if d.isdigit()) if os.path.isdir(path) else []
@@ -133,8 +154,7 @@ def test_ctrl_c_saves_the_current_step_and_a_second_one_aborts_at_once(tmp_path,
   process = start_main(workdir, **UNTIL_STOPPED)
   wait_for(lambda: trained_steps(workdir) >= steps[0] + 2, process)  # resumed
   press_ctrl_c(process)
-  time.sleep(preemption.SAME_PRESS_S + 0.05)  # a second press, not the same one forwarded
-  press_ctrl_c(process)  # before the first one's save can end
+  press_again_while_saving(process, workdir)
   started = time.time()
   code, output = finish(process, workdir, timeout=30)
   assert code == 130 and time.time() - started < 10, output[-2000:]

@@ -310,7 +310,8 @@ def _train_loop(job: Job, run: state_and_step.Trainer, state, evaluators, writer
           _evaluate(job, evaluator, end, step, writer)
       if is_checkpoint_step or preempted:
         checkpointer.save(step, end.state)
-      if preempted:
+      if preempted:  # the save ends under the watcher: a second Ctrl-C still aborts it
+        checkpointer.wait()
         end.preempted_at = step
         break
   except (splits.CorruptImageError, FileNotFoundError):
