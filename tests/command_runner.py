@@ -2,10 +2,11 @@
 need each command's exit status and output only (--help, usage mistakes): most of a
 command's start is importing JAX and TensorFlow, paid here once instead of once per run.
 
-The process imports JAX and the libraries every command imports (flax, optax, orbax,
-ml_collections: ~0.35 s of each child's CPU) and forks one child per run of the `light`
-commands (those that start without TensorFlow), then imports TensorFlow and forks one per
-run of the `heavy` ones (if any). Each child runs its module as __main__ as `python -m`
+The process imports JAX and what every command imports (flax, optax, orbax, ml_collections,
+the vit_jax package and its command-line layer: ~1.4 s of each child's CPU; they define no
+flag beyond absl's own, so --helpfull lists what a fresh process would) and forks one
+child per run of the `light` commands (those that start without TensorFlow), then imports
+TensorFlow and forks one per run of the `heavy` ones (if any). Each child runs its module as __main__ as `python -m`
 does (runpy, the same argv), writes its stdout and stderr into one file, and exits with the
 status Python would give (SystemExit's code; 1 and the traceback for any other exception).
 Only the imports are shared: each run starts from this process's state before any command
@@ -112,6 +113,7 @@ def main():
     import ml_collections  # noqa: F401
     import optax  # noqa: F401
     import orbax.checkpoint  # noqa: F401
+    import vit_jax.base.cli  # noqa: F401
     gc_tuning.fewer_collections()  # the children inherit it
     light = start(runs["light"], folder)
     if runs["heavy"]:
