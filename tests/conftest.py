@@ -181,7 +181,8 @@ def tiny_model(num_classes=5, **overrides):
 
 def init_params(module, image_size=16, seed=0):
   """Random params for `module`, with a non-zero head so that head bugs show."""
-  params = module.init(jax.random.PRNGKey(seed), jnp.zeros((1, image_size, image_size, 3)))
+  params = jax.jit(module.init)(jax.random.PRNGKey(seed),  # one program, not op by op
+                                jnp.zeros((1, image_size, image_size, 3)))
   params = jax.tree.map(lambda x: x, params["params"])
   head = params["head"]
   head["kernel"] = jax.random.normal(jax.random.PRNGKey(seed + 1), head["kernel"].shape)

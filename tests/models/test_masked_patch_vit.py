@@ -20,8 +20,8 @@ def flat_shapes(params):
 def test_backbone_names_and_shapes_are_the_vision_transformers():
   backbone = tiny_model(num_classes=5)
   model = masked_patch_vit.from_backbone(backbone, prediction_size=512)
-  vit_shapes = flat_shapes(backbone.init(jax.random.PRNGKey(0), images())["params"])
-  mpp_shapes = flat_shapes(model.init(jax.random.PRNGKey(0), images())["params"])
+  vit_shapes = flat_shapes(jax.eval_shape(backbone.init, jax.random.PRNGKey(0), images())["params"])
+  mpp_shapes = flat_shapes(jax.eval_shape(model.init, jax.random.PRNGKey(0), images())["params"])
   own = {"mask_embedding": (1, 1, 32), "mpp_head/kernel": (32, 512), "mpp_head/bias": (512,)}
   assert {k: v for k, v in mpp_shapes.items() if k not in own} == {
       k: v for k, v in vit_shapes.items() if not k.startswith("head/")}
@@ -31,7 +31,7 @@ def test_backbone_names_and_shapes_are_the_vision_transformers():
 def test_representation_is_the_backbones_and_predictions_cover_every_patch():
   backbone = tiny_model(num_classes=5)
   model = masked_patch_vit.from_backbone(backbone, predictions_per_patch=16, prediction_size=7)
-  params = model.init(jax.random.PRNGKey(0), images())["params"]
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), images())["params"]
   vit_params = {k: v for k, v in params.items() if k not in ("mask_embedding", "mpp_head")}
   vit_params["head"] = {"kernel": jnp.zeros((32, 5)), "bias": jnp.zeros(5)}
   np.testing.assert_allclose(
@@ -44,7 +44,7 @@ def test_corruption_comes_before_the_position_embeddings():
   """All patches masked: the output no longer depends on the image, but still on the
   position (position embeddings are added after the [mask] embedding)."""
   model = masked_patch_vit.from_backbone(tiny_model(), prediction_size=8)
-  params = model.init(jax.random.PRNGKey(0), images())["params"]
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), images())["params"]
   params["mpp_head"]["kernel"] = jax.random.normal(jax.random.PRNGKey(1), (32, 8))
   everything = jnp.ones((2, 16), bool)
   masked = masked_patch_vit.Corruption(corrupted=everything, replace_mask=everything,

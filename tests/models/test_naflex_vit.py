@@ -104,7 +104,7 @@ def test_training_settings_run_through_the_vits_encoder():
   for i, (rows, cols) in enumerate(SHAPES):
     mask[i, :rows * cols] = 1
   image = {"patches": patches, "mask": mask, "grid": np.asarray(SHAPES, np.int32)}
-  params = model.init(jax.random.PRNGKey(0), image)["params"]
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), image)["params"]  # one program
   params["head"]["kernel"] = rng.standard_normal((24, 3)).astype(np.float32)
   run = lambda module, p, **kw: jax.jit(lambda p: module.apply({"params": p}, image, **kw))(p)
   plain = run(model, params)

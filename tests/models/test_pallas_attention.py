@@ -55,10 +55,11 @@ def test_the_model_with_pallas_attention_equals_the_softmax_model():
                                 num_heads=2, num_layers=1, attention_impl="pallas")
   images = jax.random.uniform(jax.random.PRNGKey(1), (2, 12, 12, 3))
   reference = model.clone(attention_impl="softmax")
-  params = reference.init(jax.random.PRNGKey(0), images)["params"]
+  params = jax.jit(reference.init)(jax.random.PRNGKey(0), images)["params"]
   with pltpu.force_tpu_interpret_mode():
     got = jax.jit(model.apply, static_argnames="train")({"params": params}, images, train=False)
-  want = reference.apply({"params": params}, images, train=False)
+  want = jax.jit(reference.apply, static_argnames="train")({"params": params}, images,
+                                                           train=False)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 

@@ -12,9 +12,10 @@ from vit_jax.models import text_tower, two_tower
 def test_text_transformer_pools_the_last_token():
   tower = text_tower.TextTransformer(None, 16, 1, 32, 2, 30, max_len=6)
   tokens = jnp.array([[3, 4, 5, 1, 1, 1]], jnp.int32)
-  params = tower.init(jax.random.PRNGKey(0), tokens)
-  changed_first = tower.apply(params, tokens.at[0, 0].set(7))
-  assert not np.allclose(tower.apply(params, tokens), changed_first)  # attention sees all
+  params = jax.jit(tower.init)(jax.random.PRNGKey(0), tokens)
+  apply = jax.jit(tower.apply)  # one program, not op by op
+  changed_first = apply(params, tokens.at[0, 0].set(7))
+  assert not np.allclose(apply(params, tokens), changed_first)  # attention sees all
   with pytest.raises(ValueError, match="at most 6"):
     tower.apply(params, jnp.ones((1, 7), jnp.int32))
 

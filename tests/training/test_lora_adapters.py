@@ -62,7 +62,7 @@ def test_step_zero_is_the_base_model_exactly():
   model = tiny_model(5)
   wrapped = lora_adapters.wrap(model, lora_adapters.settings(lora_config()))
   images = make_batch()["image"]
-  params = wrapped.init(jax.random.PRNGKey(0), images[:1])["params"]
+  params = jax.jit(wrapped.init)(jax.random.PRNGKey(0), images[:1])["params"]
   adapters = [name for name in flat(params) if name.endswith(lora_adapters.A)]
   assert len(adapters) == 2 * 6  # 4 attention projections and 2 MLP kernels per block
   base = {k: v for k, v in flat(params).items() if not k.endswith((lora_adapters.A, lora_adapters.B))}
