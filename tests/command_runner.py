@@ -6,11 +6,11 @@ The process imports JAX and what every command imports (flax, optax, orbax, ml_c
 the vit_jax package and its command-line layer: ~1.4 s of each child's CPU; they define no
 flag beyond absl's own, so --helpfull lists what a fresh process would) and forks one
 child per run of the `light` commands (those that start without TensorFlow), then imports
-TensorFlow and forks one per run of the `heavy` ones (if any). Each child runs its module as __main__ as `python -m`
-does (runpy, the same argv), writes its stdout and stderr into one file, and exits with the
-status Python would give (SystemExit's code; 1 and the traceback for any other exception).
-Only the imports are shared: each run starts from this process's state before any command
-ran.
+TensorFlow and forks one per run of the `heavy` ones (if any). Each child runs its module
+as __main__ as `python -m` does (runpy, the same argv), writes its stdout and stderr into
+one file, and exits with the status Python would give (SystemExit's code; 1 and the
+traceback for any other exception). Only the imports are shared: each run starts from this
+process's state before any command ran.
 
 stdin: JSON {"light": [[module, arg, ...], ...], "heavy": [...]}.
 stdout: JSON [[exit status, output], ...] for the light runs, then the heavy ones.

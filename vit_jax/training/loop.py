@@ -340,8 +340,7 @@ def _finish(job: Job, run: state_and_step.Trainer, end: LoopEnd, evaluators,
   evaluation if none ran at the end, params.npz (and LoRA's adapters.npz), the final
   metrics and the summary."""
   checkpointer, total_steps = job.checkpointer, job.config.total_steps
-  if end.preempted_at is not None:
-    checkpointer.wait()
+  if end.preempted_at is not None:  # its save has ended (_train_loop waited for it)
     writer.close()
     saved = (f"saved the checkpoint of step {end.preempted_at} in {checkpointer.directory}; "
              "rerun the same command to resume")
