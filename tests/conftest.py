@@ -61,6 +61,7 @@ from flax import traverse_util
 
 import gc_tuning
 import helpers
+import module_order
 from vit_jax import create_model
 
 
@@ -109,19 +110,13 @@ TINY = dict(patch_size=4, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=2)
 def pytest_configure(config):
   config.addinivalue_line("markers", "long: a module of real-process runs that takes a minute "
                           "or more; such modules start first")
+  config.pluginmanager.register(
+      module_order.ModuleOrder(f"{_compile_cache_dir()}-module-seconds.json"), "module_order")
   # pytest-xdist hands out --dist loadfile's files most tests first unless told not to
   # (--no-loadscope-reorder): that would send the long modules, which have few tests, out
   # last, whatever order pytest_collection_modifyitems gives them.
   if getattr(config.option, "loadscopereorder", False):
     config.option.loadscopereorder = False
-
-
-def pytest_collection_modifyitems(items):
-  """Modules marked `long` run first: the README's command hands out whole files
-  (`--dist loadfile`, so module-scoped runs and exports are set up once, not once per
-  worker that got some of a module's tests), and a long module that started last would
-  leave the other worker idle until it ends."""
-  items[:] = sorted(items, key=lambda item: item.get_closest_marker("long") is None)
 
 
 @pytest.fixture(name="demo_run", scope="session")
