@@ -1,5 +1,7 @@
 """FlexiViT's PI-resize of the patch embedding (vit_jax.models.patch_resize)."""
 
+import functools
+
 import jax
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ def _embed(patches, kernel):
                    np.asarray(kernel, np.float64))
 
 
+@functools.partial(jax.jit, static_argnums=1)  # one program, not one per op
 def _bilinear(patches, side):
   return jax.image.resize(patches, (patches.shape[0], side, side, patches.shape[-1]),
                           method="bilinear")
