@@ -62,6 +62,7 @@ from flax import traverse_util
 import gc_tuning
 import helpers
 import module_order
+import worker_count
 from vit_jax import create_model
 
 
@@ -117,6 +118,11 @@ def pytest_configure(config):
   # last, whatever order pytest_collection_modifyitems gives them.
   if getattr(config.option, "loadscopereorder", False):
     config.option.loadscopereorder = False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_auto_num_workers(config):  # pylint: disable=unused-argument
+  return worker_count.auto_workers()
 
 
 @pytest.fixture(name="demo_run", scope="session")
