@@ -121,7 +121,7 @@ def main(argv=None):
                      "https://github.com/google-research/vision_transformer (git clone it)")
 
   sys.path.insert(0, REPO)
-  from vit_jax.models import zoo
+  from vit_jax.families.vit import names as zoo
   print(f"{'model':<10} {'mode':<5} {'batch':>5} {'reference img/s':>16} {'ours img/s':>11} "
         f"{'speed-up':>8}")
   for model, mode, batch in CASES:

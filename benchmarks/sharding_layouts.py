@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from vit_jax.models import zoo
+from vit_jax.families.vit import names as zoo
 from vit_jax.training import sharding, state_and_step
 
 LAYOUTS = {"data=8": {"data": -1}, "data=4 x fsdp=2": {"data": 4, "fsdp": 2},

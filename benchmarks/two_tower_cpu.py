@@ -13,7 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax.models import text_tower, two_tower, vit
+from vit_jax.families.two_tower import text_tower
+from vit_jax.families.two_tower import model as two_tower
+from vit_jax.families.vit import model as vit
 
 
 def siglip_b16(vocab=32_000, text_length=64):

@@ -41,7 +41,7 @@ import os
 import re
 
 from vit_jax.checkpoints import hub_table, released
-from vit_jax.models import zoo
+from vit_jax.families.vit import names as zoo
 from vit_jax.training import config_defaults
 
 # aug level -> ((num_layers, magnitude) or None, mixup alpha): big_vision's RANDAUG_DEF and

@@ -13,7 +13,7 @@ Slice: fits a v3-8 with these defaults (ViT-B_16 on ImageNet); check first:
   python -m vit_jax.plan --config=configs/linear_probe.py --tpu=v3-8
 """
 
-from vit_jax.models import zoo
+from vit_jax.families.vit import names as zoo
 from vit_jax.training import config_defaults
 
 HEAD_ONLY = "^(?!head/)"  # every parameter path except the head's

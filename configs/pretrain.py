@@ -13,7 +13,7 @@ Slice: planned for a v3-256 (batch 4096 = 16 per core), e.g.
   python -m vit_jax.plan --config=configs/pretrain.py:ViT-L_16,imagenet21k --tpu=v3-256
 """
 
-from vit_jax.models import zoo
+from vit_jax.families.vit import names as zoo
 from vit_jax.training import config_defaults
 
 # dataset -> (train examples, epochs, base lr, weight decay, decay, loss, eval split)

@@ -9,7 +9,7 @@ from absl import flags
 
 from vit_jax import benchmark
 from vit_jax.base import cli, storage
-from vit_jax.models import zoo
+from vit_jax.families.vit import names as zoo
 from vit_jax.planning import throughput
 
 
@@ -202,7 +202,7 @@ def test_json_rows_go_to_a_gs_file_without_appends(gcs, capsys, monkeypatch):
 @pytest.fixture(name="siglip_file")
 def fixture_siglip_file(tmp_path):
   import two_tower_helpers  # pylint: disable=import-outside-toplevel
-  from vit_jax.checkpoints import two_tower_load  # pylint: disable=import-outside-toplevel
+  from vit_jax.families.two_tower import npz_file as two_tower_load  # pylint: disable=import-outside-toplevel
   model = two_tower_helpers.tiny_siglip()
   path = str(tmp_path / "siglip.npz")
   two_tower_load.save_two_tower(two_tower_helpers.random_params(model, 8), path)

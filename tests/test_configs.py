@@ -9,7 +9,7 @@ import setuptools
 
 from helpers import load_module
 from vit_jax.base import config_checks
-from vit_jax.models import zoo
+from vit_jax.families.vit import names as zoo
 from vit_jax.training import config_defaults
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ import pytest
 
 from helpers import load_module
 from vit_jax.checkpoints import hub_table, released
-from vit_jax.models import zoo
+from vit_jax.families.vit import names as zoo
 from vit_jax.training import optim
 
 AUGREG = load_module("augreg.py")

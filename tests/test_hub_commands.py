@@ -12,7 +12,7 @@ from absl import flags
 from conftest import RELEASED_FIXTURES, REPO
 from helpers import run_in_process
 from vit_jax import fewshot, main, predict
-from vit_jax.checkpoints import npz_layout
+from vit_jax.families.vit import npz_layout
 from vit_jax.models import posemb
 from vit_jax.vtab import runner
 

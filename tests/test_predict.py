@@ -16,9 +16,10 @@ from conftest import REPO, RELEASED_FIXTURES, random_params, tiny_model
 from helpers import closed_port, run_in_process, subprocess_env
 from hub_server import HubServer
 from vit_jax import load_npz, predict, save_npz
-from vit_jax.checkpoints import released, two_tower_load
+from vit_jax.checkpoints import released
+from vit_jax.families.two_tower import npz_file as two_tower_load
 from vit_jax.data import image_files, text_tokens
-from vit_jax.models import two_tower_eval
+from vit_jax.families.two_tower import scoring as two_tower_eval
 from vit_jax.training import lora_adapters
 
 

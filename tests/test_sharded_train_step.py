@@ -29,7 +29,8 @@ def run_layouts(results_path):
   import jax
   import jax.numpy as jnp
   import ml_collections
-  from vit_jax.models import encoder_blocks, zoo
+  from vit_jax.models import encoder_blocks
+  from vit_jax.families.vit import names as zoo
   from vit_jax.training import optim, sharding, update_step
   from vit_jax.training.objectives import classification
 

@@ -14,10 +14,13 @@ from PIL import Image
 
 import two_tower_helpers
 from vit_jax import zeroshot
-from vit_jax.checkpoints import two_tower_load
+from vit_jax.families.two_tower import npz_file as two_tower_load
 from vit_jax.data import text_tokens
 from vit_jax.data.grain_stack import np_preprocess
-from vit_jax.models import text_tower, two_tower, two_tower_eval, vit
+from vit_jax.families.two_tower import text_tower
+from vit_jax.families.two_tower import model as two_tower
+from vit_jax.families.two_tower import scoring as two_tower_eval
+from vit_jax.families.vit import model as vit
 
 CLASSES = ["china", "flower", "cat"]
 

@@ -39,8 +39,9 @@ from absl import flags
 from ml_collections import config_flags
 
 from vit_jax.base import cli, errors, storage
-from vit_jax.checkpoints import two_tower_open
-from vit_jax.models import attention, encoder_blocks, zoo
+from vit_jax.families.two_tower import opening as two_tower_open
+from vit_jax.models import attention, encoder_blocks
+from vit_jax.families.vit import names as zoo
 from vit_jax.planning import throughput, two_tower_throughput
 from vit_jax.training import objectives, sharding
 

@@ -7,7 +7,7 @@ or params.npz file, a timm / HF .safetensors, .pth or .bin file, or a model fold
 released name (ViT-B_16, FAMILY/NAME) or a Hub ViT (hf-hub:ORG/NAME), fetched into
 checkpoints/ first (see vit_jax.checkpoints.hub), or a two-tower model (a LiT / SigLIP .npz,
 an HF SigLIP / SigLIP 2 folder or a released two-tower name: to npz in big_vision's layout,
-or to hf, a SiglipModel folder; vit_jax.checkpoints.two_tower_convert); an MLP-Mixer goes
+or to hf, a SiglipModel folder; vit_jax.families.two_tower.conversion); an MLP-Mixer goes
 to npz or timm (transformers has none); the
 target follows DST's name (.npz: npz, .safetensors: timm) unless --to says it. Prints what
 it read and wrote and the call that loads the result. DST must be new (or an earlier
@@ -17,7 +17,9 @@ conversion's output): anything else is refused unless --overwrite.
 from absl import flags
 
 from vit_jax.base import cli, no_clobber
-from vit_jax.checkpoints import format_conversion, hub, two_tower_convert, two_tower_open
+from vit_jax.checkpoints import format_conversion, hub
+from vit_jax.families.two_tower import conversion as two_tower_convert
+from vit_jax.families.two_tower import opening as two_tower_open
 
 FLAGS = flags.FLAGS
 

@@ -18,7 +18,8 @@ import sys
 from absl import flags
 
 from vit_jax.base import cli
-from vit_jax.checkpoints import hub, released, two_tower_names
+from vit_jax.checkpoints import hub, released
+from vit_jax.families.two_tower import names as two_tower_names
 from vit_jax.checkpoints.transfer import DownloadError, fetch  # noqa: F401  (API)
 
 

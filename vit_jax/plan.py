@@ -233,7 +233,8 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   config = cli.load_config(flag_values)
   cli.check_dataset_override(flag_values)
   from vit_jax.base import errors, no_clobber
-  from vit_jax.checkpoints import two_tower_names, two_tower_open
+  from vit_jax.families.two_tower import names as two_tower_names
+  from vit_jax.families.two_tower import opening as two_tower_open
   name = str(config.get("model_name") or "")
   if two_tower_open.is_two_tower(name):  # before the zoo calls it an unknown ViT
     raise cli.UsageError(

@@ -23,9 +23,12 @@ import numpy as np
 from absl import flags, logging
 
 from vit_jax.base import cli, errors, no_clobber, storage
-from vit_jax.checkpoints import formats, hub, npz, transfer, two_tower_open
+from vit_jax.checkpoints import formats, hub, npz, transfer
+from vit_jax.families.two_tower import opening as two_tower_open
 from vit_jax.data import image_files, prompt_templates
-from vit_jax.models import naflex_vit, two_tower_eval, vit
+from vit_jax.families.vit import naflex_model as naflex_vit
+from vit_jax.families.two_tower import scoring as two_tower_eval
+from vit_jax.families.vit import model as vit
 
 IMAGENET_LABELS_URL = "https://storage.googleapis.com/bit_models/ilsvrc2012_wordnet_lemmas.txt"
 IMAGENET_CLASSES = 1000
@@ -50,7 +53,7 @@ def score_batches(module: vit.VisionTransformer, params, image_paths: Sequence[s
   image_size (a side or (height, width)) defaults to the checkpoint's own resolution; at
   another the model resizes its position embedding (see hub.load_for_inference).
   max_patches (MAP-pooled SigLIP-style models): NaFlex's reading instead, each image at its
-  own aspect ratio in at most that many patches (vit_jax.models.naflex_vit).
+  own aspect ratio in at most that many patches (vit_jax.families.vit.naflex_model).
   The last batch is padded, so every batch has one shape and the model compiles once.
   """
   if max_patches:

@@ -3,7 +3,7 @@
 CHECKPOINT is a path, a URL, FAMILY/NAME or a released name (as for vit_jax.predict);
 images are preprocessed like evaluation. Writes four PNGs into DIR, after the paper's
 Figs. 6, 7 and 14: attention_rollout.png, embedding_filters.png,
-position_similarity.png and attention_distance.png (computations: vit_jax.models.introspect).
+position_similarity.png and attention_distance.png (computations: vit_jax.families.vit.introspect).
 """
 
 import io
@@ -21,7 +21,10 @@ from absl import flags
 from vit_jax.base import cli, errors, no_clobber, storage
 from vit_jax.checkpoints import hub, npz
 from vit_jax.data import image_files
-from vit_jax.models import introspect, mixer, vit, zoo
+from vit_jax.families.vit import introspect
+from vit_jax.families.mixer import model as mixer
+from vit_jax.families.vit import model as vit
+from vit_jax.families.vit import names as zoo
 from vit_jax.models import posemb as posemb_lib
 
 FLAGS = flags.FLAGS

@@ -6,7 +6,7 @@
   python -m vit_jax.zeroshot --checkpoint=... --folder=DIR        # top-1 on DIR/CLASS/IMAGE
   python -m vit_jax.zeroshot --checkpoint=... --captions=FILE     # retrieval recall@1/5/10
 
-PATH is a released name (fetched first: vit_jax.checkpoints.two_tower_names), a LiT /
+PATH is a released name (fetched first: vit_jax.families.two_tower.names), a LiT /
 big_vision SigLIP .npz or a Hugging Face SigLIP / SigLIP 2 folder (load_two_tower). Each class is embedded once per run: every template filled with
 its name, the text embeddings averaged and normalised. Images are squashed to the model's
 resolution (bilinear, [-1, 1]) and embedded in batches. Scores are read the way each family
@@ -21,9 +21,9 @@ import numpy as np
 from absl import flags
 
 from vit_jax.base import cli, errors, no_clobber, storage
-from vit_jax.checkpoints import two_tower_open
+from vit_jax.families.two_tower import opening as two_tower_open
 from vit_jax.data import prompt_templates
-from vit_jax.models import two_tower_eval
+from vit_jax.families.two_tower import scoring as two_tower_eval
 
 FLAGS = flags.FLAGS
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")

@@ -5,7 +5,7 @@ import pytest
 
 from torch_libraries import fixture_timm, fixture_torch  # noqa: F401  # pylint: disable=unused-import
 from vit_jax.checkpoints import hub, hub_table, released
-from vit_jax.models import zoo
+from vit_jax.families.vit import names as zoo
 from vit_jax.training.config_defaults import finetune_config
 
 

@@ -26,8 +26,9 @@ from interop_files import IMAGE, images, logits, shapes, tiny_file
 from vit_jax import CheckpointError, load_npz, read_class_names, save_npz
 from vit_jax import convert as convert_command
 from vit_jax.base import no_clobber
-from vit_jax.checkpoints import format_conversion, timm_layout, torch_layout
-from vit_jax.models import zoo
+from vit_jax.checkpoints import format_conversion, torch_layout
+from vit_jax.families.vit import timm_layout
+from vit_jax.families.vit import names as zoo
 from vit_jax.training.runs import outputs
 
 D, LAYERS, PATCH = TINY["hidden_size"], TINY["num_layers"], TINY["patch_size"]

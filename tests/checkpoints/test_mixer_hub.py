@@ -13,7 +13,8 @@ from safetensors.numpy import save_file
 import hub_server
 from conftest import random_params
 from vit_jax import create_model, download, load_npz, save_npz
-from vit_jax.checkpoints import hub, mixer_timm, released, torch_layout
+from vit_jax.checkpoints import hub, released, torch_layout
+from vit_jax.families.mixer import timm_layout as mixer_timm
 
 TINY = dict(patch_size=4, hidden_dim=16, num_blocks=2, tokens_mlp_dim=8, channels_mlp_dim=32)
 REPO = "timm/mixer_b16_224.goog_in21k"

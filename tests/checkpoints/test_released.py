@@ -5,7 +5,7 @@ import os
 import pytest
 
 from vit_jax.checkpoints import released
-from vit_jax.models import zoo
+from vit_jax.families.vit import names as zoo
 
 B16 = "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0"
 

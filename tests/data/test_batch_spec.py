@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from vit_jax.data import batch_spec, loaders
-from vit_jax.models import zoo
+from vit_jax.families.vit import names as zoo
 from vit_jax.training import config_defaults
 
 

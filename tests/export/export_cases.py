@@ -118,7 +118,7 @@ def naflex_inputs_and_logits(checkpoint):
   """(inputs {'patches', 'mask', 'grid'} of noise images of NAFLEX_SHAPES, patchified as a
   client does, the JAX NaFlexViT's logits for them)."""
   from vit_jax.data import naflex_patches  # pylint: disable=import-outside-toplevel
-  from vit_jax.models import naflex_vit  # pylint: disable=import-outside-toplevel
+  from vit_jax.families.vit import naflex_model as naflex_vit  # pylint: disable=import-outside-toplevel
   rng = np.random.default_rng(5)
   rows = [naflex_patches.patchify(rng.integers(0, 256, (*shape, 3), np.uint8), 4, NAFLEX_BUDGET)
           for shape in NAFLEX_SHAPES]

@@ -11,7 +11,7 @@ import pytest
 
 import two_tower_helpers
 from vit_jax import export
-from vit_jax.checkpoints import two_tower_load
+from vit_jax.families.two_tower import npz_file as two_tower_load
 from vit_jax.export.source import ExportError
 
 

@@ -4,7 +4,7 @@ import jax
 import pytest
 
 from vit_jax import benchmark
-from vit_jax.models import zoo
+from vit_jax.families.vit import names as zoo
 from vit_jax.planning import throughput
 from vit_jax.training import objectives, sharding
 

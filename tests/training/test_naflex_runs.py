@@ -13,7 +13,7 @@ from helpers import load_module, run_in_process
 from naflex_folder import write_mixed_aspect_folder
 from two_tower_helpers import random_params, tiny_siglip
 from vit_jax import load_npz, predict
-from vit_jax.checkpoints import two_tower_load
+from vit_jax.families.two_tower import npz_file as two_tower_load
 
 TINY = dict(patch_size=8, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=2)
 RUN = dict(total_steps=6, warmup_steps=2, batch=32, batch_eval=128, accum_steps=1,

@@ -15,7 +15,10 @@ from helpers import CONFIG_DIR, load_module, run_in_process, write_image
 from two_tower_helpers import random_params, tiny_siglip
 from vit_jax import benchmark, fewshot, load_npz, plan, predict
 from vit_jax.export import __main__ as export_command
-from vit_jax.checkpoints import npz, siglip_hf, two_tower_convert, two_tower_load
+from vit_jax.checkpoints import npz
+from vit_jax.families.two_tower import hf_layout as siglip_hf
+from vit_jax.families.two_tower import conversion as two_tower_convert
+from vit_jax.families.two_tower import npz_file as two_tower_load
 from vit_jax.training import (lora_adapters, objectives, param_groups, sharding, siglip_recipe,
                               static_checks)
 
@@ -183,7 +186,7 @@ def test_every_fine_tuning_control_is_accepted_on_the_tower(towers, control):
 
 
 def test_the_three_configs_name_released_towers_and_their_crops():
-  from vit_jax.checkpoints import two_tower_names  # pylint: disable=import-outside-toplevel
+  from vit_jax.families.two_tower import names as two_tower_names  # pylint: disable=import-outside-toplevel
   for file, size in (("siglip2_b16.py", 224), ("siglip2_l16.py", 256),
                      ("siglip2_so400m14.py", 378)):
     config = load_module(file).get_config("/data/my_images")
@@ -222,7 +225,7 @@ def test_predict_max_patches_reads_each_image_as_naflex(towers, tmp_path):
                     for r in json.loads(done.stdout)]
   np.testing.assert_allclose(scores["naflex"][0], scores["fixed"][0], rtol=1e-4, atol=1e-6)
   from vit_jax.data import image_files  # pylint: disable=import-outside-toplevel
-  from vit_jax.models import naflex_vit  # pylint: disable=import-outside-toplevel
+  from vit_jax.families.vit import naflex_model as naflex_vit  # pylint: disable=import-outside-toplevel
   patches, mask, grid = image_files.load_naflex(str(wide), 8, 16)
   assert grid.tolist() == [2, 5]
   logits = jax.jit(naflex_vit.from_vit(module, 4).apply)(  # one program, not one per op

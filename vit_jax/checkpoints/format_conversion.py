@@ -30,9 +30,14 @@ import numpy as np
 from flax import traverse_util
 
 from vit_jax.base import errors, no_clobber, storage
-from vit_jax.checkpoints import (formats, hf_layout, mixer_npz, mixer_timm, npz, timm_layout,
-                                 torch_layout)
-from vit_jax.models import posemb, vit, zoo
+from vit_jax.checkpoints import formats, npz, torch_layout
+from vit_jax.families.vit import hf_layout
+from vit_jax.families.mixer import npz_file as mixer_npz
+from vit_jax.families.mixer import timm_layout as mixer_timm
+from vit_jax.families.vit import timm_layout
+from vit_jax.models import posemb
+from vit_jax.families.vit import model as vit
+from vit_jax.families.vit import names as zoo
 
 TARGETS = ("npz", "timm", "hf")
 PRE_LOGITS = ("drop", "pooler")
@@ -266,7 +271,7 @@ def convert_mixer(src: str, arrays: Dict[str, np.ndarray], dst: str, to: str, *,
                   overwrite: bool) -> List[str]:
   """convert() for an MLP-Mixer (its arrays read, dst checked): to our .npz or to timm's
   MlpMixer (transformers has none); image_size resizes the token-mixing MLPs as load_npz
-  does (vit_jax.models.mixer_resize)."""
+  does (vit_jax.families.mixer.resize)."""
   if to == "hf":
     raise ConversionError(f"{src} is an MLP-Mixer, and Hugging Face transformers has no "
                           "Mixer model: convert it with --to=timm or to an .npz")

@@ -26,8 +26,13 @@ import ml_dtypes
 import numpy as np
 
 from vit_jax.base import console, errors, storage, workdir_files
-from vit_jax.checkpoints import (config_consistency, hf_layout, mixer_timm, npz_layout,
-                                 siglip_hf, timm_layout, torch_layout, transfer)
+from vit_jax.checkpoints import torch_layout, transfer
+from vit_jax.families.vit import config_consistency
+from vit_jax.families.vit import hf_layout
+from vit_jax.families.mixer import timm_layout as mixer_timm
+from vit_jax.families.vit import npz_layout
+from vit_jax.families.two_tower import hf_layout as siglip_hf
+from vit_jax.families.vit import timm_layout
 
 
 Flat = Dict[str, np.ndarray]

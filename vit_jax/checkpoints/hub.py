@@ -31,9 +31,14 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from vit_jax.base import console, errors, storage
-from vit_jax.checkpoints import (formats, hf_layout, hub_table, mixer_npz, mixer_timm, npz,
-                                 npz_layout, released, timm_layout, transfer)
-from vit_jax.models import mixer, vit
+from vit_jax.checkpoints import formats, hub_table, npz, released, transfer
+from vit_jax.families.vit import hf_layout
+from vit_jax.families.mixer import npz_file as mixer_npz
+from vit_jax.families.mixer import timm_layout as mixer_timm
+from vit_jax.families.vit import npz_layout
+from vit_jax.families.vit import timm_layout
+from vit_jax.families.mixer import model as mixer
+from vit_jax.families.vit import model as vit
 
 HUB_PREFIX = "hf-hub:"
 HUB_DIR = "hf-hub"  # DIR/hf-hub/ORG/NAME.npz for hf-hub: names

@@ -21,7 +21,7 @@ import re
 from typing import Any, Dict, List
 
 from vit_jax.base import storage
-from vit_jax.models import zoo
+from vit_jax.families.vit import names as zoo
 
 TABLE = os.path.join(os.path.dirname(__file__), "hub_mirrors.json")
 BUCKET_HTTPS = "https://storage.googleapis.com/vit_models/"

@@ -18,13 +18,18 @@ from flax import traverse_util
 
 from vit_jax.base import console, errors, storage
 from vit_jax.checkpoints import class_names as class_names_lib
-from vit_jax.checkpoints import formats, mixer_npz, npz_archive, npz_checks, npz_layout
+from vit_jax.checkpoints import formats, npz_archive, npz_checks
+from vit_jax.families.mixer import npz_file as mixer_npz
+from vit_jax.families.vit import npz_layout
 from vit_jax.checkpoints.class_names import (  # pylint: disable=unused-import
     read_class_names, read_multi_label)
 from vit_jax.checkpoints.npz_checks import (  # pylint: disable=unused-import
     SINCOS_IMAGE_SIZE, CheckpointError, ImageSize, ImageSizeError, check_against, check_finite,
     check_image_size, expected_shapes, nonfinite_arrays, side_pair)
-from vit_jax.models import encoder_blocks, mixer, patch_resize, posemb, vit, zoo
+from vit_jax.models import encoder_blocks, patch_resize, posemb
+from vit_jax.families.mixer import model as mixer
+from vit_jax.families.vit import model as vit
+from vit_jax.families.vit import names as zoo
 
 POSEMB_KEY = npz_layout.POSEMB
 LORA_SETTINGS = "lora/settings"  # the entry that makes an .npz a LoRA adapters file
@@ -239,8 +244,8 @@ def load_npz(path: str, *, image_size: Optional[ImageSize] = None,
       says otherwise, the position embedding goes to the new grid.
     **model_overrides: other VisionTransformer attributes (dropout_rate, dtype, ...).
 
-  MLP-Mixer files (a `stem` conv) load as an MlpMixer (vit_jax.checkpoints.mixer_npz):
-  another image size resizes its token-mixing MLPs (vit_jax.models.mixer_resize).
+  MLP-Mixer files (a `stem` conv) load as an MlpMixer (vit_jax.families.mixer.npz_file):
+  another image size resizes its token-mixing MLPs (vit_jax.families.mixer.resize).
 
   Returns:
     The module and a nested dict of float32 host (numpy) arrays; place them on

@@ -14,7 +14,9 @@ import numpy as np
 from flax import traverse_util
 
 from vit_jax.base import errors
-from vit_jax.models import posemb, vit, zoo
+from vit_jax.models import posemb
+from vit_jax.families.vit import model as vit
+from vit_jax.families.vit import names as zoo
 
 ImageSize = Union[int, Sequence[int]]
 

@@ -18,7 +18,7 @@ import urllib.parse
 from typing import Optional
 
 from vit_jax.base import errors
-from vit_jax.models import zoo
+from vit_jax.families.vit import names as zoo
 
 BUCKET = "gs://vit_models"
 MIXER_BUCKET = "gs://mixer_models"  # the MLP-Mixers' files, in families of their own

@@ -5,7 +5,7 @@ tests/data/test_batch_spec.py holds them to the loaders' real batches.
 
 With config.pp.max_patches (NaFlex, docs/siglip_classifiers.md) the image is a dict of
 patches, their mask and each image's grid. data/ cannot ask the model zoo for the patch
-size (models import data), so the callers pass it (vit_jax.models.zoo.patch_size(config),
+size (models import data), so the callers pass it (vit_jax.families.vit.names.patch_size(config),
 or the module's patch_size)."""
 
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -27,7 +27,7 @@ def image(config, batch_size: int, patch_size: Optional[int] = None):
     return (batch_size, crop, crop, 3), np.dtype(np.float32)
   if not patch_size:
     raise ValueError("a NaFlex batch (config.pp.max_patches) needs the model's patch size: "
-                     "pass patch_size=vit_jax.models.zoo.patch_size(config)")
+                     "pass patch_size=vit_jax.families.vit.names.patch_size(config)")
   return {"patches": ((batch_size, max_patches, patch_size * patch_size * 3),
                       np.dtype(np.float32)),
           "mask": ((batch_size, max_patches), np.dtype(np.int32)),

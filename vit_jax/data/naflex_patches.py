@@ -1,7 +1,7 @@
 """NaFlex preprocessing (SigLIP 2): an image resized at its own aspect ratio to the largest
 patch grid within a budget (config.pp.max_patches: 256, 576, 1024 ...), cut into patches
 flattened (row, column, channel), padded to the budget, with the mask of its real patches
-and its grid: the inputs of vit_jax.models.naflex_vit. numpy and PIL only (both input
+and its grid: the inputs of vit_jax.families.vit.naflex_model. numpy and PIL only (both input
 stacks can call it); values as transformers' Siglip2ImageProcessor gives them (PIL's
 bilinear resize of the uint8 image, then [-1, 1])."""
 

@@ -11,7 +11,8 @@ import time
 from typing import Callable, Optional, Union
 
 from vit_jax.base import no_clobber
-from vit_jax.checkpoints import npz, two_tower_open
+from vit_jax.checkpoints import npz
+from vit_jax.families.two_tower import opening as two_tower_open
 from vit_jax.export import metadata, output, two_tower_export
 from vit_jax.export import source as source_lib
 from vit_jax.export.source import ExportError

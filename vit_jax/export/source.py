@@ -11,8 +11,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from vit_jax.base import errors, storage
-from vit_jax.checkpoints import hub, mixer_npz, npz
-from vit_jax.models import mixer, mixer_zoo, naflex_vit, vit, zoo
+from vit_jax.checkpoints import hub, npz
+from vit_jax.families.mixer import npz_file as mixer_npz
+from vit_jax.families.mixer import model as mixer
+from vit_jax.families.mixer import names as mixer_zoo
+from vit_jax.families.vit import naflex_model as naflex_vit
+from vit_jax.families.vit import model as vit
+from vit_jax.families.vit import names as zoo
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # What StableHLO and SavedModel exports are lowered for (lowering needs no such device);

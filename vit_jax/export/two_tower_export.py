@@ -19,7 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from vit_jax.base import no_clobber, storage
-from vit_jax.checkpoints import two_tower_load, two_tower_open
+from vit_jax.families.two_tower import npz_file as two_tower_load
+from vit_jax.families.two_tower import opening as two_tower_open
 from vit_jax.export import metadata, output
 from vit_jax.export import source as source_lib
 

@@ -123,7 +123,7 @@ class SelfAttention(nn.Module):
   when the attention weights are needed (introspection, attention dropout in training).
   With `inputs_kv` the queries come from `x` and the keys and values from `inputs_kv`
   (the MAP head's probe attending to the tokens), always with the explicit softmax, as
-  with a `mask` [B, keys] (True: a real token; vit_jax.models.naflex_vit's padding).
+  with a `mask` [B, keys] (True: a real token; vit_jax.families.vit.naflex_model's padding).
   unpadded_inference, fp8: see VisionTransformer.
   """
   num_heads: int

@@ -2,8 +2,8 @@
 and an MLP, their fast paths (rematerialisation, nn.scan over the blocks, FP8 matmuls) and
 stochastic depth, and the two parameter layouts (per block as released, stacked when
 scanned). Module names are the released checkpoints' (`encoderblock_i`, `LayerNorm_0`,
-`MultiHeadDotProductAttention_1`, `LayerNorm_2`, `MlpBlock_3`); vit_jax.models.vit builds
-the whole ViT around it, vit_jax.models.mixer reuses its MLP and stochastic depth."""
+`MultiHeadDotProductAttention_1`, `LayerNorm_2`, `MlpBlock_3`); vit_jax.families.vit.model builds
+the whole ViT around it, vit_jax.families.mixer.model reuses its MLP and stochastic depth."""
 
 import dataclasses
 from typing import Any, Dict, Optional, Tuple

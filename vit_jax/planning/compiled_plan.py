@@ -33,7 +33,8 @@ import ml_collections
 from vit_jax.base import console, errors
 from vit_jax.data import batch_spec
 from vit_jax.data.sources import registry
-from vit_jax.models import mixer, zoo
+from vit_jax.families.mixer import model as mixer
+from vit_jax.families.vit import names as zoo
 from vit_jax.planning import compiler_readings
 from vit_jax.training import objectives, sharding, state_and_step, update_step
 from vit_jax.training.evaluators import classification as classification_eval

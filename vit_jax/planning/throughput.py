@@ -18,7 +18,10 @@ import ml_collections
 
 from vit_jax.data import batch_spec
 from vit_jax.data.sources import registry
-from vit_jax.models import attention, mixer, vit, zoo
+from vit_jax.models import attention
+from vit_jax.families.mixer import model as mixer
+from vit_jax.families.vit import model as vit
+from vit_jax.families.vit import names as zoo
 from vit_jax.training import objectives, sharding, state_and_step
 
 

@@ -16,7 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from vit_jax.base import errors
-from vit_jax.checkpoints import two_tower_load, two_tower_names, two_tower_open
+from vit_jax.families.two_tower import npz_file as two_tower_load
+from vit_jax.families.two_tower import names as two_tower_names
+from vit_jax.families.two_tower import opening as two_tower_open
 from vit_jax.planning import throughput
 
 

@@ -16,7 +16,7 @@ import ml_collections
 
 from vit_jax.base import config_checks
 from vit_jax.data import VTAB_PREFIX
-from vit_jax.models import zoo
+from vit_jax.families.vit import names as zoo
 
 # name -> (train split, eval split, total steps). Train splits hold out the paper's dev
 # portion (2% CIFAR, 1% ImageNet, 10% Pets/Flowers); evaluation is on the official split.
@@ -69,7 +69,7 @@ def _add_model_keys(config: ml_collections.ConfigDict) -> None:
   config.model = ml_collections.ConfigDict()
   config.model.dropout_rate = 0.0
   # Stochastic depth: block i's residual branches dropped per example with probability
-  # stochastic_depth * i / (num_layers - 1) in training (vit_jax.models.vit); 0 = off.
+  # stochastic_depth * i / (num_layers - 1) in training (vit_jax.families.vit.model); 0 = off.
   config.model.stochastic_depth = 0.0
   # Another patch size than model_name's (plain ViTs; None: the model's own): a pretrained
   # kernel is PI-resized to it (FlexiViT) and its position embedding to the new grid.

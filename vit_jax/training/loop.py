@@ -18,7 +18,7 @@ import numpy as np
 
 from vit_jax.base import config_checks, errors, storage, workdir_files
 from vit_jax.base.console import log
-from vit_jax.checkpoints import two_tower_names
+from vit_jax.families.two_tower import names as two_tower_names
 from vit_jax.data import device_batches, loaders, splits
 from vit_jax.models import attention
 from vit_jax.training import (

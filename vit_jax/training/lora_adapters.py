@@ -35,7 +35,7 @@ from flax import traverse_util
 
 from vit_jax.base import config_checks, errors, storage
 from vit_jax.checkpoints import npz
-from vit_jax.models import mixer
+from vit_jax.families.mixer import model as mixer
 from vit_jax.training import param_groups
 
 A, B = "lora_a", "lora_b"
@@ -210,7 +210,7 @@ def with_adapters(params, lora: Optional[Settings], seed: int):
 
 
 # Frozen, yet not always the base file's: loading resizes them to the run's image size (a
-# ViT's position embedding, a Mixer's token-mixing MLPs: vit_jax.models.mixer_resize).
+# ViT's position embedding, a Mixer's token-mixing MLPs: vit_jax.families.mixer.resize).
 POSEMB = "Transformer/posembed_input/pos_embedding"
 RESIZED_ON_LOAD = re.compile(rf"^({POSEMB}|MixerBlock_\d+/token_mixing/Dense_[01]/(kernel|bias))$")
 

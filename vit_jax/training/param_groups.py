@@ -25,14 +25,16 @@ import numpy as np
 import optax
 
 from vit_jax.base import errors
-from vit_jax.models import encoder_blocks, masked_patch_vit, mixer
+from vit_jax.models import encoder_blocks
+from vit_jax.families.vit import masked_patch_model as masked_patch_vit
+from vit_jax.families.mixer import model as mixer
 from vit_jax.training import sharding
 
 TRAIN, FROZEN, LATER = "train", "frozen", "frozen_until_step"  # optimizer group labels
 # Parameters after the encoder blocks: they keep the full learning rate under layer_decay.
 HEAD_SIDE = re.compile(r"^(Transformer/encoder_norm|pre_logits|head|MAPHead_0|"
                        rf"pre_head_layer_norm|{masked_patch_vit.PREDICTION_HEAD})(/|$)")
-# A ViT's encoder blocks, or a Mixer's (vit_jax.models.mixer: `stem` is its embedding).
+# A ViT's encoder blocks, or a Mixer's (vit_jax.families.mixer.model: `stem` is its embedding).
 _BLOCKS = rf"(?:Transformer/{encoder_blocks.SCANNED_BLOCKS}|{mixer.SCANNED_BLOCKS})"
 BLOCK = re.compile(rf"^{_BLOCKS}_(\d+)/")
 STACKED = re.compile(rf"^{_BLOCKS}/")

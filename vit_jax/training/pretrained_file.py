@@ -5,7 +5,8 @@ fine offline: nothing is downloaded for a plan)."""
 
 import os
 
-from vit_jax.checkpoints import formats, hub, released, two_tower_names
+from vit_jax.checkpoints import formats, hub, released
+from vit_jax.families.two_tower import names as two_tower_names
 
 
 def _check_local(pretrained: str, path: str) -> None:

@@ -21,7 +21,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax.base import errors
-from vit_jax.models import encoder_blocks, mixer
+from vit_jax.models import encoder_blocks
+from vit_jax.families.mixer import model as mixer
 
 AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
@@ -150,7 +151,7 @@ TENSOR_RULES = (
     (r"MultiHeadDotProductAttention_1/out/lora_a$", ("tensor", None, None)),
     (r"MlpBlock_3/Dense_0/lora_b$", (None, "tensor")),
     (r"MlpBlock_3/Dense_1/lora_a$", ("tensor", None)),
-    # MLP-Mixer blocks (vit_jax.models.mixer): both MLPs split like the ViT's MLP.
+    # MLP-Mixer blocks (vit_jax.families.mixer.model): both MLPs split like the ViT's MLP.
     (r"_mixing/Dense_0/(kernel|lora_b)$", (None, "tensor")),
     (r"_mixing/Dense_0/bias$", ("tensor",)),
     (r"_mixing/Dense_1/(kernel|lora_a)$", ("tensor", None)),

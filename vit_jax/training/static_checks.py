@@ -6,7 +6,8 @@ import ml_collections
 
 from vit_jax.base import config_checks
 from vit_jax.data import loaders
-from vit_jax.models import attention, zoo
+from vit_jax.models import attention
+from vit_jax.families.vit import names as zoo
 from vit_jax.training import evaluators as evaluators_lib
 from vit_jax.training import lora_adapters, objectives, optim, param_groups, sharding, update_step
 

@@ -29,7 +29,8 @@ from vit_jax.base import errors, no_clobber, object_moves, storage, workdir_file
 from vit_jax.base.console import log
 from vit_jax.checkpoints import hub, npz
 from vit_jax.data.sources import vtab_tasks as tasks_lib
-from vit_jax.models import mixer, zoo
+from vit_jax.families.mixer import model as mixer
+from vit_jax.families.vit import names as zoo
 from vit_jax.training import config_defaults
 from vit_jax.training.objectives import classification
 from vit_jax.training.runs import outputs

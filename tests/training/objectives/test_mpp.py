@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from helpers import load_module
-from vit_jax.models import masked_patch_vit as mpp_model
+from vit_jax.families.vit import masked_patch_model as mpp_model
 from vit_jax.training import objectives
 from vit_jax.training.evaluators import classification
 from vit_jax.training.objectives import mpp

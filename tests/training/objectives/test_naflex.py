@@ -12,7 +12,7 @@ from flax import traverse_util
 
 from vit_jax.base import errors
 from vit_jax.data import batch_spec, device_batches
-from vit_jax.models import naflex_vit
+from vit_jax.families.vit import naflex_model as naflex_vit
 from vit_jax.training import (config_defaults, lora_adapters, objectives, param_groups, sharding,
                               state_and_step, static_checks, update_step)
 

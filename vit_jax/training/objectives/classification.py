@@ -18,8 +18,10 @@ import optax
 
 from vit_jax.base import config_checks, errors
 from vit_jax.base.console import log
-from vit_jax.checkpoints import npz, two_tower_names
-from vit_jax.models import vit, zoo
+from vit_jax.checkpoints import npz
+from vit_jax.families.two_tower import names as two_tower_names
+from vit_jax.families.vit import model as vit
+from vit_jax.families.vit import names as zoo
 
 Metrics = Dict[str, jax.Array]
 

@@ -27,7 +27,9 @@ import ml_collections
 
 from vit_jax.base import errors
 from vit_jax.checkpoints import hub, npz
-from vit_jax.models import patch_resize, posemb, vit, zoo
+from vit_jax.models import patch_resize, posemb
+from vit_jax.families.vit import model as vit
+from vit_jax.families.vit import names as zoo
 from vit_jax.training.objectives import classification
 
 KERNEL = 32  # FlexiViT's underlying patch-embedding kernel side

@@ -13,7 +13,7 @@ patch independently gets, with probabilities replace_mask / replace_random / kee
     eval example's numbers do not depend on what it is batched with;
   * its own embedding, unchanged (it must still be predicted).
 This acts on the patch embeddings, after the `embedding` conv and before the position
-embeddings are added (vit_jax.models.masked_patch_vit), so a corrupted patch keeps its position.
+embeddings are added (vit_jax.families.vit.masked_patch_model), so a corrupted patch keeps its position.
 
 Targets, from the model's input pixels x in [-1, 1] (after the pipeline's resizing,
 cropping and flips, so they describe exactly what the model saw), u = (x + 1) / 2 in
@@ -51,8 +51,8 @@ import optax
 
 from vit_jax.base import errors, workdir_files
 from vit_jax.base.console import log
-from vit_jax.models import masked_patch_vit as mpp_model
-from vit_jax.models import zoo
+from vit_jax.families.vit import masked_patch_model as mpp_model
+from vit_jax.families.vit import names as zoo
 
 
 TARGETS = ("mean_color", "downsized_4x4", "l2_patch")

@@ -1,7 +1,7 @@
 """Classification at each image's native aspect ratio (SigLIP 2's NaFlex), chosen by
 `config.pp.max_patches`: the loaders give each image as up to that many patches, padded to
 it, with their mask and grid (vit_jax.data.batch_spec), and the model is a NaFlexViT
-(vit_jax.models.naflex_vit) built from the config's MAP-pooled ViT. Loss, evaluation and
+(vit_jax.families.vit.naflex_model) built from the config's MAP-pooled ViT. Loss, evaluation and
 params.npz are classification's: the NaFlexViT's parameters are the ViT's, name for name.
 
 The position table keeps its own grid and is resized to each image's grid in the step: a
@@ -18,8 +18,10 @@ from typing import Optional, Tuple
 import ml_collections
 
 from vit_jax.base import errors
-from vit_jax.checkpoints import npz, two_tower_names
-from vit_jax.models import naflex_vit, zoo
+from vit_jax.checkpoints import npz
+from vit_jax.families.two_tower import names as two_tower_names
+from vit_jax.families.vit import naflex_model as naflex_vit
+from vit_jax.families.vit import names as zoo
 from vit_jax.training.objectives import classification
 
 

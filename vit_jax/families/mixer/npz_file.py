@@ -1,0 +1,142 @@
+"""Released MLP-Mixer .npz files -> (MlpMixer, params), for vit_jax.checkpoints.npz.load_npz.
+
+A Mixer file is told apart from a ViT file by its keys (a `stem` conv where a ViT has an
+`embedding`); its architecture is read off the shapes, as for a ViT. Another image size
+than the file's resizes the token-mixing MLPs (vit_jax.families.mixer.resize) where a rule
+exists, and fails in one line where none does, before anything is built.
+"""
+
+import dataclasses
+import math
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+from flax import traverse_util
+
+from vit_jax.base import errors
+from vit_jax.families.vit import npz_layout
+from vit_jax.checkpoints.npz_checks import (CheckpointError, ImageSize, check_against,
+                                            check_finite, check_image_size, expected_shapes,
+                                            side_pair)
+from vit_jax.families.mixer import model as mixer
+from vit_jax.families.mixer import resize as mixer_resize
+from vit_jax.families.mixer import names as mixer_zoo
+from vit_jax.families.vit import names as zoo
+
+STEM = "stem/kernel"
+TOKENS = "MixerBlock_0/token_mixing/Dense_0/kernel"
+
+
+def holds_mixer(flat: Dict[str, Any]) -> bool:
+  return STEM in flat
+
+
+def infer(flat: Dict[str, np.ndarray], path: str
+          ) -> Tuple[mixer_zoo.MixerArchitecture, Optional[int], int]:
+  """(architecture, head classes or None, the file's patch count) from the shapes."""
+  try:
+    stem, tokens = flat[STEM], flat[TOKENS]
+    channels = flat["MixerBlock_0/channel_mixing/Dense_0/kernel"]
+  except KeyError as e:
+    raise CheckpointError(f"{path} is not a usable Mixer checkpoint: key {e.args[0]} is "
+                          "missing (the file is damaged or was edited: save it again)") from None
+  blocks = len({k.split("/")[0] for k in flat if k.startswith("MixerBlock_")})
+  head = flat.get("head/kernel")
+  architecture = mixer_zoo.MixerArchitecture(stem.shape[0], stem.shape[-1], blocks,
+                                             tokens.shape[1], channels.shape[1])
+  return architecture, None if head is None else head.shape[-1], tokens.shape[0]
+
+
+def _check_name(architecture, model_name: Optional[str], overrides: dict, path: str) -> None:
+  """A model_name (with the sizes the overrides set) must be the file's Mixer (its
+  token-mixing width may be a whole multiple of the name's: a file fine-tuned at a higher
+  resolution)."""
+  if model_name is None:
+    return
+  named = zoo.get_architecture(model_name)
+  if isinstance(named, mixer_zoo.MixerArchitecture):
+    named = dataclasses.replace(named, **{k: v for k, v in overrides.items()
+                                          if k in named.as_kwargs() and v is not None})
+  if not isinstance(named, mixer_zoo.MixerArchitecture) or (
+      dataclasses.replace(named, tokens_mlp_dim=1) != dataclasses.replace(
+          architecture, tokens_mlp_dim=1)) or architecture.tokens_mlp_dim % named.tokens_mlp_dim:
+    found = zoo.find_name(architecture) or "a Mixer of other sizes"
+    raise CheckpointError(f"{path} holds {found}, not a {zoo.canonical_name(model_name)}: pass "
+                          "the right model_name, or none to infer it from the file")
+
+
+def file_grid(tokens: int, image_size: Optional[ImageSize], patch: int, path: str
+              ) -> Tuple[int, int]:
+  """The patch grid the file was trained on: square, or the image size's if that has as many
+  patches (a non-square file)."""
+  if image_size is not None:
+    height, width = side_pair(image_size)
+    grid = (-(-height // patch), -(-width // patch))
+    if grid[0] * grid[1] == tokens:
+      return grid
+  side = math.isqrt(tokens)
+  if side * side != tokens:
+    raise CheckpointError(f"{path}: its token-mixing MLPs take {tokens} patches, no square "
+                          "grid: pass the image_size (height, width) it was trained at")
+  return side, side
+
+
+def load(arrays: Dict[str, np.ndarray], path: str, *, image_size: Optional[ImageSize] = None,
+         num_classes: Optional[int] = None, model_name: Optional[str] = None,
+         pre_logits: Optional[bool] = None, allow_nonfinite: bool = False,
+         strict_image_size: bool = False, patch_size: Optional[int] = None,
+         **overrides) -> Tuple[mixer.MlpMixer, Dict[str, Any]]:
+  """load_npz for a Mixer file (same arguments; see there)."""
+  npz_layout.check_dtypes(arrays)
+  flat = {k: np.asarray(v, np.float32) for k, v in arrays.items()}
+  architecture, file_classes, tokens = infer(flat, path)
+  _check_name(architecture, model_name, {**overrides, "patch_size": patch_size}, path)
+  if pre_logits:
+    raise CheckpointError(f"{path} is a Mixer, which has no pre_logits layer: pass "
+                          "pre_logits=False (its features are the pooled tokens)")
+  patch_size = overrides.pop("patch_size", patch_size)
+  for key in architecture.as_kwargs():  # the file's sizes (model_name's, checked above)
+    overrides.pop(key, None)
+  if patch_size not in (None, architecture.patch_size):
+    raise CheckpointError(f"{path} is a Mixer with {architecture.patch_size} px patches; its "
+                          "patch size cannot be changed (its token-mixing MLPs are tied to the "
+                          "patch grid): leave patch_size unset")
+  if file_classes is None and num_classes is None:
+    raise CheckpointError(f"{path} has no head: pass num_classes to add a new one")
+  for key in (*mixer_zoo.ATTENTION_ONLY, "representation_size"):
+    overrides.pop(key, None)
+  keep_head = num_classes is None or num_classes == file_classes
+  old = file_grid(tokens, image_size, architecture.patch_size, path)
+  module = mixer.MlpMixer(num_classes=file_classes if keep_head else num_classes,
+                          **{**architecture.as_kwargs(), **overrides})
+  height, width = (old[0] * module.patch_size, old[1] * module.patch_size) \
+      if image_size is None else side_pair(image_size)
+  check_image_size(module, (height, width), strict=strict_image_size)
+  new = (mixer.token_grid(module, height), mixer.token_grid(module, width))
+  if new != old:
+    try:
+      factors = mixer_resize.resize_rule(old, new)
+    except errors.InvalidInput as e:
+      raise CheckpointError(f"{path}: {e}") from None
+    flat = mixer_resize.resize_token_mixing(flat, old, new)
+    module = module.clone(tokens_mlp_dim=architecture.tokens_mlp_dim * factors[0] * factors[1])
+  if not keep_head:
+    flat = {k: v for k, v in flat.items() if not k.startswith("head/")}
+  if not allow_nonfinite:
+    check_finite(flat, path)
+  shapes = expected_shapes(module.clone(scan_layers=False), (height, width))
+  if not keep_head and "head/kernel" in shapes:
+    flat["head/kernel"] = np.zeros(shapes["head/kernel"], np.float32)
+    flat["head/bias"] = np.full(shapes["head/bias"], module.head_bias_init, np.float32)
+  check_against(flat, shapes, path, model_name)
+  params = traverse_util.unflatten_dict(flat, sep="/")
+  return module, mixer.to_scan_layout(params) if module.scan_layers else params
+
+
+def native_image_size(module: mixer.MlpMixer, params: Dict[str, Any]) -> Tuple[int, int]:
+  """The (square) image size a Mixer's params run at: their token-mixing MLPs' patch count
+  times the patch size (per-block or scan-stacked params)."""
+  block = params.get("MixerBlock_0") or params[mixer.SCANNED_BLOCKS]
+  tokens = block["token_mixing"]["Dense_0"]["kernel"].shape[-2]
+  side = file_grid(tokens, None, module.patch_size, "the Mixer")[0] * module.patch_size
+  return side, side
