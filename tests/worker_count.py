@@ -9,7 +9,7 @@ PYTEST_XDIST_AUTO_NUM_WORKERS still decides where it is set."""
 import os
 from typing import Optional
 
-from vit_jax.data.grain_stack import grain_workers
+from vit_jax.data import worker_limit
 
 MOST_CORES = 4  # beyond this, one idle core is a small share
 GIB_PER_WORKER = 5  # a worker, its fork server and the runs it starts, at their peak
@@ -19,7 +19,7 @@ def auto_workers() -> Optional[int]:
   """The count, or None for pytest-xdist's own (a worker per core)."""
   if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
     return None
-  cores = grain_workers.usable_cores()
+  cores = worker_limit.usable_cores()
   if cores > MOST_CORES or _available_gib() < GIB_PER_WORKER * (cores + 1):
     return None
   return cores + 1

@@ -15,7 +15,7 @@ from absl import flags
 
 from vit_jax.base import cli, no_clobber
 from vit_jax.checkpoints import hub, npz
-from vit_jax.data.sources import arrayrecord
+from vit_jax.data.sources import registry
 from vit_jax.training import config_defaults, sharding
 from vit_jax.training.evaluators import fewshot_probes as probes
 
@@ -26,14 +26,15 @@ def data_config(dataset: str, crop, train_split: str = "train", eval_split: str 
   """The keys open_dataset reads, for evaluation-only use at `crop` pixels (a side, or
   (height, width): evaluation resizes without cropping). ArrayRecord shards are read by
   the Grain loader (the command has no config.loader to set), the rest by tf.data."""
-  loader = "grain" if arrayrecord.is_arrayrecord_dir(dataset) else "tf"
-  return ml_collections.ConfigDict({
-      "dataset": dataset, "loader": loader, "train_split": train_split,
+  config = ml_collections.ConfigDict({
+      "dataset": dataset, "loader": None, "train_split": train_split,
       "eval_split": eval_split,
       "tfds_data_dir": tfds_data_dir, "tfds_manual_dir": None, "tfds_download": False,
       "shuffle_buffer": 1,
       "pp": {"preset": "inception", "crop": crop, "resize": None, "flip": False,
              "mixup_alpha": 0.0}})
+  config.loader = registry.loader_for(config)
+  return config
 
 
 def parse_shots(values: Iterable[str]) -> Tuple[int, ...]:

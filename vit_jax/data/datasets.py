@@ -1,7 +1,8 @@
 """What both input pipelines (tf.data: tf_pipeline.py, Grain: grain_pipeline.py) share,
 without TensorFlow: the dataset's description, its base class, and the checks of the
 loader, data and preprocessing keys. Each loader's Dataset answers train_batches and
-eval_batches (see pipeline.Dataset); loaders.py opens the one config.loader names."""
+eval_batches (tf_pipeline.Dataset's say what they give); loaders.py opens the one
+config.loader names."""
 
 import dataclasses
 import math
@@ -11,8 +12,7 @@ import jax
 import numpy as np
 
 from vit_jax.base import errors
-from vit_jax.data import fingerprint, presets
-from vit_jax.data.grain_stack import grain_workers
+from vit_jax.data import fingerprint, presets, worker_limit
 from vit_jax.data.splits import IndexedSplit
 
 LOADERS = ("tf", "grain")
@@ -146,7 +146,7 @@ def check(config, stride: int) -> None:
   if config.get("loader", "tf") not in LOADERS:
     raise errors.InvalidInput(f"unknown config.loader={config.loader!r}; choose one of "
                               f"{', '.join(map(repr, LOADERS))}")
-  grain_workers.check(config)
+  worker_limit.check(config)
   check_pp(config.pp)
   crop = config.pp.crop
   if not isinstance(crop, int) or crop < stride or crop % stride:

@@ -1,9 +1,11 @@
 """NaFlex preprocessing (SigLIP 2): an image resized at its own aspect ratio to the largest
 patch grid within a budget (config.pp.max_patches: 256, 576, 1024 ...), cut into patches
 flattened (row, column, channel), padded to the budget, with the mask of its real patches
-and its grid: the inputs of vit_jax.families.vit.naflex_model. numpy and PIL only (both input
-stacks can call it); values as transformers' Siglip2ImageProcessor gives them (PIL's
-bilinear resize of the uint8 image, then [-1, 1])."""
+and its grid: the inputs of vit_jax.families.vit.naflex_model. numpy and PIL only, so that
+the Grain stack (grain_stack/grain_naflex.py: its train and eval transforms), predict and
+exported models' clients share one reading; values as transformers' Siglip2ImageProcessor
+gives them (PIL's bilinear resize of the uint8 image, then [-1, 1]). The tf.data stack's
+reading is big_vision's (tf_stack/tf_naflex.py)."""
 
 import math
 from typing import Tuple

@@ -6,14 +6,14 @@ import pytest
 import scipy.stats
 import tensorflow as tf
 
-from vit_jax.data.grain_stack import crop_window, np_preprocess
+from vit_jax.data.grain_stack import crop_window
 from vit_jax.data.tf_stack import tf_preprocess
 
 DRAWS = 3000
 
 
 def tf_boxes(height: int, width: int) -> np.ndarray:
-  """[DRAWS, 4] (top, left, h, w) of preprocess.inception_window (tf.data's sampler)."""
+  """[DRAWS, 4] (top, left, h, w) of tf_preprocess.inception_window (tf.data's sampler)."""
   seeds = tf.stack([tf.range(DRAWS, dtype=tf.int64), tf.fill([DRAWS], tf.constant(11, tf.int64))],
                    axis=1)
   def box(seed):
@@ -24,9 +24,9 @@ def tf_boxes(height: int, width: int) -> np.ndarray:
 
 
 def numpy_boxes(height: int, width: int) -> np.ndarray:
-  """[DRAWS, 4] of the Grain loader's window (np_preprocess's settings)."""
+  """[DRAWS, 4] of the Grain loader's window (the inception preset's ranges)."""
   rng = np.random.default_rng(5)
-  return np.array([np_preprocess.inception_window(height, width, rng) for _ in range(DRAWS)])
+  return np.array([crop_window.inception_window(height, width, rng) for _ in range(DRAWS)])
 
 
 def features(boxes: np.ndarray, height: int, width: int) -> dict:

@@ -1,5 +1,5 @@
-"""Grain's worker processes: bounded by the usable cores, refused with the tf loader, and
-gone with their run when it is SIGKILLed, leaving nothing in /dev/shm."""
+"""Grain's worker processes: gone with their run when it is SIGKILLed, leaving nothing in
+/dev/shm (their count is checked in tests/data/test_worker_limit.py)."""
 
 import os
 import signal
@@ -10,10 +10,7 @@ import time
 import pytest
 
 from conftest import REPO
-from helpers import make_config, subprocess_env, wait_for
-from vit_jax.base import errors
-from vit_jax.data import datasets
-from vit_jax.data.grain_stack import grain_workers
+from helpers import subprocess_env, wait_for
 
 # A run's loader with a worker, a batch read (shared memory and semaphores in use),
 # then waiting to be killed or interrupted (Ctrl-C: the batches closed, as a run does).
@@ -34,35 +31,6 @@ except KeyboardInterrupt:
   batches.close()
   print("interrupted", flush=True)
 """
-
-
-def _config(workers, loader="grain"):
-  config = make_config()
-  config.loader, config.grain_workers = loader, workers
-  return config
-
-
-def test_more_workers_than_usable_cores_is_one_line():
-  cores = grain_workers.usable_cores()
-  assert 1 <= cores <= os.cpu_count()
-  grain_workers.check(_config(cores))  # the bound itself is fine
-  with pytest.raises(errors.InvalidInput, match=(
-      f"config.grain_workers=10000 is more than the {cores} CPU cores this process may "
-      f"use; set it to at most {cores}$")):
-    datasets.check(_config(10000), 4)
-
-
-@pytest.mark.parametrize("workers", [-1, 1.5, True])
-def test_a_worker_count_that_is_not_a_count_is_one_line(workers):
-  with pytest.raises(errors.InvalidInput, match=r"must be >= 0 \(0: no worker processes\)"):
-    datasets.check(_config(workers), 4)
-
-
-def test_workers_with_the_tf_loader_are_refused():
-  with pytest.raises(errors.InvalidInput, match=(
-      "config.grain_workers=1 starts worker processes of the Grain loader only; set "
-      "config.loader='grain', or config.grain_workers=0 with config.loader='tf'")):
-    datasets.check(_config(1, loader="tf"), 4)
 
 
 def _children(pid):

@@ -11,7 +11,7 @@ import sklearn
 import tensorflow as tf
 from PIL import Image
 
-from vit_jax.data.grain_stack import image_codec, np_preprocess
+from vit_jax.data.grain_stack import crop_window, image_codec, np_preprocess
 
 PHOTO = os.path.join(os.path.dirname(sklearn.__file__), "datasets", "images", "china.jpg")
 
@@ -80,7 +80,7 @@ def test_a_large_jpeg_crop_decodes_scaled_and_antialiased(photo):
   encoded = encode(big, quality=95)
   decoded = image_codec.decode(encoded)
   for seed in range(4):
-    top, left, height, width = np_preprocess.inception_window(854, 1280,
+    top, left, height, width = crop_window.inception_window(854, 1280,
                                                               np.random.default_rng(seed))
     window = decoded[top:top + height, left:left + width].astype(np.float32)
     area = np_preprocess.to_model_range(cv2.resize(window, (32, 32),

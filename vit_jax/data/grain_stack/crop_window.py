@@ -1,5 +1,6 @@
 """The inception crop's window, drawn as TensorFlow's sample_distorted_bounding_box draws
-it (the tf.data loader's sampler), in numpy for the Grain loader.
+it (the tf.data loader's sampler) with the preset's ranges (vit_jax.data.presets), in
+numpy for the Grain loader.
 
 TensorFlow's kernel (sample_distorted_bounding_box_op.cc), with an empty box list and
 min_object_covered=0: each attempt draws an aspect ratio a uniformly, takes the integer
@@ -16,6 +17,8 @@ sequential loop's distribution); the draws themselves are numpy's, not TF's Phil
 from typing import Tuple
 
 import numpy as np
+
+from vit_jax.data.presets import INCEPTION_AREA, INCEPTION_ASPECT, INCEPTION_ATTEMPTS
 
 _F32 = np.float32
 
@@ -39,19 +42,18 @@ def _widths(heights: np.ndarray, aspects: np.ndarray) -> np.ndarray:
   return _round(heights.astype(_F32) * aspects)
 
 
-def inception_window(height: int, width: int, rng: np.random.Generator,
-                     area_range: Tuple[float, float] = (0.05, 1.0),
-                     aspect_range: Tuple[float, float] = (3 / 4, 4 / 3),
-                     attempts: int = 100) -> Tuple[int, int, int, int]:
-  """(top, left, crop height, crop width) of a window with area_range of the area and
-  width / height in aspect_range, drawn as tf.image.sample_distorted_bounding_box does."""
-  low, high = _F32(aspect_range[0]), _F32(aspect_range[1])
-  aspects = rng.random(attempts, dtype=_F32) * (high - low) + low
-  min_area = _F32(_F32(area_range[0]) * _F32(width)) * _F32(height)
-  max_area = _F32(_F32(area_range[1]) * _F32(width)) * _F32(height)
+def inception_window(height: int, width: int, rng: np.random.Generator
+                     ) -> Tuple[int, int, int, int]:
+  """(top, left, crop height, crop width) of a window with INCEPTION_AREA of the area and
+  width / height in INCEPTION_ASPECT, drawn as tf.image.sample_distorted_bounding_box does
+  (up to INCEPTION_ATTEMPTS draws, else the whole image)."""
+  low, high = _F32(INCEPTION_ASPECT[0]), _F32(INCEPTION_ASPECT[1])
+  aspects = rng.random(INCEPTION_ATTEMPTS, dtype=_F32) * (high - low) + low
+  min_area = _F32(_F32(INCEPTION_AREA[0]) * _F32(width)) * _F32(height)
+  max_area = _F32(_F32(INCEPTION_AREA[1]) * _F32(width)) * _F32(height)
   max_h = _max_heights(max_area, aspects, width, height)
   heights = np.minimum(_round(np.sqrt(min_area / aspects)), max_h)
-  heights += np.floor(rng.random(attempts) * (max_h - heights + 1)).astype(np.int64)
+  heights += np.floor(rng.random(INCEPTION_ATTEMPTS) * (max_h - heights + 1)).astype(np.int64)
   widths = _widths(heights, aspects)
   small = (widths * heights).astype(_F32) < min_area
   heights += small

@@ -26,8 +26,8 @@ from absl import flags
 from vit_jax.base import errors, storage
 from vit_jax.data import datasets, order
 from vit_jax.data.datasets import rows_per_process
-from vit_jax.data.grain_stack import grain_workers, np_naflex, np_preprocess
-from vit_jax.data.sources import registry, tfds_arrayrecord
+from vit_jax.data.grain_stack import grain_naflex, grain_workers, np_preprocess
+from vit_jax.data.sources import registry
 from vit_jax.data.splits import IndexedSplit
 
 _PREFETCH_BATCHES = 2
@@ -76,7 +76,7 @@ class _TrainExample:
     memory to stack)."""
     pp = self.pp
     if self.naflex_patch:
-      return np_naflex.train_patches(payload, rng, pp, self.naflex_patch)
+      return grain_naflex.train_patches(payload, rng, pp, self.naflex_patch)
     if pp.preset == "inception":
       return np_preprocess.inception_pixels(payload, pp.crop, rng, flip=pp.flip,
                                             randaug=pp.get("randaug"))
@@ -96,7 +96,7 @@ class _Finish:
   def __call__(self, batch: dict) -> dict:
     position = batch.pop("position")
     if isinstance(batch["image"], dict):  # NaFlex (no MixUp: datasets.check_pp)
-      batch["image"] = np_naflex.scaled(batch["image"])
+      batch["image"] = grain_naflex.scaled(batch["image"])
     else:
       batch["image"] = np_preprocess.to_model_range(batch["image"])
     batch["label"] = batch["label"].astype(np.int32, copy=False)
@@ -161,7 +161,7 @@ class Dataset(datasets.Dataset):
   def train_batches(self, *, batch_size: int, start_step: int, num_steps: int, seed: int,
                     process_index: int, process_count: int) -> Iterator[dict]:
     """This process's rows of the global batches of steps start_step .. num_steps - 1, as
-    pipeline.Dataset.train_batches gives them."""
+    tf_pipeline.Dataset.train_batches gives them."""
     rows = rows_per_process(batch_size, process_count)
     example = _TrainExample(self.train, self.pp, seed, batch_size, rows, start_step,
                             process_index, self.naflex_patch)
@@ -173,7 +173,7 @@ class Dataset(datasets.Dataset):
 
   def eval_batches(self, *, batch_size: int, process_index: int, process_count: int,
                    split: str = "eval") -> Iterator[dict]:
-    """Fixed-shape batches covering a split once, as pipeline.Dataset.eval_batches."""
+    """Fixed-shape batches covering a split once, as tf_pipeline.Dataset.eval_batches."""
     if split not in ("train", "eval"):
       raise errors.InvalidInput(f"unknown split {split!r}; use 'train' or 'eval'")
     source = self.train if split == "train" else self.eval
@@ -187,31 +187,17 @@ class Dataset(datasets.Dataset):
     """payload -> the whole image resized to pp.crop, or NaFlex patches at its aspect
     ratio (a partial: worker processes unpickle it)."""
     if self.naflex_patch:
-      return functools.partial(np_naflex.eval_patches, patch=self.naflex_patch,
+      return functools.partial(grain_naflex.eval_patches, patch=self.naflex_patch,
                                max_patches=self.pp.max_patches)
     return functools.partial(np_preprocess.eval_resize, size=self.pp.crop)
 
 
-def _check_source(config) -> None:
-  """What the Grain loader reads: digits, image folders, ArrayRecord shards and TFDS data
-  sources; VTAB's derived labels are TensorFlow functions."""
-  if registry.VtabTask().handles(config):
-    raise errors.InvalidInput(f"config.dataset={config.dataset!r}: VTAB tasks are read by "
-                              "tf.data; set config.loader='tf'")
-
-
 def open_dataset(config, patch_size: Optional[int] = None) -> Dataset:
-  """The dataset of config.dataset for the Grain loader (see tf_pipeline.open_dataset); a
-  TFDS name is read through tfds.data_source (tfds_arrayrecord)."""
+  """The dataset of config.dataset for the Grain loader (see tf_pipeline.open_dataset): the
+  sources Grain reads (digits, image folders, ArrayRecord shards, TFDS through
+  tfds.data_source); the others refuse it in one line."""
   datasets.check_pp(config.pp)
-  _check_source(config)
-  source = registry.find(config)
-  if isinstance(source, registry.Tfds):
-    train, eval_split, class_names = tfds_arrayrecord.tfds_source(
-        config.dataset, config.train_split or "train", config.eval_split or "test",
-        label_feature=registry.label_feature(config), data_dir=config.tfds_data_dir)
-  else:
-    train, eval_split, class_names = source.open(config)
+  train, eval_split, class_names = registry.open_source(config, loader="grain")
   return Dataset(train, eval_split, class_names, config.pp, config.get("grain_workers", 0),
                  patch_size)
 
@@ -220,14 +206,7 @@ def open_eval_dataset(config, dataset: str, split: str, label_feature: str = "la
                       patch_size: Optional[int] = None) -> Dataset:
   """An evaluation-only Dataset (eval_batches only) of `dataset`'s `split`."""
   datasets.check_pp(config.pp)
-  for source in registry.SOURCES:
-    if isinstance(source, registry.Tfds):  # the last: any other name
-      found = tfds_arrayrecord.tfds_eval_source(dataset, split, label_feature=label_feature,
-                                                data_dir=config.tfds_data_dir)
-    else:
-      found = source.open_eval(dataset, split, config, label_feature)
-    if found is not None:
-      eval_split, class_names = found
-      return Dataset(None, eval_split, class_names, config.pp, config.get("grain_workers", 0),
-                     patch_size)
-  raise AssertionError("registry.Tfds takes any name")
+  eval_split, class_names = registry.open_eval_source(dataset, split, config, label_feature,
+                                                      loader="grain")
+  return Dataset(None, eval_split, class_names, config.pp, config.get("grain_workers", 0),
+                 patch_size)

@@ -1,5 +1,6 @@
-"""Grain's worker processes (config.grain_workers): how many a run may start, and what
-each does first so that none outlives its run.
+"""Grain's worker processes (config.grain_workers): what each does first so that none
+outlives its run, and their batches' shared memory released on arrival (how many a run
+may start: vit_jax.data.worker_limit).
 
 Grain spawns its workers as daemons, which end with a parent that exits normally; a
 parent killed by SIGKILL (or the OOM killer) left them running, reparented, with
@@ -16,35 +17,6 @@ import signal
 import threading
 
 from grain._src.python.ipc import shared_memory_array  # pylint: disable=g-direct-tensorflow-import
-
-from vit_jax.base import errors
-
-
-def usable_cores() -> int:
-  """The CPU cores this process may run on (its affinity mask, e.g. a container's)."""
-  try:
-    return len(os.sched_getaffinity(0))
-  except AttributeError:  # not Linux
-    return os.cpu_count() or 1
-
-
-def check(config) -> None:
-  """config.grain_workers: an int from 0 to the usable cores, with the Grain loader (10000
-  forked ~390 processes and stalled the host; with the tf loader it was ignored)."""
-  workers = config.get("grain_workers", 0)
-  if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
-    raise errors.InvalidInput(f"config.grain_workers={workers!r} must be >= 0 "
-                              "(0: no worker processes)")
-  if workers and config.get("loader", "tf") != "grain":
-    raise errors.InvalidInput(
-        f"config.grain_workers={workers} starts worker processes of the Grain loader only; "
-        f"set config.loader='grain', or config.grain_workers=0 with "
-        f"config.loader={config.get('loader', 'tf')!r}")
-  cores = usable_cores()
-  if workers > cores:
-    raise errors.InvalidInput(
-        f"config.grain_workers={workers} is more than the {cores} CPU cores this process "
-        f"may use; set it to at most {cores}")
 
 
 def start_in_worker(worker_index: int, worker_count: int) -> None:  # pylint: disable=unused-argument

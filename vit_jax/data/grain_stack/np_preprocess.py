@@ -18,8 +18,7 @@ import numpy as np
 
 from vit_jax.data import randaugment
 from vit_jax.data.grain_stack import crop_window, image_codec
-from vit_jax.data.presets import (
-    INCEPTION_AREA, INCEPTION_ASPECT, INCEPTION_ATTEMPTS, bit_resize, side_pair)
+from vit_jax.data.presets import bit_resize, side_pair
 
 
 def decode_image(encoded: bytes) -> np.ndarray:
@@ -52,13 +51,6 @@ def eval_resize(image, size) -> np.ndarray:
 
 def _maybe_flip(image: np.ndarray, rng: np.random.Generator, flip: bool) -> np.ndarray:
   return image_codec.mirror(image) if flip and rng.random() < 0.5 else image
-
-
-def inception_window(height: int, width: int, rng: np.random.Generator):
-  """(top, left, crop height, crop width): 5-100% of the area, aspect 3/4-4/3, up to
-  INCEPTION_ATTEMPTS draws, else the whole image; tf.data's distribution (crop_window)."""
-  return crop_window.inception_window(height, width, rng, INCEPTION_AREA, INCEPTION_ASPECT,
-                                      INCEPTION_ATTEMPTS)
 
 
 def _scaled_window(image, window, size: int) -> np.ndarray:
@@ -108,7 +100,7 @@ def inception_pixels(image, size: int, rng: np.random.Generator, *, flip: bool =
   """Reference fine-tuning train crop as uint8 pixels: random window, bilinear resize,
   random flip (then RandAugment with randaug = (N, M))."""
   image, (height, width) = _image_size(image)
-  window = inception_window(height, width, rng)
+  window = crop_window.inception_window(height, width, rng)
   crop = image_codec.resize(_scaled_window(image, window, size), (size, size))
   return finish_train(crop, rng, flip, randaug)
 

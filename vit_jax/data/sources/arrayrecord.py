@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 
 from vit_jax.base import errors, storage
-from vit_jax.data.sources import arrayrecord_output
+from vit_jax.data.sources import arrayrecord_output, source_contract
 from vit_jax.data.splits import IndexedSplit
 
 INDEX = "arrayrecord.json"
@@ -131,6 +131,37 @@ def arrayrecord_source(root: str, train_split: Optional[str], eval_split: Option
 
 def class_names(root: str) -> List[str]:
   return list(read_index(root)["class_names"])
+
+
+class ArrayRecordFolder:
+  """A folder with arrayrecord.json, read by the Grain loader only."""
+  loaders = ("grain",)
+  takes_label_feature = False
+
+  def handles(self, config) -> bool:
+    return source_contract.is_path(config.dataset) and is_arrayrecord_dir(config.dataset)
+
+  def _check_loader(self, name: str, loader: str) -> None:
+    source_contract.check_loader(self, loader, f"{name} holds ArrayRecord shards, which the "
+                                 "Grain loader reads: set config.loader='grain'")
+
+  def open(self, config, loader):
+    self._check_loader(config.dataset, loader)
+    return arrayrecord_source(config.dataset, config.train_split, config.eval_split)
+
+  def class_count(self, config) -> int:
+    return len(class_names(config.dataset))
+
+  def open_eval(self, name, split, config, label_feature, loader):
+    if not (source_contract.is_path(name) and is_arrayrecord_dir(name)):
+      return None
+    self._check_loader(name, loader)
+    source_contract.labels_only(name, label_feature)
+    _, evaluation, names = arrayrecord_source(name, None, None)
+    return evaluation, names
+
+
+SOURCE = ArrayRecordFolder()
 
 
 def _write_shard(path: str, payloads) -> None:

@@ -3,6 +3,7 @@
 
 import numpy as np
 
+from vit_jax.data.sources import source_contract
 from vit_jax.data.splits import IndexedSplit
 
 DIGITS_TEST_SIZE = 300  # the digits' test split: the first 300 of a permutation drawn
@@ -25,3 +26,28 @@ def digits_source():
   test, train = order[:DIGITS_TEST_SIZE], order[DIGITS_TEST_SIZE:]
   return (IndexedSplit(pixels[train], labels[train], "pixels"),
           IndexedSplit(pixels[test], labels[test], "pixels"), list(DIGITS_CLASSES))
+
+
+class Digits:
+  """config.dataset='digits'."""
+  loaders = ("tf", "grain")
+  takes_label_feature = False
+
+  def handles(self, config) -> bool:
+    return config.dataset == "digits"
+
+  def open(self, config, loader):
+    return digits_source()
+
+  def class_count(self, config) -> int:
+    return len(DIGITS_CLASSES)
+
+  def open_eval(self, name, split, config, label_feature, loader):
+    if name != "digits":
+      return None
+    source_contract.labels_only(name, label_feature)
+    _, evaluation, class_names = digits_source()
+    return evaluation, class_names
+
+
+SOURCE = Digits()

@@ -12,6 +12,7 @@ import numpy as np
 from vit_jax.base import errors, storage
 from vit_jax.base.console import log
 from vit_jax.data import splits
+from vit_jax.data.sources import source_contract
 from vit_jax.data.splits import CorruptImageError, IndexedSplit
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
@@ -174,3 +175,28 @@ def directory_source(root: str):
   train_dir, eval_dir = split_dirs(root)
   classes = class_folders(train_dir)
   return _folder_split(train_dir, classes), _folder_split(eval_dir, classes), classes
+
+
+class ImageFolder:
+  """Any other folder, or name written as a path: ROOT/train/<class>/, ROOT/test/<class>/."""
+  loaders = ("tf", "grain")
+  takes_label_feature = False
+
+  def handles(self, config) -> bool:
+    return source_contract.is_path(config.dataset)
+
+  def open(self, config, loader):
+    return directory_source(config.dataset)
+
+  def class_count(self, config) -> int:
+    return len(class_folders(os.path.join(os.path.expanduser(config.dataset), "train")))
+
+  def open_eval(self, name, split, config, label_feature, loader):
+    if not source_contract.is_path(name):
+      return None
+    source_contract.labels_only(name, label_feature)
+    _, evaluation, names = directory_source(name)
+    return evaluation, names
+
+
+SOURCE = ImageFolder()

@@ -17,7 +17,7 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 
 from vit_jax.base import errors, storage
-from vit_jax.data.sources import image_folder
+from vit_jax.data.sources import image_folder, source_contract
 from vit_jax.data.splits import IndexedSplit
 
 LABELS_FILE = "labels.csv"
@@ -137,3 +137,28 @@ def multilabel_source(root: str) -> Tuple[IndexedSplit, IndexedSplit, List[str]]
                               "label; label the training images")
   return (_split(train_dir, train_labels, classes),
           _split(eval_dir, read_labels_file(eval_dir), classes), classes)
+
+
+class MultilabelFolder:
+  """A folder whose train/ holds a labels.csv."""
+  loaders = ("tf", "grain")
+  takes_label_feature = False
+
+  def handles(self, config) -> bool:
+    return source_contract.is_path(config.dataset) and is_multilabel_folder(config.dataset)
+
+  def open(self, config, loader):
+    return multilabel_source(config.dataset)
+
+  def class_count(self, config) -> int:
+    return len(class_names(config.dataset))
+
+  def open_eval(self, name, split, config, label_feature, loader):
+    if not (source_contract.is_path(name) and is_multilabel_folder(name)):
+      return None
+    source_contract.labels_only(name, label_feature)
+    _, evaluation, names = multilabel_source(name)
+    return evaluation, names
+
+
+SOURCE = MultilabelFolder()

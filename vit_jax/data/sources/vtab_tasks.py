@@ -36,7 +36,6 @@ import tensorflow as tf
 from vit_jax.base import errors
 from vit_jax.base.console import log
 from vit_jax.data import VTAB_PREFIX as PREFIX
-from vit_jax.data import VTAB_SELECTIONS
 from vit_jax.data.sources import image_folder, tfds_builder
 from vit_jax.data.splits import IndexedSplit
 
@@ -256,19 +255,6 @@ def _config_splits(config) -> Tuple[str, str]:
 # --- Opening a task -----------------------------------------------------------------------
 
 
-def _is_directory(name: str) -> bool:
-  return os.path.isdir(os.path.expanduser(name))
-
-
-def handles(config) -> bool:
-  """Whether config names a VTAB task: 'vtab/<task>', or an image directory read with
-  VTAB-1k split names (train800, val200, train800val200)."""
-  if config.dataset.startswith(PREFIX):
-    return True
-  return _is_directory(config.dataset) and bool(
-      {config.train_split, config.eval_split} & VTAB_SELECTIONS)
-
-
 def task_builder(task: Task, data_dir: Optional[str]) -> Tuple[object, str]:
   """(TFDS builder, '' or why it is not at the reference's version): the version
   task_adaptation reads where the installed TFDS can build it or finds it prepared in
@@ -307,7 +293,8 @@ def class_names(task: Task, builder) -> list:
 
 
 def open_task(config):
-  """(train split, eval split, class names) of a VTAB task (see `handles`)."""
+  """(train split, eval split, class names) of a VTAB task (vit_jax.data.sources.vtab_1k
+  tells one)."""
   train_name, eval_name = _config_splits(config)
   if not config.dataset.startswith(PREFIX):
     return open_directory(config.dataset, train_name, eval_name)

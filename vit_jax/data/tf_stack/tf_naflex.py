@@ -5,7 +5,7 @@ bisected in float32, each side rounded up to whole patches (at least one),
 tf.image.resize's antialiased bilinear filter on float pixels (no rounding to uint8),
 [-1, 1], patches flattened (row, column, channel) and padded with zeros to the budget.
 
-The Grain loader's NaFlex (grain_stack/np_naflex.py) is transformers' reading instead (PIL
+The Grain loader's NaFlex (grain_stack/grain_naflex.py) is transformers' reading instead (PIL
 on uint8): pixels within one level of these, and the same grid except where big_vision's
 float32 bisection lets one more column (or row) through (docs/siglip_classifiers.md).
 

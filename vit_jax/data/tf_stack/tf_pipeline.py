@@ -205,7 +205,7 @@ def open_dataset(config, patch_size: Optional[int] = None) -> Dataset:
   patch_size is the model's patch side.
   """
   check_pp(config.pp)
-  train, eval_split, class_names = registry.open_source(config)
+  train, eval_split, class_names = registry.open_source(config, loader="tf")
   return Dataset(train, eval_split, class_names, config.pp, config.shuffle_buffer, patch_size)
 
 
@@ -214,7 +214,8 @@ def open_eval_dataset(config, dataset: str, split: str, label_feature: str = "la
   """An evaluation-only Dataset (eval_batches only) of `dataset`'s `split`, with the
   eval preprocessing of config.pp; see registry.open_eval_source."""
   check_pp(config.pp)
-  eval_split, class_names = registry.open_eval_source(dataset, split, config, label_feature)
+  eval_split, class_names = registry.open_eval_source(dataset, split, config, label_feature,
+                                                      loader="tf")
   return Dataset(None, eval_split, class_names, config.pp, config.shuffle_buffer, patch_size)
 
 

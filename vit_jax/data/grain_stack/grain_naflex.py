@@ -1,16 +1,18 @@
-"""NaFlex preprocessing for the Grain loader (config.pp.max_patches, no TensorFlow):
-transformers' reading (vit_jax.data.naflex_patches: PIL's bilinear resize of uint8
-pixels), with the tf.data loader's train crops (tf_stack/tf_naflex.py): the preset's window
-at its own size, drawn as np_preprocess draws it, resized at its aspect ratio, flipped and
-RandAugmented as pp says. Train patches stay uint8 until the loader scales the whole batch
-(scaled): 4x less for worker processes to hand over."""
+"""The Grain stack's NaFlex transforms (config.pp.max_patches, no TensorFlow), as
+tf_stack/tf_naflex.py is the tf.data stack's: train and eval examples and batch scaling
+on the NaFlex reading it shares with predict and exported models' clients
+(vit_jax.data.naflex_patches: PIL's bilinear resize of uint8 pixels, cut into padded
+patches). Train crops are the tf.data loader's: the preset's window at its own size
+(crop_window's for inception), resized at its aspect ratio, flipped and RandAugmented as
+pp says. Train patches stay uint8 until the loader scales the whole batch (scaled): 4x
+less for worker processes to hand over."""
 
 from typing import Dict
 
 import numpy as np
 
 from vit_jax.data import naflex_patches, presets
-from vit_jax.data.grain_stack import np_preprocess
+from vit_jax.data.grain_stack import crop_window, np_preprocess
 
 
 def _as_pixels(image) -> np.ndarray:
@@ -33,7 +35,7 @@ def _train_window(pixels: np.ndarray, rng: np.random.Generator, pp) -> np.ndarra
   """The preset's random window of uint8 pixels, at its own size."""
   height, width = pixels.shape[:2]
   if pp.preset == "inception":
-    top, left, crop_h, crop_w = np_preprocess.inception_window(height, width, rng)
+    top, left, crop_h, crop_w = crop_window.inception_window(height, width, rng)
   else:
     fraction = presets.bit_side_fraction(pp.crop, pp.resize)
     crop_h, crop_w = (max(1, int(np.floor(side * fraction + 0.5))) for side in (height, width))
