@@ -112,11 +112,14 @@ def _add_data_keys(config: ml_collections.ConfigDict) -> None:
   config.dataset = "cifar10"  # TFDS name, image directory, or 'digits' (embedded)
   config.train_split = "train[:98%]"
   config.eval_split = "test"
-  # More evaluation sets, each logged as eval/<name>/{accuracy,loss,examples} next to the
-  # dataset's own eval split (named after it: 'test', 'validation'): name -> {dataset (TFDS
-  # name, directory or 'digits'), split, metric ('accuracy' | 'real': ImageNet ReaL labels),
-  # optional (True: skipped with a note when its data is absent)}. The primary set
-  # (eval_primary; '' = the dataset's own split) also writes the plain eval/accuracy.
+  # More evaluators, any number of each kind: name -> {type, ...its settings}
+  # (vit_jax.training.evaluators). type 'classification' (the default when left out): an
+  # evaluation set logged as eval/<name>/{accuracy,loss,examples} next to the dataset's own
+  # eval split (named after it: 'test', 'validation'), with dataset (TFDS name, directory
+  # or 'digits'), split, metric ('accuracy' | 'real': ImageNet ReaL labels), optional (True:
+  # skipped with a note when its data is absent). The primary set (eval_primary; '' = the
+  # dataset's own split) also writes the plain eval/accuracy. type 'fewshot': linear probes
+  # logged as <name>/<dataset>_<k>shot, with config.fewshot's keys (fewshot_settings).
   config.evals = ml_collections.ConfigDict()
   config.eval_primary = ""
   # The TFDS feature holding the labels: a ClassLabel, or a list of them (multi-label).
@@ -217,23 +220,30 @@ def _add_objective_keys(config: ml_collections.ConfigDict) -> None:
   config.mpp.color_bits = 3  # per RGB channel: 3 bits = 512 colour classes
 
 
+def fewshot_settings() -> ml_collections.ConfigDict:
+  """The few-shot probes' keys and defaults: config.fewshot, and what a config.evals.<name>
+  of type 'fewshot' leaves out. Each dataset ('digits', a TFDS name or an image directory)
+  is preprocessed at pp.crop; its whole train split is embedded each time."""
+  settings = ml_collections.ConfigDict()
+  settings.datasets = ()  # empty: off
+  settings.train_split = "train"  # TFDS splits (e.g. eval_split='validation' for
+  settings.eval_split = "test"  # imagenet2012); directories use train/ and test/
+  settings.shots = FEWSHOT_SHOTS
+  settings.seeds = 3  # draws of the k-shot sets, averaged
+  settings.l2_reg = FEWSHOT_L2_REG  # ridge
+  settings.every_steps = 1_000  # and at the last step
+  settings.batch_size = 512
+  return settings
+
+
 def _add_devices_and_cadence_keys(config: ml_collections.ConfigDict) -> None:
   """The mesh, the few-shot probes, the cadence of logs, evaluations and checkpoints."""
   # Devices: sizes of the mesh axes (-1 = all remaining devices).
   config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
 
   # Few-shot linear probes of the frozen representation (paper section 4.1), logged as
-  # fewshot/<dataset>_<k>shot. Each dataset ('digits', a TFDS name or an image directory)
-  # is preprocessed at pp.crop; its whole train split is embedded each time.
-  config.fewshot = ml_collections.ConfigDict()
-  config.fewshot.datasets = ()  # empty: off
-  config.fewshot.train_split = "train"  # TFDS splits (e.g. eval_split='validation' for
-  config.fewshot.eval_split = "test"  # imagenet2012); directories use train/ and test/
-  config.fewshot.shots = FEWSHOT_SHOTS
-  config.fewshot.seeds = 3  # draws of the k-shot sets, averaged
-  config.fewshot.l2_reg = FEWSHOT_L2_REG  # ridge
-  config.fewshot.every_steps = 1_000  # and at the last step
-  config.fewshot.batch_size = 512
+  # fewshot/<dataset>_<k>shot: the evaluator named 'fewshot' (more: config.evals).
+  config.fewshot = fewshot_settings()
 
   # Cadence (in steps) and bookkeeping.
   config.progress_every = 10

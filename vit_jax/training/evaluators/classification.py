@@ -1,17 +1,17 @@
 """Top-1 accuracy and loss over named evaluation sets, every example counted once.
 
-A run evaluates its dataset's own eval split plus the sets of `config.evals`
-(name -> {dataset, split, metric, optional}), e.g. ImageNet's validation split, ReaL and
-ImageNet-V2 in one fine-tuning run (paper Table 2). Each set is logged as
-eval/<name>/{accuracy,loss,examples}; the primary set (`config.eval_primary`, default the
-dataset's own split) also writes the plain eval/accuracy, eval/loss and eval/examples
-that dashboards and the end-of-run summary read.
+A run evaluates its dataset's own eval split plus the classification sets of
+`config.evals` (name -> {type: 'classification' or left out, dataset, split, metric,
+optional}), e.g. ImageNet's validation split, ReaL and ImageNet-V2 in one fine-tuning run
+(paper Table 2). Each set is logged as eval/<name>/{accuracy,loss,examples}; the primary
+set (`config.eval_primary`, default the dataset's own split) also writes the plain
+eval/accuracy, eval/loss and eval/examples that dashboards and the end-of-run summary read.
 
 Metrics: 'accuracy' (the top-1 class is the label; also per-class recall and precision,
-eval/<name>/balanced_accuracy and the confusion matrix: evaluators.per_class) and 'real'
+eval/<name>/balanced_accuracy and the confusion matrix: scores.per_class) and 'real'
 (ImageNet ReaL, Beyer et al. 2020: the top-1 class is one of the example's re-assessed
 labels; examples without any label are left out and counted as eval/<name>/excluded).
-An 'accuracy' set of multi-label data is scored by evaluators.multilabel instead (mAP,
+An 'accuracy' set of multi-label data is scored by scores.multilabel instead (mAP,
 F1 micro and macro, per-class AP).
 """
 
@@ -27,15 +27,17 @@ from vit_jax.base import errors
 from vit_jax.base.console import log
 from vit_jax.data import device_batches, loaders
 from vit_jax.training import objectives, sharding, update_step
-from vit_jax.training.evaluators import multilabel, per_class
+from vit_jax.training.evaluators import instances
 from vit_jax.training.objectives import naflex
+from vit_jax.training.scores import multilabel, per_class
+
+TYPE = instances.DEFAULT_TYPE  # config.evals.<name>.type; a set without one is one too
 
 # metric -> the TFDS feature holding the labels it scores.
 LABEL_FEATURES = {"accuracy": "label", "real": "real_label"}
-SET_KEYS = ("dataset", "split", "metric", "optional")
+SET_KEYS = ("type", "dataset", "split", "metric", "optional")
 # Metrics of the primary set that are also written without the set's name (eval/<metric>).
 _PRIMARY_EXTRAS = ("balanced_accuracy", "map", "f1_micro", "f1_macro")
-_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 def make_real_eval_step(model):
@@ -72,14 +74,11 @@ def own_set_name(config: ml_collections.ConfigDict) -> str:
 
 
 def check(config: ml_collections.ConfigDict, predicts_classes: bool) -> None:
-  """config.evals / eval_primary mistakes, refused before anything is read."""
+  """Classification sets' / eval_primary mistakes, refused before anything is read (set
+  names and types: evaluators.instances)."""
   names = [own_set_name(config)]
-  for name, spec in config.get("evals", {}).items():
-    where = f"config.evals.{name}"
-    if not _NAME.match(name):
-      raise errors.InvalidInput(
-          f"{where}: set names may hold letters, digits, '_' and '-' only "
-          "(they become metric names eval/<name>/accuracy)")
+  for instance in instances.of_type(config, TYPE):
+    name, spec, where = instance.name, instance.settings, f"config.{instance.key}"
     if name in names:
       raise errors.InvalidInput(
           f"{where}: the name {name!r} is taken by the dataset's own eval split; "
@@ -129,10 +128,12 @@ def _absent(error: Exception) -> bool:
 
 
 def open_sets(config: ml_collections.ConfigDict, dataset: loaders.Dataset) -> List[EvalSet]:
-  """The dataset's own eval split first, then config.evals in name order; an optional set
-  whose data is absent is skipped with a note. Each must have the training classes."""
+  """The dataset's own eval split first, then the classification sets in name order; an
+  optional set whose data is absent is skipped with a note. Each must have the training
+  classes."""
   sets = [EvalSet(own_set_name(config), dataset, _scored_by("accuracy", dataset))]
-  for name, spec in sorted(config.get("evals", {}).items()):
+  for instance in instances.of_type(config, TYPE):
+    name, spec = instance.name, instance.settings
     metric = spec.get("metric", "accuracy")
     try:
       opened = loaders.open_eval_dataset(config, spec.dataset, spec.get("split", "test"),
@@ -266,9 +267,10 @@ class Evaluator:
 
 
 def build(config: ml_collections.ConfigDict, module, mesh, dataset: loaders.Dataset,
-          objective) -> Evaluator:
-  """The evaluator of the dataset's eval split and config.evals, scored by the objective's
-  eval step ('accuracy' sets) and ReaL's ('real' sets)."""
-  return Evaluator(config, module, mesh, dataset,
-                   eval_step=objective.make_eval_step(module, config),
-                   predicts_classes=objective.predicts_classes)
+          objective) -> List[Evaluator]:
+  """One evaluator of the dataset's eval split and every classification set (they share
+  the primary set and the compiled steps), scored by the objective's eval step ('accuracy'
+  sets) and ReaL's ('real' sets)."""
+  return [Evaluator(config, module, mesh, dataset,
+                    eval_step=objective.make_eval_step(module, config),
+                    predicts_classes=objective.predicts_classes)]

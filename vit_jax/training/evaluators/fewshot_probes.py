@@ -1,6 +1,6 @@
 """Few-shot linear evaluation of frozen features (ViT paper, section 4.1 "Metrics"): the
-probes, the feature extraction and the in-training Evaluator; the command is
-vit_jax.fewshot.
+probes, the feature extraction and the in-training Evaluator of each instance of type
+'fewshot' (config.evals.<name>, and config.fewshot); the command is vit_jax.fewshot.
 
 For each seed and each k in shots: take k train examples per class, fit closed-form
 L2-regularised least squares from the features to {-1, 1}^K targets (+1 for the true
@@ -11,6 +11,7 @@ per-class sums - column sums) and test scores are made a chunk of rows at a time
 ImageNet-21k's K = 21,843 classes fit.
 """
 
+import dataclasses
 import math
 import os
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -25,6 +26,7 @@ from vit_jax.base import errors
 from vit_jax.base.console import log
 from vit_jax.data import device_batches, loaders
 from vit_jax.training import config_defaults, sharding
+from vit_jax.training.evaluators import instances
 from vit_jax.training.objectives import naflex
 
 _ROWS_PER_CHUNK = 4096  # train rows augmented to float64 at a time (primal solve)
@@ -226,46 +228,33 @@ def dataset_key(name: str) -> str:
 
 
 class Evaluator:
-  """config.fewshot probes during training: datasets opened (and checked) once, up front;
+  """One instance's probes during training: datasets opened (and checked) once, up front;
   the feature function is compiled once, on the first call."""
   reports = {}  # no per-class results
 
-  def __init__(self, config: ml_collections.ConfigDict, module, mesh: jax.sharding.Mesh):
-    settings = config.fewshot
-    self.module, self.mesh = module, mesh
+  def __init__(self, config: ml_collections.ConfigDict, instance: instances.Instance, module,
+               mesh: jax.sharding.Mesh):
+    settings = instance.settings
+    self.name, self.module, self.mesh = instance.name, module, mesh
     self.batch_sharding = sharding.batch_sharding(mesh)
     self.shots, self.seeds = tuple(settings.shots), tuple(range(settings.seeds))
     self.l2_reg, self.every_steps = settings.l2_reg, settings.every_steps
     self.batch_size = settings.batch_size
-    self.datasets = {}
-    if settings.datasets:
-      sharding.check_batch_size(self.batch_size, mesh, "fewshot.batch_size")
-    for name in settings.datasets:
-      key = dataset_key(name)
-      if key in self.datasets:
-        raise errors.InvalidInput(
-            f"config.fewshot.datasets names {key!r} twice; give each dataset once")
-      self.datasets[key] = open_probe_dataset(self._data_config(config, name))
+    sharding.check_batch_size(self.batch_size, mesh, f"{instance.key}.batch_size")
+    self.datasets = {dataset_key(name): open_probe_dataset(_data_config(config, settings, name))
+                     for name in settings.datasets}
     self._feature_fn = None
 
-  @staticmethod
-  def _data_config(config, name: str) -> ml_collections.ConfigDict:
-    copy = config.copy_and_resolve_references()
-    with copy.unlocked():
-      copy.dataset = name
-      copy.train_split, copy.eval_split = config.fewshot.train_split, config.fewshot.eval_split
-    return copy
-
   def due(self, step: int, total_steps: int) -> bool:
-    return bool(self.datasets) and (step % self.every_steps == 0 or step == total_steps)
+    return step % self.every_steps == 0 or step == total_steps
 
   def run(self, state, step: int) -> Dict[str, float]:
-    """{'fewshot/<dataset>_<k>shot': ...} of the state's evaluated parameters."""
+    """{'<name>/<dataset>_<k>shot': ...} of the state's evaluated parameters."""
     del step
     return self(state.eval_params)
 
   def __call__(self, params) -> Dict[str, float]:
-    """{'fewshot/<dataset>_<k>shot': mean test accuracy over the seeds, ...}."""
+    """{'<name>/<dataset>_<k>shot': mean test accuracy over the seeds, ...}."""
     if self._feature_fn is None:
       shardings = jax.tree.map(lambda x: x.sharding, params)
       self._feature_fn = feature_function(self.module, self.mesh, shardings)
@@ -275,18 +264,77 @@ class Evaluator:
                                 self.batch_sharding)
       summary = evaluate_fewshot(*features, shots=self.shots, seeds=self.seeds,
                                  l2_reg=self.l2_reg, num_classes=dataset.info.num_classes)
-      log.info("few-shot %s: %s", key, ", ".join(
+      log.info("%s/%s: %s", self.name, key, ", ".join(
           f"{k}-shot {summary[f'{k}shot']:.4f}" for k in self.shots))
-      results.update({f"fewshot/{key}_{k}shot": summary[f"{k}shot"] for k in self.shots})
+      results.update({f"{self.name}/{key}_{k}shot": summary[f"{k}shot"] for k in self.shots})
     return results
 
 
-def build(config: ml_collections.ConfigDict, module, mesh: jax.sharding.Mesh, dataset,
-          objective) -> Optional[Evaluator]:
-  """The probes of config.fewshot.datasets; None when it names none."""
-  del dataset, objective  # the probes read their own datasets and the model's features
-  return Evaluator(config, module, mesh) if config.fewshot.datasets else None
+def _data_config(config: ml_collections.ConfigDict, settings: ml_collections.ConfigDict,
+                 name: str) -> ml_collections.ConfigDict:
+  """The run's config pointed at one probe dataset and the instance's splits."""
+  copy = config.copy_and_resolve_references()
+  with copy.unlocked():
+    copy.dataset = name
+    copy.train_split, copy.eval_split = settings.train_split, settings.eval_split
+  return copy
+
+
+# --- The plug-in (vit_jax.training.evaluators) ------------------------------------------------
+
+TYPE = "fewshot"  # config.evals.<name>.type
+# Metric groups the run writes already: an instance's name is its metrics' group.
+_TAKEN_NAMES = ("train", "eval", "eval_raw")
+
+
+def declared(config: ml_collections.ConfigDict) -> List[instances.Instance]:
+  """config.fewshot when it names datasets (the instance named 'fewshot': its metrics
+  fewshot/<dataset>_<k>shot, as before kinds had names), then config.evals' fewshot
+  instances, with the keys they leave out at config.fewshot's starting values."""
+  legacy = ([instances.Instance(TYPE, "fewshot", config.fewshot)]
+            if config.fewshot.datasets else [])
+  return legacy + [dataclasses.replace(instance, settings=_with_defaults(instance.settings))
+                   for instance in instances.of_type(config, TYPE)]
+
+
+def _with_defaults(settings: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict({**config_defaults.fewshot_settings().to_dict(),
+                                    **dict(settings.items())})
 
 
 def check(config: ml_collections.ConfigDict, predicts_classes: bool) -> None:
-  del config, predicts_classes  # the batch size is checked against the mesh when built
+  """Unknown keys, names and datasets, refused before anything is read (the batch size is
+  checked against the mesh when built)."""
+  del predicts_classes  # probes fit the backbone's features, whatever the objective
+  keys = ("type", *config_defaults.fewshot_settings().keys())
+  found = declared(config)
+  for instance in found:
+    where = f"config.{instance.key}"
+    unknown = sorted(set(instance.settings.keys()) - set(keys))
+    if unknown:
+      raise errors.InvalidInput(f"{where} has unknown key(s) {', '.join(unknown)}; its keys "
+                                f"are {', '.join(keys)}")
+    if instance.name in _TAKEN_NAMES:
+      raise errors.InvalidInput(
+          f"{where}: the name {instance.name!r} is a metric group the run writes already "
+          f"({', '.join(_TAKEN_NAMES)}); pick another name")
+    datasets = instance.settings.datasets
+    if not datasets or isinstance(datasets, str):
+      raise errors.InvalidInput(f"{where}.datasets must list datasets to probe, e.g. "
+                                "('digits',) or ('cifar100', '/data/my_images')")
+    dataset_keys = [dataset_key(name) for name in datasets]
+    twice = sorted({key for key in dataset_keys if dataset_keys.count(key) > 1})
+    if twice:
+      raise errors.InvalidInput(
+          f"{where}.datasets names {twice[0]!r} twice; give each dataset once")
+  if [instance.name for instance in found].count(TYPE) > 1:
+    raise errors.InvalidInput(
+        "config.fewshot.datasets and config.evals.fewshot both declare the probes named "
+        "'fewshot': move config.fewshot's settings into config.evals.fewshot, or rename it")
+
+
+def build(config: ml_collections.ConfigDict, module, mesh: jax.sharding.Mesh, dataset,
+          objective) -> List[Evaluator]:
+  """One Evaluator per declared instance (none when none is declared)."""
+  del dataset, objective  # the probes read their own datasets and the model's features
+  return [Evaluator(config, instance, module, mesh) for instance in declared(config)]

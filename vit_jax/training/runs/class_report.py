@@ -11,8 +11,8 @@ import json
 from typing import Dict, Mapping
 
 from vit_jax.base import storage, workdir_files
-from vit_jax.training.evaluators.per_class import ClassReport
 from vit_jax.training.runs import confusion_plot
+from vit_jax.training.scores.per_class import ClassReport
 
 PRIMARY = "eval"  # the reports key of the primary set's report on the evaluated params
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from sklearn import metrics as sk
 
-from vit_jax.training.evaluators import per_class
 from vit_jax.training.objectives import classification
+from vit_jax.training.scores import per_class
 
 NUM_CLASSES = 6
 

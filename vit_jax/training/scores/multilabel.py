@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax.training.evaluators.per_class import ClassReport
+from vit_jax.training.scores.per_class import ClassReport
 
 DEFAULT_THRESHOLD = 0.5
 

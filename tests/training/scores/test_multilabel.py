@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn import metrics as sk
 
-from vit_jax.training.evaluators import multilabel
+from vit_jax.training.scores import multilabel
 
 N, K = 61, 5
 
