@@ -121,12 +121,12 @@ def main(argv=None):
                      "https://github.com/google-research/vision_transformer (git clone it)")
 
   sys.path.insert(0, REPO)
-  from vit_jax.families.vit import names as zoo
+  from vit_jax.models import family_registry
   print(f"{'model':<10} {'mode':<5} {'batch':>5} {'reference img/s':>16} {'ours img/s':>11} "
         f"{'speed-up':>8}")
   for model, mode, batch in CASES:
     spec = {"model": model, "mode": mode, "batch": batch, "image_size": args.image_size,
-            "steps": args.steps, "architecture": zoo.get_architecture(model).as_kwargs()}
+            "steps": args.steps, "architecture": family_registry.architecture(model).as_kwargs()}
     best = {"reference": 0.0, "ours": 0.0}
     for _ in range(args.repeats):
       for side in best:

@@ -15,7 +15,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from vit_jax.families.vit import names as zoo
+
+from vit_jax.models import family_registry
 from vit_jax.training import sharding, state_and_step
 
 LAYOUTS = {"data=8": {"data": -1}, "data=4 x fsdp=2": {"data": 4, "fsdp": 2},
@@ -60,7 +61,7 @@ def main():
   parser.add_argument("--image_size", type=int, default=224)
   parser.add_argument("--steps", type=int, default=3)
   args = parser.parse_args()
-  module = zoo.create_model(args.model, num_classes=1000)
+  module = family_registry.create_model(args.model, num_classes=1000)
   config = finetune_config(args.steps + 1, args.image_size)
   print(f"{args.model}, batch {args.batch} at {args.image_size} px, {jax.device_count()} "
         f"{jax.devices()[0].platform} devices, jax {jax.__version__}")

@@ -42,6 +42,7 @@ import re
 
 from vit_jax.checkpoints import hub_table, released
 from vit_jax.families.vit import names as zoo
+from vit_jax.models import family_registry
 from vit_jax.training import config_defaults
 
 # aug level -> ((num_layers, magnitude) or None, mixup alpha): big_vision's RANDAUG_DEF and
@@ -87,7 +88,7 @@ def parse_pretraining(name: str) -> dict:
     _refuse(name, f"{len(parts)} parts where a pre-training name has {len(fields)}")
   found = dict(zip(fields, parts))
   try:
-    found["model"] = zoo.canonical_name(found["model"])
+    found["model"] = family_registry.canonical_name(found["model"])
   except ValueError:
     models = [zoo.augreg_name(m) for m in zoo.RELEASED if "-" not in zoo.augreg_name(m)]
     _refuse(name, f"unknown model {found['model']!r}; models: {', '.join(models)}")
@@ -143,7 +144,7 @@ def pretraining_config(parts: dict, name: str, dataset: str = None):
   config.model.dropout_rate = parts["do"]
   config.model.stochastic_depth = parts["sd"]
   config.model.representation_size = (
-      None if i21k else zoo.get_architecture(parts["model"]).hidden_size)
+      None if i21k else family_registry.architecture(parts["model"]).hidden_size)
   config.model.head_bias_init = -10.0 if i21k else 0.0
   config.loss = "sigmoid_xent" if i21k else "softmax_xent"
   config_defaults.big_vision_from_scratch(config, parts["lr"], parts["wd"], BATCH)

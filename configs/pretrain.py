@@ -14,6 +14,8 @@ Slice: planned for a v3-256 (batch 4096 = 16 per core), e.g.
 """
 
 from vit_jax.families.vit import names as zoo
+
+from vit_jax.models import family_registry
 from vit_jax.training import config_defaults
 
 # dataset -> (train examples, epochs, base lr, weight decay, decay, loss, eval split)
@@ -36,7 +38,7 @@ def get_config(arg="ViT-B_16,imagenet2012"):
   config = config_defaults.with_dataset(config_defaults.get_config(), dataset)
   config.model_name = model_name
   config.model.dropout_rate = 0.1
-  config.model.representation_size = zoo.get_architecture(model_name).hidden_size
+  config.model.representation_size = family_registry.architecture(model_name).hidden_size
   config.model.head_bias_init = -10.0
   config.pretrained = None
   config.pp.preset = "inception"

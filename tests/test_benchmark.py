@@ -10,6 +10,7 @@ from absl import flags
 from vit_jax import benchmark
 from vit_jax.base import cli, storage
 from vit_jax.families.vit import names as zoo
+from vit_jax.models import family_registry
 from vit_jax.planning import throughput
 
 
@@ -147,7 +148,7 @@ def test_a_naflex_config_is_timed_at_its_patch_budget(tmp_path, capsys):
   assert table(printed)["size"] == "9p"
   result = json.loads(out.read_text())
   assert result["max_patches"] == 9 and result["img_per_sec"] > 0
-  module = zoo.create_model("ViT-Ti_16", num_classes=10, patch_size=4, hidden_size=64,
+  module = family_registry.create_model("ViT-Ti_16", num_classes=10, patch_size=4, hidden_size=64,
                             mlp_dim=128, num_heads=4, num_layers=1, classifier="map")
   assert result["gflop_per_image"] * 1e9 == 3 * throughput.forward_flops_per_image(module, 16, 9)
 

@@ -9,7 +9,7 @@ import setuptools
 
 from helpers import load_module
 from vit_jax.base import config_checks
-from vit_jax.families.vit import names as zoo
+from vit_jax.models import family_registry
 from vit_jax.training import config_defaults
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -38,7 +38,7 @@ def test_every_config_file_loads_by_path(name):
 @pytest.mark.parametrize("name", MODEL_CONFIGS)
 def test_model_config_headline_and_dataset_argument(name):
   headline = load(name)
-  assert zoo.canonical_name(headline.model_name) == headline.model_name
+  assert family_registry.canonical_name(headline.model_name) == headline.model_name
   assert headline.dataset == "imagenet2012" and headline.total_steps == 20_000
   cifar = load(f"{name}:cifar10")
   assert (cifar.dataset, cifar.train_split, cifar.pp.crop) == (

@@ -9,8 +9,10 @@ import pytest
 
 from helpers import load_module
 from vit_jax.checkpoints import hub_table, released
-from vit_jax.families.vit import names as zoo
+from vit_jax.models import model_config
+from vit_jax.models import family_registry
 from vit_jax.training import optim
+from vit_jax.families.vit import bucket_files
 
 AUGREG = load_module("augreg.py")
 S16_I1K = load_module("vit_s16_i1k.py")
@@ -24,7 +26,7 @@ def table_names():
   """Every AugReg file this project names: the bare-name table and the Hub mirror table."""
   mirrored = {path[len("augreg/"):].removesuffix(".npz")
               for path in hub_table.load()["mirrors"] if path.startswith("augreg/")}
-  return sorted(mirrored | set(released.AUGREG_I21K.values()))
+  return sorted(mirrored | set(bucket_files.AUGREG_I21K.values()))
 
 
 TABLE = table_names()
@@ -43,10 +45,10 @@ def test_the_table_holds_pre_training_and_fine_tuning_names():
 @pytest.mark.parametrize("name", [name for name in TABLE if name not in UNREACHABLE])
 def test_every_released_name_resolves(name):
   config = AUGREG.get_config(name)
-  zoo.check_config(config)
+  model_config.check_config(config)
   optim.check(config)
   pretrained, _, suffix = name.partition("--")
-  model = zoo.canonical_name(pretrained.split("-")[0])
+  model = family_registry.canonical_name(pretrained.split("-")[0])
   assert config.model_name == model
   if suffix:  # the fine-tuning run, from the released pre-training file
     assert config.pretrained == f"augreg/{pretrained}"
@@ -72,7 +74,7 @@ def test_small_vit_pre_training_field_by_field():
       0.001, 0.03, "cosine", 10_000)
   assert (config.grad_norm_clip, config.batch, config.accum_steps) == (1.0, 4096, 1)
   assert config.total_steps == int(300 * I21K_STEPS_PER_EPOCH)
-  assert zoo.check_config(config).classifier == "token"  # the released files' pooling
+  assert model_config.check_config(config).classifier == "token"  # the released files' pooling
 
 
 def test_large_vit_and_the_thirty_epoch_runs():
@@ -139,7 +141,7 @@ def test_fine_tuning_suffix():
 ])
 def test_unknown_names_and_parts_are_one_line(name, says):
   with pytest.raises(ValueError) as raised:
-    zoo.check_config(AUGREG.get_config(name))
+    model_config.check_config(AUGREG.get_config(name))
   message = str(raised.value)
   assert says in message and "\n" not in message, message
 
@@ -214,7 +216,7 @@ def test_weight_decay_is_big_vision_s_per_step(name):
 
 def test_plain_vit_s16_baseline():
   config = S16_I1K.get_config()
-  model = zoo.check_config(config)
+  model = model_config.check_config(config)
   assert (model.classifier, model.posemb, model.representation_size) == ("gap", "sincos2d",
                                                                          384)
   assert (config.batch, config.pp.randaug, config.pp.mixup_alpha) == (1024, (2, 10), 0.2)

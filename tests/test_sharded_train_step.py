@@ -30,15 +30,15 @@ def run_layouts(results_path):
   import jax.numpy as jnp
   import ml_collections
   from vit_jax.models import encoder_blocks
-  from vit_jax.families.vit import names as zoo
+  from vit_jax.models import family_registry
   from vit_jax.training import optim, sharding, update_step
   from vit_jax.training.objectives import classification
 
   tiny = dict(num_classes=8, patch_size=8, hidden_size=128, mlp_dim=512, num_heads=4,
               num_layers=2)
-  module = zoo.create_model("ViT-Ti_16", **tiny)
-  scanned = zoo.create_model("ViT-Ti_16", scan_layers=True, **tiny)
-  fp8 = zoo.create_model("ViT-Ti_16", fp8=True, **tiny)
+  module = family_registry.create_model("ViT-Ti_16", **tiny)
+  scanned = family_registry.create_model("ViT-Ti_16", scan_layers=True, **tiny)
+  fp8 = family_registry.create_model("ViT-Ti_16", fp8=True, **tiny)
   config = ml_collections.ConfigDict(dict(
       optimizer="sgd", momentum=0.9, optim_dtype="float32", base_lr=0.1, warmup_steps=0,
       total_steps=10, decay_type="cosine", grad_norm_clip=1.0, weight_decay=0.0,

@@ -25,7 +25,7 @@ from vit_jax.base import platforms  # pylint: disable=wrong-import-position
 
 platforms.skip_absent_tpu()  # before anything starts JAX's backends
 
-from vit_jax.families.vit.names import create_model  # pylint: disable=wrong-import-position
+from vit_jax.models.family_registry import create_model  # pylint: disable=wrong-import-position
 from vit_jax.checkpoints.npz import (  # pylint: disable=wrong-import-position
     CheckpointError, ImageSizeError, load_npz, read_class_names, save_npz)
 

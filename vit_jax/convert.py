@@ -2,14 +2,12 @@
     [--patch_size=PX] [--pre_logits=drop|pooler] [--overwrite]
 
 Converts a checkpoint between our released .npz layout, timm and Hugging Face transformers
-(see vit_jax.checkpoints.format_conversion): SRC is anything load_npz reads (a released, big_vision
-or params.npz file, a timm / HF .safetensors, .pth or .bin file, or a model folder), a
-released name (ViT-B_16, FAMILY/NAME) or a Hub ViT (hf-hub:ORG/NAME), fetched into
-checkpoints/ first (see vit_jax.checkpoints.hub), or a two-tower model (a LiT / SigLIP .npz,
-an HF SigLIP / SigLIP 2 folder or a released two-tower name: to npz in big_vision's layout,
-or to hf, a SiglipModel folder; vit_jax.families.two_tower.conversion); an MLP-Mixer goes
-to npz or timm (transformers has none); the
-target follows DST's name (.npz: npz, .safetensors: timm) unless --to says it. Prints what
+(see vit_jax.checkpoints.format_conversion): SRC is anything load_npz reads (a released,
+big_vision or params.npz file, a timm / HF .safetensors, .pth or .bin file, or a model
+folder), a released name (ViT-B_16, FAMILY/NAME) or a Hub ViT (hf-hub:ORG/NAME), fetched
+into checkpoints/ first (see vit_jax.checkpoints.hub). Each model family converts to the
+targets its converter writes (docs/interop.md); the target follows DST's name (.npz: npz,
+.safetensors: timm, a folder: the family's default) unless --to says it. Prints what
 it read and wrote and the call that loads the result. DST must be new (or an earlier
 conversion's output): anything else is refused unless --overwrite.
 """
@@ -18,8 +16,6 @@ from absl import flags
 
 from vit_jax.base import cli, no_clobber
 from vit_jax.checkpoints import format_conversion, hub
-from vit_jax.families.two_tower import conversion as two_tower_convert
-from vit_jax.families.two_tower import opening as two_tower_open
 
 FLAGS = flags.FLAGS
 
@@ -29,12 +25,7 @@ def main(argv, flag_values=FLAGS):
   if len(argv) != 3:
     raise cli.UsageError("pass SRC and DST, e.g. python -m vit_jax.convert params.npz "
                          "out/ --to=hf")
-  src = hub.resolve(two_tower_open.local_checkpoint(argv[1]))
-  if two_tower_open.is_two_tower(src):  # LiT / SigLIP: .npz (big_vision's layout) or hf
-    to = flag_values.to or ("npz" if argv[2].endswith(".npz") else "hf")
-    print("\n".join(two_tower_convert.convert_two_tower(src, argv[2], to=to,
-                                                        overwrite=flag_values.overwrite)))
-    return
+  src = hub.resolve(argv[1])
   lines = format_conversion.convert(src, argv[2], to=flag_values.to,
                                    model_name=flag_values.model,
                                    pre_logits=flag_values.pre_logits,

@@ -19,7 +19,6 @@ from absl import flags
 
 from vit_jax.base import cli
 from vit_jax.checkpoints import hub, released
-from vit_jax.families.two_tower import names as two_tower_names
 from vit_jax.checkpoints.transfer import DownloadError, fetch  # noqa: F401  (API)
 
 
@@ -28,8 +27,9 @@ def download(name_or_url: str, directory: str = released.LOCAL_DIR, *, force: bo
   """Fetches a checkpoint into DIRECTORY (see the module docstring) unless it is there;
   returns its path. Raises InvalidInput for a name that is none, OSError for a failed fetch."""
   text = str(name_or_url)
-  if text in two_tower_names.NAMES:  # LiT / SigLIP: a Hub folder, or LiT's bucket files
-    return two_tower_names.fetch(text, directory, force=force, verbose=verbose)
+  fetcher = hub.fetcher_of(text)
+  if fetcher is not None:  # a family's own released names (a Hub folder, ...)
+    return fetcher.fetch(text, directory, force=force, verbose=verbose)
   if text.startswith(hub.HUB_PREFIX):
     url, dest = text, hub.hub_local_path(hub.parse_hub_name(text), directory)
   else:
@@ -54,8 +54,7 @@ def main(argv):
     if len(argv) > 2:
       raise cli.UsageError("--list takes at most one FAMILY, e.g. --list augreg")
     family = argv[1] if len(argv) == 2 else None
-    lines = two_tower_names.listing() if family == two_tower_names.FOLDER else hub.listing(family)
-    print("\n".join(lines + (two_tower_names.listing() if family is None else [])))
+    print("\n".join(hub.listing(family) + (hub.fetched_listing() if family is None else [])))
     return
   if len(argv) != 2:
     raise cli.UsageError("give one NAME_OR_URL, e.g. imagenet21k/ViT-B_16 (--list shows the "

@@ -14,6 +14,7 @@ from vit_jax.base import cli, errors, no_clobber
 from vit_jax.base.console import log
 from vit_jax.checkpoints import hub, npz, npz_archive
 from vit_jax.training import lora_adapters
+from vit_jax.families.vit import npz_file as vit_npz_file
 
 FLAGS = flags.FLAGS
 
@@ -29,7 +30,7 @@ def main(argv, flag_values=FLAGS):
   if lora_adapters.SETTINGS not in arrays:
     raise errors.InvalidInput(f"{adapters} holds no {lora_adapters.SETTINGS}: pass the "
                               "adapters.npz that a LoRA run (config.lora.rank >= 1) wrote")
-  base_arrays = npz.read_checkpoint(base).flat
+  base_arrays = vit_npz_file.read_checkpoint(base).flat
   matches = lora_adapters.base_matches(base_arrays, arrays)
   if matches is None:
     log.warning("%s records no identity of its base (written before one was kept): %s "

@@ -22,9 +22,8 @@ from vit_jax.base import cli, errors, no_clobber, storage
 from vit_jax.checkpoints import hub, npz
 from vit_jax.data import image_files
 from vit_jax.families.vit import introspect
-from vit_jax.families.mixer import model as mixer
 from vit_jax.families.vit import model as vit
-from vit_jax.families.vit import names as zoo
+from vit_jax.models import family_registry
 from vit_jax.models import posemb as posemb_lib
 
 FLAGS = flags.FLAGS
@@ -146,8 +145,8 @@ def write_figures(module: vit.VisionTransformer, params, images: np.ndarray,
   """The four figures for `images` ([B, S, S, 3] in [-1, 1]) into out_dir; their paths."""
   storage.makedirs(out_dir)
   has_cls = introspect.has_class_token(module)
-  side = zoo.token_grid(module, images.shape[1]), zoo.token_grid(module, images.shape[2])
-  stride = zoo.model_stride(module)
+  side = family_registry.token_grid(module, images.shape[1]), family_registry.token_grid(module, images.shape[2])
+  stride = family_registry.stride(module)
   weights = introspect.attention_weights(module, params, images)
   maps = introspect.rollout_maps(introspect.attention_rollout(weights), side, has_cls)
   kernel, what = introspect.rgb_filters(module, params)
@@ -173,10 +172,7 @@ def main(argv):
   no_clobber.check_output_dir(FLAGS.out, KIND, FLAGS.overwrite)  # before the slow part
   module, params, image_size = hub.load_for_inference(
       FLAGS.checkpoint, FLAGS.image_size, allow_nonfinite=FLAGS.allow_nonfinite)
-  if isinstance(module, mixer.MlpMixer):
-    raise errors.InvalidInput(f"{FLAGS.checkpoint} is an MLP-Mixer: it has no attention or "
-                              "position embedding to draw (visualize takes ViTs); "
-                              "python -m vit_jax.predict runs it")
+  family_registry.for_module(module).refuse("visualize", FLAGS.checkpoint)
   images = np.stack([image_files.load_image(p, image_size) for p in image_paths])
   names = [os.path.basename(p) for p in image_paths]
   no_clobber.claim_output_dir(FLAGS.out, KIND, FLAGS.overwrite)

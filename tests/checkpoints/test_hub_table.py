@@ -7,6 +7,7 @@ from torch_libraries import fixture_timm, fixture_torch  # noqa: F401  # pylint:
 from vit_jax.checkpoints import hub, hub_table, released
 from vit_jax.families.vit import names as zoo
 from vit_jax.training.config_defaults import finetune_config
+from vit_jax.families.vit import hub_mirrors as vit_hub_mirrors
 
 
 def test_committed_table_is_what_timm_says(timm):
@@ -62,7 +63,7 @@ def test_architecture_verdicts(architecture, refused):
 
 
 def test_released_model_names_of_timm_architectures():
-  assert hub_table.released_model("vit_base_patch16_384") == "ViT-B_16"
-  assert hub_table.released_model("vit_tiny_r_s16_p8_224") == "R+ViT-Ti_16"
+  assert vit_hub_mirrors.released_model("vit_base_patch16_384") == "ViT-B_16"
+  assert vit_hub_mirrors.released_model("vit_tiny_r_s16_p8_224") == "R+ViT-Ti_16"
   with pytest.raises(ValueError, match="no released model"):
-    hub_table.released_model("vit_base_patch16_clip_224")
+    vit_hub_mirrors.released_model("vit_base_patch16_clip_224")

@@ -28,7 +28,7 @@ from vit_jax import convert as convert_command
 from vit_jax.base import no_clobber
 from vit_jax.checkpoints import format_conversion, torch_layout
 from vit_jax.families.vit import timm_layout
-from vit_jax.families.vit import names as zoo
+from vit_jax.models import family_registry
 from vit_jax.training.runs import outputs
 
 D, LAYERS, PATCH = TINY["hidden_size"], TINY["num_layers"], TINY["patch_size"]
@@ -111,7 +111,7 @@ def test_names_of_the_real_models():
                                ("R50+ViT-B_16", 384, "vit_base_r50_s16_384"),
                                ("R+ViT-Ti_16", 224, "vit_tiny_r_s16_p8_224"),
                                ("R26+ViT-S_32", 384, "vit_small_r26_s32_384")]:
-    timm_name, args = timm_layout.model_name_and_args(zoo.get_architecture(name), 1000,
+    timm_name, args = timm_layout.model_name_and_args(family_registry.architecture(name), 1000,
                                                       (size, size))
     assert (timm_name, args["img_size"]) == (expected, size)
 

@@ -13,6 +13,7 @@ import pytest
 from conftest import random_params, tiny_model
 from vit_jax import load_npz, save_npz
 from vit_jax.checkpoints import npz
+from vit_jax.families.vit import npz_file as vit_npz_file
 
 FIXTURE_CASES = [  # checkpoint, images, expected, image_size (fixtures README)
     ("vit-ti16.npz", "images-224.npy", "expected-vit-ti16-224.npz", None),
@@ -234,7 +235,7 @@ MALFORMED = {
 
 @pytest.mark.parametrize("key", [
     "embedding/kernel", "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel",
-    "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel", npz.POSEMB_KEY, "conv_root/kernel",
+    "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel", vit_npz_file.POSEMB_KEY, "conv_root/kernel",
     "head/kernel", "pre_logits/kernel", "cls", "Transformer/encoderblock_1/LayerNorm_2/scale"])
 @pytest.mark.parametrize("malformed", MALFORMED)
 def test_malformed_arrays_are_one_line_naming_the_key(every_kind_of_array, tmp_path, key,
@@ -324,7 +325,7 @@ def test_image_sizes_the_model_cannot_run_at_fail_before_any_resize(
     released_fixtures, monkeypatch, image_size, strict, message):
   def no_resize(*args):
     raise AssertionError("resized the position embedding before checking the size")
-  monkeypatch.setattr(npz.posemb, "resize_posemb", no_resize)
+  monkeypatch.setattr(vit_npz_file.posemb, "resize_posemb", no_resize)
   with pytest.raises(npz.ImageSizeError) as e:
     load_npz(released_fixtures / "vit-ti16.npz", image_size=image_size,
              strict_image_size=strict)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from vit_jax.data import batch_spec, loaders
-from vit_jax.families.vit import names as zoo
+from vit_jax.models import model_config
 from vit_jax.training import config_defaults
 
 
@@ -48,7 +48,7 @@ def test_a_naflex_spec_nests_patches_mask_and_grid():
 def test_the_naflex_spec_is_what_the_loaders_feed(loader):
   config = config_defaults.demo_config()
   config.loader, config.pp.max_patches = loader, 12
-  patch = zoo.patch_size(config)
+  patch = model_config.patch_size(config)
   dataset = loaders.open_dataset(config, patch)
   train = next(iter(dataset.train_batches(batch_size=4, start_step=0, num_steps=1, seed=0,
                                           process_index=0, process_count=1)))

@@ -4,13 +4,13 @@ import jax
 import pytest
 
 from vit_jax import benchmark
-from vit_jax.families.vit import names as zoo
+from vit_jax.models import family_registry
 from vit_jax.planning import throughput
 from vit_jax.training import objectives, sharding
 
 
 def test_b16_training_flops_match_the_published_count():
-  forward = throughput.forward_flops_per_image(zoo.create_model("ViT-B_16", num_classes=1000),
+  forward = throughput.forward_flops_per_image(family_registry.create_model("ViT-B_16", num_classes=1000),
                                                224)
   assert 3 * forward / 1e9 == pytest.approx(105.4, abs=0.1)
 

@@ -58,6 +58,20 @@ def check_fraction(name: str, value, hint: str) -> None:
     raise errors.InvalidInput(f"{name}={value!r} must be in [0, 1): {hint}")
 
 
+def check_model_options(num_classes, kwargs: dict) -> None:
+  """Values that used to fail deep in JAX (num_classes='10') or train on silently without
+  learning (dropout_rate=1.5), whatever the model family: one line naming the option."""
+  if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 0:
+    raise errors.InvalidInput(f"num_classes={num_classes!r} must be a whole number: the "
+                              "size of the classification head (0: a model without one)")
+  for key in ("dropout_rate", "attention_dropout_rate"):
+    check_fraction(key, kwargs.get(key, 0.0), "the share of activations "
+                   "zeroed in training; 0 = off, the paper used 0.1 for L and H")
+  check_fraction("stochastic_depth", kwargs.get("stochastic_depth", 0.0),
+                 "the last block's drop rate in training; 0 = off, AugReg "
+                 "used 0.1 (the names' sd_0.1)")
+
+
 def config_choice(table: Union[Mapping, Sequence[str]], key: str, value):
   """table[value] for config.<key> = value (`value` itself where `table` is a list of
   names), or a one-line error naming the choices: a name that would otherwise fail deep

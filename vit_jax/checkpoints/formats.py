@@ -26,13 +26,8 @@ import ml_dtypes
 import numpy as np
 
 from vit_jax.base import console, errors, storage, workdir_files
-from vit_jax.checkpoints import torch_layout, transfer
-from vit_jax.families.vit import config_consistency
-from vit_jax.families.vit import hf_layout
-from vit_jax.families.mixer import timm_layout as mixer_timm
-from vit_jax.families.vit import npz_layout
-from vit_jax.families.two_tower import hf_layout as siglip_hf
-from vit_jax.families.vit import timm_layout
+from vit_jax.checkpoints import npz_checks, transfer
+from vit_jax.models import family_registry
 
 
 Flat = Dict[str, np.ndarray]
@@ -196,56 +191,6 @@ def read_folder(path: str) -> Tuple[Flat, Dict[str, Any]]:
   return _read_weights(weights)[0], config
 
 
-def _timm_to_released(state: Flat, config: Dict[str, Any], notes: bool) -> Flat:
-  args = {**{k: config[k] for k in ("global_pool",) if k in config},
-          **config.get("model_args", {})}
-  if "attn_pool.latent" in state:
-    args.setdefault("global_pool", "map")
-  has_cls = "cls_token" in state
-  timm_layout.check_pooling(args, has_cls)
-  if args.get("class_token") is False and has_cls:
-    raise FormatError("has a cls_token although its model_args say class_token=False")
-  posemb = state.get("pos_embed")
-  if has_cls and posemb is not None and posemb.ndim == 3 and posemb.shape[1] > 1 and (
-      np.sqrt(posemb.shape[1]) % 1 == 0):  # no_embed_class: no row for the class token
-    state = {**state, "pos_embed": np.concatenate([np.zeros_like(posemb[:, :1]), posemb], 1)}
-  width = state["patch_embed.proj.weight"].shape[0]
-  heads = timm_layout.heads_for(args, config.get("architecture"), width)
-  stem_only = f"{timm_layout.BACKBONE}.conv.weight" in state
-  try:
-    flat = torch_layout.from_torch(state, timm_layout.rules(stem_only), heads, "timm")
-  except torch_layout.LayoutMismatch as e:
-    raise FormatError(f"{e}{timm_layout.explain(e.keys)}") from None
-  note = timm_layout.gelu_note(args.get("act_layer"))
-  if note and notes:
-    console.log.warning(note)
-  return flat
-
-
-def _timm_mixer_to_released(state: Flat, notes: bool) -> Flat:
-  try:
-    flat = mixer_timm.from_timm(state)
-  except torch_layout.LayoutMismatch as e:
-    raise FormatError(str(e)) from None
-  if notes:
-    console.log.warning(mixer_timm.GELU_NOTE)
-  return flat
-
-
-def _hf_to_released(state: Flat, config: Dict[str, Any], notes: bool) -> Flat:
-  for note in hf_layout.notes(config):  # raises for models it does not map
-    if notes:
-      console.log.warning(note)
-  width = state[hf_layout.prefix_of(state) +
-                "embeddings.patch_embeddings.projection.weight"].shape[0]
-  heads = config.get("num_attention_heads") or timm_layout.heads_for({}, None, width)
-  try:
-    return torch_layout.from_torch(state, hf_layout.rules(hf_layout.prefix_of(state)), heads,
-                                   "Hugging Face")
-  except torch_layout.LayoutMismatch as e:
-    raise FormatError(str(e)) from None
-
-
 def read_foreign(path: str, *, notes: bool = True) -> Flat:
   """Released-layout float32 arrays of a timm or HF checkpoint (see the module docstring).
 
@@ -257,26 +202,13 @@ def read_foreign(path: str, *, notes: bool = True) -> Flat:
   state, metadata = _read_weights(weights)
   if TIMM_METADATA in metadata and not config:
     config = json.loads(metadata[TIMM_METADATA])
-  if config.get("model_type") in siglip_hf.KINDS:  # a two-tower folder: load_npz reads img/
-    try:
-      siglip_hf.model_from_config(config)  # refuses what vit_jax's SigLIP cannot run
-      return siglip_hf.from_hf(state, config)
-    except errors.InvalidInput as e:
-      raise FormatError(f"is a SigLIP folder that vit_jax cannot read: {e}") from None
+  found = family_registry.for_layout(state, config)
+  if found is None:
+    raise FormatError("is neither a timm VisionTransformer nor a Hugging Face ViT state dict: "
+                      f"it holds {npz_checks.describe(state)}")
+  family, layout = found
   try:
-    if any(".patch_embeddings.projection." in key or key.startswith("embeddings.patch_embeddings")
-           for key in state):
-      flat = _hf_to_released(state, config, notes)
-      config_consistency.check(config, flat, "hf")
-      return flat
-    if mixer_timm.is_timm_mixer(state):
-      return _timm_mixer_to_released(state, notes)
-    if "patch_embed.proj.weight" in state:
-      flat = _timm_to_released(state, config, notes)
-      config_consistency.check(config, flat, "timm")
-      return flat
-  except (timm_layout.Unsupported, hf_layout.Unsupported,
-          config_consistency.ConfigMismatch) as e:
+    return family.layouts[layout].to_released(state, config, notes=notes)
+  except errors.InvalidInput as e:
     raise FormatError(str(e)) from None
-  raise FormatError("is neither a timm VisionTransformer nor a Hugging Face ViT state dict: "
-                    f"it holds {npz_layout.describe(state)}")
+

@@ -29,16 +29,11 @@ import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
+from flax import traverse_util
 
 from vit_jax.base import console, errors, storage
 from vit_jax.checkpoints import formats, hub_table, npz, released, transfer
-from vit_jax.families.vit import hf_layout
-from vit_jax.families.mixer import npz_file as mixer_npz
-from vit_jax.families.mixer import timm_layout as mixer_timm
-from vit_jax.families.vit import npz_layout
-from vit_jax.families.vit import timm_layout
-from vit_jax.families.mixer import model as mixer
-from vit_jax.families.vit import model as vit
+from vit_jax.models import family_registry
 
 HUB_PREFIX = "hf-hub:"
 HUB_DIR = "hf-hub"  # DIR/hf-hub/ORG/NAME.npz for hf-hub: names
@@ -104,23 +99,36 @@ def nearest(path: str, count: int = 3) -> List[str]:
 
 
 def listing(family: Optional[str] = None) -> List[str]:
-  """`FAMILY/FILE <- repo (what differs)` for every fetchable file (of one family)."""
-  if family is not None and family not in released.FAMILIES:
+  """`FAMILY/FILE <- repo (what differs)` for every fetchable file (of one folder); for a
+  folder a model family fetches itself (its Fetcher's), that family's names."""
+  fetchers = [f.fetcher for f in family_registry.families() if f.fetcher is not None]
+  if family is not None and family not in released.folders():
+    for fetcher in fetchers:
+      if fetcher.folder == family:
+        return fetcher.listing()
     raise errors.InvalidInput(f"unknown checkpoint family {family!r}; families: "
-                              f"{', '.join(released.FAMILIES)}")
+                              f"{', '.join([*released.folders(), *(f.folder for f in fetchers)])}")
   lines = []
   for path, rows in table()["mirrors"].items():
     if family is None or path.startswith(family + "/"):
       sources = ", ".join(r["repo"] + ("" if r["differs"] == hub_table.SAME
                                        else f" ({r['differs']})") for r in rows)
       lines.append(f"{path[:-len('.npz')]}  <- {sources}")
-  for mixer_family, names in released.MIXER_FILES.items():
-    if family in (None, mixer_family):
-      lines += [f"{mixer_family}/{name}  <- {released.MIXER_BUCKET} only (no Hub mirror)"
-                for name in names if f"{mixer_family}/{name}.npz" not in table()["mirrors"]]
+  for model_family in family_registry.families():
+    bucket = model_family.bucket
+    for folder, names in (bucket.listed.items() if bucket is not None else ()):
+      if family in (None, folder):
+        lines += [f"{folder}/{name}  <- {bucket.url} only (no Hub mirror)"
+                  for name in names if f"{folder}/{name}.npz" not in table()["mirrors"]]
   if any("no head" in line for line in lines):
     lines.append(f"({hub_table.LEGEND})")
   return lines
+
+
+def fetched_listing() -> List[str]:
+  """The released names the model families fetch themselves, one line each."""
+  return [line for family in family_registry.families() if family.fetcher is not None
+          for line in family.fetcher.listing()]
 
 
 def _hub_error_text(error: BaseException, repo: str) -> str:
@@ -211,6 +219,12 @@ def download_file(repo: str, filename: str, *, force: bool = False,
   return _download(repo, filename, force=force, verbose=verbose)
 
 
+def _mirror_parts() -> list:
+  """The families' HubMirrors parts, the default family's first."""
+  return [family.hub_mirrors for family in reversed(family_registry.families())
+          if family.hub_mirrors is not None]
+
+
 def _check_architecture(config: Dict[str, Any], repo: str, original: bool) -> None:
   """Refuses what vit_jax cannot compute exactly; warns (not for the bucket's own weights,
   trained with the tanh GELU vit_jax computes) about the activation of other timm/HF ViTs."""
@@ -218,14 +232,14 @@ def _check_architecture(config: Dict[str, Any], repo: str, original: bool) -> No
     arch = config["architecture"]
     known = table()["timm_architectures"].get(arch)
     if known is None:
-      raise HubError(f"{repo} is a timm {arch}, not one of timm's VisionTransformer or "
-                     "MlpMixer models that vit_jax computes (hf-hub: takes plain ViTs, their "
-                     "R26/R50 hybrids and the original's Mixers)")
+      parts = _mirror_parts()
+      raise HubError(f"{repo} is a timm {arch}, not one of timm's "
+                     f"{' or '.join(p.timm_models for p in parts)} models that vit_jax "
+                     f"computes (hf-hub: takes {' and '.join(p.timm_scope for p in parts)})")
     args = config.get("model_args") or {}
-    is_mixer = arch.startswith("mixer_")
-    computed = hub_table.MIXER_ARGS | {"img_size", "num_classes", "mlp_ratio"} if is_mixer \
-        else hub_table.COMPUTED_ARGS
-    other = sorted(set(args) - computed)
+    mirrors = next((part for part in _mirror_parts()
+                    if part.owns_timm_architecture(arch)), None)
+    other = sorted(set(args) - set(mirrors.computed_args if mirrors else ()))
     reasons = [r for r in [known["refused"], *(f"{k}={args[k]}" for k in other)] if r]
     if reasons:
       raise HubError(f"{repo} is a timm {arch} with {', '.join(reasons)}: vit_jax cannot "
@@ -234,15 +248,18 @@ def _check_architecture(config: Dict[str, Any], repo: str, original: bool) -> No
     if act not in hub_table.ACTIVATIONS:
       raise HubError(f"{repo} is a timm {arch} with act_layer={act}: vit_jax computes the "
                      "tanh GELU only, so it is refused")
-    note = None if original else (
-        mixer_timm.GELU_NOTE if is_mixer else timm_layout.gelu_note(act))
+    note = None if original or mirrors is None else mirrors.gelu_note(act)
     if note:
       console.log.warning("%s: %s", repo, note)
   elif "model_type" in config:  # transformers
     try:
-      notes = hf_layout.notes(config)
-    except hf_layout.Unsupported as e:
+      notes = next((found for part in _mirror_parts()
+                    for found in [part.transformers_notes(config)] if found is not None), None)
+    except errors.InvalidInput as e:
       raise HubError(f"{repo}: {e}") from None
+    if notes is None:
+      raise HubError(f"{repo}: model_type {config['model_type']!r} is not a transformers "
+                     "model vit_jax reads (hf-hub: takes plain ViTs, model_type 'vit')")
     for note in [] if original else notes:
       console.log.warning("%s: %s", repo, note)
   else:
@@ -280,8 +297,9 @@ def fetch_repo(repo: str, dest: str, *, original: bool, differs: Optional[str] =
   _check_architecture(config, repo, original)
   weights = _weights(repo, force=force, verbose=verbose)
   try:
-    flat = npz_layout.to_saved_layout(
-        formats.read_foreign(os.path.dirname(weights["path"]), notes=False))
+    read = formats.read_foreign(os.path.dirname(weights["path"]), notes=False)
+    flat = family_registry.for_arrays(read).released_file.to_arrays(
+        traverse_util.unflatten_dict(read, sep="/"))
   except formats.FormatError as e:
     raise HubError(f"{repo} {transfer.one_line(e)}") from None
   provenance = {
@@ -351,11 +369,23 @@ def hub_local_path(repo: str, directory: str) -> str:
   return os.path.join(directory, HUB_DIR, *repo.split("/")[:-1], repo.split("/")[-1] + ".npz")
 
 
+def fetcher_of(name: str):
+  """The Fetcher of the family whose released name `name` is (one it fetches itself), or
+  None; a path of that name on disk is a path."""
+  if os.path.exists(name):
+    return None
+  return next((family.fetcher for family in family_registry.families()
+               if family.fetcher is not None and family.fetcher.holds(name)), None)
+
+
 def resolve(name_or_url: str, local_dir: str = released.LOCAL_DIR, *, force: bool = False,
             verbose: bool = True) -> str:
   """A local path (or a non-HTTP URL such as gs://my-bucket/x.npz) for anything a user
   may type: released names and URLs, hf-hub: names, paths. Fetches what is missing."""
   text = str(name_or_url)
+  fetcher = fetcher_of(text)
+  if fetcher is not None:
+    return fetcher.fetch(text, local_dir, force=force, verbose=verbose)
   if text.startswith(HUB_PREFIX):
     repo = parse_hub_name(text)
     dest = hub_local_path(repo, local_dir)
@@ -380,7 +410,7 @@ def resolve(name_or_url: str, local_dir: str = released.LOCAL_DIR, *, force: boo
 
 def load_for_inference(checkpoint: str, image_size: Optional[npz.ImageSize] = None, *,
                        allow_nonfinite: bool = False
-                       ) -> Tuple[vit.VisionTransformer, Dict[str, Any], Tuple[int, int]]:
+                       ) -> Tuple[Any, Dict[str, Any], Tuple[int, int]]:
   """(module, params, (height, width)) for the predict, visualize, fewshot and export
   commands.
 
@@ -392,12 +422,12 @@ def load_for_inference(checkpoint: str, image_size: Optional[npz.ImageSize] = No
   """
   path = resolve(checkpoint)
   module, params = npz.load_npz(path, allow_nonfinite=allow_nonfinite)
-  if isinstance(module, mixer.MlpMixer):  # another size: its token-mixing MLPs resized
-    if image_size is not None and npz.side_pair(image_size) != mixer_npz.native_image_size(
-        module, params):
+  if not family_registry.geometry(module).resizes_in_forward:  # loading resizes: reload
+    native = npz.side_pair(npz.native_image_size(module, params))
+    if image_size is not None and npz.side_pair(image_size) != native:
       module, params = npz.load_npz(path, image_size=image_size, strict_image_size=True,
                                     allow_nonfinite=allow_nonfinite)
-    return module, params, mixer_npz.native_image_size(module, params)
+    return module, params, npz.side_pair(npz.native_image_size(module, params))
   if image_size is None:
     return module, params, npz.side_pair(npz.native_image_size(module, params))
   npz.check_image_size(module, image_size, strict=True)

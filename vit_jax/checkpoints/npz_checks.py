@@ -1,11 +1,12 @@
-"""What a released-layout checkpoint must satisfy before it is loaded (vit_jax.checkpoints.npz):
-the model's parameter shapes, an image size the model can run, finite weights; and the
-image size a checkpoint was saved at."""
+"""What a released-layout checkpoint must satisfy before it is loaded, whatever its family
+(vit_jax.checkpoints.npz): the model's parameter shapes, an image size the model can run,
+finite weights."""
 
 import functools
 import logging
 import math
 import numbers
+import re
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import jax
@@ -14,9 +15,7 @@ import numpy as np
 from flax import traverse_util
 
 from vit_jax.base import errors
-from vit_jax.models import posemb
-from vit_jax.families.vit import model as vit
-from vit_jax.families.vit import names as zoo
+from vit_jax.models import family_registry
 
 ImageSize = Union[int, Sequence[int]]
 
@@ -41,7 +40,7 @@ def side_pair(image_size: ImageSize) -> Tuple[int, int]:
                        "(height, width) pair of them")
 
 
-def expected_shapes(module: vit.VisionTransformer, image_size: ImageSize) -> Dict[str, tuple]:
+def expected_shapes(module, image_size: ImageSize) -> Dict[str, tuple]:
   """Flat parameter shapes of `module` at `image_size`, without allocating anything.
 
   Tracing the model for them takes 0.3-0.8 s (ViT-Ti to ViT-L), so it is done once per
@@ -55,7 +54,7 @@ def expected_shapes(module: vit.VisionTransformer, image_size: ImageSize) -> Dic
   return dict(_cached_shapes(module, size))
 
 
-def _traced_shapes(module: vit.VisionTransformer, size: Tuple[int, int]) -> Dict[str, tuple]:
+def _traced_shapes(module, size: Tuple[int, int]) -> Dict[str, tuple]:
   shapes = jax.eval_shape(module.init, jax.random.PRNGKey(0),
                           jnp.zeros((1, *size, 3), jnp.float32))
   return {k: v.shape for k, v in traverse_util.flatten_dict(shapes["params"], sep="/").items()}
@@ -105,14 +104,14 @@ def _size_text(height: int, width: int) -> str:
   return str(height) if height == width else f"{height}x{width}"
 
 
-def check_image_size(module: vit.VisionTransformer, image_size: ImageSize, *,
+def check_image_size(module, image_size: ImageSize, *,
                      strict: bool = False) -> None:
   """Raises ImageSizeError for sizes that give no token or more than MAX_TOKENS, and with
   strict=True for a side that is not a multiple of the model's stride (else that only
   warns: the remainder is dropped, as fine-tuning H/14 at 384 px does by design)."""
   height, width = side_pair(image_size)
-  stride, size = zoo.model_stride(module), _size_text(height, width)
-  grid = zoo.token_grid(module, height), zoo.token_grid(module, width)
+  stride, size = family_registry.stride(module), _size_text(height, width)
+  grid = family_registry.token_grid(module, height), family_registry.token_grid(module, width)
   max_side = math.isqrt(MAX_TOKENS) * stride
   if min(height, width) < 1 or min(grid) < 1:
     raise ImageSizeError(f"image size {size} is smaller than the model's {stride} px patches "
@@ -162,15 +161,17 @@ def check_finite(flat: Dict[str, np.ndarray], path: str) -> None:
         "--config.allow_nonfinite_pretrained=True)")
 
 
-# sincos2d models hold no table to read a resolution from: big_vision trains them at 224.
-SINCOS_IMAGE_SIZE = 224
-
-
-def native_image_size(module: vit.VisionTransformer, params: Any) -> int:
-  """Input side the params' position embedding was made for (224, 384, ...); for a
-  sincos2d model, which works at any size, SINCOS_IMAGE_SIZE."""
-  if module.posemb == "sincos2d":
-    return SINCOS_IMAGE_SIZE
-  num_tokens = params["Transformer"]["posembed_input"]["pos_embedding"].shape[1]
-  side = posemb.square_grid_side(num_tokens - (module.classifier == "token"))
-  return side * zoo.model_stride(module)
+def describe(flat: Dict[str, Any], limit: int = 6) -> str:
+  """What a file holds, for messages about one that is no ViT: its top-level names with
+  their array counts, e.g. 'Transformer/ (150 arrays), head/ (2 arrays), cls' (PyTorch
+  names split at the first '.')."""
+  groups: Dict[str, int] = {}
+  for key in flat:
+    parts = re.split(r"([/.])", key, maxsplit=1)
+    top, sep = parts[0], parts[1] if len(parts) > 1 else ""
+    groups[top + sep] = groups.get(top + sep, 0) + 1
+  names = sorted(groups)
+  shown = [f"{name} ({groups[name]} arrays)" if name.endswith(("/", ".")) else name
+           for name in names[:limit]]
+  more = f" (+{len(names) - limit} more)" if len(names) > limit else ""
+  return ", ".join(shown) + more if shown else "no arrays"

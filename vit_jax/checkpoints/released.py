@@ -15,47 +15,13 @@ downloads since February 2026).
 import os
 import re
 import urllib.parse
-from typing import Optional
+from typing import Dict, List, Optional, Tuple
 
 from vit_jax.base import errors
-from vit_jax.families.vit import names as zoo
+from vit_jax.models import family_registry
 
-BUCKET = "gs://vit_models"
-MIXER_BUCKET = "gs://mixer_models"  # the MLP-Mixers' files, in families of their own
-BUCKET_NAMES = ("vit_models", "mixer_models")
+BUCKET = "gs://vit_models"  # the original repository's bucket
 LOCAL_DIR = "checkpoints"  # where vit_jax.download puts files, relative to the working dir
-FAMILIES = {
-    "imagenet21k": "pre-trained on ImageNet-21k at 224 px (pre_logits + 21843-way head)",
-    "imagenet21k+imagenet2012": "then fine-tuned on ImageNet at 384 px (`-224`: at 224 px)",
-    "augreg": "AugReg ('How to train your ViT'): many pre-training and fine-tuning setups",
-    "sam": "trained on ImageNet-1k with the SAM optimizer, no strong augmentation",
-    "gsam": "trained on ImageNet-1k with the GSAM optimizer",
-    "imagenet1k": "MLP-Mixers trained on ImageNet-1k at 224 px (1000-way head)",
-}
-# gs://mixer_models, as the original README and notebook list it: family -> files. A bare
-# Mixer name means its imagenet21k file (21843-way head, no pre_logits), as for ViTs.
-MIXER_FILES = {
-    "imagenet1k": ("Mixer-B_16", "Mixer-L_16"),
-    "imagenet21k": ("Mixer-B_16", "Mixer-L_16"),
-    "sam": ("Mixer-B_16", "Mixer-B_32"),
-    "gsam": ("Mixer-B_16", "Mixer-B_32", "Mixer-S_16", "Mixer-S_32", "Mixer-S_8"),
-}
-# Models whose paper-era ImageNet-21k file in gs://vit_models/imagenet21k/ starts a
-# bare-name fine-tuning (all but R26+ViT-B_32 have a Hub mirror: hub_mirrors.json).
-ORIGINAL_I21K = ("ViT-B_16", "ViT-B_32", "ViT-L_16", "ViT-L_32", "ViT-H_14",
-                 "R50+ViT-B_16", "R26+ViT-B_32")
-# For the others: the AugReg i21k file that timm mirrors on the Hub (timm's pick among the
-# AugReg release's recommended ones). ViT-B_8 and R50+ViT-L_32 also have paper-era files
-# (imagenet21k/ViT-B_8, imagenet21k/R50+ViT-L_32), which no Hub repository holds.
-AUGREG_I21K = {
-    "ViT-Ti_16": "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0",
-    "ViT-S_16": "S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0",
-    "ViT-S_32": "S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0",
-    "ViT-B_8": "B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0",
-    "R+ViT-Ti_16": "R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0",
-    "R26+ViT-S_32": "R26_S_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.03-do_0.0-sd_0.0",
-    "R50+ViT-L_32": "R50_L_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0",
-}
 AUGREG_INDEX = f"{BUCKET}/augreg/index.csv"  # behind the closed bucket too
 _HTTPS_ROOT = "https://storage.googleapis.com/"
 # The Cloud Storage clients' variable for an emulator: the bucket's HTTPS root moves there.
@@ -68,21 +34,44 @@ def has_scheme(path: str) -> bool:
   return "://" in str(path)
 
 
-def _canonical_file_name(family: str, name: str) -> str:
-  """Fixes the model part's spelling (`vit-b_16` -> `ViT-B_16`): bucket names are case-sensitive.
+def folders() -> Dict[str, str]:
+  """Every family's bucket folders: name -> what its files are (the default family's
+  description where two share a folder name)."""
+  found = {}
+  for family in reversed(family_registry.families()):
+    if family.bucket is not None:
+      for folder, about in family.bucket.folders.items():
+        found.setdefault(folder, about)
+  return found
 
-  Names that are no known model are kept as typed: the buckets hold more than this zoo.
-  """
-  if family == "augreg":  # <model>-<pre-training setup>[--<fine-tuning setup>]
+
+def _bucket_names() -> List[str]:
+  return [family.bucket.url[len("gs://"):] for family in family_registry.families()
+          if family.bucket is not None]
+
+
+def _model_family(name: str):
+  """The family of a model name (any spelling), or None for a name that is no model's."""
+  try:
+    return family_registry.for_model_name(name)
+  except ValueError:
+    return None
+
+
+def _canonical_file_name(folder: str, name: str) -> Tuple[str, str]:
+  """(the bucket holding file NAME of `folder`, NAME with its model part spelt as the bucket
+  spells it: `vit-b_16` -> `ViT-B_16`; bucket names are case-sensitive). Names that are no
+  known model are kept as typed, in the default bucket: the buckets hold more than the
+  names listed here."""
+  if folder == "augreg":  # <model>-<pre-training setup>[--<fine-tuning setup>]
     model, sep, rest = name.partition("-")
-    spell = lambda model: zoo.augreg_name(zoo.canonical_name(model))
   else:  # <released name>[-224]
     model, sep, rest = (name[:-4], "-", "224") if name.endswith("-224") else (name, "", "")
-    spell = zoo.canonical_name
-  try:
-    return spell(model) + sep + rest
-  except ValueError:
-    return name
+  family = _model_family(model)
+  if family is None or family.bucket is None or folder not in family.bucket.folders:
+    return BUCKET, name
+  stem = family.bucket.file_stem(folder, family.names.canonical(model))
+  return family.bucket.url, stem + sep + rest
 
 
 def is_file_name(name: str) -> bool:
@@ -90,44 +79,30 @@ def is_file_name(name: str) -> bool:
   return bool(_FILE_NAME.fullmatch(name)) and ".." not in name
 
 
-def family_url(family: str, name: str) -> str:
-  """gs:// URL of file NAME (with or without `.npz`) of a released family."""
-  if family not in FAMILIES:
+def family_url(folder: str, name: str) -> str:
+  """gs:// URL of file NAME (with or without `.npz`) of a released folder."""
+  known = folders()
+  if folder not in known:
     raise errors.InvalidInput(
-        f"unknown checkpoint family {family!r}; families: {', '.join(FAMILIES)}")
+        f"unknown checkpoint family {folder!r}; families: {', '.join(known)}")
   if not is_file_name(name):
     raise errors.InvalidInput(
-        f"{family}/{name} is no released file name (a name is letters, digits and . _ + = -, "
-        f"never a path): python -m vit_jax.download --list {family} shows what there is")
-  name = _canonical_file_name(family, name[:-len(".npz")] if name.endswith(".npz") else name)
-  if _is_model_name(name) and zoo.is_mixer(name):
-    return f"{MIXER_BUCKET}/{family}/{name}.npz"
-  return f"{BUCKET}/{family}/{name}.npz"
-
-
-def _is_model_name(text: str) -> bool:
-  try:
-    zoo.canonical_name(text)
-  except ValueError:
-    return False
-  return True
+        f"{folder}/{name} is no released file name (a name is letters, digits and . _ + = -, "
+        f"never a path): python -m vit_jax.download --list {folder} shows what there is")
+  bucket, name = _canonical_file_name(
+      folder, name[:-len(".npz")] if name.endswith(".npz") else name)
+  return f"{bucket}/{folder}/{name}.npz"
 
 
 def released_i21k_url(model_name: str) -> str:
   """The ImageNet-21k checkpoint to fine-tune a released model from."""
-  canonical = zoo.canonical_name(model_name)
-  if canonical in MIXER_FILES["imagenet21k"]:
-    return family_url("imagenet21k", canonical)
-  if zoo.is_mixer(canonical):
-    files = [f"{family}/{canonical}" for family, names in MIXER_FILES.items()
-             if canonical in names]
-    raise errors.InvalidInput(f"no released ImageNet-21k file of {canonical}; released: "
-                              f"{', '.join(files) or 'none (train it from scratch)'}")
-  if canonical in ORIGINAL_I21K:
-    return family_url("imagenet21k", canonical)
-  if canonical in AUGREG_I21K:
-    return family_url("augreg", AUGREG_I21K[canonical])
-  raise errors.InvalidInput(f"no released ImageNet-21k checkpoint is known for {canonical}")
+  family = family_registry.for_model_name(model_name)
+  canonical = family.names.canonical(model_name)
+  if family.bucket is None:
+    raise errors.InvalidInput(f"{canonical} is {family.a_title} model, which has no released "
+                              f"files in a bucket ({family.guide})")
+  folder, _, stem = family.bucket.start_file(canonical).partition("/")
+  return family_url(folder, stem)
 
 
 def local_path(url: str, directory: str = LOCAL_DIR) -> str:
@@ -152,9 +127,10 @@ def _https_root() -> str:
 
 
 def is_public(url: str) -> bool:
-  """Read anonymously over HTTPS: gs://vit_models, gs://mixer_models, and any file on
-  storage.googleapis.com."""
-  return str(url).startswith((BUCKET + "/", MIXER_BUCKET + "/", _HTTPS_ROOT))
+  """Read anonymously over HTTPS: the families' buckets (gs://vit_models, ...) and any file
+  on storage.googleapis.com."""
+  return str(url).startswith(tuple(f"gs://{bucket}/" for bucket in _bucket_names())
+                             + (_HTTPS_ROOT,))
 
 
 def https_url(url: str) -> str:
@@ -169,20 +145,21 @@ def https_url(url: str) -> str:
 
 
 def is_bucket_url(url: str) -> bool:
-  """A URL of gs://vit_models or gs://mixer_models, as gs:// or over HTTPS."""
+  """A URL of a family's bucket (gs://vit_models, ...), as gs:// or over HTTPS."""
   url = str(url)
-  return any(url.startswith(root + bucket + "/") for bucket in BUCKET_NAMES
+  return any(url.startswith(root + bucket + "/") for bucket in _bucket_names()
              for root in ("gs://", _HTTPS_ROOT, _https_root()))
 
 
 def bucket_path(url: str) -> str:
   """`FAMILY/FILE.npz` of a released-bucket URL (either form): the mirror table's key
-  (Mixer and ViT file names never collide)."""
+  (the families' file names never collide)."""
   for root in ("gs://", _HTTPS_ROOT, _https_root()):
-    for bucket in BUCKET_NAMES:
+    for bucket in _bucket_names():
       if url.startswith(root + bucket + "/"):
         return urllib.parse.unquote(url[len(root + bucket + "/"):])
-  raise errors.InvalidInput(f"{url} is not in {BUCKET} or {MIXER_BUCKET}")
+  raise errors.InvalidInput(f"{url} is in none of the released buckets "
+                            f"({', '.join('gs://' + b for b in _bucket_names())})")
 
 
 def resolve(name_or_url: str, local_dir: Optional[str] = LOCAL_DIR) -> str:
@@ -193,22 +170,23 @@ def resolve(name_or_url: str, local_dir: Optional[str] = LOCAL_DIR) -> str:
   expanded = os.path.expanduser(str(name_or_url))
   if has_scheme(expanded) or os.path.exists(expanded):
     return expanded
-  family, sep, name = expanded.partition("/")
-  if sep and family in FAMILIES and name:
-    url = family_url(family, name)
+  folder, sep, name = expanded.partition("/")
+  known = folders()
+  if sep and folder in known and name:
+    url = family_url(folder, name)
   elif expanded.endswith(".npz") or expanded.startswith((".", "/")):
     return expanded  # a local file that is missing: load_npz says so
-  elif sep and not _is_model_name(expanded):  # model names may be written ViT-B/16
+  elif sep and _model_family(expanded) is None:  # model names may be written ViT-B/16
     raise errors.InvalidInput(
         f"{name_or_url!r} is neither a file nor FAMILY/NAME: unknown checkpoint "
-        f"family {family!r}; families: {', '.join(FAMILIES)}")
+        f"family {folder!r}; families: {', '.join(known)}")
   else:
     try:
       url = released_i21k_url(expanded)
     except ValueError as e:
       raise errors.InvalidInput(
           f"{name_or_url!r} is not a file, a URL or FAMILY/NAME (families: "
-          f"{', '.join(FAMILIES)}), and as a model name: {e}") from None
+          f"{', '.join(known)}), and as a model name: {e}") from None
   if local_dir is not None and os.path.exists(local_path(url, local_dir)):
     return local_path(url, local_dir)
   return url

@@ -12,12 +12,9 @@ import numpy as np
 
 from vit_jax.base import errors, storage
 from vit_jax.checkpoints import hub, npz
-from vit_jax.families.mixer import npz_file as mixer_npz
-from vit_jax.families.mixer import model as mixer
-from vit_jax.families.mixer import names as mixer_zoo
 from vit_jax.families.vit import naflex_model as naflex_vit
 from vit_jax.families.vit import model as vit
-from vit_jax.families.vit import names as zoo
+from vit_jax.models import family_registry
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # What StableHLO and SavedModel exports are lowered for (lowering needs no such device);
@@ -96,27 +93,13 @@ class Source:
 
   @property
   def architecture(self):
-    """The module's zoo.Architecture, or a Mixer's mixer_zoo.MixerArchitecture."""
-    kind = mixer_zoo.MixerArchitecture if isinstance(self.module, mixer.MlpMixer) else (
-        zoo.Architecture)
-    fields = {f.name for f in dataclasses.fields(kind)}
-    return kind(**{k: getattr(self.module, k) for k in fields})
+    """The settings the module was built with (its family's dataclass: metadata.json)."""
+    return family_registry.for_module(self.module).names.architecture_of(self.module)
 
   @property
   def model_name(self) -> str:
-    """The released name (ViT-B_16, R50+ViT-B_16, Mixer-B_16, ...), or the sizes."""
-    if isinstance(self.module, mixer.MlpMixer):
-      a = self.architecture
-      return zoo.find_name(a) or (f"Mixer(patch={a.patch_size}, width={a.hidden_dim}, "
-                                  f"depth={a.num_blocks})")
-    arch = dataclasses.replace(self.architecture, classifier="token", posemb="learn")
-    name = zoo.find_name(arch) or (
-        f"ViT(patch={arch.patch_size}, width={arch.hidden_size}, depth={arch.num_layers}"
-        f"{', hybrid' if arch.resnet_stages is not None else ''})")
-    variants = [v for v, on in (("gap", self.module.classifier == "gap"),
-                                ("MAP head", self.module.classifier == "map"),
-                                ("sincos2d", self.module.posemb == "sincos2d")) if on]
-    return f"{name} ({', '.join(variants)})" if variants else name
+    """The released name (ViT-B_16, R50+ViT-B_16, ...) with its variants, or the sizes."""
+    return family_registry.for_module(self.module).names.name_of(self.module)
 
 
 def _apply(module: vit.VisionTransformer, params, images):
@@ -147,10 +130,11 @@ def load_source(checkpoint: str, image_size: Optional[npz.ImageSize], dtype: str
     raise ExportError(f"{checkpoint}: {weight_bytes / 2**30:.1f} GiB of weights do not fit "
                       "the 2 GiB that one serialized graph can hold; export a smaller model")
   multi_label = path.endswith(".npz") and npz.read_multi_label(path)
-  if not isinstance(module, mixer.MlpMixer):
+  if family_registry.geometry(module).resizes_in_forward:
     native = npz.side_pair(npz.native_image_size(module, params))
-  else:  # at another size than the file's, its token-mixing MLPs were resized on loading
-    native = size if image_size is None else mixer_npz.native_image_size(*npz.load_npz(path))
+  else:  # at another size than the file's, the params were resized on loading
+    native = size if image_size is None else npz.side_pair(
+        npz.native_image_size(*npz.load_npz(path)))
   found = Source(checkpoint, path, module.clone(dtype=DTYPES[dtype]), params, size, dtype,
                  native, multi_label, max_patches)
   if max_patches:

@@ -29,8 +29,8 @@ from vit_jax.base import errors, no_clobber, object_moves, storage, workdir_file
 from vit_jax.base.console import log
 from vit_jax.checkpoints import hub, npz
 from vit_jax.data.sources import vtab_tasks as tasks_lib
-from vit_jax.families.mixer import model as mixer
-from vit_jax.families.vit import names as zoo
+from vit_jax.families.vit import names as vit_names
+from vit_jax.models import family_registry
 from vit_jax.training import config_defaults
 from vit_jax.training.objectives import classification
 from vit_jax.training.runs import outputs
@@ -136,22 +136,25 @@ def model_settings(checkpoint: str) -> Dict[str, Any]:
   that model's reference dropout), or a base name with every architecture field set.
   A released model name is used as is; anything else is read once to infer it."""
   try:
-    name = zoo.canonical_name(checkpoint)
-    module = None
-  except ValueError:
+    family = family_registry.for_model_name(checkpoint)
+  except errors.InvalidInput:
+    family = None  # a file or URL
+  if family is not None and family.bucket is not None:  # an architecture's released name
+    family.refuse("vtab", checkpoint)
+    name, module = family.names.canonical(checkpoint), None
+  else:  # a file, or a released name its family fetches as a file
     module, _ = npz.load_npz(hub.resolve(checkpoint), num_classes=1)
-  if isinstance(module, mixer.MlpMixer) or (module is None and zoo.is_mixer(name)):
-    raise errors.InvalidInput(
-        f"{checkpoint} is an MLP-Mixer; vit_jax.vtab runs ViTs: fine-tune a Mixer on each task "
-        "with python -m vit_jax.main --config=configs/mixer_b16.py:vtab/TASK")
+    family_registry.for_module(module).refuse("vtab", checkpoint)
   if module is not None:
-    fields = [f.name for f in dataclasses.fields(zoo.Architecture) if f.name != "dropout_rate"]
-    architecture = zoo.Architecture(**{f: getattr(module, f) for f in fields})
-    name = zoo.find_name(architecture)
+    fields = [f.name for f in dataclasses.fields(vit_names.Architecture)
+              if f.name != "dropout_rate"]
+    architecture = vit_names.Architecture(**{f: getattr(module, f) for f in fields})
+    name = vit_names.find_name(architecture)
     if name is None:
       return {"model_name": BASE_MODEL, "model.dropout_rate": 0.0,
               **{f"model.{f}": getattr(architecture, f) for f in fields}}
-  return {"model_name": name, "model.dropout_rate": zoo.get_architecture(name).dropout_rate}
+  return {"model_name": name,
+          "model.dropout_rate": family_registry.architecture(name).dropout_rate}
 
 
 def task_config(base: ml_collections.ConfigDict, run: TaskRun, *, checkpoint: str,

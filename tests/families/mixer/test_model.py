@@ -17,6 +17,8 @@ from vit_jax import create_model
 from vit_jax.base import errors
 from vit_jax.families.mixer import model as mixer
 from vit_jax.families.vit import names as zoo
+from vit_jax.models import model_config
+from vit_jax.models import family_registry
 from vit_jax.training import config_defaults, sharding
 
 TINY_MIXER = dict(patch_size=4, hidden_dim=32, num_blocks=2, tokens_mlp_dim=8,
@@ -124,8 +126,8 @@ def test_table_1_sizes(name):
 @pytest.mark.parametrize("spelling", ["Mixer-B_16", "Mixer-B/16", "mixer-b_16", "mixer_b16",
                                       "mixer_b16_224", "MIXER_B16"])
 def test_short_names(spelling):
-  assert zoo.canonical_name(spelling) == "Mixer-B_16"
-  assert zoo.is_mixer(spelling)
+  assert family_registry.canonical_name(spelling) == "Mixer-B_16"
+  assert family_registry.for_model_name(spelling).name == "mixer"
 
 
 def test_vit_options_a_mixer_lacks_are_one_line():
@@ -245,10 +247,10 @@ def test_a_config_from_a_released_file_builds_the_width_loading_gives():
   """What plan and benchmark build for a fine-tune from a released (224 px) Mixer file at
   448 px: the token-mixing MLPs load_npz's resize gives, 4 copies wide."""
   config = config_defaults.mixer_finetune_config("Mixer-B_16")
-  assert zoo.model_from_config(config, 10).tokens_mlp_dim == 384
+  assert model_config.model_from_config(config, 10).tokens_mlp_dim == 384
   config.pp.crop = 448
-  assert zoo.model_from_config(config, 10).tokens_mlp_dim == 4 * 384
+  assert model_config.model_from_config(config, 10).tokens_mlp_dim == 4 * 384
   config.pretrained = "sam/Mixer-B_16"
-  assert zoo.model_from_config(config, 10).tokens_mlp_dim == 4 * 384
+  assert model_config.model_from_config(config, 10).tokens_mlp_dim == 4 * 384
   config.pretrained = None  # from scratch: the name's width at any size
-  assert zoo.model_from_config(config, 10).tokens_mlp_dim == 384
+  assert model_config.model_from_config(config, 10).tokens_mlp_dim == 384

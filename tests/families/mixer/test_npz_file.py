@@ -10,6 +10,7 @@ from conftest import random_params
 from vit_jax import CheckpointError, create_model, load_npz, read_class_names, save_npz
 from vit_jax.checkpoints import npz
 from vit_jax.families.mixer import model as mixer
+from vit_jax.families.vit import npz_file as vit_npz_file
 
 TINY = dict(patch_size=4, hidden_dim=16, num_blocks=2, tokens_mlp_dim=8, channels_mlp_dim=32)
 IMAGE = 16
@@ -81,7 +82,7 @@ def test_what_cannot_load_is_one_line(saved, kwargs, message):
 
 def test_vit_only_readers_refuse_a_mixer_in_one_line(saved):
   with pytest.raises(CheckpointError, match="is an MLP-Mixer checkpoint; this takes ViT"):
-    npz.read_checkpoint(saved[2])
+    vit_npz_file.read_checkpoint(saved[2])
 
 
 def test_a_feature_extractor_saves_no_head(saved, tmp_path):

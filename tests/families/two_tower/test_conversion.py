@@ -7,7 +7,7 @@ import pytest
 import two_tower_helpers
 from torch_libraries import (  # noqa: F401  # pylint: disable=unused-import
     declare_missing_torchvision_ops, fixture_torch)
-from vit_jax.families.two_tower import conversion as two_tower_convert
+from vit_jax.checkpoints import format_conversion
 from vit_jax.families.two_tower import npz_file as two_tower_load
 from vit_jax.families.two_tower import opening as two_tower_open
 from vit_jax.families.two_tower import model as two_tower
@@ -29,7 +29,7 @@ def test_npz_to_hf_folder_that_transformers_runs_and_back(tmp_path, torch):
   transformers = pytest.importorskip("transformers")
   expected = _saved_siglip(tmp_path / "siglip.npz")
   assert two_tower_open.is_two_tower(str(tmp_path / "siglip.npz"))
-  lines = two_tower_convert.convert_two_tower(str(tmp_path / "siglip.npz"),
+  lines = format_conversion.convert(str(tmp_path / "siglip.npz"),
                                               str(tmp_path / "hf"), to="hf")
   assert lines[-1].endswith("(transformers SiglipModel folder)")
   assert (tmp_path / "hf" / "spiece.model").exists()  # the tokenizer travels along
@@ -39,7 +39,7 @@ def test_npz_to_hf_folder_that_transformers_runs_and_back(tmp_path, torch):
                       pixel_values=torch.tensor(IMAGES.transpose(0, 3, 1, 2))).logits_per_image
   np.testing.assert_allclose(logits.numpy(), expected, rtol=1e-5, atol=1e-5)
   assert two_tower_open.is_two_tower(str(tmp_path / "hf"))
-  two_tower_convert.convert_two_tower(str(tmp_path / "hf"), str(tmp_path / "back.npz"), to="npz")
+  format_conversion.convert(str(tmp_path / "hf"), str(tmp_path / "back.npz"), to="npz")
   assert (tmp_path / "back.model").exists()
   again, params, _ = two_tower_load.load_two_tower(str(tmp_path / "back.npz"))
   np.testing.assert_array_equal(
@@ -55,7 +55,7 @@ def test_lit_has_no_hf_form_and_vit_files_are_no_source(tmp_path):
   two_tower_load.save_two_tower(two_tower_helpers.random_params(model, 8),
                                 str(tmp_path / "l.npz"))
   with pytest.raises(ValueError, match="LiT models stay .npz files"):
-    two_tower_convert.convert_two_tower(str(tmp_path / "l.npz"), str(tmp_path / "hf"), to="hf")
+    format_conversion.convert(str(tmp_path / "l.npz"), str(tmp_path / "hf"), to="hf")
   assert not (tmp_path / "hf").exists()
   np.savez(tmp_path / "vit.npz", **{"embedding/kernel": np.zeros((8, 8, 3, 16), np.float32)})
   assert not two_tower_open.is_two_tower(str(tmp_path / "vit.npz"))

@@ -16,6 +16,7 @@ from vit_jax.checkpoints import npz, transfer
 from vit_jax.families.two_tower import hf_layout as siglip_hf
 from vit_jax.families.two_tower import npz_file as two_tower_load
 from vit_jax.families.two_tower import names as two_tower_names
+from vit_jax.checkpoints import hub
 
 NAME = "SigLIP-B_16-224"
 REPO_NAME = two_tower_names.NAMES[NAME].repo
@@ -90,11 +91,11 @@ def test_list_shows_the_two_tower_names():
 
 
 def test_a_released_name_resolves_to_its_fetched_folder_whose_tower_classifies(servers):
-  path = two_tower_names.resolve(NAME)  # what config.pretrained=SigLIP-B_16-224 loads
+  path = hub.resolve(NAME)  # what config.pretrained=SigLIP-B_16-224 loads
   assert path == two_tower_names.local_path(NAME) and path.endswith(f"two-tower/{NAME}")
   module, params = npz.load_npz(path, num_classes=3)
   assert module.classifier == "map" and params["head"]["kernel"].shape == (16, 3)
-  assert two_tower_names.resolve(path) == path  # anything else: as hub.resolve
+  assert hub.resolve(path) == path  # anything else: as hub.resolve
 
 
 @pytest.mark.parametrize("name, config, start", [

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import init_params, tiny_model
 from vit_jax.models import encoder_blocks
-from vit_jax.families.vit import names as zoo
+from vit_jax.models import model_config
 from vit_jax.training import config_defaults
 
 RATE = 0.5
@@ -161,7 +161,7 @@ def test_config_key_reaches_the_model():
   config = config_defaults.get_config()
   assert config.model.stochastic_depth == 0.0
   config.model.stochastic_depth = 0.1
-  assert zoo.model_from_config(config, num_classes=3).stochastic_depth == 0.1
+  assert model_config.model_from_config(config, num_classes=3).stochastic_depth == 0.1
   config.model.stochastic_depth = 1.0
   with pytest.raises(ValueError, match="^config.model: stochastic_depth=1.0 must be in"):
-    zoo.check_config(config)
+    model_config.check_config(config)

@@ -7,6 +7,10 @@ import pytest
 
 from vit_jax.families.vit import names as zoo
 
+from vit_jax.models import model_config
+
+from vit_jax.models import family_registry
+
 PARAMS_AT_224_1000_CLASSES = {
     "ViT-Ti_16": 5_717_416, "ViT-S_16": 22_050_664, "ViT-B_16": 86_567_656,
     "ViT-L_16": 304_326_632, "ViT-H_14": 632_045_800, "ViT-B_8": 86_576_872,
@@ -29,7 +33,7 @@ def test_zoo_is_the_facts_table():
 
 @pytest.mark.parametrize("name", sorted(PARAMS_AT_224_1000_CLASSES))
 def test_parameter_count(name):
-  module = zoo.create_model(name, num_classes=1000)
+  module = family_registry.create_model(name, num_classes=1000)
   assert count_params(module) == PARAMS_AT_224_1000_CLASSES[name]
 
 
@@ -40,23 +44,23 @@ def test_parameter_count(name):
     ("ViT-B/16", "ViT-B_16"), ("H/14", "ViT-H_14"), ("R50+ViT-B/16", "R50+ViT-B_16"),
 ])
 def test_augreg_and_case_insensitive_names(short, released):
-  assert zoo.canonical_name(short) == released
+  assert family_registry.canonical_name(short) == released
 
 
 def test_unknown_name_lists_close_matches():
   with pytest.raises(ValueError, match=r"unknown model name 'ViT-B_17'.*ViT-B_16"):
-    zoo.create_model("ViT-B_17", num_classes=10)
+    family_registry.create_model("ViT-B_17", num_classes=10)
 
 
 def test_unknown_override_is_rejected_with_valid_options():
   with pytest.raises(TypeError, match="unknown model option.*dropout.*valid options"):
-    zoo.create_model("ViT-B_16", num_classes=10, dropout=0.1)
+    family_registry.create_model("ViT-B_16", num_classes=10, dropout=0.1)
 
 
 def test_overrides_and_reference_dropout_defaults():
-  assert zoo.create_model("ViT-L_16", num_classes=10).dropout_rate == 0.1
-  assert zoo.create_model("ViT-B_16", num_classes=10).dropout_rate == 0.0
-  model = zoo.create_model("ViT-B_16", num_classes=10, representation_size=768)
+  assert family_registry.create_model("ViT-L_16", num_classes=10).dropout_rate == 0.1
+  assert family_registry.create_model("ViT-B_16", num_classes=10).dropout_rate == 0.0
+  model = family_registry.create_model("ViT-B_16", num_classes=10, representation_size=768)
   assert model.representation_size == 768
 
 
@@ -65,8 +69,8 @@ def test_overrides_and_reference_dropout_defaults():
     ("R50+ViT-B_16", 384, 24), ("R26+ViT-S_32", 224, 7), ("R+ViT-Ti_16", 224, 7),
 ])
 def test_token_grid_matches_the_model(name, side, grid):
-  module = zoo.create_model(name, num_classes=10)
-  assert zoo.token_grid(module, side) == grid
+  module = family_registry.create_model(name, num_classes=10)
+  assert family_registry.token_grid(module, side) == grid
   shapes = jax.eval_shape(module.init, jax.random.PRNGKey(0), jnp.zeros((1, side, side, 3)))
   posemb = shapes["params"]["Transformer"]["posembed_input"]["pos_embedding"]
   assert posemb.shape[1] == grid * grid + 1
@@ -84,13 +88,13 @@ def test_token_grid_matches_the_model(name, side, grid):
 ])
 def test_out_of_range_options_are_one_line(name, options, message):
   with pytest.raises(ValueError, match=message):
-    zoo.create_model(name, **options)
+    family_registry.create_model(name, **options)
 
 
 def test_patch_size_of_a_config_is_its_override_else_the_model_names():
   from vit_jax.training import siglip_recipe
-  assert zoo.patch_size(siglip_recipe.classifier_config("So400m_14")) == 14  # override
+  assert model_config.patch_size(siglip_recipe.classifier_config("So400m_14")) == 14  # override
   config = siglip_recipe.classifier_config("B_16")
   config.model.patch_size = None  # the demo configs' "not set"
   config.model_name = "ViT-B_32"
-  assert zoo.patch_size(config) == 32
+  assert model_config.patch_size(config) == 32

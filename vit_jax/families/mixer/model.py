@@ -170,10 +170,3 @@ def to_block_layout(params: Dict[str, Any]) -> Dict[str, Any]:
 def is_mixer_params(params: Any) -> bool:
   """Whether a (nested or flat '/'-keyed) parameter tree is a Mixer's: it has a `stem`."""
   return any(str(key).split("/", 1)[0] == "stem" for key in params)
-
-
-
-def released_block_layout(params: Dict[str, Any]) -> Dict[str, Any]:
-  """A ViT's or a Mixer's params with scan-stacked blocks split per block (the files'
-  layout); encoder_blocks.to_block_layout and to_block_layout by family."""
-  return to_block_layout(params) if is_mixer_params(params) else encoder_blocks.to_block_layout(params)

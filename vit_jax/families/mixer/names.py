@@ -2,16 +2,16 @@
 released-style names.
 
 `Mixer-B_16` (the original's configs/models.py spelling) also answers to the paper's
-`Mixer-B/16` and to timm's `mixer_b16` / `mixer_b16_224`; vit_jax.families.vit.names resolves the
-names of both families and builds either module.
+`Mixer-B/16` and to timm's `mixer_b16` / `mixer_b16_224`. The family contract's Names part.
 """
 
 import dataclasses
 import re
-from typing import List
+from typing import List, Optional
 
-from vit_jax.base import errors
+from vit_jax.base import config_checks, errors
 from vit_jax.families.mixer import model as mixer
+from vit_jax.models import model_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,8 +71,58 @@ def short_names(name: str) -> List[str]:
   return [f"mixer_{size.lower()}{patch}", f"mixer_{size.lower()}{patch}_224"]
 
 
+def released() -> List[str]:
+  return list(RELEASED)
+
+
+def spellings() -> List[str]:
+  """Released names first, then timm's."""
+  return list(RELEASED) + [short for name in RELEASED for short in short_names(name)]
+
+
+_BY_LOWER_NAME = {spelling.lower().replace("-", "_"): name for name in RELEASED
+                  for spelling in [name] + short_names(name)}
+
+
+def canonical(name: str) -> Optional[str]:
+  """The released name of any spelling (`Mixer-B/16`, `mixer_b16_224`), or None."""
+  return _BY_LOWER_NAME.get(name.strip().lower().replace("/", "_").replace("-", "_"))
+
+
+def architecture(name: str) -> MixerArchitecture:
+  return RELEASED[canonical(name)]
+
+
+def find_name(architecture_: MixerArchitecture) -> Optional[str]:
+  return next((name for name, candidate in RELEASED.items() if candidate == architecture_),
+              None)
+
+
+def architecture_of(module: mixer.MlpMixer) -> MixerArchitecture:
+  return MixerArchitecture(**{f.name: getattr(module, f.name)
+                              for f in dataclasses.fields(MixerArchitecture)})
+
+
+def name_of(module: mixer.MlpMixer) -> str:
+  """The released name of a module's sizes, or the sizes."""
+  found = find_name(architecture_of(module))
+  return found or (f"Mixer(patch={module.patch_size}, width={module.hidden_dim}, "
+                   f"depth={module.num_blocks})")
+
+
+def from_config(config, num_classes: int) -> mixer.MlpMixer:
+  """The Mixer a training config builds (from a released Mixer file: with the token-mixing
+  width loading gives it)."""
+  module = create(config.model_name, num_classes=num_classes,
+                  representation_size=config.model.representation_size,
+                  **model_config.config_overrides(config))
+  return width_from_released_file(module, config.get("pretrained"), config.pp.crop)
+
+
 def create(name: str, *, num_classes: int, **overrides) -> mixer.MlpMixer:
   """An MlpMixer for a released Mixer name; overrides replace MlpMixer attributes."""
+  config_checks.check_model_options(num_classes, overrides)
+  name = canonical(name)
   for key in ATTENTION_ONLY:
     overrides.pop(key, None)
   if overrides.get("patch_size") is None:

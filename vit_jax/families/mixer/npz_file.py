@@ -1,4 +1,5 @@
-"""Released MLP-Mixer .npz files -> (MlpMixer, params), for vit_jax.checkpoints.npz.load_npz.
+"""Released MLP-Mixer .npz files <-> (MlpMixer, params): the family contract's ReleasedFile
+part, which vit_jax.checkpoints.npz.load_npz and save_npz ask.
 
 A Mixer file is told apart from a ViT file by its keys (a `stem` conv where a ViT has an
 `embedding`); its architecture is read off the shapes, as for a ViT. Another image size
@@ -8,7 +9,7 @@ exists, and fails in one line where none does, before anything is built.
 
 import dataclasses
 import math
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 from flax import traverse_util
@@ -22,13 +23,10 @@ from vit_jax.families.mixer import model as mixer
 from vit_jax.families.mixer import resize as mixer_resize
 from vit_jax.families.mixer import names as mixer_zoo
 from vit_jax.families.vit import names as zoo
+from vit_jax.models import family_registry
 
 STEM = "stem/kernel"
 TOKENS = "MixerBlock_0/token_mixing/Dense_0/kernel"
-
-
-def holds_mixer(flat: Dict[str, Any]) -> bool:
-  return STEM in flat
 
 
 def infer(flat: Dict[str, np.ndarray], path: str
@@ -53,15 +51,15 @@ def _check_name(architecture, model_name: Optional[str], overrides: dict, path: 
   resolution)."""
   if model_name is None:
     return
-  named = zoo.get_architecture(model_name)
+  named = family_registry.architecture(model_name)
   if isinstance(named, mixer_zoo.MixerArchitecture):
     named = dataclasses.replace(named, **{k: v for k, v in overrides.items()
                                           if k in named.as_kwargs() and v is not None})
   if not isinstance(named, mixer_zoo.MixerArchitecture) or (
       dataclasses.replace(named, tokens_mlp_dim=1) != dataclasses.replace(
           architecture, tokens_mlp_dim=1)) or architecture.tokens_mlp_dim % named.tokens_mlp_dim:
-    found = zoo.find_name(architecture) or "a Mixer of other sizes"
-    raise CheckpointError(f"{path} holds {found}, not a {zoo.canonical_name(model_name)}: pass "
+    found = mixer_zoo.find_name(architecture) or "a Mixer of other sizes"
+    raise CheckpointError(f"{path} holds {found}, not a {family_registry.canonical_name(model_name)}: pass "
                           "the right model_name, or none to infer it from the file")
 
 
@@ -133,10 +131,23 @@ def load(arrays: Dict[str, np.ndarray], path: str, *, image_size: Optional[Image
   return module, mixer.to_scan_layout(params) if module.scan_layers else params
 
 
-def native_image_size(module: mixer.MlpMixer, params: Dict[str, Any]) -> Tuple[int, int]:
-  """The (square) image size a Mixer's params run at: their token-mixing MLPs' patch count
+def native_image_size(module: mixer.MlpMixer, params: Dict[str, Any]) -> int:
+  """The (square) image side a Mixer's params run at: their token-mixing MLPs' patch count
   times the patch size (per-block or scan-stacked params)."""
   block = params.get("MixerBlock_0") or params[mixer.SCANNED_BLOCKS]
   tokens = block["token_mixing"]["Dense_0"]["kernel"].shape[-2]
-  side = file_grid(tokens, None, module.patch_size, "the Mixer")[0] * module.patch_size
-  return side, side
+  return file_grid(tokens, None, module.patch_size, "the Mixer")[0] * module.patch_size
+
+
+def recognises(arrays: Mapping[str, Any]) -> bool:
+  """A Mixer file has a `stem` conv where a ViT has an `embedding`."""
+  return STEM in arrays
+
+
+def holds(params: Any) -> bool:
+  return isinstance(params, Mapping) and mixer.is_mixer_params(params)
+
+
+def to_arrays(params: Any) -> Dict[str, np.ndarray]:
+  """A Mixer's params (per-block or scan_layers) as the released file's flat arrays."""
+  return traverse_util.flatten_dict(mixer.to_block_layout(params), sep="/")

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from vit_jax.base import console, errors
 from vit_jax.checkpoints import torch_layout
 from vit_jax.families.vit import timm_layout
 from vit_jax.checkpoints.torch_layout import Flat, linear, norm, Rule
@@ -76,3 +77,20 @@ def from_timm(state: Flat) -> Flat:
   """A timm MlpMixer state dict -> released-layout arrays (LayoutMismatch for strays)."""
   return torch_layout.from_torch({k: np.asarray(v) for k, v in state.items()}, rules(), 1,
                                  "timm MlpMixer")
+
+
+def recognises(state: Dict[str, Any], config: Dict[str, Any]) -> bool:
+  del config
+  return is_timm_mixer(state)
+
+
+def to_released(state: Flat, config: Dict[str, Any], *, notes: bool) -> Flat:
+  """A timm MlpMixer state dict in the released layout; notes: log timm's exact GELU."""
+  del config
+  try:
+    flat = from_timm(state)
+  except torch_layout.LayoutMismatch as e:
+    raise errors.InvalidInput(str(e)) from None
+  if notes:
+    console.log.warning(GELU_NOTE)
+  return flat

@@ -6,7 +6,9 @@ it, as LiT ships NAME.txt / NAME.model), or a SigLIP-shaped model -> a SiglipMod
 import json
 import os
 import shutil
-from typing import List
+from typing import Dict, List, Optional
+
+import numpy as np
 
 from flax import traverse_util
 
@@ -17,6 +19,7 @@ from vit_jax.families.two_tower import npz_file as two_tower_load
 
 KIND = format_conversion.KIND
 TARGETS = ("npz", "hf")
+default_target = "hf"  # a DST folder: a SiglipModel folder
 
 
 def _tokenizer_name(tokenizer: str, to: str, dst: str) -> str:
@@ -29,10 +32,21 @@ def _tokenizer_name(tokenizer: str, to: str, dst: str) -> str:
       suffix, os.path.basename(tokenizer)))
 
 
-def convert_two_tower(src: str, dst: str, *, to: str, overwrite: bool = False) -> List[str]:
-  """src -> dst in `to` ('npz' or 'hf'); the lines saying what was read and written."""
+def convert(src: str, arrays: Dict[str, np.ndarray], dst: str, to: str, *,
+            model_name: Optional[str], image_size: Optional[int], patch_size: Optional[int],
+            pre_logits: Optional[str], overwrite: bool) -> List[str]:
+  """src -> dst in `to` ('npz' or 'hf'); the lines saying what was read and written. The
+  pair is read again as load_two_tower reads it (its tokenizer, its text length)."""
+  del arrays
   if to not in TARGETS:
     raise errors.InvalidInput(f"two-tower models convert to {' or '.join(TARGETS)}, not {to}")
+  given = [f"--{flag}" for flag, value in (("model", model_name), ("image_size", image_size),
+                                           ("patch_size", patch_size),
+                                           ("pre_logits", pre_logits)) if value is not None]
+  if given:
+    raise format_conversion.ConversionError(
+        f"{src} is a two-tower (LiT / SigLIP) model, converted as it is: leave out "
+        f"{', '.join(given)}")
   model, params, info = two_tower_load.load_two_tower(src)
   lines = [f"read {src}: a {info.family} two-tower model ({info.source})"]
   if to == "npz":

@@ -207,3 +207,19 @@ def config_for(model: two_tower.TwoTower, image_size: int) -> Dict[str, Any]:
                         "image_size": image_size, "patch_size": img.patch_size, "num_channels": 3,
                         "model_type": "siglip_vision_model"},
   }
+
+
+def recognises(state: Dict[str, Any], config: Dict[str, Any]) -> bool:
+  """A SigLIP / SigLIP 2 folder (its config.json's model_type)."""
+  del state
+  return config.get("model_type") in KINDS
+
+
+def to_released(state: Flat, config: Dict[str, Any], *, notes: bool) -> Flat:
+  """Its two towers' arrays (`img/...`: what a classifier fine-tuned from it loads)."""
+  del notes
+  try:
+    model_from_config(config)  # refuses what vit_jax's SigLIP cannot run
+  except errors.InvalidInput as e:
+    raise errors.InvalidInput(f"is a SigLIP folder that vit_jax cannot read: {e}") from None
+  return from_hf(state, config)

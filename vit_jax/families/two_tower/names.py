@@ -15,9 +15,11 @@ import os
 from typing import Dict, List, Optional
 
 from vit_jax.base import errors, storage
-from vit_jax.checkpoints import hub, released, transfer
+from vit_jax.checkpoints import hub, transfer
+from vit_jax.checkpoints import released as bucket
 
 FOLDER = "two-tower"  # DIR/two-tower/NAME (a Hub folder) or DIR/lit/NAME.npz
+folder = FOLDER  # the family contract's Fetcher part: `download --list two-tower`
 HUB_FILES = ("config.json", "model.safetensors")
 HUB_TOKENIZERS = ("spiece.model", "tokenizer.model", "tokenizer.json")  # whichever it has
 
@@ -102,13 +104,59 @@ def as_model_name(model_name: str) -> Optional[str]:
           f"--list names them)")
 
 
+def released() -> List[str]:
+  return list(NAMES)
+
+
+def spellings() -> List[str]:
+  return list(NAMES)
+
+
+_PREFIXES = ("lit-", "siglip-", "siglip2-")
+
+
+def canonical(name: str) -> Optional[str]:
+  """The released name (case ignored); a name of the family's pattern that is not released
+  (SigLIP2-B_16) is still the family's, so that building it says what to do instead."""
+  name = str(name).strip()
+  found = next((n for n in NAMES if n.lower() == name.lower()), None)
+  return found or (name if name.lower().startswith(_PREFIXES) else None)
+
+
+def architecture(name: str) -> Entry:
+  if name not in NAMES:
+    raise errors.InvalidInput(as_model_name(name))
+  return NAMES[name]
+
+
+def create(name: str, *, num_classes: int, **overrides):
+  """Two-tower models are made from their files (vit_jax.load_two_tower, zero-shot), not
+  built by name: one line that says so."""
+  del num_classes, overrides
+  raise errors.InvalidInput(as_model_name(name))
+
+
+def from_config(config, num_classes: int):
+  del num_classes
+  raise errors.InvalidInput(as_model_name(config.model_name))
+
+
+def architecture_of(module) -> Dict[str, object]:
+  """A TwoTower's settings: its image and text towers' attributes."""
+  return {"family": module.family, "img": module.img, "txt": module.txt}
+
+
+def name_of(module) -> str:
+  return f"{module.family} two-tower model"
+
+
 def listing() -> List[str]:
   """One line per name: where it comes from."""
   return [f"{name}  ({entry.family}; {'hf-hub:' + entry.repo if entry.repo else entry.bucket})"
           for name, entry in NAMES.items()]
 
 
-def local_path(name: str, directory: str = released.LOCAL_DIR) -> str:
+def local_path(name: str, directory: str = bucket.LOCAL_DIR) -> str:
   entry = NAMES[name]
   if entry.repo:
     return os.path.join(directory, FOLDER, name)
@@ -129,7 +177,7 @@ def _fetch_hub(entry: Entry, dest: str, *, force: bool, verbose: bool) -> str:
   return dest
 
 
-def fetch(name: str, directory: str = released.LOCAL_DIR, *, force: bool = False,
+def fetch(name: str, directory: str = bucket.LOCAL_DIR, *, force: bool = False,
           verbose: bool = True) -> str:
   """The local path of released model `name` (a Hub folder or an .npz with its vocabulary),
   fetched unless it is there."""
@@ -142,11 +190,9 @@ def fetch(name: str, directory: str = released.LOCAL_DIR, *, force: bool = False
   if entry.repo:
     return _fetch_hub(entry, dest, force=force, verbose=verbose)
   vocabulary = os.path.splitext(dest)[0] + os.path.splitext(entry.vocabulary)[1]
-  transfer.fetch(released.https_url(entry.vocabulary), vocabulary, verbose=verbose)
-  return transfer.fetch(released.https_url(entry.bucket), dest, verbose=verbose)
+  transfer.fetch(bucket.https_url(entry.vocabulary), vocabulary, verbose=verbose)
+  return transfer.fetch(bucket.https_url(entry.bucket), dest, verbose=verbose)
 
 
-def resolve(name_or_path: str) -> str:
-  """A local path for config.pretrained: a released two-tower name fetched (its Hub folder
-  or bucket file: a classifier reads its image tower), anything else as hub.resolve."""
-  return fetch(name_or_path) if name_or_path in NAMES else hub.resolve(name_or_path)
+def holds(name: str) -> bool:
+  return name in NAMES

@@ -11,7 +11,7 @@ size of its position table, and the tokenizer file found beside it (if any).
 import dataclasses
 import io
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -19,7 +19,8 @@ import numpy as np
 from flax import traverse_util
 
 from vit_jax.base import errors, storage
-from vit_jax.checkpoints import formats, npz, npz_archive
+from vit_jax.checkpoints import formats, npz, npz_archive, npz_checks
+from vit_jax.families.vit import npz_file as vit_npz_file
 from vit_jax.families.vit import npz_layout
 from vit_jax.families.two_tower import hf_layout as siglip_hf
 from vit_jax.families.two_tower import npz_layout as two_tower_layout
@@ -100,7 +101,7 @@ def _read(path: str, bert_heads: Optional[int]):
   arrays = npz_archive.read_npz(path)
   if not two_tower_layout.is_two_tower(arrays):
     raise npz.CheckpointError(f"{path} is not a two-tower (LiT / SigLIP) file: it has "
-                              f"{npz_layout.describe(arrays)}; for a ViT use load_npz")
+                              f"{npz_checks.describe(arrays)}; for a ViT use load_npz")
   flat = {k: np.asarray(v, np.float32) for k, v in two_tower_layout.to_ours(arrays).items()}
   model, flat = two_tower_layout.build_model(flat, bert_heads)
   return model, flat, "npz", None
@@ -118,7 +119,7 @@ def load_two_tower(path: str, *, bert_heads: Optional[int] = None
   model, flat, source, config = _read(path, bert_heads)
   is_bert = isinstance(model.txt, text_tower.BertTextEncoder)
   text_length = LIT_TEXT_LENGTH if is_bert else model.txt.max_len
-  npz.check_finite(flat, path)
+  npz_checks.check_finite(flat, path)
   check_params(model, flat, path, text_length)
   info = TwoTowerInfo(model.family, text_length, _image_size(model, flat),
                       _tokenizer_beside(path), "bert" if is_bert else "transformer", source,
@@ -131,10 +132,40 @@ def save_two_tower(params: Any, path: str) -> None:
   class-token image towers), which load_two_tower and big_vision read."""
   if isinstance(params, dict) and set(params) == {"params"}:
     params = params["params"]
-  flat = traverse_util.flatten_dict(params, sep="/")
-  if not two_tower_layout.is_two_tower(flat):
+  if not holds(params):
     raise errors.InvalidInput("save_two_tower takes TwoTower params (img, txt, t[, b])")
-  flat = two_tower_layout.to_big_vision({k: np.asarray(v, np.float32) for k, v in flat.items()})
+  flat = to_arrays(params)
   buffer = io.BytesIO()
   np.savez(buffer, **flat)
   storage.write_atomic(os.fspath(path), buffer.getvalue())
+
+
+def recognises(arrays: Mapping[str, Any]) -> bool:
+  return two_tower_layout.is_two_tower(arrays)
+
+
+def load(arrays: Mapping[str, np.ndarray], path: str, *, num_classes: Optional[int] = None,
+         **options) -> Tuple[Any, Dict[str, Any]]:
+  """load_npz of a two-tower file: its image tower as a ViT with a new head (num_classes;
+  0: its features); the pair itself loads with load_two_tower."""
+  if num_classes is None:
+    raise npz.CheckpointError(
+        f"{path} is a two-tower (LiT / SigLIP) model: score classes zero-shot with --classes="
+        "cat,dog,... (python -m vit_jax.predict or vit_jax.zeroshot), load it with "
+        "vit_jax.load_two_tower, or read its image tower's features with num_classes=0")
+  return vit_npz_file.load(arrays, path, num_classes=num_classes, **options)
+
+
+def holds(params: Any) -> bool:
+  return isinstance(params, Mapping) and {"img", "txt"} <= set(params)
+
+
+def to_arrays(params: Any) -> Dict[str, np.ndarray]:
+  """TwoTower params in big_vision's layout, as save_two_tower writes them."""
+  flat = traverse_util.flatten_dict(params, sep="/")
+  return two_tower_layout.to_big_vision({k: np.asarray(v, np.float32) for k, v in flat.items()})
+
+
+def native_image_size(module: two_tower.TwoTower, params: Any) -> Optional[int]:
+  """The side the image tower's position table was trained at (None: any)."""
+  return _image_size(module, traverse_util.flatten_dict(params, sep="/"))

@@ -15,6 +15,7 @@ import numpy as np
 from flax import traverse_util
 
 from vit_jax.base import errors
+from vit_jax.checkpoints import npz_checks
 from vit_jax.families.vit import npz_layout
 from vit_jax.families.two_tower import text_tower
 from vit_jax.families.two_tower import model as two_tower
@@ -139,7 +140,7 @@ def build_model(flat: Flat, bert_heads: Optional[int] = None
   missing = [k for k in ("t",) if k not in flat]
   if missing or not img or not txt:
     raise errors.InvalidInput("the file is no complete two-tower model: it needs img/, txt/ "
-                              f"and t arrays, and has {npz_layout.describe(flat)}")
+                              f"and t arrays, and has {npz_checks.describe(flat)}")
   try:
     architecture, head, representation = npz_layout.infer_architecture(img)
   except KeyError as e:

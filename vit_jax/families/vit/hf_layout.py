@@ -17,7 +17,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from vit_jax.base import errors
 from vit_jax.families.vit import npz_layout
+from vit_jax.base import console
+from vit_jax.checkpoints import torch_layout
 from vit_jax.checkpoints.torch_layout import linear, norm, projections, Rule, rule
+from vit_jax.families.vit import config_consistency, timm_layout
 from vit_jax.families.vit import names as zoo
 
 BLOCK = "Transformer/encoderblock_{i}"
@@ -114,7 +117,7 @@ def prefix_of(state) -> str:
   return "vit." if any(key.startswith("vit.") for key in state) else ""
 
 
-def notes(cfg: Dict[str, Any]) -> List[str]:
+def config_notes(cfg: Dict[str, Any]) -> List[str]:
   """Refusals (raised) and notes (returned) for an HF ViT config that is not ours."""
   if cfg.get("model_type", "vit") != "vit":
     raise Unsupported(f"model_type {cfg['model_type']!r} is not transformers' plain ViT "
@@ -135,3 +138,27 @@ def notes(cfg: Dict[str, Any]) -> List[str]:
   if cfg.get("pooler_act", "tanh") != "tanh":
     raise Unsupported(f"pooler_act={cfg['pooler_act']!r}: vit_jax's pre_logits layer is tanh")
   return found
+
+
+def recognises(state: Dict[str, Any], config: Dict[str, Any]) -> bool:
+  """A Hugging Face ViT state dict (its patch-embedding projection)."""
+  del config
+  return any(".patch_embeddings.projection." in key
+             or key.startswith("embeddings.patch_embeddings") for key in state)
+
+
+def to_released(state: Dict[str, Any], config: Dict[str, Any], *, notes: bool) -> Dict[str, Any]:
+  """A Hugging Face ViT state dict (with its config.json) in the released layout; notes:
+  log what transformers computes differently (refuses what vit_jax does not compute)."""
+  for note in config_notes(config):  # raises for models it does not map
+    if notes:
+      console.log.warning(note)
+  width = state[prefix_of(state) +
+                "embeddings.patch_embeddings.projection.weight"].shape[0]
+  heads = config.get("num_attention_heads") or timm_layout.heads_for({}, None, width)
+  try:
+    flat = torch_layout.from_torch(state, rules(prefix_of(state)), heads, "Hugging Face")
+  except torch_layout.LayoutMismatch as e:
+    raise Unsupported(str(e)) from None
+  config_consistency.check(config, flat, "hf")
+  return flat

@@ -1,21 +1,16 @@
-"""The released model zoo: names -> architecture hyper-parameters.
+"""The released ViTs by name (the family contract's Names part): names -> architecture
+hyper-parameters.
 
 Every model answers to its released name (`ViT-B_16`, `R50+ViT-B_16`) and to its
-AugReg short name (`B_16`, `R50_B_16`); lookups ignore case. The MLP-Mixers
-(vit_jax.families.mixer.names: `Mixer-B_16`, `mixer_b16`) are looked up and built here too.
+AugReg short name (`B_16`, `R50_B_16`); lookups ignore case.
 """
 
 import dataclasses
-import difflib
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
-import jax.numpy as jnp
-
-from vit_jax.base import config_checks, errors
-from vit_jax.families.mixer import model as mixer
-from vit_jax.families.mixer import names as mixer_zoo
-from vit_jax.families.vit import hybrid_stem as resnet
+from vit_jax.base import config_checks
 from vit_jax.families.vit import model as vit
+from vit_jax.models import model_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,48 +67,28 @@ _BY_LOWER_NAME = {}
 for _name in RELEASED:
   _BY_LOWER_NAME[_name.lower()] = _name
   _BY_LOWER_NAME[augreg_name(_name).lower()] = _name
-for _name in mixer_zoo.RELEASED:
-  for _short in [_name] + mixer_zoo.short_names(_name):
-    _BY_LOWER_NAME[_short.lower().replace("-", "_")] = _name
-    _BY_LOWER_NAME[_short.lower()] = _name
 
 
-def all_names() -> list:
-  """Every accepted name: released names first (ViT, then Mixer), then short names."""
-  return (list(RELEASED) + list(mixer_zoo.RELEASED) + [augreg_name(name) for name in RELEASED]
-          + [short for name in mixer_zoo.RELEASED for short in mixer_zoo.short_names(name)])
+def released() -> List[str]:
+  return list(RELEASED)
 
 
-def is_mixer(name: str) -> bool:
-  """Whether a model name (any accepted spelling) is an MLP-Mixer's."""
-  return canonical_name(name) in mixer_zoo.RELEASED
+def architecture(name: str) -> Architecture:
+  return RELEASED[canonical(name)]
 
 
-def canonical_name(name: str) -> str:
-  """The released name for `name` (also in the paper's notation, `ViT-B/16`), or a
-  ValueError listing close matches."""
-  if not isinstance(name, str):
-    raise errors.InvalidInput(f"model name must be a string such as 'ViT-B_16', got {name!r}")
-  found = _BY_LOWER_NAME.get(name.strip().lower().replace("/", "_"))
-  if found is None:
-    close = difflib.get_close_matches(name, all_names(), n=4, cutoff=0.5)
-    hint = f"did you mean {', '.join(close)}?" if close else (
-        f"known: {', '.join([*RELEASED, *mixer_zoo.RELEASED])}")
-    raise errors.InvalidInput(f"unknown model name {name!r}; {hint}")
-  return found
+def spellings() -> List[str]:
+  """Every accepted name: released names first, then the AugReg short names."""
+  return list(RELEASED) + [augreg_name(name) for name in RELEASED]
 
 
-def get_architecture(name: str):
-  """The Architecture of a ViT name, or the MixerArchitecture of a Mixer name."""
-  name = canonical_name(name)
-  return mixer_zoo.RELEASED[name] if name in mixer_zoo.RELEASED else RELEASED[name]
+def canonical(name: str) -> Optional[str]:
+  """The released name for `name` (also in the paper's notation, `ViT-B/16`), or None."""
+  return _BY_LOWER_NAME.get(name.strip().lower().replace("/", "_"))
 
 
 def find_name(architecture: Architecture) -> Optional[str]:
   """The released name of an architecture (dropout ignored), or None."""
-  if isinstance(architecture, mixer_zoo.MixerArchitecture):
-    return next((name for name, candidate in mixer_zoo.RELEASED.items()
-                 if candidate == architecture), None)
   for name, candidate in RELEASED.items():
     if dataclasses.replace(candidate, dropout_rate=0.0) == dataclasses.replace(
         architecture, dropout_rate=0.0):
@@ -121,98 +96,44 @@ def find_name(architecture: Architecture) -> Optional[str]:
   return None
 
 
-# config.model keys that configure training, not the module (vit_jax.training.objectives.flexi).
-NOT_MODULE_KEYS = ("flexi_patch_sizes", "flexi_export_patch_size")
+def architecture_of(module: vit.VisionTransformer) -> Architecture:
+  """The Architecture a module was built with (its dropout included)."""
+  return Architecture(**{f.name: getattr(module, f.name)
+                         for f in dataclasses.fields(Architecture)})
+
+
+def name_of(module: vit.VisionTransformer) -> str:
+  """The released name of a module's sizes, with its pooling and position-embedding
+  variants, or the sizes themselves."""
+  arch = dataclasses.replace(architecture_of(module), classifier="token", posemb="learn")
+  name = find_name(arch) or (
+      f"ViT(patch={arch.patch_size}, width={arch.hidden_size}, depth={arch.num_layers}"
+      f"{', hybrid' if arch.resnet_stages is not None else ''})")
+  variants = [v for v, on in (("gap", module.classifier == "gap"),
+                              ("MAP head", module.classifier == "map"),
+                              ("sincos2d", module.posemb == "sincos2d")) if on]
+  return f"{name} ({', '.join(variants)})" if variants else name
+
+
 _MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(vit.VisionTransformer)
                       if f.name not in ("parent", "name"))
 
 
-def create_model(name: str, *, num_classes: int, **overrides) -> vit.VisionTransformer:
-  """A VisionTransformer (or an MlpMixer, for a Mixer name) for a released model name.
-
-  `overrides` replace any VisionTransformer attribute (e.g. `representation_size=768`,
-  `dropout_rate=0.1`, `dtype=jnp.bfloat16`, `classifier='gap'`), or MlpMixer attribute.
-  """
-  if is_mixer(name):
-    check_options(num_classes, overrides)
-    return mixer_zoo.create(canonical_name(name), num_classes=num_classes, **overrides)
-  kwargs = get_architecture(name).as_kwargs()
+def create(name: str, *, num_classes: int, **overrides) -> vit.VisionTransformer:
+  """A VisionTransformer for a released ViT name; `overrides` replace any attribute (e.g.
+  `representation_size=768`, `dropout_rate=0.1`, `dtype=jnp.bfloat16`, `classifier='gap'`)."""
+  kwargs = RELEASED[canonical(name)].as_kwargs()
   unknown = sorted(set(overrides) - set(_MODEL_FIELDS))
   if unknown:
     raise TypeError(f"unknown model option(s) {', '.join(unknown)}; "
                     f"valid options: {', '.join(_MODEL_FIELDS)}")
   kwargs.update(overrides)
-  check_options(num_classes, kwargs)
+  config_checks.check_model_options(num_classes, kwargs)
   return vit.VisionTransformer(num_classes=num_classes, **kwargs)
 
 
-def check_options(num_classes, kwargs: dict) -> None:
-  """Values that used to fail deep in JAX (num_classes='10') or train on silently without
-  learning (dropout_rate=1.5): one line naming the option."""
-  if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 0:
-    raise errors.InvalidInput(f"num_classes={num_classes!r} must be a whole number: the "
-                              "size of the classification head (0: a model without one)")
-  for key in ("dropout_rate", "attention_dropout_rate"):
-    config_checks.check_fraction(key, kwargs.get(key, 0.0), "the share of activations "
-                                 "zeroed in training; 0 = off, the paper used 0.1 for L and H")
-  config_checks.check_fraction("stochastic_depth", kwargs.get("stochastic_depth", 0.0),
-                               "the last block's drop rate in training; 0 = off, AugReg "
-                               "used 0.1 (the names' sd_0.1)")
-
-
-def config_overrides(config) -> dict:
-  """The VisionTransformer attributes a training config sets: config.model.* (but the
-  representation size, which depends on the checkpoint, and the FlexiViT keys of
-  vit_jax.training.objectives.flexi) and the compute dtype."""
-  overrides = {k: v for k, v in config.model.items()
-               if k not in ("representation_size", *NOT_MODULE_KEYS)
-               and not (k == "patch_size" and v is None)}
-  return {**overrides, "dtype": jnp.dtype(config.dtype)}
-
-
-def check_config(config) -> vit.VisionTransformer:
-  """The model a training config builds (with a 1-class head), or one line naming the
-  config.dtype or config.model value that cannot build it, before any data is read."""
-  config_checks.config_choice(config_checks.DTYPES, "dtype", config.dtype)
-  try:
-    return model_from_config(config, num_classes=1)
-  except (TypeError, errors.InvalidInput) as e:  # an unknown or out-of-range config.model.*
-    raise errors.InvalidInput(f"config.model: {e}") from None
-
-
-def model_from_config(config, num_classes: int) -> vit.VisionTransformer:
-  """The model a training config builds from scratch (what the main job trains; for a
-  Mixer from a released file, with the token-mixing width loading gives it)."""
-  module = create_model(config.model_name, num_classes=num_classes,
-                        representation_size=config.model.representation_size,
-                        **config_overrides(config))
-  if isinstance(module, mixer.MlpMixer):
-    return mixer_zoo.width_from_released_file(module, config.get("pretrained"),
-                                              config.pp.crop)
-  return module
-
-
-def model_stride(module: vit.VisionTransformer) -> int:
-  """Pixels per token side: the patch size, times the ResNet stem's stride for hybrids."""
-  stride = module.patch_size
-  if getattr(module, "resnet_stages", None) is not None:
-    stride *= resnet.stem_stride(module.resnet_stages)
-  return stride
-
-
-def token_grid(module: vit.VisionTransformer, image_side: int) -> int:
-  """Tokens per side for an input side: SAME stem convs round up, VALID patches down (a
-  Mixer's SAME stem rounds up)."""
-  if isinstance(module, mixer.MlpMixer):
-    return mixer.token_grid(module, image_side)
-  if module.resnet_stages is not None:
-    halvings = resnet.stem_stride(module.resnet_stages).bit_length() - 1
-    for _ in range(halvings):
-      image_side = -(-image_side // 2)
-  return image_side // module.patch_size
-
-
-def patch_size(config) -> int:
-  """The patch side in pixels of the model a training config builds: config.model.patch_size
-  where set, else its model_name's (what a NaFlex loader cuts images into)."""
-  return config.model.get("patch_size") or get_architecture(config.model_name).patch_size
+def from_config(config, num_classes: int) -> vit.VisionTransformer:
+  """The ViT a training config builds from scratch (config.model_name, config.model.*)."""
+  return create(config.model_name, num_classes=num_classes,
+                representation_size=config.model.representation_size,
+                **model_config.config_overrides(config))

@@ -259,22 +259,6 @@ def classifier(flat: Flat) -> str:
   return "map" if any(key.startswith(MAP_HEAD + "/") for key in flat) else "gap"
 
 
-def describe(flat: Flat, limit: int = 6) -> str:
-  """What a file holds, for messages about one that is no ViT: its top-level names with
-  their array counts, e.g. 'Transformer/ (150 arrays), head/ (2 arrays), cls' (PyTorch
-  names split at the first '.')."""
-  groups: Dict[str, int] = {}
-  for key in flat:
-    parts = re.split(r"([/.])", key, maxsplit=1)
-    top, sep = parts[0], parts[1] if len(parts) > 1 else ""
-    groups[top + sep] = groups.get(top + sep, 0) + 1
-  names = sorted(groups)
-  shown = [f"{name} ({groups[name]} arrays)" if name.endswith(("/", ".")) else name
-           for name in names[:limit]]
-  more = f" (+{len(names) - limit} more)" if len(names) > limit else ""
-  return ", ".join(shown) + more if shown else "no arrays"
-
-
 def _features(flat: Flat, dense: str) -> Optional[int]:
   """Output size of an optional top-level Dense layer (head, pre_logits), or None."""
   key = f"{dense}/kernel"

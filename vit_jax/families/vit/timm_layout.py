@@ -16,9 +16,14 @@ GroupNorm eps is 1e-5 (ours 1e-6): R50+B/16 logits differ by 5e-5 to 1.1e-4 rela
 
 from typing import Any, Dict, List, Optional, Tuple
 
+import numpy as np
+
 from vit_jax.base import errors
 from vit_jax.families.vit import npz_layout
+from vit_jax.checkpoints import torch_layout
 from vit_jax.checkpoints.torch_layout import linear, norm, projections, Rule, rule
+from vit_jax.base import console
+from vit_jax.families.vit import config_consistency
 from vit_jax.families.vit import names as zoo
 
 BLOCK = "Transformer/encoderblock_{i}"
@@ -176,3 +181,38 @@ def gelu_note(act_layer: Optional[str]) -> Optional[str]:
   return (f"the timm model uses {what}; vit_jax computes the tanh-approximate GELU of the "
           "original ViT code: logits move by ~1e-4 relative (random timm ViT-Ti/B weights; "
           "more for weights trained with the exact GELU)")
+
+
+def recognises(state: Dict[str, Any], config: Dict[str, Any]) -> bool:
+  """A timm VisionTransformer state dict (its patch_embed conv)."""
+  del config
+  return "patch_embed.proj.weight" in state
+
+
+def to_released(state: Dict[str, Any], config: Dict[str, Any], *, notes: bool) -> Dict[str, Any]:
+  """A timm VisionTransformer state dict (with its config.json's model_args, if any) in the
+  released layout; notes: log what timm computes differently (its GELU)."""
+  args = {**{k: config[k] for k in ("global_pool",) if k in config},
+          **config.get("model_args", {})}
+  if "attn_pool.latent" in state:
+    args.setdefault("global_pool", "map")
+  has_cls = "cls_token" in state
+  check_pooling(args, has_cls)
+  if args.get("class_token") is False and has_cls:
+    raise Unsupported("has a cls_token although its model_args say class_token=False")
+  posemb = state.get("pos_embed")
+  if has_cls and posemb is not None and posemb.ndim == 3 and posemb.shape[1] > 1 and (
+      np.sqrt(posemb.shape[1]) % 1 == 0):  # no_embed_class: no row for the class token
+    state = {**state, "pos_embed": np.concatenate([np.zeros_like(posemb[:, :1]), posemb], 1)}
+  width = state["patch_embed.proj.weight"].shape[0]
+  heads = heads_for(args, config.get("architecture"), width)
+  stem_only = f"{BACKBONE}.conv.weight" in state
+  try:
+    flat = torch_layout.from_torch(state, rules(stem_only), heads, "timm")
+  except torch_layout.LayoutMismatch as e:
+    raise Unsupported(f"{e}{explain(e.keys)}") from None
+  note = gelu_note(args.get("act_layer"))
+  if note and notes:
+    console.log.warning(note)
+  config_consistency.check(config, flat, "timm")
+  return flat

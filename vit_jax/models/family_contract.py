@@ -1,0 +1,262 @@
+"""The model-family contract: everything the rest of the package may ask of a family of
+models (ViT with its hybrids and NaFlex, MLP-Mixer, the LiT / SigLIP two towers, or a
+user's own), so that no command, checkpoint reader, trainer, exporter or planner names a
+family or tests a module's type.
+
+A family is one `Family` value, made of parts: each part is a small protocol answered by a
+module of the family's own folder (vit_jax/families/<name>/), and a part the family does
+not have is None, which every tool meets as `family.refuse(tool, subject)`: one line that
+says what the family lacks and what to use instead. The family registers itself with
+vit_jax.models.family_registry.register when its folder is imported; the registry's one
+list names the built-in folders (docs/architecture.md, "Add a model family").
+"""
+
+import dataclasses
+from typing import (Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence,
+                    Tuple, runtime_checkable)
+
+import numpy as np
+
+from vit_jax.base import errors
+
+Arrays = Mapping[str, np.ndarray]  # a checkpoint's arrays, flat '/'-joined names
+
+
+@runtime_checkable
+class Names(Protocol):
+  """Its released names, the settings behind each, and the modules they build."""
+
+  def released(self) -> Sequence[str]:
+    """The released names, in the order listings show them."""
+
+  def spellings(self) -> Sequence[str]:
+    """Every name it answers to (released names first), for close-match hints."""
+
+  def canonical(self, name: str) -> Optional[str]:
+    """The released name for any accepted spelling (case ignored); None: not its name."""
+
+  def architecture(self, name: str) -> Any:
+    """The settings of a released name (a frozen dataclass)."""
+
+  def create(self, name: str, *, num_classes: int, **overrides) -> Any:
+    """The flax module of a released name; overrides replace module attributes."""
+
+  def from_config(self, config, num_classes: int) -> Any:
+    """The module a training config builds (config.model_name, config.model.*)."""
+
+  def architecture_of(self, module) -> Any:
+    """The settings a module was built with (the dataclass architecture() gives)."""
+
+  def name_of(self, module) -> str:
+    """The released name of a module's architecture, else a description of its sizes."""
+
+
+@runtime_checkable
+class ReleasedFile(Protocol):
+  """Its released checkpoint layout: recognised by its arrays, read, written back."""
+
+  def recognises(self, arrays: Arrays) -> bool:
+    """Whether a checkpoint's arrays are this family's released layout."""
+
+  def load(self, arrays: Arrays, path: str, **options) -> Tuple[Any, Dict[str, Any]]:
+    """(module, host params) of the arrays; options are vit_jax.load_npz's keywords
+    (image_size resizes what depends on the resolution). Refusals: CheckpointError."""
+
+  def holds(self, params: Any) -> bool:
+    """Whether a params tree (module.init's or load's) is this family's."""
+
+  def to_arrays(self, params: Any) -> Dict[str, np.ndarray]:
+    """A params tree as the released file's flat arrays (what save_npz writes)."""
+
+  def native_image_size(self, module, params: Any) -> int:
+    """The input side the params were made for (their position table's, ...)."""
+
+
+@runtime_checkable
+class Geometry(Protocol):
+  """How images become tokens: what predict, export, plan and benchmark size by."""
+  # True: the module runs its params at any size (a ViT resizes its position table in the
+  # forward pass); False: another size needs params resized on loading (load_npz's
+  # image_size), as a Mixer's token-mixing MLPs
+  resizes_in_forward: bool
+
+  def stride(self, module) -> int:
+    """Pixels per token side."""
+
+  def token_grid(self, module, image_side: int) -> int:
+    """Tokens per side for an input side."""
+
+  def flops_per_image(self, module, image_side: int) -> Optional[float]:
+    """Matmul FLOPs of one forward pass (2 per multiply-add); None: not counted."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingRules:
+  """What the main job's library (vit_jax.training: sharding, param_groups, lora_adapters)
+  and the planner need to know of a family's parameters: regexes over '/'-joined parameter
+  paths (parameters.txt's names), and the sizes tensor parallelism splits."""
+  # The repeated blocks' path without their index ('Transformer/encoderblock'): block i is
+  # <blocks>_<i>/..., scan_layers stacks them as <blocks>/... (depth axis first). Layer
+  # decay counts in them; what precedes them (the embeddings) is layer 0.
+  blocks: str
+  head_side: str  # what follows the blocks: the full learning rate under layer decay
+  # (regex, the mesh axis of each dimension): Megatron-style splits over `tensor`, LoRA's
+  # adapters split like the kernel dimensions they stand for; the first match wins.
+  tensor_rules: Tuple[Tuple[str, Tuple[Optional[str], ...]], ...]
+  # module -> (the widths the tensor axis must divide, how a one-line error names them:
+  # "the model's 12 heads and 3072 MLP units")
+  tensor_widths: Callable[[Any], Tuple[Tuple[int, ...], str]]
+  # What loading resizes to the run's image size (a position table): frozen under LoRA,
+  # yet not the base file's, so adapters.npz keeps it.
+  resized_on_load: str
+  # params -> the same with scan-stacked blocks split per block: the released files' names,
+  # which LoRA's adapters.npz uses
+  to_block_layout: Callable[[Any], Any]
+  # The module attribute and config.model key of the number of blocks: the planner
+  # compiles twins of one and two blocks
+  depth_key: str
+
+
+@runtime_checkable
+class Layout(Protocol):
+  """Another library's layout of the family's weights (timm, Hugging Face): what
+  vit_jax.checkpoints.formats reads as a released file."""
+
+  def recognises(self, state: Arrays, config: Mapping[str, Any]) -> bool:
+    """Whether a state dict (with its config.json, {} if none) is this layout of the
+    family."""
+
+  def to_released(self, state: Arrays, config: Mapping[str, Any], *,
+                  notes: bool) -> Dict[str, np.ndarray]:
+    """The state in the family's released layout; notes: log what the other library
+    computes differently. Refusals: errors.InvalidInput, one line without the path."""
+
+
+@runtime_checkable
+class Converter(Protocol):
+  """Its files in other libraries' layouts: what python -m vit_jax.convert writes
+  (vit_jax.checkpoints.format_conversion: the targets 'npz', 'timm', 'hf')."""
+  default_target: Optional[str]  # the target of a DST folder when --to is not given
+
+  def convert(self, src: str, arrays: Arrays, dst: str, to: str, *,
+              model_name: Optional[str], image_size: Optional[int],
+              patch_size: Optional[int], pre_logits: Optional[str],
+              overwrite: bool) -> List[str]:
+    """Writes src (its arrays already read; dst checked and claimed) as `to` at dst: the
+    lines that say what was read and written and how to load it. Options the family has
+    no use for are refused in one line (format_conversion.ConversionError)."""
+
+
+@runtime_checkable
+class Fetcher(Protocol):
+  """Released models a family fetches itself, outside the released buckets (a Hub folder
+  with its tokenizer, a bucket file with its vocabulary): what vit_jax.checkpoints.hub
+  resolves and python -m vit_jax.download fetches and lists by name."""
+  folder: str  # `python -m vit_jax.download --list FOLDER` lists them; DIR/FOLDER/ keeps them
+
+  def holds(self, name: str) -> bool:
+    """Whether `name` is one of its released names."""
+
+  def fetch(self, name: str, directory: str, *, force: bool, verbose: bool) -> str:
+    """The local path of released `name` under `directory`, fetched unless it is there."""
+
+  def listing(self) -> List[str]:
+    """One line per released name: where it comes from."""
+
+
+@runtime_checkable
+class HubMirrors(Protocol):
+  """Its released files' copies on the Hugging Face Hub and the timm architectures it
+  computes: what the maintainer's table (vit_jax.checkpoints.hub_table) records from the
+  installed timm, and what vit_jax.checkpoints.hub checks a Hub model against."""
+  computed_args: Any  # the timm builder arguments it computes (a set of names)
+  timm_models: str  # its timm model class, as refusals name it: 'VisionTransformer'
+  timm_scope: str  # what of timm it takes, in words: 'plain ViTs, their R26/R50 hybrids'
+
+  def rows(self, timm) -> Dict[str, List[Dict[str, str]]]:
+    """{'FOLDER/FILE.npz': [{'repo', 'layout', 'differs'}, ...]} in the order to try them."""
+
+  def timm_architectures(self, timm) -> Dict[str, Dict[str, Any]]:
+    """{timm architecture: {'act_layer', 'refused'}} of its timm builders."""
+
+  def owns_timm_architecture(self, architecture: str) -> bool:
+    """Whether a timm architecture name is one of its models'."""
+
+  def gelu_note(self, act_layer: Optional[str]) -> Optional[str]:
+    """What to tell a user of timm weights whose activation differs from ours, or None."""
+
+  def transformers_notes(self, config: Mapping[str, Any]) -> Optional[List[str]]:
+    """For a transformers config.json: None if its model_type is not this family's, else
+    what to tell the user (errors.InvalidInput for a model it does not compute)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Bucket:
+  """Where the family's released files live and which one a bare released name means:
+  what vit_jax.checkpoints.released names and vit_jax.checkpoints.hub fetches."""
+  url: str  # its Cloud Storage bucket: 'gs://vit_models'
+  folders: Mapping[str, str]  # folder -> what its files are ('imagenet21k': ...)
+  # folder -> the released names it holds, where the family lists them (shown by
+  # `python -m vit_jax.download --list` when no Hub mirror holds them)
+  listed: Mapping[str, Sequence[str]]
+  # released name -> 'FOLDER/FILE' (no .npz) that a bare name means: the usual start for
+  # fine-tuning; errors.InvalidInput when the family released none for that name
+  start_file: Callable[[str], str]
+  # (folder, released name) -> how that folder's file names spell the model ('B_16' in
+  # augreg/): bucket names are case-sensitive, users' spellings are not
+  file_stem: Callable[[str, str], str] = lambda folder, name: name
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+  """One model family, as the registry holds it."""
+  name: str  # registry key and config spelling: 'vit', 'mixer', 'two_tower'
+  title: str  # how one-line messages name it: 'ViT', 'MLP-Mixer'
+  guide: str  # its page: 'docs/mixer.md'
+  module_types: Tuple[type, ...]  # the flax modules it builds
+  names: Names
+  released_file: Optional[ReleasedFile] = None
+  geometry: Optional[Geometry] = None
+  training: Optional[TrainingRules] = None
+  layouts: Mapping[str, Layout] = dataclasses.field(default_factory=dict)
+  converter: Optional[Converter] = None
+  bucket: Optional[Bucket] = None
+  fetcher: Optional[Fetcher] = None
+  hub_mirrors: Optional[HubMirrors] = None
+  # checkpoint (a name or path) -> whether it is this family's, told from its name or its
+  # arrays' names without loading it: for families whose files load_npz does not read
+  # whole (None: the arrays tell, see released_file.recognises)
+  claims: Optional[Callable[[str], bool]] = None
+  # tool -> the rest of the one line that refuses the family's models in that tool,
+  # after '<subject> is an MLP-Mixer' (so starting ': ' or '; '): why, and what to use
+  # instead. Tools: 'visualize', 'vtab', 'naflex', ...
+  refusals: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+  @property
+  def a_title(self) -> str:
+    """'a ViT', 'an MLP-Mixer': the title as a message's noun."""
+    return f"{_article(self.title)} {self.title}"
+
+  def owns(self, module) -> bool:
+    return isinstance(module, self.module_types)
+
+  def supports(self, tool: str) -> bool:
+    return tool not in self.refusals
+
+  def refuse(self, tool: str, subject: str) -> None:
+    """One line when `tool` does not take this family's models; nothing otherwise.
+    subject: what the user gave (a path, a model name)."""
+    if tool in self.refusals:
+      raise errors.InvalidInput(f"{subject} is {self.a_title}{self.refusals[tool]}")
+
+  def part(self, part: str, subject: str):
+    """A part the caller needs (released_file, geometry, training), or one line."""
+    found = getattr(self, part)
+    if found is None:
+      raise errors.InvalidInput(f"{subject} is {self.a_title} model, "
+                                f"which has no {part.replace('_', ' ')} ({self.guide})")
+    return found
+
+
+def _article(word: str) -> str:
+  return "an" if word[:1].upper() in "AEIOU" or word.startswith("MLP") else "a"
