@@ -1,11 +1,5 @@
 """expected_shapes: the model is traced once per module and size in a process, and every
-caller still gets its own dict, also for a module with a list attribute; side_pair: what an
-image_size may be."""
-
-import re
-
-import numpy as np
-import pytest
+caller still gets its own dict, also for a module with a list attribute."""
 
 from conftest import tiny_model
 from vit_jax.checkpoints import npz_checks
@@ -36,11 +30,3 @@ def test_a_module_with_a_list_attribute_is_traced_uncached():
   assert traces() == before
   assert shapes == npz_checks.expected_shapes(tiny_model(**hybrid), 32)
   assert any(key.startswith("conv_root") for key in shapes)
-
-
-def test_an_image_size_is_an_int_or_a_pair_of_ints():
-  assert npz_checks.side_pair(np.int64(32)) == (32, 32) and npz_checks.side_pair([16, 8]) == (16, 8)
-  for wrong in ("32", (32,), 32.0, True):  # '32' was unpacked as the pair (3, 2)
-    with pytest.raises(npz_checks.ImageSizeError, match=re.escape(
-        f"image_size={wrong!r} must be a whole number of pixels or a (height, width) pair")):
-      npz_checks.side_pair(wrong)

@@ -10,7 +10,3 @@ def test_bit_resize_follows_the_hyperrule():
   assert presets.bit_resize(16, 18) == 18
   with pytest.raises(ValueError, match="resize=12 is smaller than crop=16"):
     presets.bit_resize(16, 12)
-
-
-def test_side_pair():
-  assert presets.side_pair(7) == [7, 7] and presets.side_pair((3, 5)) == [3, 5]

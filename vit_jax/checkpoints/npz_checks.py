@@ -5,9 +5,8 @@ finite weights."""
 import functools
 import logging
 import math
-import numbers
 import re
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -15,29 +14,12 @@ import numpy as np
 from flax import traverse_util
 
 from vit_jax.base import errors
+from vit_jax.base.image_sizes import ImageSize, ImageSizeError, side_pair
 from vit_jax.models import family_registry
-
-ImageSize = Union[int, Sequence[int]]
 
 
 class CheckpointError(errors.InvalidInput):
   """A checkpoint that cannot be used; the message is one line naming problem and fix."""
-
-
-def _is_side(value) -> bool:
-  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def side_pair(image_size: ImageSize) -> Tuple[int, int]:
-  """(height, width) of an int or a pair of ints; anything else (the string '32', which
-  unpacked as a pair) is one line."""
-  if _is_side(image_size):
-    return int(image_size), int(image_size)
-  if (isinstance(image_size, (tuple, list)) and len(image_size) == 2
-      and all(map(_is_side, image_size))):
-    return int(image_size[0]), int(image_size[1])
-  raise ImageSizeError(f"image_size={image_size!r} must be a whole number of pixels or a "
-                       "(height, width) pair of them")
 
 
 def expected_shapes(module, image_size: ImageSize) -> Dict[str, tuple]:
@@ -86,10 +68,6 @@ def check_against(flat: Dict[str, np.ndarray], shapes: Dict[str, tuple], path: s
     if flat[key].shape != tuple(shape):
       raise CheckpointError(f"{path}: {key} has shape {flat[key].shape}, the model expects "
                             f"{tuple(shape)} ({hint})")
-
-
-class ImageSizeError(errors.InvalidInput):
-  """An input size the model cannot run at; the message names valid sizes."""
 
 
 # Most patch tokens an image may give: a 128 x 128 grid (2048 px at stride 16, 4096 px at

@@ -13,11 +13,6 @@ HYPERRULE_SMALL = (160, 128)
 HYPERRULE_LARGE = (448, 384)
 
 
-def side_pair(size) -> list:
-  """[height, width] of a side or of a (height, width) pair."""
-  return [size, size] if isinstance(size, int) else list(size)
-
-
 def bit_resize(crop: int, resize: int = None) -> int:
   """`resize`, or by default the HyperRule's resize for `crop`, keeping the rule's ratio
   (160/128 for crops up to 128 px, 448/384 above) for crops it does not list."""

@@ -16,9 +16,10 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from vit_jax.base.image_sizes import side_pair
 from vit_jax.data import randaugment
 from vit_jax.data.grain_stack import crop_window, image_codec
-from vit_jax.data.presets import bit_resize, side_pair
+from vit_jax.data.presets import bit_resize
 
 
 def decode_image(encoded: bytes) -> np.ndarray:

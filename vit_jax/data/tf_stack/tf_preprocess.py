@@ -12,8 +12,9 @@ from typing import Optional, Tuple
 
 import tensorflow as tf
 
+from vit_jax.base.image_sizes import side_pair
 from vit_jax.data import randaugment
-from vit_jax.data.presets import bit_resize, INCEPTION_AREA, INCEPTION_ASPECT, side_pair
+from vit_jax.data.presets import bit_resize, INCEPTION_AREA, INCEPTION_ASPECT
 
 
 # JPEGs decode with the accurate integer IDCT (TF's default is the fast one, up to 18
