@@ -236,7 +236,7 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   from vit_jax.families.two_tower import names as two_tower_names
   from vit_jax.families.two_tower import opening as two_tower_open
   name = str(config.get("model_name") or "")
-  if two_tower_open.is_two_tower(name):  # before the zoo calls it an unknown ViT
+  if two_tower_open.claims(name):  # before the zoo calls it an unknown ViT
     raise cli.UsageError(
         f"config.model_name={name} is a two-tower (LiT / SigLIP) model, which the main job "
         "does not train: there is no step of it to plan; time its towers' inference with "

@@ -106,7 +106,7 @@ def export(checkpoint: str, out: str, *, to: str, image_size: Optional[npz.Image
   """
   start = time.time()
   _check_naflex(max_patches, image_size, with_preprocessing)
-  if two_tower_open.is_two_tower(checkpoint):
+  if two_tower_open.claims(checkpoint):
     if max_patches:
       raise ExportError("--max_patches exports a NaFlex classifier (params.npz of a "
                         "fine-tuned tower), not a two-tower model")

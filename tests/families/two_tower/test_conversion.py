@@ -28,7 +28,7 @@ def test_npz_to_hf_folder_that_transformers_runs_and_back(tmp_path, torch):
   declare_missing_torchvision_ops(torch)
   transformers = pytest.importorskip("transformers")
   expected = _saved_siglip(tmp_path / "siglip.npz")
-  assert two_tower_open.is_two_tower(str(tmp_path / "siglip.npz"))
+  assert two_tower_open.claims(str(tmp_path / "siglip.npz"))
   lines = format_conversion.convert(str(tmp_path / "siglip.npz"),
                                               str(tmp_path / "hf"), to="hf")
   assert lines[-1].endswith("(transformers SiglipModel folder)")
@@ -38,7 +38,7 @@ def test_npz_to_hf_folder_that_transformers_runs_and_back(tmp_path, torch):
     logits = hf_model(input_ids=torch.tensor(TOKENS, dtype=torch.long),
                       pixel_values=torch.tensor(IMAGES.transpose(0, 3, 1, 2))).logits_per_image
   np.testing.assert_allclose(logits.numpy(), expected, rtol=1e-5, atol=1e-5)
-  assert two_tower_open.is_two_tower(str(tmp_path / "hf"))
+  assert two_tower_open.claims(str(tmp_path / "hf"))
   format_conversion.convert(str(tmp_path / "hf"), str(tmp_path / "back.npz"), to="npz")
   assert (tmp_path / "back.model").exists()
   again, params, _ = two_tower_load.load_two_tower(str(tmp_path / "back.npz"))
@@ -58,4 +58,4 @@ def test_lit_has_no_hf_form_and_vit_files_are_no_source(tmp_path):
     format_conversion.convert(str(tmp_path / "l.npz"), str(tmp_path / "hf"), to="hf")
   assert not (tmp_path / "hf").exists()
   np.savez(tmp_path / "vit.npz", **{"embedding/kernel": np.zeros((8, 8, 3, 16), np.float32)})
-  assert not two_tower_open.is_two_tower(str(tmp_path / "vit.npz"))
+  assert not two_tower_open.claims(str(tmp_path / "vit.npz"))

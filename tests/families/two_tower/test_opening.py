@@ -21,12 +21,12 @@ def test_two_tower_files_folders_and_names_are_told_apart(tmp_path):
   for kind, config in (("siglip", tmp_path / "siglip"), ("vit", tmp_path / "hf_vit")):
     config.mkdir()
     (config / "config.json").write_text(json.dumps({"model_type": kind}))
-  assert two_tower_open.is_two_tower(path)
-  assert two_tower_open.is_two_tower("SigLIP2-B_16-224")  # a released name, not fetched
-  assert two_tower_open.is_two_tower(str(tmp_path / "siglip"))
+  assert two_tower_open.claims(path)
+  assert two_tower_open.claims("SigLIP2-B_16-224")  # a released name, not fetched
+  assert two_tower_open.claims(str(tmp_path / "siglip"))
   for other in (classifier, str(tmp_path / "broken.npz"), str(tmp_path / "hf_vit"),
                 str(tmp_path / "missing.npz"), "ViT-B_16"):
-    assert not two_tower_open.is_two_tower(other), other
+    assert not two_tower_open.claims(other), other
   loaded, params, info, tokenize = two_tower_open.open_two_tower(path)
   assert loaded == model and info.family == "lit"
   assert isinstance(tokenize, text_tokens.BertTokenizer)
@@ -41,6 +41,6 @@ def test_a_remote_file_is_told_apart_from_its_zip_directory(gcs, tmp_path):
   save_npz(random_params(tiny_model(num_classes=3), 16), classifier)
   for name, local in (("lit.npz", path), ("vit.npz", classifier)):
     storage.write_atomic(f"gs://{gcs.bucket}/{name}", open(local, "rb").read())
-  assert two_tower_open.is_two_tower(f"gs://{gcs.bucket}/lit.npz")
-  assert not two_tower_open.is_two_tower(f"gs://{gcs.bucket}/vit.npz")
-  assert not two_tower_open.is_two_tower(f"gs://{gcs.bucket}/missing.npz")
+  assert two_tower_open.claims(f"gs://{gcs.bucket}/lit.npz")
+  assert not two_tower_open.claims(f"gs://{gcs.bucket}/vit.npz")
+  assert not two_tower_open.claims(f"gs://{gcs.bucket}/missing.npz")

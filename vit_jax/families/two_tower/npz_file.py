@@ -99,7 +99,7 @@ def _read(path: str, bert_heads: Optional[int]):
           f"two-tower folders have model_type {' or '.join(siglip_hf.KINDS)} in {config_path}")
     return siglip_hf.model_from_config(config), siglip_hf.from_hf(state, config), "hf", config
   arrays = npz_archive.read_npz(path)
-  if not two_tower_layout.is_two_tower(arrays):
+  if not two_tower_layout.holds_both_towers(arrays):
     raise npz.CheckpointError(f"{path} is not a two-tower (LiT / SigLIP) file: it has "
                               f"{npz_checks.describe(arrays)}; for a ViT use load_npz")
   flat = {k: np.asarray(v, np.float32) for k, v in two_tower_layout.to_ours(arrays).items()}
@@ -141,7 +141,7 @@ def save_two_tower(params: Any, path: str) -> None:
 
 
 def recognises(arrays: Mapping[str, Any]) -> bool:
-  return two_tower_layout.is_two_tower(arrays)
+  return two_tower_layout.holds_both_towers(arrays)
 
 
 def load(arrays: Mapping[str, np.ndarray], path: str, *, num_classes: Optional[int] = None,

@@ -28,7 +28,7 @@ _BERT = "BertEncoder_0/"
 _BERT_LAYER = _BERT + "encoder_block/layer_sequence/layers_{}/"
 
 
-def is_two_tower(flat: Flat) -> bool:
+def holds_both_towers(flat: Flat) -> bool:
   """Whether arrays (any known prefix) hold an image and a text tower."""
   tops = {key.split("/", 2)[1] if key.startswith(_PREFIXES) else key.split("/", 1)[0]
           for key in flat}

@@ -1,6 +1,6 @@
 """A two-tower checkpoint named on a command line, opened for zero-shot use (zeroshot,
 predict --classes, export, benchmark, plan): a released name is fetched first, the model
-loaded and its tokenizer found; is_two_tower tells a two-tower file from a classifier's
+loaded and its tokenizer found; claims tells a two-tower file from a classifier's
 without loading it, so a command can refuse the wrong kind in one line."""
 
 import json
@@ -19,7 +19,7 @@ from vit_jax.data import text_tokens
 DEFAULT_IMAGE_SIZE = 224  # a position table that is no square grid: the usual side
 
 
-def is_two_tower(checkpoint: str) -> bool:
+def claims(checkpoint: str) -> bool:
   """Whether a name, .npz or folder holds a LiT / SigLIP model (reads only its names)."""
   if checkpoint in two_tower_names.NAMES:
     return True
@@ -38,7 +38,7 @@ def is_two_tower(checkpoint: str) -> bool:
       names = [n[:-len(".npy")] for n in archive.namelist()]
   except zipfile.BadZipFile:
     return False  # the loader names what is wrong with it
-  return two_tower_layout.is_two_tower(dict.fromkeys(names))
+  return two_tower_layout.holds_both_towers(dict.fromkeys(names))
 
 
 def local_checkpoint(checkpoint: str) -> str:
