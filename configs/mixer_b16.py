@@ -11,8 +11,10 @@ Slice: fits a v3-8 with these defaults; check first:
   python -m vit_jax.plan --config=configs/mixer_b16.py --tpu=v3-8
 """
 
+from vit_jax.families.mixer import recipes
 from vit_jax.training import config_defaults
 
 
 def get_config(dataset=None):
-  return config_defaults.mixer_finetune_config("Mixer-B_16", dataset)
+  return recipes.finetune_config(
+      config_defaults.finetune_defaults(dataset, recipes.DATASET), "Mixer-B_16")

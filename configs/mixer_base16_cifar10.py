@@ -8,8 +8,9 @@ Slice: fits a v3-8; check first:
   python -m vit_jax.plan --config=configs/mixer_base16_cifar10.py --tpu=v3-8
 """
 
+from vit_jax.families.mixer import recipes
 from vit_jax.training import config_defaults
 
 
 def get_config():
-  return config_defaults.mixer_finetune_config("Mixer-B_16", "cifar10")
+  return recipes.finetune_config(config_defaults.finetune_defaults("cifar10"), "Mixer-B_16")

@@ -8,8 +8,9 @@ Slice: anything; it fits a v3-8 as it fits a CPU:
   python -m vit_jax.plan --config=configs/mixer_demo.py --tpu=v3-8
 """
 
+from vit_jax.families.mixer import recipes
 from vit_jax.training import config_defaults
 
 
 def get_config(dataset=None):
-  return config_defaults.mixer_demo_config(dataset)
+  return recipes.demo_config(config_defaults.demo_config(dataset))

@@ -12,8 +12,9 @@ docs/siglip_classifiers.md. Check the slice first:
   python -m vit_jax.plan --config=configs/siglip2_b16.py --tpu=v3-8
 """
 
-from vit_jax.training import siglip_recipe
+from vit_jax.families.two_tower import recipes
+from vit_jax.training import config_defaults
 
 
 def get_config(dataset=None):
-  return siglip_recipe.classifier_config("B_16", dataset)
+  return recipes.classifier_config(config_defaults.finetune_defaults(dataset), "B_16")

@@ -10,8 +10,9 @@ benchmarks/RESULTS.md (issue 50). Check the slice first:
   python -m vit_jax.plan --config=configs/siglip2_so400m16_naflex.py --config.pp.max_patches=576 --tpu=v3-8
 """
 
-from vit_jax.training import siglip_recipe
+from vit_jax.families.two_tower import recipes
+from vit_jax.training import config_defaults
 
 
 def get_config(dataset=None):
-  return siglip_recipe.naflex_config("So400m_16", dataset)
+  return recipes.naflex_config(config_defaults.finetune_defaults(dataset), "So400m_16")

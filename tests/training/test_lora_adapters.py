@@ -22,6 +22,7 @@ from test_update_step import classification_step, make_batch, make_config
 from vit_jax import lora as lora_command
 from vit_jax.base import errors
 from vit_jax.data import device_batches
+from vit_jax.families.vit import npz_layout
 from vit_jax.training import lora_adapters, optim, sharding, update_step
 
 pytestmark = pytest.mark.long  # a real 8-device process: start first (conftest)
@@ -164,7 +165,7 @@ def test_merge_takes_what_the_run_used_from_a_released_style_base():
   base = {k: v for k, v in flat(params).items() if not k.endswith((lora_adapters.A, lora_adapters.B))}
   base.update({"head/kernel": np.ones((32, 7)), "head/bias": np.ones(7),
                "pre_logits/kernel": np.ones((32, 32)), "pre_logits/bias": np.ones(32),
-               lora_adapters.POSEMB: np.ones((1, 10, 32))})
+               npz_layout.POSEMB: np.ones((1, 10, 32))})
   rebuilt = lora_adapters.merge(base, adapters)
   assert rebuilt.keys() == flat(merged).keys()
   for name, value in flat(merged).items():

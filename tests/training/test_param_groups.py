@@ -1,6 +1,8 @@
 """Layer-wise decay, lr_mults and frozen parameters in the optax chain (vit_jax.training.param_groups),
 on the tiny 2-block ViT with one train step per case."""
 
+import re
+
 import jax
 import numpy as np
 import pytest
@@ -9,6 +11,7 @@ from flax import traverse_util
 from conftest import init_params, tiny_model
 from test_update_step import make_batch, make_config, run_steps, classification_step
 from vit_jax.base import errors
+from vit_jax.models import family_registry
 from vit_jax.training import optim, param_groups, update_step
 from vit_jax.training.objectives import classification
 
@@ -58,9 +61,10 @@ def test_sgd_step_of_each_block_is_decay_power_times_undecayed(scan_layers):
       expected = np.stack([update[i] * np.float32(decay ** (layers - i))
                            for i in range(layers)])
     else:
-      block = param_groups.BLOCK.search(name)
-      power = (layers - int(block.group(1)) if block
-               else 0 if param_groups.HEAD_SIDE.search(name) else layers + 1)
+      rules = family_registry.get("vit").training
+      block = param_groups.block_index(rules, name)
+      power = (layers - block if block is not None
+               else 0 if re.search(rules.head_side, name) else layers + 1)
       expected = update * np.float32(decay ** power * (3.0 if name.startswith("head") else 1))
     np.testing.assert_array_equal(decayed[name], expected, err_msg=name)
   assert {"embedding/kernel", "cls", "Transformer/encoder_norm/scale"} <= set(plain)

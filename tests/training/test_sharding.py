@@ -4,6 +4,7 @@ import jax
 import numpy as np
 import pytest
 
+from vit_jax.models import family_registry
 from vit_jax.training import sharding
 
 
@@ -85,9 +86,10 @@ def test_partition_rules(name, shape, sizes, expected):
 
 def test_tensor_axis_must_divide_heads():
   fake_mesh = type("FakeMesh", (), {"shape": {"data": 2, "fsdp": 1, "tensor": 4}})()
-  sharding.check_tensor_parallel(12, 3072, fake_mesh)
+  model = lambda name: family_registry.create_model(name, num_classes=1)
+  sharding.check_model_tensor_parallel(model("ViT-B_16"), fake_mesh)  # 12 heads, 3072 units
   with pytest.raises(sharding.ShardingError, match=r"tensor=4 does not divide .* 3 heads.*\[1, 3\]"):
-    sharding.check_tensor_parallel(3, 768, fake_mesh)
+    sharding.check_model_tensor_parallel(model("ViT-Ti_16"), fake_mesh)  # 3 heads, 768 units
 
 
 def test_put_places_host_values_on_their_shardings_and_to_host_reads_them_back():

@@ -16,7 +16,7 @@ import ml_collections
 
 from vit_jax.base import config_checks
 from vit_jax.data import VTAB_PREFIX
-from vit_jax.families.vit import names as zoo
+from vit_jax.models import family_registry
 
 # name -> (train split, eval split, total steps). Train splits hold out the paper's dev
 # portion (2% CIFAR, 1% ImageNet, 10% Pets/Flowers); evaluation is on the official split.
@@ -143,7 +143,7 @@ def _add_data_keys(config: ml_collections.ConfigDict) -> None:
   config.pp.mixup_alpha = 0.0
   # (num_layers, magnitude): big_vision's RandAugment on train crops, e.g. (2, 15); None = off.
   config.pp.randaug = ml_collections.FieldReference(None, field_type=tuple)
-  # NaFlex (SigLIP 2, docs/siglip_classifiers.md): each image resized at its own aspect
+  # NaFlex (docs/siglip_classifiers.md): each image resized at its own aspect
   # ratio to at most this many patches, padded to it; the model is a NaFlexViT (a MAP head
   # and a learned position table required). None = the square pp.crop.
   config.pp.max_patches = ml_collections.FieldReference(None, field_type=int)
@@ -286,53 +286,32 @@ def finetune_config(model_name: str, dataset: str = None, *, headline_crop: int 
   (0.9999) where `headline_polyak` (L/16, H/14), as the paper did; any other dataset at
   OTHER_CROP px (a multiple of the patch size: 378 for H/14) without averaging.
   """
-  dataset = dataset or "imagenet2012"
-  headline = dataset in TABLE2_DATASETS
-  config = get_config()
+  config = finetune_defaults(dataset)
+  headline = config.dataset in TABLE2_DATASETS
   config.model_name = model_name
   config.pretrained = model_name
-  config.model.dropout_rate = zoo.get_architecture(model_name).dropout_rate
-  stride = zoo.model_stride(zoo.create_model(model_name, num_classes=1))
+  config.model.dropout_rate = family_registry.architecture(model_name).dropout_rate
+  stride = family_registry.stride(family_registry.create_model(model_name, num_classes=1))
   config.pp.crop = headline_crop if headline else OTHER_CROP // stride * stride
   if headline_polyak and headline:
     config.polyak_decay = HEADLINE_POLYAK_DECAY
-  return with_dataset(config, dataset)
-
-
-MIXER_CROP = 224  # the original's mixer_base16_cifar10.py: the pre-training resolution
-
-
-def mixer_finetune_config(model_name: str, dataset: str = None) -> ml_collections.ConfigDict:
-  """Fine-tunes an MLP-Mixer from its ImageNet-21k file, the original's recipe
-  (configs/mixer_base16_cifar10.py there: the shared SGD defaults, 10k steps on CIFAR-10's
-  train[:98%], 224 px crops). `dataset` defaults to cifar10; any other gets its preset's
-  splits and steps (else the HyperRule's), still at 224 px: a Mixer's token-mixing MLPs
-  fit one patch grid, and 448 px (2x per side) is the next size with a rule
-  (docs/mixer.md)."""
-  config = with_dataset(get_config(), dataset or "cifar10")
-  config.model_name = config.pretrained = model_name
-  config.pp.crop = MIXER_CROP
   return config
 
 
-def mixer_demo_config(dataset: str = None) -> ml_collections.ConfigDict:
-  """configs/mixer_demo.py: demo_config's run with a 4-block Mixer of the same width in
-  place of the ViT (4x4 patches; token-mixing width 32, channel-mixing 128)."""
-  config = demo_config(dataset)
-  config.model_name = "Mixer-S_16"
-  for key in ("hidden_size", "mlp_dim", "num_heads", "num_layers"):
-    del config.model[key]
-  config.model.update(hidden_dim=64, num_blocks=4, tokens_mlp_dim=32, channels_mlp_dim=128)
-  return config
+def finetune_defaults(dataset: str = None,
+                      default: str = "imagenet2012") -> ml_collections.ConfigDict:
+  """The shared defaults pointed at `dataset` (`default` when None): what a fine-tuning
+  config starts from, here and in a family's recipes (vit_jax/families/*/recipes.py)."""
+  return with_dataset(get_config(), dataset or default)
 
 
 I1K_TRAIN_EXAMPLES = 1_268_355  # train[:99%] of ImageNet's 1,281,167
 
 
 def imagenet_from_scratch(epochs_arg, config_file: str, batch: int) -> ml_collections.ConfigDict:
-  """big_vision's ImageNet-1k from-scratch setting (configs/vit_s16_i1k.py,
-  configs/mixer_b16_i1k.py): train[:99%] for the epochs `epochs_arg` names ("90ep") as steps
-  at `batch`, minival on train[99%:] beside the validation set, no pretrained file."""
+  """big_vision's ImageNet-1k from-scratch setting (configs/*_i1k.py): train[:99%] for the
+  epochs `epochs_arg` names ("90ep") as steps at `batch`, minival on train[99%:] beside the
+  validation set, no pretrained file."""
   epochs = re.fullmatch(r"(\d+)ep", str(epochs_arg).strip())
   if not epochs or int(epochs[1]) < 1:
     raise ValueError(f"{config_file} takes the epochs as NNNep (e.g. "

@@ -35,8 +35,8 @@ from flax import traverse_util
 
 from vit_jax.base import config_checks, errors, storage
 from vit_jax.checkpoints import npz
-from vit_jax.families.mixer import model as mixer
-from vit_jax.training import param_groups
+from vit_jax.models.family_contract import TrainingRules
+from vit_jax.training import param_groups, param_rules
 
 A, B = "lora_a", "lora_b"
 ADAPTERS = "adapters.npz"
@@ -100,10 +100,10 @@ def check(config: ml_collections.ConfigDict) -> None:
                               f"expression ({e})") from None
 
 
-def _split_dims(name: str, shape: Tuple[int, ...]) -> Tuple[int, int, int]:
+def _split_dims(name: str, shape: Tuple[int, ...], stacked: bool) -> Tuple[int, int, int]:
   """(leading depth dims, input dims, output dims) of a dense kernel: attention's `out`
   reads (heads, head_dim); stacked blocks (scan_layers) carry a depth axis first."""
-  lead = 1 if param_groups.STACKED.search(name) else 0
+  lead = int(stacked)
   inputs = 2 if name.endswith("/out/kernel") else 1
   if not name.endswith("/kernel") or len(shape) - lead not in (2, 3) or (
       len(shape) - lead - inputs < 1):
@@ -114,13 +114,14 @@ def _split_dims(name: str, shape: Tuple[int, ...]) -> Tuple[int, int, int]:
 
 def add_adapters(params, lora: Settings, key: jax.Array):
   """params with `lora_a` (random) and `lora_b` (zeros) beside every target kernel."""
+  rules = param_rules.of_params(params)
   flat = traverse_util.flatten_dict(params, sep="/")
   names = list(flat)
   param_groups.check_matches(names, lora.targets, "lora.targets")
   targets = [name for name in names if re.search(lora.targets, name)]
   for index, name in enumerate(targets):
     shape = tuple(flat[name].shape)
-    lead, inputs, _ = _split_dims(name, shape)
+    lead, inputs, _ = _split_dims(name, shape, param_rules.is_stacked(rules, name))
     in_shape, out_shape = shape[lead:lead + inputs], shape[lead + inputs:]
     fan_in, fan_out = math.prod(in_shape), math.prod(out_shape)
     if lora.rank > min(fan_in, fan_out):
@@ -135,16 +136,19 @@ def add_adapters(params, lora: Settings, key: jax.Array):
   return traverse_util.unflatten_dict(flat, sep="/")
 
 
-def merged_flat(flat: Flat, scale: float) -> Flat:
+def merged_flat(flat: Flat, scale: float, rules: Optional[TrainingRules] = None) -> Flat:
   """Flat params with each kernel replaced by W + scale * A @ B and the adapters dropped;
-  numpy or jax arrays alike (the same operations, so numpy results are reproducible)."""
+  numpy or jax arrays alike (the same operations, so numpy results are reproducible).
+  rules: the params' family's, whose stacked blocks carry a depth axis first (None: a
+  file's arrays, one block each)."""
   out = {name: value for name, value in flat.items() if not name.endswith((A, B))}
   for name in flat:
     if not name.endswith("/" + A):
       continue
     prefix = name[:-len(A)]
     kernel, a, b = out[prefix + "kernel"], flat[prefix + A], flat[prefix + B]
-    lead, inputs, _ = _split_dims(prefix + "kernel", kernel.shape)
+    stacked = rules is not None and param_rules.is_stacked(rules, name)
+    lead, inputs, _ = _split_dims(prefix + "kernel", kernel.shape, stacked)
     fan_in = math.prod(kernel.shape[lead:lead + inputs])
     rank = a.shape[-1]
     delta = a.reshape(*kernel.shape[:lead], fan_in, rank) @ b.reshape(
@@ -156,7 +160,8 @@ def merged_flat(flat: Flat, scale: float) -> Flat:
 def merged(params, lora: Settings):
   """The model's parameter tree, adapters merged in."""
   return traverse_util.unflatten_dict(
-      merged_flat(traverse_util.flatten_dict(params, sep="/"), lora.scale), sep="/")
+      merged_flat(traverse_util.flatten_dict(params, sep="/"), lora.scale,
+                  param_rules.of_params(params)), sep="/")
 
 
 def _adapter_path(lora: Settings, call, args, kwargs, context):
@@ -209,27 +214,22 @@ def with_adapters(params, lora: Optional[Settings], seed: int):
   return add_adapters(params, lora, jax.random.PRNGKey(seed)) if lora else params
 
 
-# Frozen, yet not always the base file's: loading resizes them to the run's image size (a
-# ViT's position embedding, a Mixer's token-mixing MLPs: vit_jax.families.mixer.resize).
-POSEMB = "Transformer/posembed_input/pos_embedding"
-RESIZED_ON_LOAD = re.compile(rf"^({POSEMB}|MixerBlock_\d+/token_mixing/Dense_[01]/(kernel|bias))$")
-
-
 def export(raw_params, eval_params, lora: Settings,
            class_names=None) -> Tuple[Any, Flat]:
   """(merged params, adapters.npz arrays) at the end of a run, from two host copies of the
   params: the frozen base from the raw params (unchanged since the start) and the trained
   leaves from the evaluated ones (the Polyak average, if kept). adapters.npz holds what the
-  base file cannot give: the adapters, the trained head, the position embedding or a Mixer's
-  token-mixing MLPs (resized to the run's image size), which of the base's arrays the run
-  used (not a dropped pre_logits, nor the base's head) and their sha256 (merging onto
-  another base is refused)."""
-  released = lambda tree: traverse_util.flatten_dict(mixer.released_block_layout(tree), sep="/")
+  base file cannot give: the adapters, the trained head, what loading resized to the run's
+  image size (the family's resized_on_load: a ViT's position embedding), which of the
+  base's arrays the run used (not a dropped pre_logits, nor the base's head) and their
+  sha256 (merging onto another base is refused)."""
+  rules = param_rules.of_params(raw_params)
+  released = lambda tree: traverse_util.flatten_dict(rules.to_block_layout(tree), sep="/")
   raw = {name: np.asarray(value) for name, value in released(raw_params).items()}
   adapters = {name: np.asarray(value) for name, value in released(eval_params).items()
               if re.search(TRAINED, name)}
   adapters.update({name: value for name, value in raw.items()
-                   if RESIZED_ON_LOAD.search(name) and name not in adapters})
+                   if re.search(rules.resized_on_load, name) and name not in adapters})
   base = {name: value for name, value in raw.items() if name not in adapters}
   meta = dict(rank=lora.rank, alpha=lora.alpha, targets=lora.targets, base=sorted(base),
               base_sha256=base_digest(base),

@@ -1,11 +1,12 @@
 """Per-parameter learning rates and frozen parameters, from the config.
 
 Fine-tuning controls of the field, applied inside the optax chain (vit_jax.training.optim):
-  layer_decay  BEiT / timm layer-wise decay: encoder block i (0-based) trains at
-               base * decay ** (num_layers - i), the embeddings (patch embedding, class
-               token, position embedding, hybrid stem, mpp's mask token, a Mixer's stem)
-               at decay ** (num_layers + 1), the final norm, pre_logits and heads at 1
-               (a Mixer's blocks and pre_head_layer_norm alike).
+  layer_decay  BEiT / timm layer-wise decay over the blocks of the model's family
+               (TrainingRules.blocks): block i (0-based) trains at base * decay **
+               (num_layers - i), what precedes the blocks (a ViT's patch embedding, class
+               token, position embedding, hybrid stem, mpp's mask token) at decay **
+               (num_layers + 1), what follows them (TrainingRules.head_side: a ViT's final
+               norm, pre_logits and heads) at 1.
                Stacked blocks (scan_layers) get one multiplier per slice of depth.
   lr_mults     (regex, multiplier) pairs over '/'-joined parameter paths (parameters.txt's
                names); the first that matches wins; multiplied with the layer decay.
@@ -25,19 +26,10 @@ import numpy as np
 import optax
 
 from vit_jax.base import errors
-from vit_jax.models import encoder_blocks
-from vit_jax.families.vit import masked_patch_model as masked_patch_vit
-from vit_jax.families.mixer import model as mixer
-from vit_jax.training import sharding
+from vit_jax.models.family_contract import TrainingRules
+from vit_jax.training import param_rules, sharding
 
 TRAIN, FROZEN, LATER = "train", "frozen", "frozen_until_step"  # optimizer group labels
-# Parameters after the encoder blocks: they keep the full learning rate under layer_decay.
-HEAD_SIDE = re.compile(r"^(Transformer/encoder_norm|pre_logits|head|MAPHead_0|"
-                       rf"pre_head_layer_norm|{masked_patch_vit.PREDICTION_HEAD})(/|$)")
-# A ViT's encoder blocks, or a Mixer's (vit_jax.families.mixer.model: `stem` is its embedding).
-_BLOCKS = rf"(?:Transformer/{encoder_blocks.SCANNED_BLOCKS}|{mixer.SCANNED_BLOCKS})"
-BLOCK = re.compile(rf"^{_BLOCKS}_(\d+)/")
-STACKED = re.compile(rf"^{_BLOCKS}/")
 
 
 def named_leaves(params) -> List[Tuple[str, Any]]:
@@ -115,39 +107,46 @@ def check_matches(names: Sequence[str], regex: str, key: str) -> None:
                               f"{examples} (see parameters.txt)")
 
 
-def depth(name: str, layers: int) -> Optional[int]:
+def block_index(rules: TrainingRules, name: str) -> Optional[int]:
+  """The index of the (unstacked) block a parameter is in, None outside the blocks."""
+  block = re.match(rf"{rules.blocks}_(\d+)/", name)
+  return int(block.group(1)) if block else None
+
+
+def depth(name: str, layers: int, rules: TrainingRules) -> Optional[int]:
   """BEiT's layer id: 0 embeddings, i + 1 block i, layers + 1 the head side; None
   for stacked blocks (their id varies along the leading axis)."""
-  if HEAD_SIDE.search(name):
+  if re.search(rules.head_side, name):
     return layers + 1
-  if STACKED.search(name):
+  if param_rules.is_stacked(rules, name):
     return None
-  block = BLOCK.search(name)
-  return int(block.group(1)) + 1 if block else 0
+  block = block_index(rules, name)
+  return block + 1 if block is not None else 0
 
 
 def multiplier(name: str, shape: Tuple[int, ...], config: ml_collections.ConfigDict,
-               layers: int):
+               rules: Optional[TrainingRules], layers: int):
   """The learning-rate multiplier of one parameter: a float, or for stacked blocks under
-  layer decay an array broadcasting over the leading depth axis."""
+  layer decay an array broadcasting over the leading depth axis. rules: the family's
+  (None without layer decay, which alone needs them)."""
   decay = float(config.get("layer_decay", 1.0))
   mult = next((m for regex, m in lr_mult_pairs(config) if re.search(regex, name)), 1.0)
   if decay == 1.0:
     return mult
-  layer = depth(name, layers)
+  layer = depth(name, layers, rules)
   if layer is None:
     per_block = decay ** (layers - np.arange(shape[0], dtype=np.float64))
     return (mult * per_block).astype(np.float32).reshape((-1,) + (1,) * (len(shape) - 1))
   return mult * decay ** (layers + 1 - layer)
 
 
-def num_layers(params) -> int:
-  """The encoder depth, read from the parameter names (or the stacked blocks' shape)."""
+def num_layers(params, rules: TrainingRules) -> int:
+  """The number of blocks, read from the parameter names (or the stacked blocks' shape)."""
   depths = [0]
   for name, leaf in named_leaves(params):
-    block = BLOCK.search(name)
-    depths.append(int(block.group(1)) + 1 if block else
-                  leaf.shape[0] if STACKED.search(name) else 0)
+    block = block_index(rules, name)
+    depths.append(block + 1 if block is not None else
+                  leaf.shape[0] if param_rules.is_stacked(rules, name) else 0)
   return max(depths)
 
 
@@ -155,9 +154,12 @@ def multipliers(params, config: ml_collections.ConfigDict):
   """The tree of multipliers (floats, or arrays for stacked blocks)."""
   for regex, _ in lr_mult_pairs(config):
     check_matches([name for name, _ in named_leaves(params)], regex, "lr_mults")
-  layers = num_layers(params)
+  rules = (param_rules.of_params(params) if float(config.get("layer_decay", 1.0)) != 1.0
+           else None)
+  layers = num_layers(params, rules) if rules else 0
   return jax.tree_util.tree_map_with_path(
-      lambda path, leaf: multiplier(sharding.path_name(path), leaf.shape, config, layers), params)
+      lambda path, leaf: multiplier(sharding.path_name(path), leaf.shape, config, rules,
+                                    layers), params)
 
 
 def labels(params, config: ml_collections.ConfigDict, trained_regex: str = ""):

@@ -6,7 +6,6 @@ fine offline: nothing is downloaded for a plan)."""
 import os
 
 from vit_jax.checkpoints import formats, hub, released
-from vit_jax.families.two_tower import names as two_tower_names
 
 
 def _check_local(pretrained: str, path: str) -> None:
@@ -23,14 +22,14 @@ def resolve(config) -> None:
   checkpoints/ (loading it later resolves to the same file)."""
   if config.pretrained is None:
     return
-  _check_local(config.pretrained, two_tower_names.resolve(config.pretrained))
+  _check_local(config.pretrained, hub.resolve(config.pretrained))
 
 
 def check_offline(config) -> None:
-  """config.pretrained without fetching anything: a released, two-tower or hf-hub: name
-  passes (an unknown family is one line), a local path must be there."""
+  """config.pretrained without fetching anything: a released name (of any family) or an
+  hf-hub: name passes (an unknown family is one line), a local path must be there."""
   pretrained = config.get("pretrained")
-  if pretrained is None or pretrained in two_tower_names.NAMES:
+  if pretrained is None or hub.fetcher_of(str(pretrained)) is not None:
     return
   if str(pretrained).startswith(hub.HUB_PREFIX):
     hub.parse_hub_name(str(pretrained))

@@ -4,8 +4,9 @@ The mesh always has the three named axes `data`, `fsdp` and `tensor` (size 1 whe
 unused), so partition specs never depend on which parallelism a run picked.
 Batches are split over `data` x `fsdp`. Parameters (and the optimizer state, whose
 leaves carry the same names) follow rules keyed on their names:
-  * tensor parallel (Megatron): attention heads and the MLP hidden units are split
-    over `tensor`, so each device holds whole heads and a slice of the MLP;
+  * tensor parallel (Megatron): the family's tensor rules (TrainingRules) split over
+    `tensor`, for a ViT attention heads and the MLP hidden units, so each device holds
+    whole heads and a slice of the MLP;
   * FSDP: the largest still-unsplit dimension divisible by `fsdp` of every tensor with
     at least FSDP_MIN_SIZE elements is split over `fsdp`;
   * everything else is replicated.
@@ -21,8 +22,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax.base import errors
-from vit_jax.models import encoder_blocks
-from vit_jax.families.mixer import model as mixer
+from vit_jax.models import family_registry
+from vit_jax.training import param_rules
 
 AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
@@ -138,26 +139,6 @@ def check_config_batches(config, mesh: Mesh) -> None:
                    "batch / config.accum_steps (the micro-batch)")
 
 
-# Parameter-name pattern -> the mesh axis of each dimension (Megatron-style splits).
-TENSOR_RULES = (
-    (r"MultiHeadDotProductAttention_1/(query|key|value)/kernel$", (None, "tensor", None)),
-    (r"MultiHeadDotProductAttention_1/(query|key|value)/bias$", ("tensor", None)),
-    (r"MultiHeadDotProductAttention_1/out/kernel$", ("tensor", None, None)),
-    (r"MlpBlock_3/Dense_0/kernel$", (None, "tensor")),
-    (r"MlpBlock_3/Dense_0/bias$", ("tensor",)),
-    (r"MlpBlock_3/Dense_1/kernel$", ("tensor", None)),
-    # LoRA adapters (vit_jax.training.lora_adapters) split like the kernel dims they stand for.
-    (r"MultiHeadDotProductAttention_1/(query|key|value)/lora_b$", (None, "tensor", None)),
-    (r"MultiHeadDotProductAttention_1/out/lora_a$", ("tensor", None, None)),
-    (r"MlpBlock_3/Dense_0/lora_b$", (None, "tensor")),
-    (r"MlpBlock_3/Dense_1/lora_a$", ("tensor", None)),
-    # MLP-Mixer blocks (vit_jax.families.mixer.model): both MLPs split like the ViT's MLP.
-    (r"_mixing/Dense_0/(kernel|lora_b)$", (None, "tensor")),
-    (r"_mixing/Dense_0/bias$", ("tensor",)),
-    (r"_mixing/Dense_1/(kernel|lora_a)$", ("tensor", None)),
-)
-# scan_layers' blocks (a ViT's, a Mixer's): depth axis first.
-STACKED_BLOCKS = re.compile(f"Transformer/{encoder_blocks.SCANNED_BLOCKS}/|(^|/){mixer.SCANNED_BLOCKS}/")
 FSDP_MIN_SIZE = 2**16  # smaller tensors cost more to gather than they save
 
 
@@ -168,11 +149,15 @@ def path_name(path: Tuple[Any, ...]) -> str:
 
 
 def partition_spec(name: str, shape: Sequence[int], axis_sizes: Mapping[str, int]) -> P:
-  """Where each dimension of the leaf `name` of `shape` lives on the mesh."""
+  """Where each dimension of the leaf `name` of `shape` lives on the mesh: the first tensor
+  rule of the families' that the name and rank match (scan-stacked blocks keep their
+  leading depth axis whole), then FSDP."""
   dims = [None] * len(shape)
-  stacked = int(bool(STACKED_BLOCKS.search(name)))
+  families = param_rules.of_every_family()
+  stacked = int(any(param_rules.is_stacked(rules, name) for rules in families))
   if axis_sizes.get("tensor", 1) > 1:
-    for pattern, axes in TENSOR_RULES:
+    tensor_rules = [rule for rules in families for rule in rules.tensor_rules]
+    for pattern, axes in tensor_rules:
       if re.search(pattern, name) and len(axes) + stacked == len(shape):
         dims = [None] * stacked + list(axes)
         break
@@ -186,7 +171,7 @@ def partition_spec(name: str, shape: Sequence[int], axis_sizes: Mapping[str, int
 
 
 def param_shardings(abstract_tree: Any, mesh: Mesh) -> Any:
-  """NamedShardings for a parameter or train-state tree, from the rules above."""
+  """NamedShardings for a parameter or train-state tree, leaf by leaf (partition_spec)."""
   sizes = dict(mesh.shape)
   return jax.tree_util.tree_map_with_path(
       lambda path, leaf: NamedSharding(
@@ -195,23 +180,12 @@ def param_shardings(abstract_tree: Any, mesh: Mesh) -> Any:
 
 
 def check_model_tensor_parallel(module: Any, mesh: Mesh) -> None:
-  """check_tensor_parallel for a ViT; for a Mixer, its two MLPs' widths must split."""
-  if not isinstance(module, mixer.MlpMixer):
-    check_tensor_parallel(module.num_heads, module.mlp_dim, mesh)
-    return
-  tensor, widths = mesh.shape["tensor"], (module.tokens_mlp_dim, module.channels_mlp_dim)
+  """The `tensor` axis must divide the widths the module's family splits over it (a ViT's
+  heads and MLP units), checked before compiling."""
+  widths, named = family_registry.for_module(module).part(
+      "training", type(module).__name__).tensor_widths(module)
+  tensor = mesh.shape["tensor"]
   if any(width % tensor for width in widths):
     divisors = [d for d in range(1, widths[0] + 1) if not any(w % d for w in widths)]
-    raise ShardingError(
-        f"mesh tensor={tensor} does not divide the Mixer's token- and channel-mixing MLP "
-        f"widths {widths[0]} and {widths[1]}: use config.mesh.tensor in {divisors}")
-
-
-def check_tensor_parallel(num_heads: int, mlp_dim: int, mesh: Mesh) -> None:
-  """The `tensor` axis must split heads and MLP units evenly (checked before compiling)."""
-  tensor = mesh.shape["tensor"]
-  if num_heads % tensor or mlp_dim % tensor:
-    divisors = [d for d in range(1, num_heads + 1) if num_heads % d == 0 and mlp_dim % d == 0]
-    raise ShardingError(
-        f"mesh tensor={tensor} does not divide the model's {num_heads} heads and "
-        f"{mlp_dim} MLP units: use config.mesh.tensor in {divisors}")
+    raise ShardingError(f"mesh tensor={tensor} does not divide {named}: use "
+                        f"config.mesh.tensor in {divisors}")

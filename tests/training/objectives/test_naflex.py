@@ -142,6 +142,7 @@ def test_fine_tuning_controls_find_the_vits_parameter_names(setup):
     ({"pp.crop": 2}, "raise pp.crop"),
     ({"objective": "mpp"}, "pp.max_patches=None"),
     ({"model.flexi_patch_sizes": (4, 8)}, "not FlexiViT"),
+    ({"model_name": "Mixer-S_16"}, "^config.model_name=Mixer-S_16 is an MLP-Mixer; NaFlex "),
 ])
 def test_what_naflex_cannot_run_is_one_line(setup, overrides, message):
   _, mesh, _, _, _ = setup

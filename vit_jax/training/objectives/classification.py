@@ -18,10 +18,9 @@ import optax
 
 from vit_jax.base import config_checks, errors
 from vit_jax.base.console import log
-from vit_jax.checkpoints import npz
-from vit_jax.families.two_tower import names as two_tower_names
+from vit_jax.checkpoints import hub, npz
 from vit_jax.families.vit import model as vit
-from vit_jax.families.vit import names as zoo
+from vit_jax.models import model_config
 
 Metrics = Dict[str, jax.Array]
 
@@ -259,12 +258,12 @@ class Classification:
                    load_pretrained: bool) -> Tuple[vit.VisionTransformer, Optional[dict]]:
     """The module, plus host params when starting from config.pretrained."""
     if not load_pretrained:
-      return zoo.model_from_config(config, num_classes), None
-    return npz.load_npz(two_tower_names.resolve(config.pretrained), image_size=config.pp.crop,
+      return model_config.model_from_config(config, num_classes), None
+    return npz.load_npz(hub.resolve(config.pretrained), image_size=config.pp.crop,
                         num_classes=num_classes, model_name=config.model_name,
                         pre_logits=config.model.representation_size is not None,
                         allow_nonfinite=config.get("allow_nonfinite_pretrained", False),
-                        **zoo.config_overrides(config))
+                        **model_config.config_overrides(config))
 
   def make_batch_loss(self, module, config):
     return make_batch_loss(module, config)

@@ -27,9 +27,8 @@ import ml_collections
 
 from vit_jax.base import errors
 from vit_jax.checkpoints import hub, npz
-from vit_jax.models import patch_resize, posemb
 from vit_jax.families.vit import model as vit
-from vit_jax.families.vit import names as zoo
+from vit_jax.models import family_registry, model_config, patch_resize, posemb
 from vit_jax.training.objectives import classification
 
 KERNEL = 32  # FlexiViT's underlying patch-embedding kernel side
@@ -43,7 +42,7 @@ def patch_sizes(config: ml_collections.ConfigDict) -> Tuple[int, ...]:
 
 def export_patch_size(config: ml_collections.ConfigDict) -> int:
   """flexi_export_patch_size, else model.patch_size, else model_name's."""
-  return config.model.get("flexi_export_patch_size") or zoo.patch_size(config)
+  return config.model.get("flexi_export_patch_size") or model_config.patch_size(config)
 
 
 def check(config: ml_collections.ConfigDict) -> None:
@@ -61,7 +60,7 @@ def check(config: ml_collections.ConfigDict) -> None:
     raise errors.InvalidInput(
         f"config.model.flexi_export_patch_size={export} (default model.patch_size) is not in "
         f"{where}={sizes}: params.npz is written at one of the trained sizes")
-  if zoo.get_architecture(config.model_name).resnet_stages is not None:
+  if family_registry.architecture(config.model_name).resnet_stages is not None:
     raise errors.InvalidInput(f"FlexiViT needs a plain ViT: {config.model_name} is a hybrid, "
                               "whose patches are cut from the ResNet stem's features")
 
@@ -99,14 +98,14 @@ class FlexiClassification:
     """The underlying model at the export size, and a pretrained file's params moved to
     the underlying kernel and grid (PI-resize, table resize) when starting from one."""
     if not load_pretrained:
-      module, params = zoo.model_from_config(config, num_classes), None
+      module, params = model_config.model_from_config(config, num_classes), None
     else:
       module, params = npz.load_npz(
           hub.resolve(config.pretrained), image_size=GRID * KERNEL, patch_size=KERNEL,
           num_classes=num_classes, model_name=config.model_name,
           pre_logits=config.model.representation_size is not None,
           allow_nonfinite=config.get("allow_nonfinite_pretrained", False),
-          **zoo.config_overrides(config))
+          **model_config.config_overrides(config))
     return underlying(module, export_patch_size(config)), params
 
   def make_batch_loss(self, module, config: ml_collections.ConfigDict):

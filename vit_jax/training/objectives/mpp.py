@@ -13,7 +13,8 @@ patch independently gets, with probabilities replace_mask / replace_random / kee
     eval example's numbers do not depend on what it is batched with;
   * its own embedding, unchanged (it must still be predicted).
 This acts on the patch embeddings, after the `embedding` conv and before the position
-embeddings are added (vit_jax.families.vit.masked_patch_model), so a corrupted patch keeps its position.
+embeddings are added (vit_jax.families.vit.masked_patch_model), so a corrupted patch keeps
+its position.
 
 Targets, from the model's input pixels x in [-1, 1] (after the pipeline's resizing,
 cropping and flips, so they describe exactly what the model saw), u = (x + 1) / 2 in
@@ -52,7 +53,7 @@ import optax
 from vit_jax.base import errors, workdir_files
 from vit_jax.base.console import log
 from vit_jax.families.vit import masked_patch_model as mpp_model
-from vit_jax.families.vit import names as zoo
+from vit_jax.models import family_registry, model_config
 
 
 TARGETS = ("mean_color", "downsized_4x4", "l2_patch")
@@ -224,7 +225,7 @@ def create_model(config: ml_collections.ConfigDict,
                  overrides: Dict[str, Any]) -> mpp_model.MaskedPatchPredictor:
   """config.model_name's architecture with `overrides` (VisionTransformer attributes),
   predicting config.mpp.target."""
-  backbone = zoo.create_model(config.model_name, num_classes=0, **overrides)
+  backbone = family_registry.create_model(config.model_name, num_classes=0, **overrides)
   per_patch, size = prediction_shape(Settings.from_config(config), backbone.patch_size)
   return mpp_model.from_backbone(backbone, predictions_per_patch=per_patch,
                                  prediction_size=size)
@@ -257,7 +258,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     raise errors.InvalidInput(
         "config.objective='mpp' pre-trains from scratch: set "
         f"config.pretrained=None (fine-tune from the run's {workdir_files.PARAMS} after)")
-  architecture = zoo.get_architecture(config.model_name)
+  architecture = family_registry.architecture(config.model_name)
   patch_size = config.model.get("patch_size", architecture.patch_size)
   if config.model.get("resnet_stages", architecture.resnet_stages) is not None:
     raise errors.InvalidInput(
@@ -340,7 +341,7 @@ class MaskedPatchPrediction:
   def create_model(self, config: ml_collections.ConfigDict, num_classes: int, *,
                    load_pretrained: bool) -> Tuple[mpp_model.MaskedPatchPredictor, None]:
     del num_classes, load_pretrained  # check_config refuses config.pretrained
-    return create_model(config, zoo.config_overrides(config)), None
+    return create_model(config, model_config.config_overrides(config)), None
 
   def make_batch_loss(self, module, config):
     return make_batch_loss(module, Settings.from_config(config))

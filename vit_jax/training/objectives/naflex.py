@@ -1,8 +1,9 @@
-"""Classification at each image's native aspect ratio (SigLIP 2's NaFlex), chosen by
-`config.pp.max_patches`: the loaders give each image as up to that many patches, padded to
-it, with their mask and grid (vit_jax.data.batch_spec), and the model is a NaFlexViT
-(vit_jax.families.vit.naflex_model) built from the config's MAP-pooled ViT. Loss, evaluation and
-params.npz are classification's: the NaFlexViT's parameters are the ViT's, name for name.
+"""Classification at each image's native aspect ratio (NaFlex, Tschannen et al. 2025),
+chosen by `config.pp.max_patches`: the loaders give each image as up to that many patches,
+padded to it, with their mask and grid (vit_jax.data.batch_spec), and the model is a
+NaFlexViT (vit_jax.families.vit.naflex_model) built from the config's MAP-pooled ViT. Loss,
+evaluation and params.npz are classification's: the NaFlexViT's parameters are the ViT's,
+name for name.
 
 The position table keeps its own grid and is resized to each image's grid in the step: a
 pretrained file's (16 x 16 for the released NaFlex towers, the crop's for a fixed-size
@@ -18,10 +19,9 @@ from typing import Optional, Tuple
 import ml_collections
 
 from vit_jax.base import errors
-from vit_jax.checkpoints import npz
-from vit_jax.families.two_tower import names as two_tower_names
+from vit_jax.checkpoints import hub, npz
 from vit_jax.families.vit import naflex_model as naflex_vit
-from vit_jax.families.vit import names as zoo
+from vit_jax.models import family_registry, model_config
 from vit_jax.training.objectives import classification
 
 
@@ -33,7 +33,7 @@ def max_patches(config: ml_collections.ConfigDict) -> Optional[int]:
 def loader_patch_size(config: ml_collections.ConfigDict) -> Optional[int]:
   """What the loaders cut each image into (loaders.open_dataset's patch_size): the model's
   patch size with NaFlex, else None (square crops)."""
-  return zoo.patch_size(config) if max_patches(config) is not None else None
+  return model_config.patch_size(config) if max_patches(config) is not None else None
 
 
 def from_scratch_grid(config: ml_collections.ConfigDict, patch_size: int) -> int:
@@ -51,31 +51,31 @@ class NaFlexClassification(classification.Classification):
 
   def check(self, config: ml_collections.ConfigDict) -> None:
     """Classification's checks and a model NaFlex runs (one line naming the config.model
-    key to change). The budget and MixUp are the loaders' (data.datasets, loaders.check)."""
+    key to change, or the family's refusal). The budget and MixUp are the loaders'
+    (data.datasets, loaders.check)."""
     super().check(config)
-    if zoo.is_mixer(config.model_name):
-      raise errors.InvalidInput(f"NaFlex (config.pp.max_patches) runs ViTs, not the MLP-Mixer "
-                                f"{config.model_name}: set pp.max_patches=None")
+    family_registry.for_model_name(config.model_name).refuse(
+        "naflex", f"config.model_name={config.model_name}")
     try:
-      naflex_vit.from_vit(zoo.model_from_config(config, num_classes=1), 1)
+      naflex_vit.from_vit(model_config.model_from_config(config, num_classes=1), 1)
     except errors.InvalidInput as e:
       raise errors.InvalidInput(f"config.model: {e} (or pp.max_patches=None)") from None
     except TypeError:
-      pass  # an unknown config.model key: zoo.check_config names it
+      pass  # an unknown config.model key: model_config.check_config names it
     if config.get("pretrained") is None:
-      from_scratch_grid(config, zoo.patch_size(config))
+      from_scratch_grid(config, model_config.patch_size(config))
 
   def create_model(self, config: ml_collections.ConfigDict, num_classes: int, *,
                    load_pretrained: bool) -> Tuple[naflex_vit.NaFlexViT, Optional[dict]]:
     """The NaFlexViT of the config's ViT, plus host params (the file's own table grid)
     when starting from config.pretrained."""
     if not load_pretrained:
-      module = zoo.model_from_config(config, num_classes)
+      module = model_config.model_from_config(config, num_classes)
       return naflex_vit.from_vit(module, from_scratch_grid(config, module.patch_size)), None
     module, params = npz.load_npz(
-        two_tower_names.resolve(config.pretrained), num_classes=num_classes,
+        hub.resolve(config.pretrained), num_classes=num_classes,
         model_name=config.model_name, pre_logits=config.model.representation_size is not None,
         allow_nonfinite=config.get("allow_nonfinite_pretrained", False),
-        **zoo.config_overrides(config))
+        **model_config.config_overrides(config))
     grid = npz.native_image_size(module, params) // module.patch_size  # the file's table
     return naflex_vit.from_vit(module, grid), params
