@@ -18,7 +18,6 @@ import numpy as np
 
 from vit_jax.base import config_checks, errors, storage, workdir_files
 from vit_jax.base.console import log
-from vit_jax.families.two_tower import names as two_tower_names
 from vit_jax.data import device_batches, loaders, splits
 from vit_jax.models import attention
 from vit_jax.training import (
@@ -125,9 +124,6 @@ def check_config(config: ml_collections.ConfigDict, mesh,
                  objective: objectives.Objective) -> None:
   """Everything about the config that can be refused without reading data, then the
   pretrained file (fetched if it is a released name not yet downloaded)."""
-  two_tower = two_tower_names.as_model_name(config.get("model_name") or "")
-  if two_tower:  # before the zoo calls it an unknown ViT
-    raise errors.InvalidInput(two_tower)
   static_checks.check_static(config, mesh, objective)
   pretrained_file.resolve(config)
 
