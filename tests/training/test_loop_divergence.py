@@ -17,7 +17,7 @@ from vit_jax import load_npz
 from vit_jax.base import errors
 from vit_jax.data import device_batches
 from vit_jax.training import loop, state_and_step
-from vit_jax.training.runs import train_state
+from vit_jax.training.runs import orbax_checkpoints
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(demo_run, tmp_path):
@@ -49,7 +49,7 @@ def test_a_divergence_before_any_checkpoint_names_its_step_and_says_so(tmp_path,
 
 
 def test_a_divergence_without_clipping_names_the_clip_key(demo_run, tmp_path):
-  checkpointer = train_state.Checkpointer(copy_of(demo_run, tmp_path), keep=2)  # steps 3, 6
+  checkpointer = orbax_checkpoints.Checkpointer(copy_of(demo_run, tmp_path), keep=2)  # steps 3, 6
   with pytest.raises(errors.Diverged) as error:
     loop.check_finite(9, {"loss": 2.3, "grad_norm": float("inf")}, checkpointer, clipped=False)
   assert str(error.value) == (

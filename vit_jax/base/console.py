@@ -68,7 +68,7 @@ def quiet_libraries(verbosity_flag_present: Optional[bool] = None) -> None:
   # orbax's background writes report each failed chunk as a "never retrieved" future,
   # and each failed save thread as an error with its traceback while the run goes on;
   # the failure itself reaches the user as one error line when the run next waits for
-  # its saves (vit_jax.training.runs.train_state).
+  # its saves (vit_jax.training.runs.orbax_checkpoints).
   logging.getLogger("asyncio").setLevel(logging.CRITICAL)
   logging.getLogger("absl").addFilter(_no_orbax_errors)  # once: the same function
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from vit_jax.base import storage
-from vit_jax.training.runs import train_state
+from vit_jax.training.runs import orbax_checkpoints
 
 
 def state(value=1.0):
@@ -18,7 +18,7 @@ def state(value=1.0):
 
 
 def test_save_then_restore(tmp_path):
-  checkpointer = train_state.Checkpointer(str(tmp_path), keep=2)
+  checkpointer = orbax_checkpoints.Checkpointer(str(tmp_path), keep=2)
   assert checkpointer.latest_step() is None
   for step in (1, 2, 3):
     checkpointer.save(step, state(float(step)))
@@ -27,7 +27,7 @@ def test_save_then_restore(tmp_path):
   restored = checkpointer.restore(jax.eval_shape(state))
   np.testing.assert_array_equal(restored["params"]["w"], 3.0)
   checkpointer.close()
-  reopened = train_state.Checkpointer(str(tmp_path), keep=2)
+  reopened = orbax_checkpoints.Checkpointer(str(tmp_path), keep=2)
   assert reopened.latest_step() == 3
   np.testing.assert_array_equal(reopened.restore(jax.eval_shape(state), step=2)["params"]["w"],
                                 2.0)
@@ -35,12 +35,12 @@ def test_save_then_restore(tmp_path):
 
 
 def test_mismatched_state_is_refused_and_kept(tmp_path):
-  checkpointer = train_state.Checkpointer(str(tmp_path))
+  checkpointer = orbax_checkpoints.Checkpointer(str(tmp_path))
   checkpointer.save(5, state())
   checkpointer.wait()
   wrong = {"step": jax.ShapeDtypeStruct((), jnp.int32),
            "params": {"w": jax.ShapeDtypeStruct((8, 8), jnp.float32)}}
-  with pytest.raises(train_state.CheckpointRestoreError, match="cannot resume from") as e:
+  with pytest.raises(orbax_checkpoints.CheckpointRestoreError, match="cannot resume from") as e:
     checkpointer.restore(wrong)
   assert "\n" not in str(e.value)
   assert checkpointer.latest_step() == 5
@@ -48,11 +48,12 @@ def test_mismatched_state_is_refused_and_kept(tmp_path):
 
 
 def test_a_non_finite_state_is_never_saved(tmp_path):
-  checkpointer = train_state.Checkpointer(str(tmp_path), keep=1)
+  checkpointer = orbax_checkpoints.Checkpointer(str(tmp_path), keep=1)
   checkpointer.save(1, state(1.0))
   checkpointer.wait()
   for bad in (float("nan"), float("inf")):
-    with pytest.raises(train_state.NonFiniteStateError, match="good checkpoint \\(1\\) is kept"):
+    with pytest.raises(orbax_checkpoints.NonFiniteStateError,
+                       match="good checkpoint \\(1\\) is kept"):
       checkpointer.save(2, state(bad))
   checkpointer.wait()
   assert checkpointer.all_steps() == [1]  # keep=1: retention had nothing newer to keep
@@ -60,7 +61,7 @@ def test_a_non_finite_state_is_never_saved(tmp_path):
 
 
 def test_nothing_is_created_before_the_first_save(tmp_path):
-  checkpointer = train_state.Checkpointer(str(tmp_path / "run"))
+  checkpointer = orbax_checkpoints.Checkpointer(str(tmp_path / "run"))
   assert checkpointer.latest_step() is None
   assert checkpointer.restore_latest(jax.eval_shape(state)) == (None, None)
   checkpointer.close()
@@ -105,7 +106,7 @@ def damage(step_dir, how):
 def test_damaged_latest_falls_back_to_the_newest_intact_one(tmp_path, how, capfd):
   write_steps(str(tmp_path), {100: 1.0, 150: 2.0})
   damage(tmp_path / "checkpoints" / "150", how)
-  checkpointer = train_state.Checkpointer(str(tmp_path))
+  checkpointer = orbax_checkpoints.Checkpointer(str(tmp_path))
   restored, step = checkpointer.restore_latest(jax.eval_shape(state))
   assert step == 100
   np.testing.assert_array_equal(restored["params"]["w"], 1.0)
@@ -131,7 +132,7 @@ def test_objects_of_a_damaged_checkpoint_left_in_place_are_named_and_the_resume_
   stuck = [f"gs://b/run/checkpoints/150/default/d/{i}" for i in range(7)]
   real_move = storage.move
   monkeypatch.setattr(storage, "move", lambda source, dest: real_move(source, dest) or stuck)
-  checkpointer = train_state.Checkpointer(str(tmp_path))
+  checkpointer = orbax_checkpoints.Checkpointer(str(tmp_path))
   restored, step = checkpointer.restore_latest(jax.eval_shape(state))
   assert step == 100 and checkpointer.all_steps() == [100]
   np.testing.assert_array_equal(restored["params"]["w"], 1.0)
@@ -143,7 +144,7 @@ def test_objects_of_a_damaged_checkpoint_left_in_place_are_named_and_the_resume_
 
 def test_a_non_finite_latest_checkpoint_is_skipped(tmp_path):
   write_steps(str(tmp_path), {3: 1.0, 4: float("nan")})
-  checkpointer = train_state.Checkpointer(str(tmp_path))
+  checkpointer = orbax_checkpoints.Checkpointer(str(tmp_path))
   restored, step = checkpointer.restore_latest(jax.eval_shape(state))
   assert step == 3 and np.isfinite(restored["params"]["w"]).all()
   checkpointer.close()
@@ -153,8 +154,8 @@ def test_refused_only_when_no_checkpoint_is_usable(tmp_path):
   write_steps(str(tmp_path), {100: 1.0, 150: 2.0})
   for step in (100, 150):
     damage(tmp_path / "checkpoints" / str(step), "truncated")
-  checkpointer = train_state.Checkpointer(str(tmp_path))
-  with pytest.raises(train_state.CheckpointRestoreError,
+  checkpointer = orbax_checkpoints.Checkpointer(str(tmp_path))
+  with pytest.raises(orbax_checkpoints.CheckpointRestoreError,
                      match="no checkpoint in .* \\(steps 150, 100\\) can be used") as e:
     checkpointer.restore_latest(jax.eval_shape(state))
   assert "\n" not in str(e.value) and "nothing was deleted" in str(e.value)
@@ -173,7 +174,7 @@ def test_train_states_keep_one_layout_with_or_without_the_polyak_average(tmp_pat
   plain = update_step.create_train_state(params, optimizer)
   write_tree(str(tmp_path / "old"), 5, {"step": plain.step, "params": plain.params,
                                         "opt_state": plain.opt_state})
-  checkpointer = train_state.Checkpointer(str(tmp_path / "old"))
+  checkpointer = orbax_checkpoints.Checkpointer(str(tmp_path / "old"))
   restored, step = checkpointer.restore_latest(jax.eval_shape(lambda: plain))
   assert step == 5 and restored.polyak is None
   np.testing.assert_array_equal(restored.params["w"], [0.0, 1.0, 2.0])
@@ -181,7 +182,7 @@ def test_train_states_keep_one_layout_with_or_without_the_polyak_average(tmp_pat
 
   averaged = update_step.create_train_state(params, optimizer, polyak=True)
   averaged = averaged.replace(polyak={"w": jnp.full(3, 7.0)})
-  checkpointer = train_state.Checkpointer(str(tmp_path / "new"))
+  checkpointer = orbax_checkpoints.Checkpointer(str(tmp_path / "new"))
   checkpointer.save(1, averaged)
   checkpointer.wait()
   restored, _ = checkpointer.restore_latest(jax.eval_shape(lambda: averaged))
@@ -200,7 +201,7 @@ def test_a_failed_restore_leaves_no_read_running(tmp_path, monkeypatch):
   import sys
   ignored, tasks = [], []
   monkeypatch.setattr(sys, "unraisablehook", ignored.append)
-  policy = train_state._FinishingTasksPolicy  # pylint: disable=protected-access
+  policy = orbax_checkpoints._FinishingTasksPolicy  # pylint: disable=protected-access
   make_loop = policy.new_event_loop
 
   def recording_loop(self):
@@ -212,14 +213,14 @@ def test_a_failed_restore_leaves_no_read_running(tmp_path, monkeypatch):
     return loop
 
   monkeypatch.setattr(policy, "new_event_loop", recording_loop)
-  checkpointer = train_state.Checkpointer(str(tmp_path))
+  checkpointer = orbax_checkpoints.Checkpointer(str(tmp_path))
   many = {"step": jnp.array(3), "params": {f"w{i}": jnp.full((64, 64), 1.0) for i in range(16)}}
   checkpointer.save(7, many)
   checkpointer.wait()
   wrong = jax.eval_shape(lambda: many)
   wrong["params"]["w0"] = jax.ShapeDtypeStruct((8, 8), jnp.float32)
   for _ in range(5):
-    with pytest.raises(train_state.CheckpointRestoreError, match="cannot resume from"):
+    with pytest.raises(orbax_checkpoints.CheckpointRestoreError, match="cannot resume from"):
       checkpointer.restore(wrong)
   checkpointer.close()
   assert tasks and all(task.done() for task in tasks)
