@@ -33,7 +33,7 @@ def finetune_config(total_steps: int, image_size: int) -> ml_collections.ConfigD
 
 def measure(module, config, layout, batch_size, image_size, steps):
   mesh = sharding.make_mesh(layout)
-  sharding.check_tensor_parallel(module.num_heads, module.mlp_dim, mesh)
+  sharding.check_model_tensor_parallel(module, mesh)
   images = jnp.zeros((batch_size, image_size, image_size, 3))
   run = state_and_step.build(config, module, mesh)
   state = run.init(jax.random.PRNGKey(0))

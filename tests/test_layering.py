@@ -1,4 +1,4 @@
-"""The package's import graph, read from the source (nothing imported), against the seven
+"""The package's import graph, read from the source (nothing imported), against the eight
 floors the code is built in. A floor is given to a folder under vit_jax/ (every module in
 it included); the top of vit_jax/ holds only the commands and the public API. A module
 imports only from its own floor or below, no two units (folders or top modules) import
@@ -13,15 +13,16 @@ import re
 from conftest import REPO
 
 PACKAGE = pathlib.Path(REPO) / "vit_jax"
-BASE, MODELS_DATA, CHECKPOINTS, LIBRARY, PLANNING, SUITES, TOP = range(7)
-FLOOR_NAMES = ("base", "models and data", "checkpoints", "training and export", "planning",
-               "benchmark suites", "commands")
+BASE, MODELS_DATA, CHECKPOINTS, FAMILIES, LIBRARY, PLANNING, SUITES, TOP = range(8)
+FLOOR_NAMES = ("base", "models and data", "checkpoints", "model families",
+               "training and export", "planning", "benchmark suites", "commands")
 # Folder under vit_jax/ -> floor. The top of vit_jax/ holds only the commands (modules with
 # a __main__ entry, found below) and the public API (__init__.py): both on the top floor.
 FLOORS = {
     "base": BASE,  # errors, console, cli, storage, platforms, config checks
     "models": MODELS_DATA, "data": MODELS_DATA,
     "checkpoints": CHECKPOINTS,  # released weights and their formats
+    "families": FAMILIES,  # one folder per model family, behind models/family_contract.py
     "training": LIBRARY, "export": LIBRARY,  # the main job's library; the export formats
     "planning": PLANNING,  # what a config needs on a slice, compiled ahead of time
     "vtab": SUITES,  # python -m vit_jax.vtab: its runs and its report
@@ -81,7 +82,7 @@ def floor_of(module: str) -> int:
 
 def test_floors_are_folders_and_the_top_holds_only_commands_and_the_api():
   units = {unit_of(module) for module in GRAPH}
-  assert len(FLOORS) <= 8, "at most 8 rows: a floor is a folder, not a module"
+  assert len(FLOORS) <= 10, "at most 10 rows: a floor is a folder, not a module"
   assert all((PACKAGE / row).is_dir() for row in FLOORS), "FLOORS rows must name folders"
   assert not sorted(set(FLOORS) - units), "FLOORS rows naming no folder"
   top_modules = {unit for unit in units if not (PACKAGE / unit).is_dir()}
@@ -106,20 +107,31 @@ def test_commands_do_not_import_commands():
   assert not imports, "commands importing commands: " + "; ".join(imports)
 
 
+def _plug_in_kind(name: str):
+  """The plug-in folder a module belongs to ('training.objectives', 'families.<name>'), or
+  None: plug-ins of one contract share their role names (each family's `model`, `names`;
+  each registry's `classification`), one per folder."""
+  for registry in ("training.objectives.", "training.evaluators.", "families."):
+    if name.startswith(registry) and name.count(".") == registry.count(".") + (
+        registry == "families."):
+      return name.rsplit(".", 1)[0]
+  return None
+
+
 def test_no_two_modules_share_a_name():
   """One name per idea. Plug-ins of one kind in the objectives and evaluators registries
-  may share a name (each registry's `classification`); a package's __init__ and __main__
-  are not names of their own."""
-  registries = ("training.objectives.", "training.evaluators.")
+  and the model families' folders may share a name (one per folder); a package's __init__
+  and __main__ are not names of their own."""
   stems = {}
   for name in GRAPH:
     if not name or name.endswith("__main__"):
       continue
     stems.setdefault(name.split(".")[-1], []).append(name)
-  twins = {stem: sorted(names) for stem, names in stems.items()
-           if len(names) > 1 and not (len(names) == 2 and all(n.startswith(registries)
-                                                               for n in names)
-                                      and names[0].split(".")[-2] != names[1].split(".")[-2])}
+  twins = {}
+  for stem, names in stems.items():
+    folders = [_plug_in_kind(n) for n in names]
+    if len(names) > 1 and (None in folders or len(set(folders)) < len(folders)):
+      twins[stem] = sorted(names)
   assert not twins, f"modules sharing a name: {twins}"
 
 
@@ -208,3 +220,4 @@ def test_the_checks_see_a_cycle_and_an_upward_import():
   assert find_cycles({"a": {"b"}, "b": {"a"}}) == ["a -> b -> a"]
   assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a -> b -> c -> a"]
   assert floor_of("training.runs.anything") == LIBRARY and floor_of("checkpoints.npz") == CHECKPOINTS
+  assert floor_of("families.mixer.model") == FAMILIES

@@ -20,6 +20,7 @@ from vit_jax.data.grain_stack import np_preprocess
 from vit_jax.families.two_tower import text_tower
 from vit_jax.families.two_tower import model as two_tower
 from vit_jax.families.two_tower import scoring as two_tower_eval
+from vit_jax.training.scores import retrieval
 from vit_jax.families.vit import model as vit
 
 CLASSES = ["china", "flower", "cat"]
@@ -136,7 +137,7 @@ def test_folder_accuracy_and_caption_retrieval(run, lit, photos, tmp_path):
                                          ["{}"])
   zimg = _embed(model, params, files)
   logits = model.apply(params, zimg, zcls, method=model.logits)
-  assert metrics["top1"] == two_tower_eval.top1(np.asarray(logits), [0, 0, 1, 1])
+  assert metrics["top1"] == retrieval.top1(np.asarray(logits), [0, 0, 1, 1])
   captions = tmp_path / "captions.tsv"
   captions.write_text(f"{photos[0]}\ta photo of china\n{photos[0]}\tchina\n"
                       f"{photos[1]}\ta photo of a flower\n")
@@ -145,7 +146,7 @@ def test_folder_accuracy_and_caption_retrieval(run, lit, photos, tmp_path):
   recall = json.loads(out)
   ztxt = two_tower_eval.embed_texts(model, params["params"], tokenize(
       ["a photo of china", "china", "a photo of a flower"]))
-  assert recall == two_tower_eval.recall_at_k(_embed(model, params, photos), ztxt, [0, 0, 1])
+  assert recall == retrieval.recall_at_k(_embed(model, params, photos), ztxt, [0, 0, 1])
 
 
 def test_images_folder_and_captions_exclude_each_other(run, lit, photos, tmp_path):

@@ -8,9 +8,10 @@ have a fixed shape, so the one jitted function compiles once however many images
 Prints the top-k classes per image with softmax probabilities (sigmoid scores for a
 checkpoint a multi-label run saved), or writes them as JSON for scripts (--json).
 
-With --classes=cat,dog (or @FILE), CHECKPOINT is a two-tower model (LiT, SigLIP: a released
-name, .npz or Hugging Face folder) and the classes are scored zero-shot through its image
-and text towers, as python -m vit_jax.zeroshot does (LiT: softmax; SigLIP: sigmoid per class).
+With --classes=cat,dog (or @FILE), CHECKPOINT is an image-text model (a released name, .npz
+or Hugging Face folder of a family with a zero-shot part; its guide in docs/) and the
+classes are scored zero-shot, as python -m vit_jax.zeroshot does (each model read as it is
+meant to be: a softmax over the classes, or a sigmoid per class).
 """
 
 import json
@@ -24,10 +25,8 @@ from absl import flags, logging
 
 from vit_jax.base import cli, errors, no_clobber, storage
 from vit_jax.checkpoints import formats, hub, npz, transfer
-from vit_jax.families.two_tower import opening as two_tower_open
 from vit_jax.data import image_files, prompt_templates
 from vit_jax.families.vit import naflex_model as naflex_vit
-from vit_jax.families.two_tower import scoring as two_tower_eval
 from vit_jax.families.vit import model as vit
 
 IMAGENET_LABELS_URL = "https://storage.googleapis.com/bit_models/ilsvrc2012_wordnet_lemmas.txt"
@@ -52,7 +51,7 @@ def score_batches(module: vit.VisionTransformer, params, image_paths: Sequence[s
 
   image_size (a side or (height, width)) defaults to the checkpoint's own resolution; at
   another the model resizes its position embedding (see hub.load_for_inference).
-  max_patches (MAP-pooled SigLIP-style models): NaFlex's reading instead, each image at its
+  max_patches (MAP-pooled models): NaFlex's reading instead, each image at its
   own aspect ratio in at most that many patches (vit_jax.families.vit.naflex_model).
   The last batch is padded, so every batch has one shape and the model compiles once.
   """
@@ -196,31 +195,30 @@ def format_prediction(path: str, prediction: Prediction, names: Optional[List[st
 
 def zero_shot_batches(image_paths: Sequence[str], flag_values) -> Tuple[
     List[str], bool, Iterable[np.ndarray]]:
-  """(class names, sigmoid scores?, [[images, classes]]) of --classes through a two-tower
-  checkpoint's towers (class embeddings once, images in batches)."""
+  """(class names, sigmoid scores?, [[images, classes]]) of --classes through an image-text
+  checkpoint's zero-shot part (class embeddings once, images in batches)."""
   checkpoint = flag_values.checkpoint
   if flag_values.labels:
     raise cli.UsageError("--labels names a classifier's outputs; with --classes the class "
                          "names are the ones given: drop --labels")
-  if not two_tower_open.is_two_tower(checkpoint):
+  family = hub.family_of(checkpoint)
+  if family.zero_shot is None:
     raise errors.InvalidInput(
-        f"--classes scores classes zero-shot through a two-tower (LiT / SigLIP) model; "
-        f"{checkpoint} is no such model: drop --classes (its own head classifies)")
+        f"--classes scores classes zero-shot through an image-text model "
+        f"({hub.zero_shot_titles()}); {checkpoint} is no such model: drop --classes (its own "
+        "head classifies)")
   names = prompt_templates.parse_class_names(flag_values.classes)
   templates = prompt_templates.parse_templates(flag_values.templates)
   requested = flag_values.image_size  # (height, width) or None
   if requested and requested[0] != requested[1]:
-    raise cli.UsageError(f"--image_size: a two-tower model takes square images, got "
+    raise cli.UsageError(f"--image_size: an image-text model takes square images, got "
                          f"{requested[0]}x{requested[1]}")
-  model, params, info, tokenize = two_tower_open.open_two_tower(
-      checkpoint, tokenizer=flag_values.tokenizer)
-  side = two_tower_open.image_size(info, requested and requested[0])
-  zcls = two_tower_eval.class_embeddings(model, params, tokenize,
-                                         *prompt_templates.prompt_texts(names, templates, True))
-  zimg = two_tower_eval.image_embedder(model, params, info.image_size, side,
-                                       flag_values.max_patches,
-                                       flag_values.batch_size)(image_paths)
-  return names, info.family == "siglip", [two_tower_eval.read_scores(model, params, zimg, zcls)]
+  model = family.zero_shot.open_model(checkpoint, tokenizer=flag_values.tokenizer)
+  zcls = model.class_embeddings(*prompt_templates.prompt_texts(names, templates, True))
+  zimg = model.embed_images(image_paths, image_size=requested and requested[0],
+                            max_patches=flag_values.max_patches,
+                            batch_size=flag_values.batch_size)
+  return names, model.sigmoid, [model.scores(zimg, zcls)]
 
 
 def classifier_batches(image_paths: Sequence[str], flag_values) -> Tuple[
@@ -275,9 +273,9 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   flags.DEFINE(cli.ImageSizeParser(), "image_size", None,
                cli.image_size_help(npz.IMAGE_SIZE_HELP), flag_values=flag_values)
   flags.DEFINE_boolean("allow_nonfinite", False, npz.ALLOW_NONFINITE_HELP, **define)
-  flags.DEFINE_integer("max_patches", None, "MAP-pooled (SigLIP-style) models: read each "
-                       "image at its own aspect ratio in at most this many patches, as SigLIP "
-                       "2's NaFlex; default: resized to --image_size.", lower_bound=1, **define)
+  flags.DEFINE_integer("max_patches", None, "MAP-pooled models: read each image at its own "
+                       "aspect ratio in at most this many patches, as NaFlex; default: "
+                       "resized to --image_size.", lower_bound=1, **define)
   flags.DEFINE_integer("batch_size", 32, "Images per forward pass.", lower_bound=1, **define)
   flags.DEFINE_integer("top_k", 5, "Classes shown per image.", lower_bound=1, **define)
   flags.DEFINE_string("labels", None, "Class names, one per line; default: ImageNet's for "
@@ -289,8 +287,9 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   cli.define_finite_float("threshold", 0.5, "Multi-label checkpoints: the --json labels are "
                           "the classes scored at least this.", flag_values, lower_bound=0,
                           upper_bound=1)
-  flags.DEFINE_string("classes", None, "A two-tower (LiT / SigLIP) checkpoint: score these "
-                      "classes zero-shot (cat,dog,... or @FILE, one a line).", **define)
+  flags.DEFINE_string("classes", None, "An image-text checkpoint "
+                      f"({hub.zero_shot_titles()}): score these classes zero-shot (cat,dog,... "
+                      "or @FILE, one a line).", **define)
   flags.DEFINE_string("templates", "clip_paper", "With --classes: " +
                       prompt_templates.TEMPLATES_HELP, **define)
   flags.DEFINE_string("tokenizer", None, "With --classes: the text tower's vocabulary "

@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from absl import flags
 
-from vit_jax.base import cli, errors, no_clobber, storage
+from vit_jax.base import cli, no_clobber, storage
 from vit_jax.checkpoints import hub, npz
 from vit_jax.data import image_files
 from vit_jax.families.vit import introspect

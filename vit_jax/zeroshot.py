@@ -1,4 +1,5 @@
-"""Zero-shot classification with a two-tower model (LiT, SigLIP, SigLIP 2):
+"""Zero-shot classification with an image-text model (any model family with a zero-shot
+part, vit_jax.models.family_contract.ZeroShot):
 
   python -m vit_jax.zeroshot --checkpoint=NAME|PATH --classes=cat,dog|@FILE \
       [--templates='a photo of a {}.|{}'] [--tokenizer=PATH] IMAGE... [--json=PATH|-]
@@ -6,11 +7,11 @@
   python -m vit_jax.zeroshot --checkpoint=... --folder=DIR        # top-1 on DIR/CLASS/IMAGE
   python -m vit_jax.zeroshot --checkpoint=... --captions=FILE     # retrieval recall@1/5/10
 
-PATH is a released name (fetched first: vit_jax.families.two_tower.names), a LiT /
-big_vision SigLIP .npz or a Hugging Face SigLIP / SigLIP 2 folder (load_two_tower). Each class is embedded once per run: every template filled with
-its name, the text embeddings averaged and normalised. Images are squashed to the model's
-resolution (bilinear, [-1, 1]) and embedded in batches. Scores are read the way each family
-is meant to be read: LiT a softmax over the classes, SigLIP a sigmoid per class.
+PATH is a released name (fetched first), a model file or a Hugging Face folder of such a
+family (its guide in docs/). Each class is embedded once per run: every template filled
+with its name, the text embeddings averaged and normalised. Images are squashed to the
+model's resolution (bilinear, [-1, 1]) and embedded in batches. Scores are read the way
+each model is meant to be read (a softmax over the classes, or a sigmoid per class).
 """
 
 import json
@@ -21,9 +22,10 @@ import numpy as np
 from absl import flags
 
 from vit_jax.base import cli, errors, no_clobber, storage
-from vit_jax.families.two_tower import opening as two_tower_open
+from vit_jax.checkpoints import hub
 from vit_jax.data import prompt_templates
-from vit_jax.families.two_tower import scoring as two_tower_eval
+from vit_jax.models import family_registry
+from vit_jax.training.scores import retrieval
 
 FLAGS = flags.FLAGS
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
@@ -87,6 +89,16 @@ def _report(flag_values, result, summary: str) -> None:
           file=sys.stderr if to_stdout else sys.stdout)
 
 
+def open_model(checkpoint: str, tokenizer, bert_heads):
+  """The checkpoint's family's zero-shot model, or one line for a family that scores no
+  texts."""
+  family = hub.family_of(checkpoint)
+  if family.zero_shot is None:
+    raise errors.InvalidInput(f"{checkpoint} is {family.a_title} model, which scores no texts: "
+                              f"zero-shot takes an image-text model ({hub.zero_shot_titles()})")
+  return family.zero_shot.open_model(checkpoint, tokenizer=tokenizer, bert_heads=bert_heads)
+
+
 @cli.command
 def main(argv, flag_values: flags.FlagValues = FLAGS):
   paths = argv[1:]
@@ -100,20 +112,18 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
     raise cli.UsageError("--classes=cat,dog,... (or @FILE) names the classes to score")
   names = (prompt_templates.parse_class_names(flag_values.classes) if flag_values.classes
            else None)
-  model, params, info, tokenize = two_tower_open.open_two_tower(
-      flag_values.checkpoint, tokenizer=flag_values.tokenizer, bert_heads=flag_values.bert_heads)
+  model = open_model(flag_values.checkpoint, flag_values.tokenizer, flag_values.bert_heads)
   if flag_values.max_patches and flag_values.image_size:
     raise cli.UsageError("--max_patches reads each image at its own size (NaFlex): leave "
                          "--image_size out")
-  embed = two_tower_eval.image_embedder(model, params, info.image_size,
-                                        two_tower_open.image_size(info, flag_values.image_size),
-                                        flag_values.max_patches, flag_values.batch_size)
+  embed = lambda image_paths: model.embed_images(
+      image_paths, image_size=flag_values.image_size, max_patches=flag_values.max_patches,
+      batch_size=flag_values.batch_size)
   if flag_values.captions:
     images, captions, owner = read_captions(flag_values.captions)
     if flag_values.canonicalize:
       captions = [prompt_templates.canonicalize_text(c) for c in captions]
-    metrics = two_tower_eval.recall_at_k(
-        embed(images), two_tower_eval.embed_texts(model, params, tokenize(captions)), owner)
+    metrics = retrieval.recall_at_k(embed(images), model.embed_texts(captions), owner)
     if not flag_values.json:
       print(" ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
     return _report(flag_values, metrics, f"recall@k of {len(images)} images")
@@ -123,13 +133,12 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
       raise cli.UsageError(f"--classes has {len(names)} names for the folder's "
                            f"{len(folder_classes)} classes ({', '.join(folder_classes[:5])}...)")
     names = names or folder_classes
-  zcls = two_tower_eval.class_embeddings(
-      model, params, tokenize,
+  zcls = model.class_embeddings(
       *prompt_templates.prompt_texts(names, templates, flag_values.canonicalize))
-  scores = two_tower_eval.read_scores(model, params, embed(paths), zcls)
-  reading = "softmax over the classes" if info.family == "lit" else "sigmoid per class"
+  scores = model.scores(embed(paths), zcls)
+  reading = model.reading.split(": ", 1)[1]
   if flag_values.folder:
-    metrics = {"top1": two_tower_eval.top1(scores, labels), "images": len(paths),
+    metrics = {"top1": retrieval.top1(scores, labels), "images": len(paths),
                "classes": names}
     if not flag_values.json:
       print(f"zero-shot top-1 {metrics['top1']:.4f} on {len(paths)} images, {len(names)} "
@@ -137,7 +146,7 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
     return _report(flag_values, metrics, "the zero-shot accuracy")
   result = records(paths, names, scores, min(flag_values.top_k, len(names)))
   if not flag_values.json:
-    print(f"zero-shot scores ({info.family}: {reading})")
+    print(f"zero-shot scores ({model.reading})")
     for record in result:
       print(f"{record['path']}: " + ", ".join(f"{c['name']} {c['score']:.3f}"
                                               for c in record["top_k"]))
@@ -146,9 +155,11 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   define = dict(flag_values=flag_values)
-  flags.DEFINE_string("checkpoint", None, "A released name (LiT-B16B_2, SigLIP2-B_16-224, ...: "
-                      "python -m vit_jax.download --list two-tower; fetched into checkpoints/), "
-                      "a LiT / SigLIP .npz or a Hugging Face SigLIP / SigLIP 2 folder.", **define)
+  lists = " or ".join(f"--list {f.fetcher.folder}" for f in family_registry.families()
+                      if f.zero_shot is not None and f.fetcher is not None)
+  flags.DEFINE_string("checkpoint", None, "An image-text model: a released name (python -m "
+                      f"vit_jax.download {lists} shows them; fetched into checkpoints/), its "
+                      f".npz or its Hugging Face folder ({hub.zero_shot_titles()}).", **define)
   flags.DEFINE_integer("bert_heads", None, "Attention heads of a BERT text tower whose width "
                        "is neither 768 nor 1024 (its arrays do not show it).", lower_bound=1,
                        **define)
@@ -168,9 +179,9 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                       "beside the checkpoint.", **define)
   flags.DEFINE_integer("image_size", None, "Resize images to this side; default: the "
                        "checkpoint's own resolution.", lower_bound=1, **define)
-  flags.DEFINE_integer("max_patches", None, "SigLIP 2 NaFlex: read each image at its own "
-                       "aspect ratio in at most this many patches (256, 576, 1024), as the "
-                       "NaFlex models were trained; default: squashed to --image_size.",
+  flags.DEFINE_integer("max_patches", None, "NaFlex: read each image at its own aspect ratio "
+                       "in at most this many patches (256, 576, 1024), as the NaFlex models "
+                       "were trained; default: squashed to --image_size.",
                        lower_bound=1, **define)
   flags.DEFINE_integer("batch_size", 32, "Images per forward pass.", lower_bound=1, **define)
   flags.DEFINE_integer("top_k", 5, "Classes shown per image.", lower_bound=1, **define)

@@ -30,14 +30,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from vit_jax.base import errors, no_clobber, storage
-from vit_jax.checkpoints import formats, npz, torch_layout
-from vit_jax.families.vit import hf_layout
-from vit_jax.families.mixer import npz_file as mixer_npz
-from vit_jax.families.mixer import timm_layout as mixer_timm
-from vit_jax.families.vit import timm_layout
-from vit_jax.models import posemb
-from vit_jax.families.vit import model as vit
-from vit_jax.families.vit import names as zoo
+from vit_jax.checkpoints import formats, npz
 from vit_jax.models import family_registry
 
 TARGETS = ("npz", "timm", "hf")

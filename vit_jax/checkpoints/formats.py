@@ -25,7 +25,7 @@ from typing import Any, Dict, Tuple
 import ml_dtypes
 import numpy as np
 
-from vit_jax.base import console, errors, storage, workdir_files
+from vit_jax.base import errors, storage, workdir_files
 from vit_jax.checkpoints import npz_checks, transfer
 from vit_jax.models import family_registry
 

@@ -18,7 +18,7 @@ architecture computes something vit_jax does not.
 
 import json
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 from vit_jax.base import storage
 from vit_jax.models import family_registry

@@ -190,6 +190,18 @@ class HubMirrors(Protocol):
     what to tell the user (errors.InvalidInput for a model it does not compute)."""
 
 
+@runtime_checkable
+class ZeroShot(Protocol):
+  """Images scored against texts (class names, captions): what python -m vit_jax.zeroshot
+  and predict --classes ask of an image-text family."""
+
+  def open_model(self, checkpoint: str, *, tokenizer: Optional[str] = None,
+                 bert_heads: Optional[int] = None) -> Any:
+    """A loaded model with `reading` and `sigmoid` (how scores are read), `image_side`,
+    `embed_images(paths, *, image_size, max_patches, batch_size)`, `embed_texts(texts)`,
+    `class_embeddings(names, templates)` and `scores(zimg, zcls)`."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Bucket:
   """Where the family's released files live and which one a bare released name means:
@@ -223,6 +235,7 @@ class Family:
   bucket: Optional[Bucket] = None
   fetcher: Optional[Fetcher] = None
   hub_mirrors: Optional[HubMirrors] = None
+  zero_shot: Optional[ZeroShot] = None
   # checkpoint (a name or path) -> whether it is this family's, told from its name or its
   # arrays' names without loading it: for families whose files load_npz does not read
   # whole (None: the arrays tell, see released_file.recognises)

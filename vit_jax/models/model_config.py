@@ -34,7 +34,9 @@ def check_config(config):
   try:
     return model_from_config(config, num_classes=1)
   except (TypeError, errors.InvalidInput) as e:  # an unknown or out-of-range config.model.*
-    raise errors.InvalidInput(f"config.model: {e}") from None
+    message = str(e)
+    raise errors.InvalidInput(message if message.startswith("config.")
+                              else f"config.model: {message}") from None
 
 
 def patch_size(config) -> int:

@@ -16,10 +16,10 @@ from torch_libraries import fixture_timm, fixture_torch  # noqa: F401  # pylint:
 from vit_jax import create_model
 from vit_jax.base import errors
 from vit_jax.families.mixer import model as mixer
-from vit_jax.families.vit import names as zoo
 from vit_jax.models import model_config
 from vit_jax.models import family_registry
-from vit_jax.training import config_defaults, sharding
+from vit_jax.training import sharding
+from helpers import load_module
 
 TINY_MIXER = dict(patch_size=4, hidden_dim=32, num_blocks=2, tokens_mlp_dim=8,
                   channels_mlp_dim=64)
@@ -246,7 +246,7 @@ def test_tensor_parallel_must_split_both_widths():
 def test_a_config_from_a_released_file_builds_the_width_loading_gives():
   """What plan and benchmark build for a fine-tune from a released (224 px) Mixer file at
   448 px: the token-mixing MLPs load_npz's resize gives, 4 copies wide."""
-  config = config_defaults.mixer_finetune_config("Mixer-B_16")
+  config = load_module("mixer_b16.py").get_config()
   assert model_config.model_from_config(config, 10).tokens_mlp_dim == 384
   config.pp.crop = 448
   assert model_config.model_from_config(config, 10).tokens_mlp_dim == 4 * 384

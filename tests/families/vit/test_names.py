@@ -10,6 +10,7 @@ from vit_jax.families.vit import names as zoo
 from vit_jax.models import model_config
 
 from vit_jax.models import family_registry
+from helpers import load_module
 
 PARAMS_AT_224_1000_CLASSES = {
     "ViT-Ti_16": 5_717_416, "ViT-S_16": 22_050_664, "ViT-B_16": 86_567_656,
@@ -92,9 +93,8 @@ def test_out_of_range_options_are_one_line(name, options, message):
 
 
 def test_patch_size_of_a_config_is_its_override_else_the_model_names():
-  from vit_jax.training import siglip_recipe
-  assert model_config.patch_size(siglip_recipe.classifier_config("So400m_14")) == 14  # override
-  config = siglip_recipe.classifier_config("B_16")
+  assert model_config.patch_size(load_module("siglip2_so400m14.py").get_config()) == 14
+  config = load_module("siglip2_b16.py").get_config()
   config.model.patch_size = None  # the demo configs' "not set"
   config.model_name = "ViT-B_32"
   assert model_config.patch_size(config) == 32

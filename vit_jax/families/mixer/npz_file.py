@@ -22,7 +22,6 @@ from vit_jax.checkpoints.npz_checks import (CheckpointError, ImageSize, check_ag
 from vit_jax.families.mixer import model as mixer
 from vit_jax.families.mixer import resize as mixer_resize
 from vit_jax.families.mixer import names as mixer_zoo
-from vit_jax.families.vit import names as zoo
 from vit_jax.models import family_registry
 
 STEM = "stem/kernel"

@@ -2,11 +2,13 @@
 NaFlex's) beside a text tower (LiT's transformer, BERT, SigLIP's), their released names,
 big_vision's .npz layout and Hugging Face SigLIP folders. Registered as 'two_tower'."""
 
-from vit_jax.families.two_tower import conversion, hf_layout, names, npz_file, opening
+from vit_jax.families.two_tower import (conversion, hf_layout, names, npz_file, opening,
+                                        zero_shot)
 from vit_jax.families.two_tower.model import TwoTower
 from vit_jax.models import family_contract, family_registry
 
 FAMILY = family_registry.register(family_contract.Family(
     name="two_tower", title="two-tower (LiT / SigLIP)", guide="docs/two_towers.md",
     module_types=(TwoTower,), names=names, released_file=npz_file, converter=conversion,
-    layouts={"hf": hf_layout}, fetcher=names, claims=opening.is_two_tower))
+    layouts={"hf": hf_layout}, fetcher=names, claims=opening.claims,
+    zero_shot=zero_shot))

@@ -1,15 +1,13 @@
-"""What two-tower models are measured by: zero-shot class embeddings (prompt templates
-averaged), image files embedded in batches, zero-shot scores, top-1 accuracy, and image <->
-text retrieval recall@k (what zeroshot and predict --classes share).
+"""What two-tower models embed and score: zero-shot class embeddings (prompt templates
+averaged), image files embedded in batches, zero-shot scores (what zeroshot and predict
+--classes share, through families/two_tower/zero_shot.py).
 
 Class embeddings are computed once per run (big_vision's and CLIP's recipe: each class's
-prompts embedded, averaged, normalised again). Retrieval ranks by cosine similarity: an
-image's query succeeds at k when any of its captions is among the k nearest texts; a
-caption's when its image is among the k nearest images.
+prompts embedded, averaged, normalised again).
 """
 
 import sys
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -98,25 +96,3 @@ def read_scores(model: two_tower.TwoTower, params, zimg, zcls) -> np.ndarray:
   logits = model.apply({"params": params}, jnp.asarray(zimg), jnp.asarray(zcls),
                        method=model.logits)
   return np.asarray(two_tower.scores(logits, model.family))
-
-
-def top1(scores: np.ndarray, labels: Sequence[int]) -> float:
-  """Fraction of rows whose highest score is their label."""
-  return float(np.mean(np.argmax(scores, axis=1) == np.asarray(labels)))
-
-
-def recall_at_k(zimg: np.ndarray, ztxt: np.ndarray, image_of_text: Sequence[int],
-                ks: Sequence[int] = (1, 5, 10)) -> Dict[str, float]:
-  """{'image_to_text/recall@k', 'text_to_image/recall@k'} for normalised embeddings;
-  image_of_text[j]: the image caption j describes."""
-  image_of_text = np.asarray(image_of_text)
-  similarity = np.asarray(zimg) @ np.asarray(ztxt).T  # [images, texts]
-  text_rank = np.argsort(-similarity, axis=1, kind="stable")  # texts per image
-  image_rank = np.argsort(-similarity.T, axis=1, kind="stable")  # images per text
-  out = {}
-  for k in ks:
-    hits_i2t = [np.any(image_of_text[text_rank[i, :k]] == i) for i in range(len(zimg))]
-    hits_t2i = [image_of_text[j] in image_rank[j, :k] for j in range(len(ztxt))]
-    out[f"image_to_text/recall@{k}"] = float(np.mean(hits_i2t))
-    out[f"text_to_image/recall@{k}"] = float(np.mean(hits_t2i))
-  return out

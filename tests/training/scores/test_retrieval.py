@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from vit_jax.families.two_tower import scoring as two_tower_eval
+from vit_jax.training.scores import retrieval
 
 
 def test_recall_at_k_both_directions():
@@ -10,7 +10,7 @@ def test_recall_at_k_both_directions():
   # captions 0, 1 describe image 0; caption 2 image 1; caption 3 image 2 but looks like 1.
   ztxt = np.array([[1, 0, 0], [0.6, 0.8, 0], [0, 1, 0], [0, 0.9, 0.1]], np.float32)
   ztxt /= np.linalg.norm(ztxt, axis=1, keepdims=True)
-  recall = two_tower_eval.recall_at_k(zimg, ztxt, [0, 0, 1, 2], ks=(1, 2, 3))
+  recall = retrieval.recall_at_k(zimg, ztxt, [0, 0, 1, 2], ks=(1, 2, 3))
   # image -> text at 1: image 0 finds caption 0, image 1 caption 2, image 2 caption 3 (its
   # only caption, 0.11 vs 0) -> all three.
   assert recall["image_to_text/recall@1"] == 1.0
@@ -21,4 +21,4 @@ def test_recall_at_k_both_directions():
 
 def test_top1():
   scores = np.array([[0.1, 0.9], [0.8, 0.2], [0.3, 0.7]])
-  assert two_tower_eval.top1(scores, [1, 0, 0]) == 2 / 3
+  assert retrieval.top1(scores, [1, 0, 0]) == 2 / 3

@@ -1,0 +1,63 @@
+"""A two-tower model as the family contract's ZeroShot part: opened from a name, .npz or
+Hugging Face folder with its tokenizer, it embeds images (squashed to a side, or NaFlex's
+reading) and texts, and scores images against class embeddings as the model is meant to be
+read (LiT: a softmax over the classes; SigLIP: a sigmoid per class)."""
+
+import dataclasses
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from vit_jax.families.two_tower import npz_file, opening, scoring
+from vit_jax.families.two_tower import model as two_tower
+
+
+@dataclasses.dataclass
+class OpenedModel:
+  """A loaded pair, ready to embed and score."""
+  model: two_tower.TwoTower
+  params: dict
+  info: npz_file.TwoTowerInfo
+  tokenize: Callable
+
+  @property
+  def sigmoid(self) -> bool:
+    """Whether scores are independent sigmoids (else a softmax over the classes)."""
+    return self.info.family == "siglip"
+
+  @property
+  def reading(self) -> str:
+    """How scores are read, for what commands print: 'siglip: sigmoid per class'."""
+    per = "sigmoid per class" if self.sigmoid else "softmax over the classes"
+    return f"{self.info.family}: {per}"
+
+  def image_side(self, requested: Optional[int] = None) -> int:
+    """The side images are squashed to: requested, else the model's own, else 224."""
+    return opening.image_size(self.info, requested)
+
+  def embed_images(self, paths: Sequence[str], *, image_size: Optional[int],
+                   max_patches: Optional[int], batch_size: int) -> np.ndarray:
+    """Normalised image embeddings [images, D], in batches of one compiled shape."""
+    return scoring.image_embedder(self.model, self.params, self.info.image_size,
+                                  self.image_side(image_size), max_patches,
+                                  batch_size)(paths)
+
+  def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+    """Normalised text embeddings [texts, D]."""
+    return scoring.embed_texts(self.model, self.params, self.tokenize(texts))
+
+  def class_embeddings(self, names: Sequence[str], templates: Sequence[str]) -> np.ndarray:
+    """[classes, D]: each class's templates filled, embedded, averaged and normalised."""
+    return scoring.class_embeddings(self.model, self.params, self.tokenize, names, templates)
+
+  def scores(self, zimg: np.ndarray, zcls: np.ndarray) -> np.ndarray:
+    """[images, classes] as the model is read."""
+    return scoring.read_scores(self.model, self.params, zimg, zcls)
+
+
+def open_model(checkpoint: str, *, tokenizer: Optional[str] = None,
+               bert_heads: Optional[int] = None) -> OpenedModel:
+  """The pair of a released name, .npz or folder; tokenizer defaults to the vocabulary
+  file found beside the checkpoint."""
+  return OpenedModel(*opening.open_two_tower(checkpoint, tokenizer=tokenizer,
+                                             bert_heads=bert_heads))
