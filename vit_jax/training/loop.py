@@ -26,7 +26,7 @@ from vit_jax.training import (
 from vit_jax.training import evaluators as evaluators_lib
 from vit_jax.training.objectives import naflex
 from vit_jax.training.runs import (
-    class_report, dataset_record, metrics, outputs, preemption, train_state)
+    class_report, dataset_record, metrics, orbax_checkpoints, outputs, preemption)
 from vit_jax.training.runs import workdir as workdir_lib
 
 
@@ -71,7 +71,7 @@ def track_nonfinite(first_step, step, step_metrics):
   return jnp.where((first_step == 0) & ~finite, step.astype(first_step.dtype), first_step)
 
 
-def check_finite(step: int, step_metrics: dict, checkpointer: train_state.Checkpointer,
+def check_finite(step: int, step_metrics: dict, checkpointer: orbax_checkpoints.Checkpointer,
                  first_nonfinite=None, clipped: bool = True) -> None:
   """Stops on a non-finite loss or gradient, before that step's state can be saved, with a
   one-line errors.Diverged naming the step it began at (first_nonfinite, see
@@ -94,7 +94,7 @@ def check_finite(step: int, step_metrics: dict, checkpointer: train_state.Checkp
     raise errors.Diverged(f"{name} is {value} {when}; stopping without saving; {after}")
 
 
-def save_before_stopping(checkpointer: train_state.Checkpointer, step: int, state,
+def save_before_stopping(checkpointer: orbax_checkpoints.Checkpointer, step: int, state,
                          start_step: int) -> None:
   """A bad file found mid-run (e.g. at the first evaluation) must not cost the steps
   trained so far: their state is checkpointed, if finite, before the error is shown."""
@@ -102,7 +102,7 @@ def save_before_stopping(checkpointer: train_state.Checkpointer, step: int, stat
     return
   try:
     checkpointer.save(step, state)
-  except train_state.NonFiniteStateError:
+  except orbax_checkpoints.NonFiniteStateError:
     return
   checkpointer.wait()
   log.warning("saved the checkpoint of step %d before stopping: fix the file named below "
@@ -150,7 +150,7 @@ def _train_in_workdir(config, workdir: str, mesh, objective: objectives.Objectiv
   config = resolve_config(config, dataset.info, objective)
   config_checks.check_warmup_fits(config)
   param_groups.check_unfreezes(config)
-  checkpointer = train_state.Checkpointer(workdir, keep=config.keep_checkpoints)
+  checkpointer = orbax_checkpoints.Checkpointer(workdir, keep=config.keep_checkpoints)
   job = Job(config, workdir, mesh, objective, dataset, checkpointer,
             is_main=jax.process_index() == 0, started=started)
   with workdir_lib.writes_checked(workdir, checkpointer.saved_steps):
@@ -170,7 +170,7 @@ class Job:
   mesh: Any
   objective: objectives.Objective
   dataset: loaders.Dataset
-  checkpointer: train_state.Checkpointer
+  checkpointer: orbax_checkpoints.Checkpointer
   is_main: bool
   started: float
 
@@ -226,11 +226,11 @@ def _initial_state(job: Job, run: state_and_step.Trainer, host_params, latest_st
       state, resume_step = job.checkpointer.restore_latest(jax.tree.map(
           lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
           run.abstract_state, run.state_shardings))
-    except train_state.CheckpointRestoreError as e:  # name what the user changed
+    except orbax_checkpoints.CheckpointRestoreError as e:  # name what the user changed
       changed = outputs.changed_since_start(job.config, job.workdir)
       if not changed:
         raise
-      raise train_state.CheckpointRestoreError(
+      raise orbax_checkpoints.CheckpointRestoreError(
           f"{e}; changed since the run started ({workdir_files.CONFIG}): "
           f"{', '.join(changed)}") from None
     log.info("resumed from step %d (checkpoint in %s)", resume_step, job.checkpointer.directory)
