@@ -87,7 +87,7 @@ def test_bad_inputs_fail_in_one_line(vocab, tmp_path):
   with pytest.raises(errors.InvalidInput, match=r"\[SEP\]"):
     text_tokens.BertTokenizer(str(bad))
   with pytest.raises(errors.InvalidInput, match="--tokenizer"):
-    text_tokens.for_model(None, family="lit", max_len=16, bert=True)
+    text_tokens.for_model(None, lower=False, max_len=16, bert=True)
 
 
 def test_folder_tokenizer_matches_transformers_fast_tokenizer(vocab, tmp_path):

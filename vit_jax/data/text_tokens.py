@@ -21,7 +21,7 @@ import numpy as np
 
 from vit_jax.base import errors, storage
 
-GEMMA_VOCAB = 256_000  # SigLIP 2's vocabulary: padded with <pad>, not eos
+GEMMA_VOCAB = 256_000  # Gemma's vocabulary: padded with <pad>, not eos
 
 
 def ascii_lower(text: str) -> str:
@@ -113,9 +113,10 @@ class FolderTokenizer:
     return np.asarray(rows, np.int32).reshape(-1, self.max_len)
 
 
-def for_model(path: str, *, family: str, max_len: int, bert: bool):
+def for_model(path: str, *, lower: bool, max_len: int, bert: bool):
   """The tokenizer a model's vocabulary file asks for: .txt -> BERT WordPiece, .model ->
-  sentencepiece (lower-cased for SigLIP), tokenizer.json -> FolderTokenizer."""
+  sentencepiece (lower-cased first where the model was trained so), tokenizer.json ->
+  FolderTokenizer."""
   if path is None or not os.path.isfile(path):
     found = f"no tokenizer file {path}" if path else "no tokenizer file beside the checkpoint"
     raise errors.InvalidInput(f"{found}: pass --tokenizer=PATH (the model's NAME.txt, "
@@ -124,4 +125,4 @@ def for_model(path: str, *, family: str, max_len: int, bert: bool):
     return FolderTokenizer(path, max_len)
   if path.endswith(".txt") or bert:
     return BertTokenizer(path, max_len)
-  return SentencePieceTokenizer(path, max_len, lower=family == "siglip")
+  return SentencePieceTokenizer(path, max_len, lower=lower)

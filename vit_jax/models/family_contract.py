@@ -1,7 +1,7 @@
 """The model-family contract: everything the rest of the package may ask of a family of
-models (ViT with its hybrids and NaFlex, MLP-Mixer, the LiT / SigLIP two towers, or a
-user's own), so that no command, checkpoint reader, trainer, exporter or planner names a
-family or tests a module's type.
+models (ViT with its hybrids and NaFlex, the other released families in
+vit_jax/families/, or a user's own), so that no command, checkpoint reader, trainer,
+exporter or planner names a family or tests a module's type.
 
 A family is one `Family` value, made of parts: each part is a small protocol answered by a
 module of the family's own folder (vit_jax/families/<name>/), and a part the family does
@@ -77,7 +77,7 @@ class Geometry(Protocol):
   """How images become tokens: what predict, export, plan and benchmark size by."""
   # True: the module runs its params at any size (a ViT resizes its position table in the
   # forward pass); False: another size needs params resized on loading (load_npz's
-  # image_size), as a Mixer's token-mixing MLPs
+  # image_size), as weights tied to one token grid
   resizes_in_forward: bool
 
   def stride(self, module) -> int:
@@ -222,9 +222,9 @@ class Bucket:
 @dataclasses.dataclass(frozen=True)
 class Family:
   """One model family, as the registry holds it."""
-  name: str  # registry key and config spelling: 'vit', 'mixer', 'two_tower'
-  title: str  # how one-line messages name it: 'ViT', 'MLP-Mixer'
-  guide: str  # its page: 'docs/mixer.md'
+  name: str  # registry key and folder name: 'vit'
+  title: str  # how one-line messages name it: 'ViT'
+  guide: str  # its page: 'docs/python_api.md'
   module_types: Tuple[type, ...]  # the flax modules it builds
   names: Names
   released_file: Optional[ReleasedFile] = None
@@ -241,13 +241,17 @@ class Family:
   # whole (None: the arrays tell, see released_file.recognises)
   claims: Optional[Callable[[str], bool]] = None
   # tool -> the rest of the one line that refuses the family's models in that tool,
-  # after '<subject> is an MLP-Mixer' (so starting ': ' or '; '): why, and what to use
+  # after '<subject> is a <title>' (so starting ': ' or '; '): why, and what to use
   # instead. Tools: 'visualize', 'vtab', 'naflex', ...
   refusals: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  # A regex of the words that name the family in code (identifiers, strings, comments):
+  # tests/test_family_names.py finds none outside its folder. '' for the default family,
+  # whose words (ViT) the whole package speaks.
+  words: str = ""
 
   @property
   def a_title(self) -> str:
-    """'a ViT', 'an MLP-Mixer': the title as a message's noun."""
+    """'a ViT', 'an image-text model': the title as a message's noun."""
     return f"{_article(self.title)} {self.title}"
 
   def owns(self, module) -> bool:

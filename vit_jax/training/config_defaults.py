@@ -143,7 +143,7 @@ def _add_data_keys(config: ml_collections.ConfigDict) -> None:
   config.pp.mixup_alpha = 0.0
   # (num_layers, magnitude): big_vision's RandAugment on train crops, e.g. (2, 15); None = off.
   config.pp.randaug = ml_collections.FieldReference(None, field_type=tuple)
-  # NaFlex (docs/siglip_classifiers.md): each image resized at its own aspect
+  # NaFlex (docs/: "NaFlex in the main job"): each image resized at its own aspect
   # ratio to at most this many patches, padded to it; the model is a NaFlexViT (a MAP head
   # and a learned position table required). None = the square pp.crop.
   config.pp.max_patches = ml_collections.FieldReference(None, field_type=int)

@@ -9,6 +9,7 @@ from vit_jax.models import family_contract, family_registry
 
 FAMILY = family_registry.register(family_contract.Family(
     name="mixer", title="MLP-Mixer", guide="docs/mixer.md", module_types=(MlpMixer,),
+    words=r"(?i)mixer",
     names=names, released_file=npz_file, converter=conversion,
     layouts={"timm": timm_layout}, geometry=geometry, bucket=bucket_files.BUCKET,
     hub_mirrors=hub_mirrors, training=training_rules.RULES,

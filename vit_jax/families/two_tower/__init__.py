@@ -9,6 +9,7 @@ from vit_jax.models import family_contract, family_registry
 
 FAMILY = family_registry.register(family_contract.Family(
     name="two_tower", title="two-tower (LiT / SigLIP)", guide="docs/two_towers.md",
+    words=r"(?i)two[ _-]?towers?|siglip|\blit\b",
     module_types=(TwoTower,), names=names, released_file=npz_file, converter=conversion,
     layouts={"hf": hf_layout}, fetcher=names, claims=opening.claims,
     zero_shot=zero_shot))

@@ -89,7 +89,7 @@ def from_vit(module: vit.VisionTransformer, grid: int) -> NaFlexViT:
   if (module.classifier != "map" or module.posemb != "learn" or module.resnet_stages is not None
       or module.representation_size is not None):
     raise errors.InvalidInput(
-        f"NaFlex runs plain MAP-pooled ViTs with a learned position table (SigLIP 2 towers), "
+        f"NaFlex runs plain MAP-pooled ViTs with a learned position table (as it was trained), "
         f"not classifier={module.classifier!r}, posemb={module.posemb!r}"
         + (", with a ResNet stem" if module.resnet_stages is not None else "")
         + (", with pre_logits" if module.representation_size is not None else "")
