@@ -71,7 +71,7 @@ class Dataset:
 
 def naflex_patch(pp, patch_size: Optional[int]) -> Optional[int]:
   """The patch side NaFlex cuts images into (config.pp.max_patches set: the model's patch
-  size, which the caller passes, e.g. zoo.patch_size(config)), else None: square crops."""
+  size, which the caller passes, e.g. model_config.patch_size(config)), else None: square crops."""
   if pp.get("max_patches") is None:
     return None
   if not patch_size:

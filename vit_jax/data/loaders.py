@@ -23,7 +23,7 @@ def _loader(config):
 
 def open_dataset(config, patch_size: Optional[int] = None) -> Dataset:
   """The dataset of config.dataset, read by config.loader's pipeline (open_dataset there).
-  With config.pp.max_patches (NaFlex) give the model's patch_size (models.zoo.patch_size;
+  With config.pp.max_patches (NaFlex) give the model's patch_size (models.model_config.patch_size;
   data/ cannot import models/, which imports data/)."""
   return _loader(config).open_dataset(config, patch_size)
 

@@ -1,5 +1,5 @@
 """Two-tower models and text towers: pooling, length limits, how scores are read
-(parity with transformers: tests/checkpoints/test_siglip_hf.py)."""
+(parity with transformers: tests/families/two_tower/test_hf_layout.py)."""
 
 import jax
 import jax.numpy as jnp

@@ -130,7 +130,7 @@ def check_label_information(info) -> None:
 
 def resolve(config: ml_collections.ConfigDict, info) -> None:
   """Fills in, in place, what the loss settings mean for the data (`info`:
-  pipeline.DatasetInfo): loss='auto' by the kind of labels, class_weights='balanced' from
+  datasets.DatasetInfo): loss='auto' by the kind of labels, class_weights='balanced' from
   the train split's class counts; a weight list of the wrong length, or labels with
   nothing to learn (check_label_information), are refused."""
   check_label_information(info)
@@ -219,7 +219,7 @@ def make_eval_step(model: nn.Module):
   Sums (not means) so the caller can add them over batches and hosts and divide once:
   padded rows count nowhere. `loss_sum` is the unsmoothed softmax cross-entropy whatever
   the training loss, so runs with different losses compare; the per-class counts of
-  class_sums give recall, precision and the confusion matrix (evaluators.per_class).
+  class_sums give recall, precision and the confusion matrix (scores.per_class).
   """
   def eval_step(params, batch) -> Metrics:
     logits = model.apply({"params": params}, batch["image"], train=False)
@@ -242,8 +242,8 @@ class Classification:
   predicts_classes = True
 
   def check(self, config: ml_collections.ConfigDict) -> None:
-    """label_smoothing, the loss, class weights and threshold (the model keys are zoo's,
-    the optimizer's optim's)."""
+    """label_smoothing, the loss, class weights and threshold (the model keys are
+    model_config's, the optimizer's optim's)."""
     config_checks.check_fraction("config.label_smoothing", config.label_smoothing,
                                  "the share of each target spread over all classes; 0 = off")
     if config.loss != AUTO:

@@ -35,7 +35,7 @@ class DataChangedError(errors.InvalidInput):
 
 
 def describe(config, info, fingerprints: Dict[str, Any]) -> Dict[str, Any]:
-  """The record of config.dataset as opened (`info`: pipeline.DatasetInfo; fingerprints:
+  """The record of config.dataset as opened (`info`: datasets.DatasetInfo; fingerprints:
   {'train': ..., 'eval': ...} from vit_jax.data.fingerprint)."""
   source, splits = config.dataset, (config.get("train_split"), config.get("eval_split"))
   if isinstance(source, str) and os.path.isdir(os.path.expanduser(source)):
