@@ -113,8 +113,8 @@ class TrainingRules:
   # which LoRA's adapters.npz uses
   to_block_layout: Callable[[Any], Any]
   # The module attribute and config.model key of the number of blocks: the planner
-  # compiles twins of one and two blocks
-  depth_key: str
+  # compiles twins of one and two blocks (None: no repeated blocks, priced as it is)
+  depth_key: Optional[str]
 
 
 @runtime_checkable
