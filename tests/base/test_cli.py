@@ -45,7 +45,8 @@ COMMANDS = {
                           "--steps: Timed steps", "--mesh: Device mesh",
                           "--image-size: Alias for --image_size",
                           "models (--model): ViT-Ti_16, ViT-S_16"],
-    "vit_jax.zeroshot": ["--checkpoint: A released name (LiT-B16B_2", "--classes: Class names",
+    "vit_jax.zeroshot": ["--checkpoint: An image-text model: a released name",
+                         "--classes: Class names",
                          "--templates: Prompts with {}", "--captions: Image <-> text retrieval"],
 }
 # Usage mistakes -> the one line each prints: no image given; a flag that --config replaces.

@@ -9,7 +9,7 @@ import pytest
 
 import helpers
 import toy_family
-from vit_jax import load_npz, main, plan, predict, save_npz, visualize
+from vit_jax import load_npz, main, plan, predict, save_npz
 from vit_jax.models import family_registry
 
 CONFIG = """
@@ -68,13 +68,3 @@ def test_predict_classifies_with_it_and_plan_plans_it(toy_run, tmp_path):
   assert planned.returncode == 0, planned.stderr[-2000:]
   assert json.loads(planned.stdout)["config"]["model_name"] == "Toy-2"
 
-
-def test_a_tool_it_does_not_take_refuses_it_in_one_line(toy_run, tmp_path):
-  _, workdir = toy_run
-  image = tmp_path / "digit.png"
-  helpers.write_image(image, size=(32, 32))
-  done = helpers.run_in_process(visualize, f"--checkpoint={workdir / 'params.npz'}", image,
-                                f"--out={tmp_path / 'maps'}")
-  assert done.returncode == 1
-  assert done.stderr.strip().splitlines()[-1].endswith(
-      "params.npz is a toy MLP: it has no attention to draw")

@@ -157,5 +157,5 @@ TRAINING = family_contract.TrainingRules(
 FAMILY = family_contract.Family(
     name="toy", title="toy MLP", guide="tests/families/toy_family.py", words=r"(?i)\btoy",
     module_types=(ToyMlp,), names=Names, released_file=ReleasedFile, geometry=Geometry,
-    training=TRAINING, refusals={"visualize": ": it has no attention to draw"})
+    training=TRAINING)
 family_registry.register(FAMILY)
