@@ -41,7 +41,7 @@ import os
 import re
 
 from vit_jax.checkpoints import hub_table, released
-from vit_jax.families.vit import names as zoo
+from vit_jax.families.vit import names as vit_names
 from vit_jax.models import family_registry
 from vit_jax.training import config_defaults
 
@@ -90,7 +90,7 @@ def parse_pretraining(name: str) -> dict:
   try:
     found["model"] = family_registry.canonical_name(found["model"])
   except ValueError:
-    models = [zoo.augreg_name(m) for m in zoo.RELEASED if "-" not in zoo.augreg_name(m)]
+    models = [vit_names.augreg_name(m) for m in vit_names.RELEASED if "-" not in vit_names.augreg_name(m)]
     _refuse(name, f"unknown model {found['model']!r}; models: {', '.join(models)}")
   if found["data"] not in DATA:
     _refuse(name, f"unknown data {found['data']!r}; one of {', '.join(DATA)}")

@@ -13,7 +13,7 @@ Slice: fits a v3-8 with these defaults (ViT-B_16 on ImageNet); check first:
   python -m vit_jax.plan --config=configs/linear_probe.py --tpu=v3-8
 """
 
-from vit_jax.families.vit import names as zoo
+from vit_jax.families.vit import names as vit_names
 from vit_jax.training import config_defaults
 
 HEAD_ONLY = "^(?!head/)"  # every parameter path except the head's
@@ -22,9 +22,9 @@ HEAD_ONLY = "^(?!head/)"  # every parameter path except the head's
 def get_config(arg=None):
   model_name, _, dataset = (arg or "").rpartition(",")
   model_name = model_name.strip() or "ViT-B_16"
-  if model_name not in zoo.RELEASED:
+  if model_name not in vit_names.RELEASED:
     raise ValueError(f"configs/linear_probe.py takes [MODEL,]DATASET, got {arg!r}; MODEL is "
-                     f"one of {', '.join(zoo.RELEASED)}")
+                     f"one of {', '.join(vit_names.RELEASED)}")
   config = config_defaults.finetune_config(model_name, dataset.strip() or None)
   config.freeze = HEAD_ONLY
   return config

@@ -13,7 +13,7 @@ Slice: planned for a v3-256 (batch 4096 = 16 per core), e.g.
   python -m vit_jax.plan --config=configs/pretrain.py:ViT-L_16,imagenet21k --tpu=v3-256
 """
 
-from vit_jax.families.vit import names as zoo
+from vit_jax.families.vit import names as vit_names
 
 from vit_jax.models import family_registry
 from vit_jax.training import config_defaults
@@ -29,11 +29,11 @@ BATCH = 4096
 def get_config(arg="ViT-B_16,imagenet2012"):
   parts = [part.strip() for part in str(arg).split(",")]
   model_name, dataset = parts if len(parts) == 2 else (None, None)
-  if model_name not in zoo.RELEASED or dataset not in RECIPES:
+  if model_name not in vit_names.RELEASED or dataset not in RECIPES:
     raise ValueError(
         f"configs/pretrain.py takes MODEL,DATASET (e.g. "
         f"--config=configs/pretrain.py:ViT-B_16,imagenet21k), got {arg!r}; MODEL is one of "
-        f"{', '.join(zoo.RELEASED)}; DATASET is {' or '.join(RECIPES)}")
+        f"{', '.join(vit_names.RELEASED)}; DATASET is {' or '.join(RECIPES)}")
   examples, epochs, lr, weight_decay, decay, loss, eval_split = RECIPES[dataset]
   config = config_defaults.with_dataset(config_defaults.get_config(), dataset)
   config.model_name = model_name

@@ -17,9 +17,9 @@ from helpers import closed_port, run_in_process, subprocess_env
 from hub_server import HubServer
 from vit_jax import load_npz, predict, save_npz
 from vit_jax.checkpoints import released
-from vit_jax.families.two_tower import npz_file as two_tower_load
+from vit_jax.families.two_tower import npz_file
 from vit_jax.data import image_files, text_tokens
-from vit_jax.families.two_tower import scoring as two_tower_eval
+from vit_jax.families.two_tower import scoring
 from vit_jax.training import lora_adapters
 
 
@@ -311,10 +311,10 @@ def test_classes_score_a_two_tower_model_zero_shot(tmp_path, images):
                          "--json=-", *paths)
   assert done.returncode == 0, done.stderr
   records = json.loads(done.stdout)
-  zcls = two_tower_eval.class_embeddings(model, params["params"], text_tokens.BertTokenizer(
+  zcls = scoring.class_embeddings(model, params["params"], text_tokens.BertTokenizer(
       path[:-4] + ".txt", 16), ["cat", "dog"], ["{}"])
-  zimg = two_tower_eval.embed_image_files(model, params["params"], paths, 32, 2)
-  expected = two_tower_eval.read_scores(model, params["params"], zimg, zcls)
+  zimg = scoring.embed_image_files(model, params["params"], paths, 32, 2)
+  expected = scoring.read_scores(model, params["params"], zimg, zcls)
   for record, row in zip(records, expected):
     assert [c["name"] for c in record["top_k"]] == [["cat", "dog"][i] for i in np.argsort(-row)]
     np.testing.assert_allclose([c["probability"] for c in record["top_k"]], np.sort(row)[::-1],
@@ -333,15 +333,15 @@ def test_classes_of_a_siglip_model_are_sigmoid_scores(tmp_path, images):
   model = two_tower_helpers.tiny_siglip()
   params = two_tower_helpers.random_params(model, 8)
   path = str(tmp_path / "siglip.npz")
-  two_tower_load.save_two_tower(params, path)
+  npz_file.save_two_tower(params, path)
   (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "cat", "dog"]))
   done = predict_command(f"--checkpoint={path}", "--classes=cat,dog,bird", "--templates={}",
                          f"--tokenizer={tmp_path / 'vocab.txt'}", "--json=-", images["rgb"])
   assert done.returncode == 0, done.stderr
   (record,) = json.loads(done.stdout)
-  zcls = two_tower_eval.class_embeddings(model, params["params"], text_tokens.BertTokenizer(
+  zcls = scoring.class_embeddings(model, params["params"], text_tokens.BertTokenizer(
       str(tmp_path / "vocab.txt"), 8), ["cat", "dog", "bird"], ["{}"])
-  zimg = two_tower_eval.embed_image_files(model, params["params"], [images["rgb"]], 32, 1)
+  zimg = scoring.embed_image_files(model, params["params"], [images["rgb"]], 32, 1)
   logits = np.asarray(model.apply(params, zimg, zcls, method=model.logits))
   np.testing.assert_allclose(record["scores"], 1 / (1 + np.exp(-logits[0])), rtol=1e-5)
   assert "sigmoid scores" in done.stderr

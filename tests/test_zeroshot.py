@@ -14,12 +14,12 @@ from PIL import Image
 
 import two_tower_helpers
 from vit_jax import zeroshot
-from vit_jax.families.two_tower import npz_file as two_tower_load
+from vit_jax.families.two_tower import npz_file
 from vit_jax.data import text_tokens
 from vit_jax.data.grain_stack import np_preprocess
 from vit_jax.families.two_tower import text_tower
 from vit_jax.families.two_tower import model as two_tower
-from vit_jax.families.two_tower import scoring as two_tower_eval
+from vit_jax.families.two_tower import scoring
 from vit_jax.training.scores import retrieval
 from vit_jax.families.vit import model as vit
 
@@ -79,7 +79,7 @@ def test_lit_softmax_json_matches_the_model(run, lit, photos, tmp_path):
   # The same numbers by hand: tokens, template-mean class embeddings, images at 32 px.
   tokens = text_tokens.BertTokenizer(path[:-4] + ".txt", 16)(
       [t.format(c) for c in CLASSES for t in ("a photo of {}", "{}")])
-  ztxt = two_tower_eval.embed_texts(model, params["params"], tokens).reshape(3, 2, -1).mean(1)
+  ztxt = scoring.embed_texts(model, params["params"], tokens).reshape(3, 2, -1).mean(1)
   images = np.stack([np_preprocess.eval_resize(np.asarray(Image.open(p)), 32) for p in photos])
   zimg = jax.jit(lambda p, x: model.apply(p, x, method=model.embed_images))(params, images)
   logits = model.apply(params, zimg, two_tower.normalize(ztxt), method=model.logits)
@@ -97,7 +97,7 @@ def test_siglip_sigmoid_with_sentencepiece(run, photos, tmp_path):
                               num_heads=2, num_layers=1, classifier="map")
   txt = text_tower.TextTransformer(16, 16, 1, 32, 2, vocab_size=18, max_len=8)
   model = two_tower.TwoTower(img, txt, bias_init=-10.0, temperature_init=10.0)
-  two_tower_load.save_two_tower(two_tower_helpers.random_params(model, 8),
+  npz_file.save_two_tower(two_tower_helpers.random_params(model, 8),
                                 str(tmp_path / "siglip.npz"))
   (tmp_path / "classes.txt").write_text("\n".join(CLASSES) + "\n")
   code, out, err = run(f"--checkpoint={tmp_path / 'siglip.npz'}",
@@ -133,7 +133,7 @@ def test_folder_accuracy_and_caption_retrieval(run, lit, photos, tmp_path):
   assert "wrote the zero-shot accuracy" in out
   files = [str(tmp_path / "folder" / c / f) for c in ("china", "flower") for f in ("a.png", "b.png")]
   tokenize = text_tokens.BertTokenizer(path[:-4] + ".txt", 16)
-  zcls = two_tower_eval.class_embeddings(model, params["params"], tokenize, ["china", "flower"],
+  zcls = scoring.class_embeddings(model, params["params"], tokenize, ["china", "flower"],
                                          ["{}"])
   zimg = _embed(model, params, files)
   logits = model.apply(params, zimg, zcls, method=model.logits)
@@ -144,7 +144,7 @@ def test_folder_accuracy_and_caption_retrieval(run, lit, photos, tmp_path):
   code, out, err = run(f"--checkpoint={path}", f"--captions={captions}", "--json=-")
   assert code == 0, err
   recall = json.loads(out)
-  ztxt = two_tower_eval.embed_texts(model, params["params"], tokenize(
+  ztxt = scoring.embed_texts(model, params["params"], tokenize(
       ["a photo of china", "china", "a photo of a flower"]))
   assert recall == retrieval.recall_at_k(_embed(model, params, photos), ztxt, [0, 0, 1])
 
@@ -180,7 +180,7 @@ def test_naflex_reading_with_max_patches(run, photos, tmp_path):
       input=str(tmp_path / "corpus.txt"), model_prefix=str(tmp_path / "s"), vocab_size=18,
       pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2)
   model = two_tower_helpers.tiny_siglip(vocab_size=18)
-  two_tower_load.save_two_tower(two_tower_helpers.random_params(model, 8),
+  npz_file.save_two_tower(two_tower_helpers.random_params(model, 8),
                                 str(tmp_path / "siglip2.npz"))
   square = str(tmp_path / "square.png")
   Image.fromarray(np.asarray(Image.open(photos[0]).convert("RGB").resize((32, 32)))).save(square)

@@ -26,7 +26,7 @@ from absl import flags, logging
 from vit_jax.base import cli, errors, no_clobber, storage
 from vit_jax.checkpoints import formats, hub, npz, transfer
 from vit_jax.data import image_files, prompt_templates
-from vit_jax.families.vit import naflex_model as naflex_vit
+from vit_jax.families.vit import naflex_model as vit_naflex_model
 from vit_jax.families.vit import model as vit
 
 IMAGENET_LABELS_URL = "https://storage.googleapis.com/bit_models/ilsvrc2012_wordnet_lemmas.txt"
@@ -57,7 +57,7 @@ def score_batches(module: vit.VisionTransformer, params, image_paths: Sequence[s
   """
   if max_patches:
     grid = npz.native_image_size(module, params) // module.patch_size
-    naflex = naflex_vit.from_vit(module, grid)
+    naflex = vit_naflex_model.from_vit(module, grid)
     load = lambda path: image_files.load_naflex(path, module.patch_size, max_patches)
     forward = lambda p, *inputs: naflex.apply({"params": p}, *inputs)
   else:

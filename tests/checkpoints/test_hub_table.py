@@ -5,7 +5,7 @@ import pytest
 
 from torch_libraries import fixture_timm, fixture_torch  # noqa: F401  # pylint: disable=unused-import
 from vit_jax.checkpoints import hub, hub_table, released
-from vit_jax.families.vit import names as zoo
+from vit_jax.families.vit import names as vit_names
 from vit_jax.training.config_defaults import finetune_config
 from vit_jax.families.vit import hub_mirrors as vit_hub_mirrors
 
@@ -37,7 +37,7 @@ def test_released_names_resolve_to_table_rows_or_name_the_nearest():
   (where timm and Google copied none) an error names mirrored files."""
   table = hub_table.load()["mirrors"]
   unmirrored = []
-  for name in zoo.RELEASED:
+  for name in vit_names.RELEASED:
     if "gap" in name:
       continue
     path = released.bucket_path(released.resolve(name, local_dir=None))

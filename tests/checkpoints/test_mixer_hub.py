@@ -14,7 +14,7 @@ import hub_server
 from conftest import random_params
 from vit_jax import create_model, download, load_npz, save_npz
 from vit_jax.checkpoints import hub, released, torch_layout
-from vit_jax.families.mixer import timm_layout as mixer_timm
+from vit_jax.families.mixer import timm_layout
 
 TINY = dict(patch_size=4, hidden_dim=16, num_blocks=2, tokens_mlp_dim=8, channels_mlp_dim=32)
 REPO = "timm/mixer_b16_224.goog_in21k"
@@ -31,7 +31,7 @@ def fixture_mixer_file(tmp_path_factory):
 @pytest.fixture(name="servers", scope="module")
 def fixture_servers(mixer_file):
   with np.load(mixer_file) as archive:
-    state = torch_layout.to_torch(dict(archive), mixer_timm.rules(), "timm")
+    state = torch_layout.to_torch(dict(archive), timm_layout.rules(), "timm")
   folder = mixer_file.parent / "timm"
   folder.mkdir()
   save_file(state, str(folder / "model.safetensors"))

@@ -8,7 +8,7 @@ import pytest
 from helpers import demo_config
 from interop_files import IMAGE, images, tiny_file
 from vit_jax import CheckpointError, load_npz
-from vit_jax.checkpoints import format_conversion, npz, npz_archive
+from vit_jax.checkpoints import format_conversion, npz_archive
 from vit_jax.models import patch_resize, posemb
 from vit_jax.training import objectives
 from vit_jax.families.vit import npz_file as vit_npz_file

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from vit_jax.checkpoints import released
-from vit_jax.families.vit import names as zoo
+from vit_jax.families.vit import names as vit_names
 
 B16 = "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0"
 
@@ -35,7 +35,7 @@ def test_resolve_names_and_urls(name, url, tmp_path, monkeypatch):
 
 
 def test_every_released_model_but_the_gap_ones_has_an_i21k_start():
-  for name in zoo.RELEASED:  # the model configs' default config.pretrained
+  for name in vit_names.RELEASED:  # the model configs' default config.pretrained
     if "gap" not in name:
       assert released.resolve(name, local_dir=None).startswith("gs://vit_models/")
 

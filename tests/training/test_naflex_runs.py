@@ -13,7 +13,7 @@ from helpers import load_module, run_in_process
 from naflex_folder import write_mixed_aspect_folder
 from two_tower_helpers import random_params, tiny_siglip
 from vit_jax import load_npz, predict
-from vit_jax.families.two_tower import npz_file as two_tower_load
+from vit_jax.families.two_tower import npz_file
 
 TINY = dict(patch_size=8, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=2)
 RUN = dict(total_steps=6, warmup_steps=2, batch=32, batch_eval=128, accum_steps=1,
@@ -34,7 +34,7 @@ def fixture_tower(tmp_path_factory):
   """A two-tower .npz whose image tower has a 4 x 4 table of 8 px patches; its arrays."""
   path = tmp_path_factory.mktemp("naflex_tower") / "tiny.npz"
   params = random_params(tiny_siglip(), 8)
-  two_tower_load.save_two_tower(params, path)
+  npz_file.save_two_tower(params, path)
   return str(path), traverse_util.flatten_dict(params["params"]["img"], sep="/")
 
 

@@ -10,7 +10,7 @@ from flax import traverse_util
 
 from torch_libraries import (  # noqa: F401  # pylint: disable=unused-import
     declare_missing_torchvision_ops, fixture_torch)
-from vit_jax.families.two_tower import hf_layout as siglip_hf
+from vit_jax.families.two_tower import hf_layout as two_tower_hf_layout
 from vit_jax.families.two_tower import text_tower
 from vit_jax.families.two_tower import model as two_tower
 
@@ -51,16 +51,16 @@ def _hf_siglip(transformers, torch, kind):
   return _randomize(torch, model), dict(config.to_dict(), model_type=kind)
 
 
-@pytest.mark.parametrize("kind", siglip_hf.KINDS)
+@pytest.mark.parametrize("kind", two_tower_hf_layout.KINDS)
 def test_siglip_matches_transformers_both_ways(transformers, torch, kind):
   hf_model, config = _hf_siglip(transformers, torch, kind)
   state = {k: v.numpy() for k, v in hf_model.state_dict().items()}
-  flat = siglip_hf.from_hf(state, config)
-  back = siglip_hf.to_hf(flat, config)
+  flat = two_tower_hf_layout.from_hf(state, config)
+  back = two_tower_hf_layout.to_hf(flat, config)
   assert set(back) == set(state)
   for key, value in state.items():
     np.testing.assert_array_equal(back[key], value, err_msg=key)
-  model = siglip_hf.model_from_config(config)
+  model = two_tower_hf_layout.model_from_config(config)
   rng = np.random.default_rng(0)
   images = rng.uniform(-1, 1, (3, 32, 32, 3)).astype(np.float32)
   tokens = rng.integers(0, 50, (4, 8)).astype(np.int32)
@@ -143,12 +143,12 @@ def test_configs_vit_jax_cannot_compute_are_refused_in_one_line():
   vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                 num_attention_heads=2, image_size=32, patch_size=8)
   config = dict(model_type="siglip", text_config=text, vision_config=vision)
-  assert isinstance(siglip_hf.model_from_config(config), two_tower.TwoTower)
+  assert isinstance(two_tower_hf_layout.model_from_config(config), two_tower.TwoTower)
   for bad, match in ((dict(config, model_type="clip"), "model_type 'clip'"),
                      (dict(config, vision_config=dict(vision, hidden_act="gelu")), "tanh GELU"),
                      (dict(config, text_config=dict(text, layer_norm_eps=1e-5)), "eps 1e-6"),
                      (dict(config, vision_config=dict(vision, vision_use_head=False)),
                       "attention-pooling head")):
     with pytest.raises(ValueError, match=match) as e:
-      siglip_hf.model_from_config(bad)
+      two_tower_hf_layout.model_from_config(bad)
     assert "\n" not in str(e.value)

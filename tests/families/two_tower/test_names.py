@@ -1,5 +1,5 @@
 """Released two-tower names: SigLIP from its Hub folder (a local Hub stand-in serving a tiny
-SigLIP written by siglip_hf.to_hf), then zero-shot by name in one command; LiT from the
+SigLIP written by hf_layout.to_hf), then zero-shot by name in one command; LiT from the
 closed bucket fails in one line; --list shows them."""
 
 import json
@@ -13,8 +13,8 @@ import two_tower_helpers
 from conftest import REPO
 from vit_jax import download, zeroshot
 from vit_jax.checkpoints import npz, transfer
-from vit_jax.families.two_tower import hf_layout as siglip_hf
-from vit_jax.families.two_tower import npz_file as two_tower_load
+from vit_jax.families.two_tower import hf_layout
+from vit_jax.families.two_tower import npz_file
 from vit_jax.families.two_tower import names as two_tower_names
 from vit_jax.checkpoints import hub
 
@@ -33,9 +33,9 @@ def fixture_repo_files(tmp_path_factory):
   sentencepiece = pytest.importorskip("sentencepiece")
   from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
   folder = tmp_path_factory.mktemp("siglip-repo")
-  model = siglip_hf.model_from_config(CONFIG)
+  model = hf_layout.model_from_config(CONFIG)
   params = two_tower_helpers.random_params(model, 8)["params"]
-  state = siglip_hf.to_hf(traverse_util.flatten_dict(params, sep="/"), CONFIG)
+  state = hf_layout.to_hf(traverse_util.flatten_dict(params, sep="/"), CONFIG)
   save_file(state, str(folder / "model.safetensors"))
   (folder / "config.json").write_text(json.dumps(CONFIG))
   (folder / "corpus.txt").write_text("\n".join(["a photo of a cat", "a dog", "china"] * 30))
@@ -58,7 +58,7 @@ def test_siglip_by_name_fetches_the_folder_then_zero_shot(servers, tmp_path, mon
                                                            capsys):
   path = download.download(NAME, verbose=False)
   assert path.endswith(f"two-tower/{NAME}")
-  model, params, info = two_tower_load.load_two_tower(path)
+  model, params, info = npz_file.load_two_tower(path)
   assert info.tokenizer.endswith("spiece.model") and info.family == "siglip"
   site = servers[0]
   asked = len(site.requests)

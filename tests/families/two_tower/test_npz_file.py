@@ -9,8 +9,8 @@ from torch_libraries import (  # noqa: F401  # pylint: disable=unused-import
     declare_missing_torchvision_ops, fixture_torch)
 import two_tower_helpers
 from vit_jax.checkpoints import npz
-from vit_jax.families.two_tower import npz_layout as two_tower_layout
-from vit_jax.families.two_tower import npz_file as two_tower_load
+from vit_jax.families.two_tower import npz_layout
+from vit_jax.families.two_tower import npz_file
 
 IMAGES = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
 
@@ -32,8 +32,8 @@ def test_saved_file_loads_the_same_model(tmp_path, make):
   model, length = make()
   params = _params(model, length)
   path = str(tmp_path / "model.npz")
-  two_tower_load.save_two_tower(params, path)
-  loaded, loaded_params, info = two_tower_load.load_two_tower(path, bert_heads=2)
+  npz_file.save_two_tower(params, path)
+  loaded, loaded_params, info = npz_file.load_two_tower(path, bert_heads=2)
   tokens = np.arange(3 * length).reshape(3, length).astype(np.int32) % 50
   np.testing.assert_array_equal(
       two_tower_helpers.logits(model, params, IMAGES, tokens),
@@ -46,7 +46,7 @@ def test_siglip_file_is_in_big_vision_layout(tmp_path):
   model, length = _siglip()
   params = _params(model, length)
   path = str(tmp_path / "siglip.npz")
-  two_tower_load.save_two_tower(params, path)
+  npz_file.save_two_tower(params, path)
   keys = set(np.load(path).keys())
   # big_vision's names: top-level posemb, scan-stacked Linen-numbered blocks.
   assert {"t", "b", "img/pos_embedding", "txt/pos_embedding", "txt/Embed_0/embedding",
@@ -56,36 +56,36 @@ def test_siglip_file_is_in_big_vision_layout(tmp_path):
   # Under a params/ prefix (a big_vision training checkpoint) it reads the same.
   prefixed = str(tmp_path / "prefixed.npz")
   np.savez(prefixed, **{"params/" + k: v for k, v in np.load(path).items()})
-  assert two_tower_load.load_two_tower(prefixed)[2].family == "siglip"
+  assert npz_file.load_two_tower(prefixed)[2].family == "siglip"
 
 
 def test_bad_files_fail_in_one_line(tmp_path):
   model, length = _siglip()
   params = _params(model, length)
   path = str(tmp_path / "siglip.npz")
-  two_tower_load.save_two_tower(params, path)
+  npz_file.save_two_tower(params, path)
   arrays = dict(np.load(path))
   vit_only = str(tmp_path / "vit.npz")
   np.savez(vit_only, **{k[4:]: v for k, v in arrays.items() if k.startswith("img/")})
   with pytest.raises(npz.CheckpointError, match="not a two-tower") as e:
-    two_tower_load.load_two_tower(vit_only)
+    npz_file.load_two_tower(vit_only)
   assert "\n" not in str(e.value)
   arrays["txt/head/bias"] = arrays["txt/head/bias"][:5]
   damaged = str(tmp_path / "damaged.npz")
   np.savez(damaged, **arrays)
   with pytest.raises(npz.CheckpointError, match="txt/head/bias has shape"):
-    two_tower_load.load_two_tower(damaged)
+    npz_file.load_two_tower(damaged)
   with pytest.raises(FileNotFoundError, match="not found"):
-    two_tower_load.load_two_tower(str(tmp_path / "absent.npz"))
+    npz_file.load_two_tower(str(tmp_path / "absent.npz"))
 
 
 def test_lit_text_transformer_layout_is_released_numbering():
   flat = {"txt/Embed_0/embedding": np.zeros((5, 4)),
           "txt/Encoder_0/encoderblock_0/MlpBlock_3/Dense_0/kernel": np.zeros((4, 8)),
           "txt/Encoder_0/encoderblock/MlpBlock_0/Dense_1/kernel": np.zeros((1, 8, 4))}
-  ours = two_tower_layout.to_ours({k: v for k, v in flat.items() if "encoderblock/" not in k})
+  ours = npz_layout.to_ours({k: v for k, v in flat.items() if "encoderblock/" not in k})
   assert "txt/Encoder_0/encoderblock_0/MlpBlock_3/Dense_0/kernel" in ours
-  stacked = two_tower_layout.to_ours({k: v for k, v in flat.items() if "_0/Mlp" not in k})
+  stacked = npz_layout.to_ours({k: v for k, v in flat.items() if "_0/Mlp" not in k})
   assert "txt/Encoder_0/encoderblock_0/MlpBlock_3/Dense_1/kernel" in stacked
 
 
@@ -109,7 +109,7 @@ def fixture_hf_folder(tmp_path, torch):
 
 def test_hugging_face_folder_loads_and_saves_as_big_vision(hf_folder, torch, tmp_path):
   folder, hf_model = hf_folder
-  model, params, info = two_tower_load.load_two_tower(folder)
+  model, params, info = npz_file.load_two_tower(folder)
   assert (info.family, info.source, info.text_length, info.image_size) == ("siglip", "hf", 8, 32)
   tokens = np.random.default_rng(1).integers(0, 50, (3, 8)).astype(np.int32)
   logits = two_tower_helpers.logits(model, {"params": params}, IMAGES, tokens)
@@ -118,8 +118,8 @@ def test_hugging_face_folder_loads_and_saves_as_big_vision(hf_folder, torch, tmp
                         pixel_values=torch.tensor(IMAGES.transpose(0, 3, 1, 2))).logits_per_image
   np.testing.assert_allclose(logits, expected.numpy(), rtol=1e-5, atol=1e-5)
   # Converted to big_vision's layout and read back: the same model, bit for bit.
-  two_tower_load.save_two_tower(params, str(tmp_path / "converted.npz"))
-  again, again_params, _ = two_tower_load.load_two_tower(str(tmp_path / "converted.npz"))
+  npz_file.save_two_tower(params, str(tmp_path / "converted.npz"))
+  again, again_params, _ = npz_file.load_two_tower(str(tmp_path / "converted.npz"))
   np.testing.assert_array_equal(
       two_tower_helpers.logits(again, {"params": again_params}, IMAGES, tokens), logits)
 
@@ -130,7 +130,7 @@ def test_a_vit_folder_is_refused_in_one_line(tmp_path):
   from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
   save_file({"x": np.zeros(2, np.float32)}, str(tmp_path / "vit" / "model.safetensors"))
   with pytest.raises(ValueError, match="not SigLIP"):
-    two_tower_load.load_two_tower(str(tmp_path / "vit"))
+    npz_file.load_two_tower(str(tmp_path / "vit"))
 
 
 def test_load_npz_reads_the_image_tower_as_features_or_points_to_zeroshot(tmp_path):
@@ -138,7 +138,7 @@ def test_load_npz_reads_the_image_tower_as_features_or_points_to_zeroshot(tmp_pa
   model, length = _siglip()
   params = _params(model, length)
   path = str(tmp_path / "siglip.npz")
-  two_tower_load.save_two_tower(params, path)
+  npz_file.save_two_tower(params, path)
   module, vit_params = vit_jax.load_npz(path, num_classes=0)
   features = jax.jit(lambda p: module.apply(p, IMAGES, representation=True))(
       {"params": vit_params})

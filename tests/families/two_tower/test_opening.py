@@ -9,7 +9,7 @@ import two_tower_helpers
 from conftest import random_params, tiny_model
 from vit_jax import save_npz
 from vit_jax.base import storage
-from vit_jax.families.two_tower import opening as two_tower_open
+from vit_jax.families.two_tower import opening
 from vit_jax.data import text_tokens
 
 
@@ -21,17 +21,17 @@ def test_two_tower_files_folders_and_names_are_told_apart(tmp_path):
   for kind, config in (("siglip", tmp_path / "siglip"), ("vit", tmp_path / "hf_vit")):
     config.mkdir()
     (config / "config.json").write_text(json.dumps({"model_type": kind}))
-  assert two_tower_open.claims(path)
-  assert two_tower_open.claims("SigLIP2-B_16-224")  # a released name, not fetched
-  assert two_tower_open.claims(str(tmp_path / "siglip"))
+  assert opening.claims(path)
+  assert opening.claims("SigLIP2-B_16-224")  # a released name, not fetched
+  assert opening.claims(str(tmp_path / "siglip"))
   for other in (classifier, str(tmp_path / "broken.npz"), str(tmp_path / "hf_vit"),
                 str(tmp_path / "missing.npz"), "ViT-B_16"):
-    assert not two_tower_open.claims(other), other
-  loaded, params, info, tokenize = two_tower_open.open_two_tower(path)
+    assert not opening.claims(other), other
+  loaded, params, info, tokenize = opening.open_two_tower(path)
   assert loaded == model and info.family == "lit"
   assert isinstance(tokenize, text_tokens.BertTokenizer)
   assert np.asarray(tokenize(["a cat"])).shape == (1, 16)
-  assert two_tower_open.image_size(info) == 32 and two_tower_open.image_size(info, 48) == 48
+  assert opening.image_size(info) == 32 and opening.image_size(info, 48) == 48
   assert set(params) == {"img", "txt", "t"}
 
 
@@ -41,6 +41,6 @@ def test_a_remote_file_is_told_apart_from_its_zip_directory(gcs, tmp_path):
   save_npz(random_params(tiny_model(num_classes=3), 16), classifier)
   for name, local in (("lit.npz", path), ("vit.npz", classifier)):
     storage.write_atomic(f"gs://{gcs.bucket}/{name}", open(local, "rb").read())
-  assert two_tower_open.claims(f"gs://{gcs.bucket}/lit.npz")
-  assert not two_tower_open.claims(f"gs://{gcs.bucket}/vit.npz")
-  assert not two_tower_open.claims(f"gs://{gcs.bucket}/missing.npz")
+  assert opening.claims(f"gs://{gcs.bucket}/lit.npz")
+  assert not opening.claims(f"gs://{gcs.bucket}/vit.npz")
+  assert not opening.claims(f"gs://{gcs.bucket}/missing.npz")

@@ -17,9 +17,9 @@ from two_tower_helpers import random_params, tiny_siglip
 from vit_jax import benchmark, fewshot, load_npz, plan, predict
 from vit_jax.export import __main__ as export_command
 from vit_jax.checkpoints import npz
-from vit_jax.families.two_tower import hf_layout as siglip_hf
+from vit_jax.families.two_tower import hf_layout
 from vit_jax.checkpoints import format_conversion
-from vit_jax.families.two_tower import npz_file as two_tower_load
+from vit_jax.families.two_tower import npz_file
 from vit_jax.families.two_tower import recipes
 from vit_jax.training import lora_adapters, objectives, param_groups, sharding, static_checks
 
@@ -36,15 +36,15 @@ def fixture_towers(tmp_path_factory):
   folder = tmp_path_factory.mktemp("towers")
   model = tiny_siglip()
   params = random_params(model, 8)
-  two_tower_load.save_two_tower(params, folder / "tiny.npz")
+  npz_file.save_two_tower(params, folder / "tiny.npz")
   format_conversion.convert(str(folder / "tiny.npz"), str(folder / "hf"), to="hf")
-  config = siglip_hf.config_for(model, 32)  # SigLIP 2: a Linear patch embedding, 16 patches
+  config = hf_layout.config_for(model, 32)  # SigLIP 2: a Linear patch embedding, 16 patches
   config["model_type"] = "siglip2"
   del config["vision_config"]["image_size"]
   config["vision_config"]["num_patches"] = 16
   (folder / "hf2").mkdir()
   (folder / "hf2" / "config.json").write_text(json.dumps(config))
-  save_file(siglip_hf.to_hf(traverse_util.flatten_dict(params["params"], sep="/"), config),
+  save_file(hf_layout.to_hf(traverse_util.flatten_dict(params["params"], sep="/"), config),
             str(folder / "hf2" / "model.safetensors"))
   img = traverse_util.flatten_dict(params["params"]["img"], sep="/")
   return {"npz": str(folder / "tiny.npz"), "hf": str(folder / "hf"),

@@ -10,9 +10,9 @@ from flax import traverse_util
 from torch_libraries import (  # noqa: F401  # pylint: disable=unused-import
     declare_missing_torchvision_ops, fixture_torch)
 from vit_jax.base import errors
-from vit_jax.families.two_tower import hf_layout as siglip_hf
+from vit_jax.families.two_tower import hf_layout
 from vit_jax.models import posemb
-from vit_jax.families.vit import naflex_model as naflex_vit
+from vit_jax.families.vit import naflex_model as vit_naflex_model
 
 PATCH, BUDGET = 4, 24
 SHAPES = [(4, 6), (6, 2), (3, 3)]  # rows x columns of patches; 24, 12 and 9 of 24 real
@@ -49,10 +49,10 @@ def test_pooled_output_equals_siglip2_vision_model_with_padding(transformers, to
       p.normal_(0, 0.3)
   hf.eval()
   state = {k: v.numpy() for k, v in hf.state_dict().items()}
-  flat = siglip_hf.from_hf(state, dict(config.to_dict(), model_type="siglip2"))
+  flat = hf_layout.from_hf(state, dict(config.to_dict(), model_type="siglip2"))
   params = traverse_util.unflatten_dict(
       {k[len("img/"):]: v for k, v in flat.items() if k.startswith("img/")}, sep="/")
-  model = naflex_vit.NaFlexViT(0, PATCH, 24, 40, 3, 2, posemb_grid=4)
+  model = vit_naflex_model.NaFlexViT(0, PATCH, 24, 40, 3, 2, posemb_grid=4)
 
   rng = np.random.default_rng(1)
   patches = rng.uniform(-1, 1, (len(SHAPES), BUDGET, PATCH * PATCH * 3)).astype(np.float32)
@@ -82,7 +82,7 @@ def test_a_full_square_grid_is_the_fixed_size_tower(tmp_path):
       two_tower_helpers.tiny_siglip(), 8), tmp_path / "tower.npz")
   module, params = load_npz(str(tmp_path / "tower.npz"), num_classes=5)
   params["head"]["kernel"] = np.random.default_rng(0).standard_normal((16, 5)).astype(np.float32)
-  naflex = naflex_vit.from_vit(module, grid=4)
+  naflex = vit_naflex_model.from_vit(module, grid=4)
   images = np.random.default_rng(1).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
   patches = images.reshape(2, 4, 8, 4, 8, 3).transpose(0, 1, 3, 2, 4, 5).reshape(2, 16, -1)
   ours = jax.jit(naflex.apply)({"params": params}, patches, np.ones((2, 16), np.int32),
@@ -90,7 +90,7 @@ def test_a_full_square_grid_is_the_fixed_size_tower(tmp_path):
   fixed = jax.jit(module.apply)({"params": params}, images)
   np.testing.assert_allclose(ours, fixed, rtol=1e-5, atol=1e-5)
   with pytest.raises(errors.InvalidInput, match="MAP-pooled"):
-    naflex_vit.from_vit(module.clone(classifier="gap"), grid=4)
+    vit_naflex_model.from_vit(module.clone(classifier="gap"), grid=4)
 
 
 def test_training_settings_run_through_the_vits_encoder():
@@ -98,7 +98,7 @@ def test_training_settings_run_through_the_vits_encoder():
   has dropout); scanned and rematerialised blocks are the same function, on the same
   (stacked) parameters."""
   from vit_jax.models import encoder_blocks  # pylint: disable=import-outside-toplevel
-  model = naflex_vit.NaFlexViT(3, PATCH, 24, 40, 3, 2, posemb_grid=4)
+  model = vit_naflex_model.NaFlexViT(3, PATCH, 24, 40, 3, 2, posemb_grid=4)
   rng = np.random.default_rng(0)
   patches = rng.uniform(-1, 1, (3, BUDGET, PATCH * PATCH * 3)).astype(np.float32)
   mask = np.zeros((3, BUDGET), np.int32)

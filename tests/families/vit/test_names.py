@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vit_jax.families.vit import names as zoo
+from vit_jax.families.vit import names as vit_names
 
 from vit_jax.models import model_config
 
@@ -29,7 +29,7 @@ def count_params(module, image_size=224):
 
 
 def test_zoo_is_the_facts_table():
-  assert set(zoo.RELEASED) == set(PARAMS_AT_224_1000_CLASSES)
+  assert set(vit_names.RELEASED) == set(PARAMS_AT_224_1000_CLASSES)
 
 
 @pytest.mark.parametrize("name", sorted(PARAMS_AT_224_1000_CLASSES))

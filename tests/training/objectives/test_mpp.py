@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from helpers import load_module
-from vit_jax.families.vit import masked_patch_model as mpp_model
+from vit_jax.families.vit import masked_patch_model
 from vit_jax.training import objectives
 from vit_jax.training.evaluators import classification
 from vit_jax.training.objectives import mpp
@@ -70,12 +70,12 @@ def test_fractions_are_configurable():
 def test_corruption_replaces_embeddings_as_drawn():
   x = jnp.arange(2 * 4 * 3, dtype=jnp.float32).reshape(2, 4, 3)
   mask = jnp.full((1, 1, 3), -1.0)
-  c = mpp_model.Corruption(
+  c = masked_patch_model.Corruption(
       corrupted=jnp.array([[1, 1, 1, 0], [0, 0, 0, 0]], bool),
       replace_mask=jnp.array([[1, 0, 0, 0], [0, 0, 0, 0]], bool),
       replace_random=jnp.array([[0, 1, 0, 0], [0, 0, 0, 0]], bool),
       source=jnp.array([[1, 3, 0, 0], [1, 2, 3, 0]], jnp.int32))
-  out = mpp_model.apply_corruption(x, c, mask)
+  out = masked_patch_model.apply_corruption(x, c, mask)
   np.testing.assert_array_equal(out[0, 0], [-1, -1, -1])  # [mask]
   np.testing.assert_array_equal(out[0, 1], x[0, 3])  # patch 3 of the same image
   np.testing.assert_array_equal(out[0, 2:], x[0, 2:])  # kept, and uncorrupted

@@ -12,7 +12,7 @@ from flax import traverse_util
 
 from vit_jax.base import errors
 from vit_jax.data import batch_spec, device_batches
-from vit_jax.families.vit import naflex_model as naflex_vit
+from vit_jax.families.vit import naflex_model
 from vit_jax.training import (config_defaults, lora_adapters, objectives, param_groups, sharding,
                               state_and_step, static_checks, update_step)
 
@@ -63,7 +63,7 @@ def fixture_setup():
 def test_the_config_builds_a_naflex_vit_whose_spec_is_the_batch(setup):
   config, _, objective, module, run = setup
   assert isinstance(objective, objectives.naflex.NaFlexClassification)
-  assert isinstance(module, naflex_vit.NaFlexViT) and module.posemb_grid == 16 // PATCH
+  assert isinstance(module, naflex_model.NaFlexViT) and module.posemb_grid == 16 // PATCH
   spec = batch_spec.train_batch(config, 2, 8, patch_size=module.patch_size)
   host = naflex_batch()
   assert jax.tree.map(lambda a: (a.shape, a.dtype), host) == spec

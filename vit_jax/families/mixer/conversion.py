@@ -9,7 +9,7 @@ from flax import traverse_util
 from vit_jax.base import no_clobber
 from vit_jax.checkpoints import format_conversion, formats, npz
 from vit_jax.families.mixer import names, npz_file
-from vit_jax.families.mixer import timm_layout as mixer_timm
+from vit_jax.families.mixer import timm_layout as mixer_timm_layout
 from vit_jax.families.vit import timm_layout
 
 default_target = None  # a folder DST: --to must say timm
@@ -40,17 +40,17 @@ def convert(src: str, arrays: Dict[str, np.ndarray], dst: str, to: str, *,
     npz.save_npz(params, dst, class_names=class_names if module.num_classes else None)
     return lines + [f"wrote {dst} (released .npz layout)"]
   try:
-    name, args = mixer_timm.model_name_and_args(module, size, module.num_classes)
+    name, args = mixer_timm_layout.model_name_and_args(module, size, module.num_classes)
   except timm_layout.Unsupported as e:
     raise format_conversion.ConversionError(f"no timm model computes {src}: {e}") from None
   if not format_conversion.writes_one_file(dst, to):
     no_clobber.claim_output_dir(dst, format_conversion.KIND, overwrite)
   flat = traverse_util.flatten_dict(params, sep="/")
-  state = mixer_timm.to_timm({k: np.asarray(v) for k, v in flat.items()})
+  state = mixer_timm_layout.to_timm({k: np.asarray(v) for k, v in flat.items()})
   return lines + format_conversion.write_timm_files(
       state, name, args, size, module.hidden_dim, dst) + [
       "note: timm's MlpMixer computes the exact GELU unless told otherwise; the original "
       "code (and Google's weights) use the tanh GELU: pass "
-      f"{mixer_timm.TANH_GELU_ARGUMENT} to timm.create_model for the same function"]
+      f"{mixer_timm_layout.TANH_GELU_ARGUMENT} to timm.create_model for the same function"]
 
 

@@ -21,7 +21,7 @@ from vit_jax.checkpoints.npz_checks import (CheckpointError, ImageSize, check_ag
                                             side_pair)
 from vit_jax.families.mixer import model as mixer
 from vit_jax.families.mixer import resize as mixer_resize
-from vit_jax.families.mixer import names as mixer_zoo
+from vit_jax.families.mixer import names
 from vit_jax.models import family_registry
 
 STEM = "stem/kernel"
@@ -29,7 +29,7 @@ TOKENS = "MixerBlock_0/token_mixing/Dense_0/kernel"
 
 
 def infer(flat: Dict[str, np.ndarray], path: str
-          ) -> Tuple[mixer_zoo.MixerArchitecture, Optional[int], int]:
+          ) -> Tuple[names.MixerArchitecture, Optional[int], int]:
   """(architecture, head classes or None, the file's patch count) from the shapes."""
   try:
     stem, tokens = flat[STEM], flat[TOKENS]
@@ -39,7 +39,7 @@ def infer(flat: Dict[str, np.ndarray], path: str
                           "missing (the file is damaged or was edited: save it again)") from None
   blocks = len({k.split("/")[0] for k in flat if k.startswith("MixerBlock_")})
   head = flat.get("head/kernel")
-  architecture = mixer_zoo.MixerArchitecture(stem.shape[0], stem.shape[-1], blocks,
+  architecture = names.MixerArchitecture(stem.shape[0], stem.shape[-1], blocks,
                                              tokens.shape[1], channels.shape[1])
   return architecture, None if head is None else head.shape[-1], tokens.shape[0]
 
@@ -51,13 +51,13 @@ def _check_name(architecture, model_name: Optional[str], overrides: dict, path: 
   if model_name is None:
     return
   named = family_registry.architecture(model_name)
-  if isinstance(named, mixer_zoo.MixerArchitecture):
+  if isinstance(named, names.MixerArchitecture):
     named = dataclasses.replace(named, **{k: v for k, v in overrides.items()
                                           if k in named.as_kwargs() and v is not None})
-  if not isinstance(named, mixer_zoo.MixerArchitecture) or (
+  if not isinstance(named, names.MixerArchitecture) or (
       dataclasses.replace(named, tokens_mlp_dim=1) != dataclasses.replace(
           architecture, tokens_mlp_dim=1)) or architecture.tokens_mlp_dim % named.tokens_mlp_dim:
-    found = mixer_zoo.find_name(architecture) or "a Mixer of other sizes"
+    found = names.find_name(architecture) or "a Mixer of other sizes"
     raise CheckpointError(f"{path} holds {found}, not a {family_registry.canonical_name(model_name)}: pass "
                           "the right model_name, or none to infer it from the file")
 
@@ -100,7 +100,7 @@ def load(arrays: Dict[str, np.ndarray], path: str, *, image_size: Optional[Image
                           "patch grid): leave patch_size unset")
   if file_classes is None and num_classes is None:
     raise CheckpointError(f"{path} has no head: pass num_classes to add a new one")
-  for key in (*mixer_zoo.ATTENTION_ONLY, "representation_size"):
+  for key in (*names.ATTENTION_ONLY, "representation_size"):
     overrides.pop(key, None)
   keep_head = num_classes is None or num_classes == file_classes
   old = file_grid(tokens, image_size, architecture.patch_size, path)

@@ -14,8 +14,8 @@ from flax import traverse_util
 
 from vit_jax.base import errors, no_clobber, storage
 from vit_jax.checkpoints import format_conversion
-from vit_jax.families.two_tower import hf_layout as siglip_hf
-from vit_jax.families.two_tower import npz_file as two_tower_load
+from vit_jax.families.two_tower import hf_layout
+from vit_jax.families.two_tower import npz_file
 
 KIND = format_conversion.KIND
 TARGETS = ("npz", "hf")
@@ -47,17 +47,17 @@ def convert(src: str, arrays: Dict[str, np.ndarray], dst: str, to: str, *,
     raise format_conversion.ConversionError(
         f"{src} is a two-tower (LiT / SigLIP) model, converted as it is: leave out "
         f"{', '.join(given)}")
-  model, params, info = two_tower_load.load_two_tower(src)
+  model, params, info = npz_file.load_two_tower(src)
   lines = [f"read {src}: a {info.family} two-tower model ({info.source})"]
   if to == "npz":
     no_clobber.claim_output_file(dst, KIND, overwrite)
-    two_tower_load.save_two_tower(params, dst)
+    npz_file.save_two_tower(params, dst)
     lines.append(f"wrote {dst} (big_vision's layout); load it with "
                  f"vit_jax.load_two_tower({dst!r})")
   else:
-    config = siglip_hf.config_for(model, info.image_size or 224)
+    config = hf_layout.config_for(model, info.image_size or 224)
     no_clobber.check_output_dir(dst, KIND, overwrite)
-    state = siglip_hf.to_hf(traverse_util.flatten_dict(params, sep="/"), config)
+    state = hf_layout.to_hf(traverse_util.flatten_dict(params, sep="/"), config)
     no_clobber.claim_output_dir(dst, KIND, overwrite)  # marked: a rerun may replace it
     format_conversion.write_safetensors(state, os.path.join(dst, "model.safetensors"))
     storage.write_atomic(os.path.join(dst, "config.json"), json.dumps(config, indent=1))

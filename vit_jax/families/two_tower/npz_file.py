@@ -22,8 +22,8 @@ from vit_jax.base import errors, storage
 from vit_jax.checkpoints import formats, npz, npz_archive, npz_checks
 from vit_jax.families.vit import npz_file as vit_npz_file
 from vit_jax.families.vit import npz_layout
-from vit_jax.families.two_tower import hf_layout as siglip_hf
-from vit_jax.families.two_tower import npz_layout as two_tower_layout
+from vit_jax.families.two_tower import hf_layout as two_tower_hf_layout
+from vit_jax.families.two_tower import npz_layout as two_tower_npz_layout
 from vit_jax.families.two_tower import text_tower
 from vit_jax.families.two_tower import model as two_tower
 
@@ -93,17 +93,17 @@ def _read(path: str, bert_heads: Optional[int]):
   config_path = os.path.join(path, formats.CONFIG)
   if os.path.isdir(path) or path.endswith(".safetensors"):
     state, config = formats.read_folder(path)
-    if config.get("model_type") not in siglip_hf.KINDS:
+    if config.get("model_type") not in two_tower_hf_layout.KINDS:
       raise errors.InvalidInput(
           f"{path} holds a {config.get('model_type') or 'model'} folder, not SigLIP: "
-          f"two-tower folders have model_type {' or '.join(siglip_hf.KINDS)} in {config_path}")
-    return siglip_hf.model_from_config(config), siglip_hf.from_hf(state, config), "hf", config
+          f"two-tower folders have model_type {' or '.join(two_tower_hf_layout.KINDS)} in {config_path}")
+    return two_tower_hf_layout.model_from_config(config), two_tower_hf_layout.from_hf(state, config), "hf", config
   arrays = npz_archive.read_npz(path)
-  if not two_tower_layout.holds_both_towers(arrays):
+  if not two_tower_npz_layout.holds_both_towers(arrays):
     raise npz.CheckpointError(f"{path} is not a two-tower (LiT / SigLIP) file: it has "
                               f"{npz_checks.describe(arrays)}; for a ViT use load_npz")
-  flat = {k: np.asarray(v, np.float32) for k, v in two_tower_layout.to_ours(arrays).items()}
-  model, flat = two_tower_layout.build_model(flat, bert_heads)
+  flat = {k: np.asarray(v, np.float32) for k, v in two_tower_npz_layout.to_ours(arrays).items()}
+  model, flat = two_tower_npz_layout.build_model(flat, bert_heads)
   return model, flat, "npz", None
 
 
@@ -124,7 +124,7 @@ def load_two_tower(path: str, *, bert_heads: Optional[int] = None
   info = TwoTowerInfo(model.family, text_length, _image_size(model, flat),
                       _tokenizer_beside(path), "bert" if is_bert else "transformer", source,
                       config)
-  return model, two_tower_layout.unflatten(flat), info
+  return model, two_tower_npz_layout.unflatten(flat), info
 
 
 def save_two_tower(params: Any, path: str) -> None:
@@ -141,7 +141,7 @@ def save_two_tower(params: Any, path: str) -> None:
 
 
 def recognises(arrays: Mapping[str, Any]) -> bool:
-  return two_tower_layout.holds_both_towers(arrays)
+  return two_tower_npz_layout.holds_both_towers(arrays)
 
 
 def load(arrays: Mapping[str, np.ndarray], path: str, *, num_classes: Optional[int] = None,
@@ -163,7 +163,7 @@ def holds(params: Any) -> bool:
 def to_arrays(params: Any) -> Dict[str, np.ndarray]:
   """TwoTower params in big_vision's layout, as save_two_tower writes them."""
   flat = traverse_util.flatten_dict(params, sep="/")
-  return two_tower_layout.to_big_vision({k: np.asarray(v, np.float32) for k, v in flat.items()})
+  return two_tower_npz_layout.to_big_vision({k: np.asarray(v, np.float32) for k, v in flat.items()})
 
 
 def native_image_size(module: two_tower.TwoTower, params: Any) -> Optional[int]:

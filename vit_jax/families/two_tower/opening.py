@@ -10,9 +10,9 @@ from typing import Callable, Optional, Tuple
 
 from vit_jax.base import storage
 from vit_jax.checkpoints import formats
-from vit_jax.families.two_tower import hf_layout as siglip_hf
-from vit_jax.families.two_tower import npz_layout as two_tower_layout
-from vit_jax.families.two_tower import npz_file as two_tower_load
+from vit_jax.families.two_tower import hf_layout
+from vit_jax.families.two_tower import npz_layout
+from vit_jax.families.two_tower import npz_file
 from vit_jax.families.two_tower import names as two_tower_names
 from vit_jax.data import text_tokens
 
@@ -28,7 +28,7 @@ def claims(checkpoint: str) -> bool:
     if not os.path.isfile(config):
       return False
     try:
-      return json.loads(storage.read_text(config)).get("model_type") in siglip_hf.KINDS
+      return json.loads(storage.read_text(config)).get("model_type") in hf_layout.KINDS
     except (OSError, ValueError, AttributeError):
       return False  # the loader names what is wrong with it
   if not checkpoint.endswith(".npz") or not storage.exists(checkpoint):
@@ -38,7 +38,7 @@ def claims(checkpoint: str) -> bool:
       names = [n[:-len(".npy")] for n in archive.namelist()]
   except zipfile.BadZipFile:
     return False  # the loader names what is wrong with it
-  return two_tower_layout.holds_both_towers(dict.fromkeys(names))
+  return npz_layout.holds_both_towers(dict.fromkeys(names))
 
 
 def local_checkpoint(checkpoint: str) -> str:
@@ -50,16 +50,16 @@ def local_checkpoint(checkpoint: str) -> str:
 
 def open_two_tower(checkpoint: str, *, tokenizer: Optional[str] = None,
                    bert_heads: Optional[int] = None
-                   ) -> Tuple[object, dict, two_tower_load.TwoTowerInfo, Callable]:
+                   ) -> Tuple[object, dict, npz_file.TwoTowerInfo, Callable]:
   """(model, params, info, tokenize) of a name, .npz or Hugging Face folder; tokenizer
   defaults to the vocabulary file found beside the checkpoint."""
-  model, params, info = two_tower_load.load_two_tower(local_checkpoint(checkpoint),
+  model, params, info = npz_file.load_two_tower(local_checkpoint(checkpoint),
                                                       bert_heads=bert_heads)
   tokenize = text_tokens.for_model(tokenizer or info.tokenizer, lower=info.family == "siglip",
                                    max_len=info.text_length, bert=info.text_tower == "bert")
   return model, params, info, tokenize
 
 
-def image_size(info: two_tower_load.TwoTowerInfo, requested: Optional[int] = None) -> int:
+def image_size(info: npz_file.TwoTowerInfo, requested: Optional[int] = None) -> int:
   """The side images are squashed to: requested, else the model's own, else 224."""
   return requested or info.image_size or DEFAULT_IMAGE_SIZE

@@ -16,7 +16,7 @@ import tqdm
 
 from vit_jax.base import errors
 from vit_jax.data import image_files
-from vit_jax.families.vit import naflex_model as naflex_vit
+from vit_jax.families.vit import naflex_model as vit_naflex_model
 from vit_jax.families.two_tower import model as two_tower
 
 TEXT_BATCH = 64
@@ -69,7 +69,7 @@ def embed_naflex_files(model: two_tower.TwoTower, params, paths: Sequence[str],
   """Normalised image embeddings [images, D] read as SigLIP 2's NaFlex models were trained:
   each image at its own aspect ratio in at most max_patches patches, padding masked, the
   image tower's grid x grid position table resized per image (vit_jax.families.vit.naflex_model)."""
-  tower = naflex_vit.from_vit(model.img, grid)
+  tower = vit_naflex_model.from_vit(model.img, grid)
   embed = jax.jit(lambda p, *inputs: two_tower.normalize(tower.apply({"params": p}, *inputs)))
   return _embed_in_batches(
       paths, batch_size,

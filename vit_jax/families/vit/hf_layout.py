@@ -21,7 +21,7 @@ from vit_jax.base import console
 from vit_jax.checkpoints import torch_layout
 from vit_jax.checkpoints.torch_layout import linear, norm, projections, Rule, rule
 from vit_jax.families.vit import config_consistency, timm_layout
-from vit_jax.families.vit import names as zoo
+from vit_jax.families.vit import names as vit_names
 
 BLOCK = "Transformer/encoderblock_{i}"
 ATTENTION = BLOCK + "/MultiHeadDotProductAttention_1"
@@ -56,7 +56,7 @@ class Unsupported(errors.InvalidInput):
   """A model that transformers' ViT does not compute; the message says which part."""
 
 
-def check_architecture(arch: zoo.Architecture) -> None:
+def check_architecture(arch: vit_names.Architecture) -> None:
   if arch.resnet_stages is not None:
     raise Unsupported("transformers has no ViT with a ResNet stem (ViTHybrid was removed in "
                       "v5): convert hybrids with --to=timm")
@@ -65,7 +65,7 @@ def check_architecture(arch: zoo.Architecture) -> None:
                       f"with classifier={arch.classifier!r}: convert it with --to=timm")
 
 
-def config(arch: zoo.Architecture, num_classes: Optional[int],
+def config(arch: vit_names.Architecture, num_classes: Optional[int],
            representation_size: Optional[int], image_size: Tuple[int, int],
            class_names: Optional[List[str]] = None) -> Dict[str, Any]:
   """config.json: ViTForImageClassification, or ViTModel (its pooler is pre_logits; none

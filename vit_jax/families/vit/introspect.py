@@ -14,7 +14,7 @@ import numpy as np
 
 from vit_jax.base import errors
 from vit_jax.models import encoder_blocks
-from vit_jax.families.vit import hybrid_stem as resnet
+from vit_jax.families.vit import hybrid_stem
 from vit_jax.families.vit import model as vit
 
 Grid = Tuple[int, int]  # tokens per (height, width)
@@ -122,7 +122,7 @@ def rgb_filters(module: vit.VisionTransformer, params: Any) -> Tuple[np.ndarray,
   standardised as the model applies it.
   """
   if module.resnet_stages is not None:
-    kernel = resnet.standardize_weight(jnp.asarray(params["conv_root"]["kernel"]))
+    kernel = hybrid_stem.standardize_weight(jnp.asarray(params["conv_root"]["kernel"]))
     return np.asarray(kernel), ("ResNet root conv filters (a hybrid's patch embedding "
                                   "sees features, not RGB)")
   return np.asarray(params["embedding"]["kernel"]), "Patch embedding filters"

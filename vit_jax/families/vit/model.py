@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from vit_jax.base import errors
 from vit_jax.models import attention, encoder_blocks, patch_resize
-from vit_jax.families.vit import hybrid_stem as resnet
+from vit_jax.families.vit import hybrid_stem
 
 
 class MAPHead(nn.Module):
@@ -170,7 +170,7 @@ class VisionTransformer(nn.Module):
     check_images(images)
     x = images.astype(self.dtype)
     if self.resnet_stages is not None:
-      x = resnet.apply_stem(x, self.resnet_stages, self.resnet_width, self.dtype)
+      x = hybrid_stem.apply_stem(x, self.resnet_stages, self.resnet_width, self.dtype)
     x = patch_resize.PatchEmbedding(self.hidden_size, self.patch_size, self.kernel_size,
                                     self.dtype, name="embedding")(x)
     batch, height, width, channels = x.shape

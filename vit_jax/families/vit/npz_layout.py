@@ -28,8 +28,8 @@ from flax import traverse_util
 
 from vit_jax.base import errors
 from vit_jax.models import encoder_blocks
-from vit_jax.families.vit import hybrid_stem as resnet
-from vit_jax.families.vit import names as zoo
+from vit_jax.families.vit import hybrid_stem
+from vit_jax.families.vit import names as vit_names
 
 Flat = Dict[str, np.ndarray]
 
@@ -175,7 +175,7 @@ def _require(flat: Flat, key: str, ndim: Optional[int] = None, what: str = "") -
   return flat[key] if ndim is None else _expect_rank(key, flat[key], ndim, what)
 
 
-def infer_architecture(flat: Flat) -> Tuple[zoo.Architecture, Optional[int], Optional[int]]:
+def infer_architecture(flat: Flat) -> Tuple[vit_names.Architecture, Optional[int], Optional[int]]:
   """(architecture, num_classes, representation_size) read off released-layout shapes.
 
   Raises KeyError naming the first key a ViT checkpoint must have but this lacks, and
@@ -222,9 +222,9 @@ def infer_architecture(flat: Flat) -> Tuple[zoo.Architecture, Optional[int], Opt
   if "conv_root/kernel" in flat:
     root = _expect_rank("conv_root/kernel", flat["conv_root/kernel"], 4,
                         "(7, 7, 3, width) kernel")
-    if root.shape[-1] % resnet.GROUP_NORM_GROUPS:
+    if root.shape[-1] % hybrid_stem.GROUP_NORM_GROUPS:
       raise LayoutError(f"conv_root/kernel has {root.shape[-1]} filters, expected a multiple "
-                        f"of GroupNorm's {resnet.GROUP_NORM_GROUPS} groups")
+                        f"of GroupNorm's {hybrid_stem.GROUP_NORM_GROUPS} groups")
     resnet_width = root.shape[-1] / 64
     resnet_stages = []
     while any(k.startswith(f"block{len(resnet_stages) + 1}/") for k in flat):
@@ -234,14 +234,14 @@ def infer_architecture(flat: Flat) -> Tuple[zoo.Architecture, Optional[int], Opt
     if resnet_width == int(resnet_width):
       resnet_width = int(resnet_width)
 
-  architecture = zoo.Architecture(
+  architecture = vit_names.Architecture(
       patch_size=embedding.shape[0], hidden_size=hidden,
       mlp_dim=mlp_dim, num_heads=num_heads, num_layers=num_layers,
       resnet_stages=resnet_stages, resnet_width=resnet_width,
       classifier=classifier(flat), posemb="learn" if POSEMB in flat else "sincos2d")
-  known = zoo.find_name(architecture)
+  known = vit_names.find_name(architecture)
   if known:  # keep the reference default dropout of the released model
-    architecture = zoo.RELEASED[known]
+    architecture = vit_names.RELEASED[known]
   return architecture, _features(flat, "head"), _features(flat, "pre_logits")
 
 

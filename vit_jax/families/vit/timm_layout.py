@@ -24,7 +24,7 @@ from vit_jax.checkpoints import torch_layout
 from vit_jax.checkpoints.torch_layout import linear, norm, projections, Rule, rule
 from vit_jax.base import console
 from vit_jax.families.vit import config_consistency
-from vit_jax.families.vit import names as zoo
+from vit_jax.families.vit import names as vit_names
 
 BLOCK = "Transformer/encoderblock_{i}"
 ATTENTION = BLOCK + "/MultiHeadDotProductAttention_1"
@@ -109,7 +109,7 @@ def mlp_ratio(hidden: int, mlp_dim: int) -> float:
   return ratio if int(hidden * ratio) == mlp_dim else (mlp_dim + 0.5) / hidden
 
 
-def _base_name(arch: zoo.Architecture) -> str:
+def _base_name(arch: vit_names.Architecture) -> str:
   if arch.resnet_stages is not None:
     if arch.resnet_width != 1 or tuple(arch.resnet_stages) not in _HYBRIDS:
       raise Unsupported(f"timm builds ResNetV2 stems of stages {', '.join(map(str, _HYBRIDS))} "
@@ -122,7 +122,7 @@ def _base_name(arch: zoo.Architecture) -> str:
   return name if name in _REGISTERED else "vit_base_patch16"
 
 
-def model_name_and_args(arch: zoo.Architecture, num_classes: Optional[int],
+def model_name_and_args(arch: vit_names.Architecture, num_classes: Optional[int],
                         image_size: Tuple[int, int]) -> Tuple[str, Dict[str, Any]]:
   """(timm model name, create_model keyword arguments) that compute our function.
 

@@ -52,7 +52,7 @@ import optax
 
 from vit_jax.base import errors, workdir_files
 from vit_jax.base.console import log
-from vit_jax.families.vit import masked_patch_model as mpp_model
+from vit_jax.families.vit import masked_patch_model as vit_masked_patch_model
 from vit_jax.models import family_registry, model_config
 
 
@@ -100,7 +100,7 @@ def num_corrupted(num_patches: int, rate: float) -> int:
 
 
 def sample_image_corruption(key: jax.Array, num_patches: int,
-                            settings: Settings) -> mpp_model.Corruption:
+                            settings: Settings) -> vit_masked_patch_model.Corruption:
   """One image's corruption ([N] arrays); see the module docstring."""
   order_key, kind_key, source_key = jax.random.split(key, 3)
   count = num_corrupted(num_patches, settings.corrupt_rate)
@@ -113,13 +113,13 @@ def sample_image_corruption(key: jax.Array, num_patches: int,
     source = source + (source >= positions)
   else:
     source = positions
-  return mpp_model.Corruption(corrupted=corrupted, replace_mask=corrupted & (kind == 0),
+  return vit_masked_patch_model.Corruption(corrupted=corrupted, replace_mask=corrupted & (kind == 0),
                               replace_random=corrupted & (kind == 1),
                               source=source.astype(jnp.int32))
 
 
 def sample_corruption(keys: jax.Array, num_patches: int,
-                      settings: Settings) -> mpp_model.Corruption:
+                      settings: Settings) -> vit_masked_patch_model.Corruption:
   """[B, N] corruption, image i drawn with keys[i]."""
   return jax.vmap(lambda key: sample_image_corruption(key, num_patches, settings))(keys)
 
@@ -222,12 +222,12 @@ def patch_losses(predictions: jax.Array, images: jax.Array, patch_size: int,
 
 
 def create_model(config: ml_collections.ConfigDict,
-                 overrides: Dict[str, Any]) -> mpp_model.MaskedPatchPredictor:
+                 overrides: Dict[str, Any]) -> vit_masked_patch_model.MaskedPatchPredictor:
   """config.model_name's architecture with `overrides` (VisionTransformer attributes),
   predicting config.mpp.target."""
   backbone = family_registry.create_model(config.model_name, num_classes=0, **overrides)
   per_patch, size = prediction_shape(Settings.from_config(config), backbone.patch_size)
-  return mpp_model.from_backbone(backbone, predictions_per_patch=per_patch,
+  return vit_masked_patch_model.from_backbone(backbone, predictions_per_patch=per_patch,
                                  prediction_size=size)
 
 
@@ -281,7 +281,7 @@ def _num_patches(images: jax.Array, patch_size: int) -> int:
   return (images.shape[1] // patch_size) * (images.shape[2] // patch_size)
 
 
-def make_batch_loss(model: mpp_model.MaskedPatchPredictor, settings: Settings):
+def make_batch_loss(model: vit_masked_patch_model.MaskedPatchPredictor, settings: Settings):
   """batch_loss(params, batch, rng) -> mean loss over the batch's corrupted patches (a
   fresh corruption from rng; batch['label'] is not read)."""
   def batch_loss(params, batch, rng):
@@ -298,7 +298,7 @@ def make_batch_loss(model: mpp_model.MaskedPatchPredictor, settings: Settings):
   return batch_loss
 
 
-def make_eval_step(model: mpp_model.MaskedPatchPredictor, config: ml_collections.ConfigDict):
+def make_eval_step(model: vit_masked_patch_model.MaskedPatchPredictor, config: ml_collections.ConfigDict):
   """eval_step(params, batch) -> {'loss_sum', 'correct', 'examples'} summed over the
   corrupted patches of the rows where batch['mask'] is 1 (deterministic corruption)."""
   settings = Settings.from_config(config)
@@ -321,7 +321,7 @@ def export_backbone(params: Dict[str, Any]) -> Dict[str, Any]:
   dropped, a zero head of EXPORTED_CLASSES class added (load_npz(path) then works as for
   a released pre-trained file, and load_npz(path, num_classes=K) replaces it)."""
   backbone = {k: v for k, v in params.items()
-              if k not in (mpp_model.MASK_EMBEDDING, mpp_model.PREDICTION_HEAD)}
+              if k not in (vit_masked_patch_model.MASK_EMBEDDING, vit_masked_patch_model.PREDICTION_HEAD)}
   hidden = params["embedding"]["kernel"].shape[-1]
   backbone["head"] = {"kernel": np.zeros((hidden, EXPORTED_CLASSES), np.float32),
                       "bias": np.zeros((EXPORTED_CLASSES,), np.float32)}
@@ -339,7 +339,7 @@ class MaskedPatchPrediction:
     check_config(config)
 
   def create_model(self, config: ml_collections.ConfigDict, num_classes: int, *,
-                   load_pretrained: bool) -> Tuple[mpp_model.MaskedPatchPredictor, None]:
+                   load_pretrained: bool) -> Tuple[vit_masked_patch_model.MaskedPatchPredictor, None]:
     del num_classes, load_pretrained  # check_config refuses config.pretrained
     return create_model(config, model_config.config_overrides(config)), None
 

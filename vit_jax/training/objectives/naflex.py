@@ -20,7 +20,7 @@ import ml_collections
 
 from vit_jax.base import errors
 from vit_jax.checkpoints import hub, npz
-from vit_jax.families.vit import naflex_model as naflex_vit
+from vit_jax.families.vit import naflex_model as vit_naflex_model
 from vit_jax.models import family_registry, model_config
 from vit_jax.training.objectives import classification
 
@@ -57,7 +57,7 @@ class NaFlexClassification(classification.Classification):
     family_registry.for_model_name(config.model_name).refuse(
         "naflex", f"config.model_name={config.model_name}")
     try:
-      naflex_vit.from_vit(model_config.model_from_config(config, num_classes=1), 1)
+      vit_naflex_model.from_vit(model_config.model_from_config(config, num_classes=1), 1)
     except errors.InvalidInput as e:
       raise errors.InvalidInput(f"config.model: {e} (or pp.max_patches=None)") from None
     except TypeError:
@@ -66,16 +66,16 @@ class NaFlexClassification(classification.Classification):
       from_scratch_grid(config, model_config.patch_size(config))
 
   def create_model(self, config: ml_collections.ConfigDict, num_classes: int, *,
-                   load_pretrained: bool) -> Tuple[naflex_vit.NaFlexViT, Optional[dict]]:
+                   load_pretrained: bool) -> Tuple[vit_naflex_model.NaFlexViT, Optional[dict]]:
     """The NaFlexViT of the config's ViT, plus host params (the file's own table grid)
     when starting from config.pretrained."""
     if not load_pretrained:
       module = model_config.model_from_config(config, num_classes)
-      return naflex_vit.from_vit(module, from_scratch_grid(config, module.patch_size)), None
+      return vit_naflex_model.from_vit(module, from_scratch_grid(config, module.patch_size)), None
     module, params = npz.load_npz(
         hub.resolve(config.pretrained), num_classes=num_classes,
         model_name=config.model_name, pre_logits=config.model.representation_size is not None,
         allow_nonfinite=config.get("allow_nonfinite_pretrained", False),
         **model_config.config_overrides(config))
     grid = npz.native_image_size(module, params) // module.patch_size  # the file's table
-    return naflex_vit.from_vit(module, grid), params
+    return vit_naflex_model.from_vit(module, grid), params
