@@ -17,8 +17,8 @@ if [ "$PART" = steps ]; then
   nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit --format=csv,noheader
   python -c "import jax, flax; print('jax', jax.__version__, 'flax', flax.__version__, jax.devices())"
   python benchmarks/make_jpegs.py /tmp/jpegs > "$OUT/jpegs.log" 2>&1 &
-  PEAK=$(python -c "import jax.numpy as jnp; from vit_jax.planning import throughput
-print(f'{throughput.measure_peak_flops(jnp.bfloat16) / 1e12:.0f}')")
+  PEAK=$(python -c "import jax.numpy as jnp; from vit_jax.planning import step_timing
+print(f'{step_timing.measure_peak_flops(jnp.bfloat16) / 1e12:.0f}')")
   echo "bf16 8192^3 matmul: $PEAK TFLOP/s"
   export PEAK
   python - <<'PY'  # which GEMMs the FP8 train step compiles to

@@ -6,7 +6,7 @@
 The reference (google-research/vision_transformer) is imported from its clone and
 driven the way its train.py drives it: pmap over the local devices, float32, loss on
 one-hot labels, optax clip + SGD momentum with a bfloat16 accumulator. Ours is
-`vit_jax.planning.throughput.run` with the configs' defaults. Each side runs in its own
+`vit_jax.planning.step_timing.run` with the configs' defaults. Each side runs in its own
 subprocess (both packages are called `vit_jax`); the sides alternate for --repeats
 rounds and each keeps its best round (median step time after compilation), which
 filters out the noise of shared machines. Prints a table and the speed-up.
@@ -82,9 +82,9 @@ def reference_worker(spec: dict) -> dict:
 
 
 def ours_worker(spec: dict) -> dict:
-  from vit_jax.planning import throughput
-  result = throughput.run(spec["model"], spec["mode"], spec["batch"], spec["image_size"],
-                          "float32", spec["steps"], peak_flops=1.0)
+  from vit_jax.planning import step_timing
+  result = step_timing.run(spec["model"], spec["mode"], spec["batch"], spec["image_size"],
+                           "float32", spec["steps"], peak_flops=1.0)
   return {k: result[k] for k in ("compile_s", "step_s_median", "img_per_sec")}
 
 

@@ -11,7 +11,7 @@ from vit_jax import benchmark
 from vit_jax.base import cli, storage
 from vit_jax.families.vit import names as zoo
 from vit_jax.models import family_registry
-from vit_jax.planning import throughput
+from vit_jax.planning import step_timing
 
 
 def run_command(*args):
@@ -89,7 +89,7 @@ def test_compile_only_with_scan(capsys):
 
 
 def test_out_of_memory_is_a_row_and_the_suite_goes_on(tmp_path, capsys, monkeypatch):
-  calls, real_run = [], throughput.run
+  calls, real_run = [], step_timing.run
 
   def fake_run(model, mode, *args, **kwargs):
     calls.append((model, mode))
@@ -98,7 +98,7 @@ def test_out_of_memory_is_a_row_and_the_suite_goes_on(tmp_path, capsys, monkeypa
     return real_run("ViT-Ti_16", "infer", batch=2, image_size=32, steps=1, num_layers=1,
                          peak_flops=1e12)
 
-  monkeypatch.setattr(throughput, "run", fake_run)
+  monkeypatch.setattr(step_timing, "run", fake_run)
   monkeypatch.setattr(benchmark, "SUITE", [("ViT-L_16", "train", 384), ("ViT-Ti_16", "infer", 32)])
   out = tmp_path / "suite.jsonl"
   run_command("--suite", "--batch=2", f"--json={out}")
@@ -114,13 +114,13 @@ def test_config_times_exactly_the_configs_step(tmp_path, capsys, monkeypatch):
   """--config takes the model, its fast paths, batch, crop, dtype, mesh, accumulation and
   optimizer from a training config (plus --config.KEY overrides), as vit_jax.main would."""
   seen = {}
-  real_step_function = throughput.step_function
+  real_step_function = step_timing.step_function
 
   def spy(module, mode, mesh, batch, image_size, config):
     seen.update(module=module, batch=batch, image_size=image_size, config=config)
     return real_step_function(module, mode, mesh, batch, image_size, config)
 
-  monkeypatch.setattr(throughput, "step_function", spy)
+  monkeypatch.setattr(step_timing, "step_function", spy)
   out = tmp_path / "results.jsonl"
   run_command("--config=configs/demo.py", "--config.batch=16", "--config.accum_steps=2",
               "--config.model.remat_policy=full", "--config.model.num_layers=1", "--steps=2",
@@ -148,9 +148,11 @@ def test_a_naflex_config_is_timed_at_its_patch_budget(tmp_path, capsys):
   assert table(printed)["size"] == "9p"
   result = json.loads(out.read_text())
   assert result["max_patches"] == 9 and result["img_per_sec"] > 0
-  module = family_registry.create_model("ViT-Ti_16", num_classes=10, patch_size=4, hidden_size=64,
-                            mlp_dim=128, num_heads=4, num_layers=1, classifier="map")
-  assert result["gflop_per_image"] * 1e9 == 3 * throughput.forward_flops_per_image(module, 16, 9)
+  module = family_registry.create_model("ViT-Ti_16", num_classes=10, patch_size=4,
+                                        hidden_size=64, mlp_dim=128, num_heads=4, num_layers=1,
+                                        classifier="map")
+  forward = family_registry.geometry(module).flops_per_image(module, 16, 9)
+  assert result["gflop_per_image"] * 1e9 == 3 * forward
 
 
 @pytest.mark.parametrize("argv, problem", [
@@ -191,7 +193,7 @@ def test_json_rows_go_to_a_gs_file_without_appends(gcs, capsys, monkeypatch):
   def out_of_memory(*args, **kwargs):
     raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 3e10 bytes.")
 
-  monkeypatch.setattr(throughput, "run", out_of_memory)
+  monkeypatch.setattr(step_timing, "run", out_of_memory)
   monkeypatch.setattr(benchmark, "SUITE", [("ViT-L_16", "train", 384), ("ViT-B_16", "infer", 224)])
   out = f"gs://{gcs.bucket}/bench/suite.jsonl"
   run_command("--suite", "--batch=2", f"--json={out}")
@@ -202,8 +204,9 @@ def test_json_rows_go_to_a_gs_file_without_appends(gcs, capsys, monkeypatch):
 
 @pytest.fixture(name="siglip_file")
 def fixture_siglip_file(tmp_path):
-  import two_tower_helpers  # pylint: disable=import-outside-toplevel
-  from vit_jax.families.two_tower import npz_file as two_tower_load  # pylint: disable=import-outside-toplevel
+  # pylint: disable=import-outside-toplevel
+  import two_tower_helpers
+  from vit_jax.families.two_tower import npz_file as two_tower_load
   model = two_tower_helpers.tiny_siglip()
   path = str(tmp_path / "siglip.npz")
   two_tower_load.save_two_tower(two_tower_helpers.random_params(model, 8), path)
@@ -231,6 +234,35 @@ def test_two_tower_mistakes_are_one_error_line(siglip_file, capsys, flags_, prob
     run_command(f"--model={siglip_file}", *flags_)
   captured = capsys.readouterr()
   assert exit_info.value.code == 2 and captured.err.count("\n") == 1 and problem in captured.err
+
+
+@pytest.fixture(name="pair_file")
+def fixture_pair_file(tmp_path):
+  """A checkpoint of a test family timed part by part (tests/export/functions_family.py)."""
+  import functions_family  # pylint: disable=import-outside-toplevel
+  path = str(tmp_path / f"model{functions_family.SUFFIX}")
+  functions_family.write_checkpoint(path)
+  functions_family.register()
+  yield path
+  functions_family.unregister()
+
+
+def test_a_checkpoint_timed_part_by_part_gets_the_parts_its_family_declares(pair_file, tmp_path,
+                                                                             capsys):
+  out = tmp_path / "parts.jsonl"
+  run_command(f"--model={pair_file}", "--batch=2", "--steps=1", "--peak_tflops=1",
+              f"--json={out}")
+  printed = capsys.readouterr().out
+  rows = [json.loads(line) for line in out.read_text().splitlines()]
+  assert [(r["model"], r["mode"], r["image_size"], r["family"]) for r in rows] == [
+      ("project", "infer", 2, "pair"), ("lookup", "infer", 5, "pair")]
+  assert f"{pair_file} (pair), its two functions on one device" in printed
+  with pytest.raises(SystemExit):
+    run_command(f"--model={pair_file}", "--mode=train")
+  assert capsys.readouterr().err.strip() == (
+      f"error: --model={pair_file} is a pair-of-functions model, timed as its two functions on "
+      "one device: drop --mode=train (the main job trains no pair-of-functions model) (--help "
+      "shows the usage)")
 
 
 def test_a_released_two_tower_name_not_downloaded_is_refused(capsys, tmp_path, monkeypatch):

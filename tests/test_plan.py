@@ -121,3 +121,20 @@ def test_usage_mistakes_exit_2_in_one_line_before_compiling(tmp_path, args, says
   (line,) = [line for line in done.stderr.splitlines() if line.startswith("error:")]
   assert says in line and "compiling" not in done.stderr, done.stderr
   assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+def test_a_checkpoint_timed_part_by_part_is_refused_saying_how_to_time_it(tmp_path):
+  """A checkpoint whose family plan refuses (the main job trains none of its models) and
+  the benchmark times part by part: the family's refusal, then the benchmark's command."""
+  import functions_family  # pylint: disable=import-outside-toplevel (tests/export)
+  path = str(tmp_path / f"model{functions_family.SUFFIX}")
+  functions_family.write_checkpoint(path)
+  functions_family.register()
+  try:
+    done = helpers.run_in_process(plan, *helpers.demo_args(), f"--config.model_name={path}")
+  finally:
+    functions_family.unregister()
+  assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
+      f"error: config.model_name={path} is a pair-of-functions model: the main job trains "
+      f"none; time its two functions with python -m vit_jax.benchmark --model={path} "
+      "(--help shows the usage)")

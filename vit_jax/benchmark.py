@@ -3,7 +3,7 @@
   python -m vit_jax.benchmark --model=ViT-B_16 --mode=train --batch=256 --dtype=bfloat16
   python -m vit_jax.benchmark --config=configs/vit_b16.py:cifar10 --config.batch=256
   python -m vit_jax.benchmark --suite --json=results.jsonl
-  python -m vit_jax.benchmark --model=SigLIP2-B_16-224 --batch=32   # a two-tower model
+  python -m vit_jax.benchmark --model=CHECKPOINT --batch=32   # timed part by part (below)
 
 --config=FILE[:ARG] (with any --config.KEY=VALUE override, as for vit_jax.main) times
 exactly the step a training config runs: its model and fast paths (attention, remat,
@@ -16,15 +16,15 @@ model FLOPs (analytic, cross-checked with XLA's cost analysis) by a peak measure
 spot with a large matmul in the same dtype (or --peak_tflops).
 
 Table columns: size (the crop in px; NaFlex, config.pp.max_patches: the patch budget, 576p,
-every patch of it real), compile_s (compile time), median_s / min_s / max_s (step time over the timed
-steps), img/s (batch / median step, all devices) and img/s/dev (per device), GFLOP (model
-FLOPs per image: 3x the forward for training; XLA's count, also in the JSON as
-xla_gflop_per_image, for hybrids), MFU, MiB/dev (device memory: arguments, outputs and
+every patch of it real), compile_s (compile time), median_s / min_s / max_s (step time over
+the timed steps), img/s (batch / median step, all devices) and img/s/dev (per device),
+GFLOP (model FLOPs per image: 3x the forward for training; XLA's count, also in the JSON
+as xla_gflop_per_image, for hybrids), MFU, MiB/dev (device memory: arguments, outputs and
 temporaries of the compiled step). `-`: not measured (--steps=0).
 
---model may name a two-tower model (LiT, SigLIP: a downloaded released name, .npz or
-Hugging Face folder): its image tower and text tower are timed apart, inference only, one
-row each (size: the image side or the token count; img/s: items per second).
+--model may also name a checkpoint (.npz, Hugging Face folder or downloaded released name)
+of a family that is timed part by part (listed below): each part's inference on one device,
+one row each (size: the part's input side or length; img/s: items per second).
 """
 
 import json
@@ -39,24 +39,26 @@ from absl import flags
 from ml_collections import config_flags
 
 from vit_jax.base import cli, errors, storage
-from vit_jax.families.two_tower import opening as two_tower_open
 from vit_jax.models import attention, encoder_blocks
 from vit_jax.families.vit import names as zoo
-from vit_jax.planning import throughput, two_tower_throughput
+from vit_jax.models import family_registry
+from vit_jax.planning import part_timing, step_timing
 from vit_jax.training import objectives, sharding
 
 __doc__ += "\nmodels (--model):\n" + textwrap.fill(  # in --help: absl's wrap splits ViT-|L_16
     ", ".join(zoo.RELEASED), width=90, break_on_hyphens=False, initial_indent="  ",
-    subsequent_indent="  ") + "\n"
+    subsequent_indent="  ") + "\n\ntimed part by part (--model=CHECKPOINT):\n" + "".join(
+        f"  {family.title}: {family.benchmark_parts.timed}\n"
+        for family in family_registry.families() if family.benchmark_parts is not None)
 FLAGS = flags.FLAGS
 SUITE = [(model, mode, size) for model in ("ViT-Ti_16", "ViT-B_16", "ViT-L_16")
          for size in (224, 384) for mode in ("train", "infer")]
 # Flags that --config replaces (its model, batch, crop, dtype, mesh and fast paths).
 CONFIG_REPLACES = ("model", "batch", "image_size", "dtype", "mesh", "attention",
                    "padded_inference", "remat", "scan", "fp8", "suite")
-# What a two-tower model's rows cannot take: the classifier's training step and fast paths.
-TWO_TOWER_REFUSES = ("config", "suite", "mesh", "attention", "padded_inference", "remat",
-                     "scan", "fp8")
+# What a model timed part by part cannot take: the classifier's training step and fast paths.
+PARTS_REFUSE = ("config", "suite", "mesh", "attention", "padded_inference", "remat", "scan",
+                "fp8")
 
 
 def _number(value: Optional[float], spec: str) -> str:
@@ -110,7 +112,7 @@ def define_flags(flag_values: flags.FlagValues = FLAGS, sys_argv=None) -> None:
   define = dict(flag_values=flag_values)
   flags.DEFINE_string("model", "ViT-B_16", "Model to time: a name listed under 'models' "
                       "above, an AugReg short name (B_16) or the paper's notation (ViT-B/16); "
-                      "or a two-tower model (LiT / SigLIP .npz, folder or downloaded name).",
+                      "or a checkpoint timed part by part (.npz, folder or downloaded name).",
                       **define)
   flags.DEFINE_enum("mode", "train", ("train", "infer"), "train: the real train step "
                     "(forward, backward, SGD update); infer: the forward pass only.", **define)
@@ -168,40 +170,44 @@ def command_line_config(flag_values: flags.FlagValues) -> Optional[ml_collection
   return cli.load_config(flag_values)
 
 
-def two_tower_main(flag_values: flags.FlagValues) -> None:
-  """--model=TWO_TOWER: the image and text towers' inference, a row each."""
-  refused = [f"--{name}" for name in TWO_TOWER_REFUSES if flag_values[name].present]
+def parts_main(flag_values: flags.FlagValues, family) -> None:
+  """--model=CHECKPOINT of a family timed part by part: each part's inference, a row each."""
+  timed = family.benchmark_parts.timed
+  refused = [f"--{name}" for name in PARTS_REFUSE if flag_values[name].present]
   if flag_values.mode == "train" and flag_values["mode"].present:
-    refused.append("--mode=train (the main job trains no two-tower model)")
+    refused.append(f"--mode=train (the main job trains no {family.title} model)")
   if refused:
-    raise cli.UsageError(f"--model={flag_values.model} is a two-tower model, timed as its "
-                         f"towers' inference on one device: drop {', '.join(refused)}")
+    raise cli.UsageError(f"--model={flag_values.model} is {family.a_title} model, timed as "
+                         f"{timed} on one device: drop {', '.join(refused)}")
   if flag_values.json == "-" or (flag_values.json and storage.isdir(flag_values.json)):
     raise cli.UsageError(f"--json={flag_values.json}: name a file to append the JSON lines to")
-  model, params, info = two_tower_throughput.load(flag_values.model)
-  size = flag_values.image_size if flag_values["image_size"].present else None
+  batch, dtype = flag_values.batch, flag_values.dtype
+  opened = family.benchmark_parts.load(
+      flag_values.model, batch=batch, dtype=dtype,
+      image_size=flag_values.image_size if flag_values["image_size"].present else None)
   peak = flag_values.peak_tflops * 1e12 if flag_values.peak_tflops else None
   print(f"{jax.devices()[0].device_kind}, jax {jax.__version__}: {flag_values.model} "
-        f"({info.family}), inference of each tower on one device")
+        f"({opened.kind}), {timed} on one device")
   print(HEADER)
-  for key, measure_fn in two_tower_throughput.runs(
-      model, params, info, batch=flag_values.batch, image_size=size, dtype=flag_values.dtype,
-      steps=flag_values.steps, peak_flops=peak):
-    run_and_print(measure_fn, key, flag_values.json)
+  for part in opened.parts:
+    key = dict(model=part.name, mode="infer", batch=batch, image_size=part.size, dtype=dtype)
+    run_and_print(lambda part=part, key=key: part_timing.measure(
+        part, key, opened.kind, flag_values.steps, peak), key, flag_values.json)
 
 
 @cli.command
 def main(argv, flag_values: flags.FlagValues = FLAGS):
   cli.no_arguments(argv)
-  if two_tower_open.is_two_tower(flag_values.model):
-    return two_tower_main(flag_values)
+  family = part_timing.family_of(flag_values.model)
+  if family is not None:
+    return parts_main(flag_values, family)
   config = command_line_config(flag_values)
   try:  # a --model, --mesh or --batch these devices cannot take: one line, before any output
     if config is None:
-      model, mesh = zoo.canonical_name(flag_values.model), parse_mesh(flag_values.mesh)
+      model, mesh = family_registry.canonical_name(flag_values.model), parse_mesh(flag_values.mesh)
       sharding.check_batch_size(flag_values.batch, sharding.make_mesh(mesh))
       if not flag_values.suite:  # a model with no patch would time nothing
-        stride = zoo.model_stride(zoo.create_model(model, num_classes=1))
+        stride = family_registry.stride(family_registry.create_model(model, num_classes=1))
         if flag_values.image_size < stride:
           raise errors.InvalidInput(f"--image_size={flag_values.image_size} is smaller than "
                                     f"{model}'s {stride} px patches: use {stride} or more")
@@ -224,7 +230,7 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
     batch = config.batch if mode == "train" else config.batch_eval
     key = dict(model=config.model_name, mode=mode, batch=batch, image_size=config.pp.crop,
                dtype=config.dtype)
-    run_and_print(lambda: throughput.run_config(config, mode, steps, peak), key, json_path)
+    run_and_print(lambda: step_timing.run_config(config, mode, steps, peak), key, json_path)
     return
   batch, dtype = flag_values.batch, flag_values.dtype
   fast_paths = dict(attention_impl=flag_values.attention, remat_policy=flag_values.remat,
@@ -238,8 +244,8 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
       print(f"time budget of {flag_values.time_budget:.0f} s spent; skipping the rest")
       break
     key = dict(model=model, mode=mode, batch=batch, image_size=size, dtype=dtype)
-    run_and_print(lambda: throughput.run(model, mode, batch, size, dtype, steps, mesh, peak,
-                                         **fast_paths), key, json_path)
+    run_and_print(lambda: step_timing.run(model, mode, batch, size, dtype, steps, mesh, peak,
+                                          **fast_paths), key, json_path)
 
 
 def run_and_print(measure_fn, key: dict, json_path: Optional[str]) -> None:

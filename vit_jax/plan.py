@@ -227,23 +227,30 @@ def check_json_path(path: str) -> None:
                               f"({e.strerror}); name a path you may write") from None
 
 
+def refuse_untrained(name: str) -> None:
+  """One line, before the static checks, for a config.model_name that names a checkpoint the
+  benchmark times part by part and whose family plan refuses (the main job trains no such
+  model): it says how to time it instead. Any other name is the static checks' to judge (a
+  family's own line for a name that builds no model, the close matches of an unknown one)."""
+  from vit_jax.base import errors  # pylint: disable=import-outside-toplevel
+  from vit_jax.planning import part_timing  # pylint: disable=import-outside-toplevel
+  family = part_timing.family_of(name)
+  if family is None:
+    return
+  try:
+    family.refuse("plan", f"config.model_name={name}")
+  except errors.InvalidInput as e:
+    raise cli.UsageError(f"{e}; time {family.benchmark_parts.timed} with python -m "
+                         f"vit_jax.benchmark --model={name}") from None
+
+
 @cli.command
 def main(argv, flag_values: flags.FlagValues = FLAGS):
   cli.no_arguments(argv)
   config = cli.load_config(flag_values)
   cli.check_dataset_override(flag_values)
   from vit_jax.base import errors, no_clobber
-  from vit_jax.families.two_tower import names as two_tower_names
-  from vit_jax.families.two_tower import opening as two_tower_open
-  name = str(config.get("model_name") or "")
-  if two_tower_open.claims(name):  # before the zoo calls it an unknown ViT
-    raise cli.UsageError(
-        f"config.model_name={name} is a two-tower (LiT / SigLIP) model, which the main job "
-        "does not train: there is no step of it to plan; time its towers' inference with "
-        f"python -m vit_jax.benchmark --model={name}")
-  two_tower = two_tower_names.as_model_name(name)  # SigLIP2-B_16: its tower's config plans
-  if two_tower:
-    raise cli.UsageError(two_tower)
+  refuse_untrained(str(config.get("model_name") or ""))
   from vit_jax.planning import compiled_plan, compiler_readings, fit_search
   from vit_jax.training import objectives, pretrained_file, sharding, static_checks
   try:

@@ -1,5 +1,5 @@
-"""Checkpoints and checks the export tests share: the released-format fixtures (ViT-Ti/16 at 224, the
-R+ViT-Ti/16 hybrid) and small random big_vision variants (gap; MAP head with sincos2d),
+"""Checkpoints and checks the export tests share: the released-format fixtures (ViT-Ti/16 at
+224, the R+ViT-Ti/16 hybrid) and small random big_vision variants (gap; MAP head with sincos2d),
 written once per test process."""
 
 import functools
@@ -117,8 +117,9 @@ def naflex_checkpoint(root) -> str:
 def naflex_inputs_and_logits(checkpoint):
   """(inputs {'patches', 'mask', 'grid'} of noise images of NAFLEX_SHAPES, patchified as a
   client does, the JAX NaFlexViT's logits for them)."""
-  from vit_jax.data import naflex_patches  # pylint: disable=import-outside-toplevel
-  from vit_jax.families.vit import naflex_model as naflex_vit  # pylint: disable=import-outside-toplevel
+  # pylint: disable=import-outside-toplevel
+  from vit_jax.data import naflex_patches
+  from vit_jax.families.vit import naflex_model as naflex_vit
   rng = np.random.default_rng(5)
   rows = [naflex_patches.patchify(rng.integers(0, 256, (*shape, 3), np.uint8), 4, NAFLEX_BUDGET)
           for shape in NAFLEX_SHAPES]

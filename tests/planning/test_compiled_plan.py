@@ -1,4 +1,5 @@
-"""vit_jax.planning.compiled_plan: the main job's steps compiled for TPU topologies on this CPU machine."""
+"""vit_jax.planning.compiled_plan: the main job's steps compiled for TPU topologies on this CPU
+machine."""
 
 import jax
 import pytest
@@ -129,7 +130,8 @@ def test_the_plan_compiles_the_program_the_main_job_runs():
 
 def test_without_a_tpu_the_local_devices_are_planned():
   """The suite's shared demo program on this CPU: memory against the host's, no estimate."""
-  report = compiled_plan.plan_steps(helpers.demo_config(), compiler_readings.local_target(), num_classes=10)
+  report = compiled_plan.plan_steps(helpers.demo_config(), compiler_readings.local_target(),
+                                    num_classes=10)
   assert report["fits"] and report["slice"] == "local" and report["chips"] is None
   assert 0 < report["train"]["peak_bytes_per_device"] < report["hbm_bytes_per_device"]
   assert report["train"]["estimated_img_per_sec"] is None
@@ -153,5 +155,6 @@ def test_a_negative_time_estimate_is_no_estimate():
   assert negative == {"flops": 2e12, "bytes": None, "seconds": None}
   assert compiler_readings.cost(_Analysed({"optimal_seconds": 0.5}))["seconds"] == 0.5
   v5e_8 = compiler_readings.tpu_target("v5e-8")
-  speed = compiled_plan._speed(negative, 512, None, v5e_8, passes=3)  # pylint: disable=protected-access
+  # pylint: disable-next=protected-access
+  speed = compiled_plan._speed(negative, 512, None, v5e_8, passes=3)
   assert speed["estimated_img_per_sec"] is None and speed["estimated_mfu"] is None

@@ -104,8 +104,11 @@ def test_a_compile_refused_for_another_reason_is_not_called_out_of_memory():
                                sharding=jax.sharding.SingleDeviceSharding(target.devices[0])),)
   with pytest.raises(compiler_readings.CompileFailed, match="not for memory.*no_such_kernel"):
     compiler_readings.compile_for(fn, args, target)
-  assert compiler_readings.out_of_hbm("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory "
-                            "required for HLO temporaries (17.30G) exceeds available HBM")
-  assert compiler_readings.out_of_hbm("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out "
-                            "of memory in memory space hbm. Used 9.8G of 7.5G hbm.")
-  assert not compiler_readings.out_of_hbm("RESOURCE_EXHAUSTED: Ran out of memory in memory space vmem")
+  assert compiler_readings.out_of_hbm(
+      "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
+      "temporaries (17.30G) exceeds available HBM")
+  assert compiler_readings.out_of_hbm(
+      "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space "
+      "hbm. Used 9.8G of 7.5G hbm.")
+  assert not compiler_readings.out_of_hbm(
+      "RESOURCE_EXHAUSTED: Ran out of memory in memory space vmem")

@@ -1,30 +1,31 @@
-"""The measurements in CI-sized form: they run, and the FLOP count agrees with XLA's."""
+"""The benchmark's step timing in CI-sized form: it runs, and the FLOP count agrees with
+XLA's."""
 
 import jax
 import pytest
 
 from vit_jax import benchmark
 from vit_jax.models import family_registry
-from vit_jax.planning import throughput
+from vit_jax.planning import step_timing
 from vit_jax.training import objectives, sharding
 
 
 def test_b16_training_flops_match_the_published_count():
-  forward = throughput.forward_flops_per_image(family_registry.create_model("ViT-B_16", num_classes=1000),
-                                               224)
+  module = family_registry.create_model("ViT-B_16", num_classes=1000)
+  forward = family_registry.geometry(module).flops_per_image(module, 224)
   assert 3 * forward / 1e9 == pytest.approx(105.4, abs=0.1)
 
 
 @pytest.fixture(name="train_result", scope="module")
 def fixture_train_result():
   """The train smoke run, which measures the device's peak itself (a large matmul)."""
-  return throughput.run("ViT-Ti_16", "train", batch=2, image_size=64, steps=2, num_layers=2)
+  return step_timing.run("ViT-Ti_16", "train", batch=2, image_size=64, steps=2, num_layers=2)
 
 
 @pytest.mark.parametrize("mode", ["train", "infer"])
 def test_smoke_run(train_result, mode):
   # inference against the peak the train run measured: the same number, measured once
-  result = train_result if mode == "train" else throughput.run(
+  result = train_result if mode == "train" else step_timing.run(
       "ViT-Ti_16", mode, batch=2, image_size=64, steps=2, num_layers=2,
       peak_flops=train_result["peak_tflops_per_device"] * 1e12)
   assert result["img_per_sec"] > 0 and result["compile_s"] > 0
@@ -43,8 +44,8 @@ def test_config_times_the_step_that_trains_its_objective_with_polyak():
   objective = objectives.get(config)
   module, _ = objective.create_model(config, 10, load_pretrained=False)
   mesh = sharding.make_mesh({"data": 1}, jax.devices()[:1])
-  step, (state, batch, rng, schedule) = throughput.step_function(module, "train", mesh, 8,
-                                                       config.pp.crop, config)
+  step, (state, batch, rng, schedule) = step_timing.step_function(module, "train", mesh, 8,
+                                                                  config.pp.crop, config)
   assert state.polyak is not None
   params = jax.device_get(state.params)
   key = jax.random.fold_in(jax.random.fold_in(rng, 0), 0)  # step 0, micro-batch 0

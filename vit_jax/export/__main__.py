@@ -4,10 +4,9 @@
 
 Writes the checkpoint (anything load_npz reads, or a released name) as a serving artefact
 into the folder OUT with a metadata.json beside it, after reloading it in its own runtime
-and comparing its logits with the Flax model's (see vit_jax.export.api). A two-tower model
-(LiT, SigLIP: a released name, .npz or Hugging Face folder) is written as OUT/image_tower/ and
-OUT/text_tower/, each checked in its runtime (--to=stablehlo or onnx;
-vit_jax.export.two_tower_export).
+and comparing its logits with the Flax model's (see vit_jax.export.api). A model whose
+family exports it as named functions (an image-text model's image and text towers) is
+written as OUT/<function>/ folders, each checked in its runtime (vit_jax.export.functions).
 """
 
 from absl import flags
@@ -45,7 +44,7 @@ def define_flags(flag_values=flags.FLAGS) -> None:
                        "encoded image bytes and decodes, resizes and scales them in the "
                        "graph, as python -m vit_jax.predict does.", **define)
   flags.DEFINE_integer("max_patches", None, "NaFlex (a MAP-pooled ViT classifier, e.g. a "
-                       "fine-tuned SigLIP 2 tower): the model takes patches, mask and grid "
+                       "fine-tuned NaFlex image tower): the model takes patches, mask and grid "
                        "at this patch budget, as vit_jax.data.naflex_patches.patchify gives "
                        "them (docs/serving.md).", **define)
   flags.DEFINE_boolean("overwrite", False, "Replace an existing OUT that is no earlier "

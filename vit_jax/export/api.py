@@ -2,7 +2,8 @@
 
 Each format module (stablehlo, saved_model, tflite, onnx_model) writes its files into a
 staging folder, reloads them with its own runtime, and the result is compared with the
-Flax model on a fixed batch before OUT appears (see output.staged).
+Flax model on a fixed batch before OUT appears (see output.staged). A model whose family
+declares an export signature is written as its named functions instead (export.functions).
 """
 
 import dataclasses
@@ -12,8 +13,7 @@ from typing import Callable, Optional, Union
 
 from vit_jax.base import no_clobber
 from vit_jax.checkpoints import npz
-from vit_jax.families.two_tower import opening as two_tower_open
-from vit_jax.export import metadata, output, two_tower_export
+from vit_jax.export import functions, metadata, output
 from vit_jax.export import source as source_lib
 from vit_jax.export.source import ExportError
 
@@ -91,30 +91,30 @@ def export(checkpoint: str, out: str, *, to: str, image_size: Optional[npz.Image
            with_preprocessing: bool = False, overwrite: bool = False,
            max_patches: Optional[int] = None, log: Callable[[str], None] = print):
   """Exports `checkpoint` (anything load_npz reads, or a released name) to folder `out`
-  -> Result; a two-tower model (LiT, SigLIP) as its two towers (export.two_tower_export)
-  -> TwoTowerResult.
+  -> Result; a checkpoint whose family declares an export signature as its named functions
+  (export.functions) -> functions.FunctionsResult.
 
   to: stablehlo | saved_model | tflite | onnx. image_size: a side or (height, width) to
   trace at (metadata.json records it); default the checkpoint's own.
   batch: 'dynamic' or N (default: dynamic; 1 for tflite). dtype: float32, bfloat16
   (compute dtype; stablehlo and saved_model) or float16 (tflite: float16 weights).
   with_preprocessing: saved_model only, its signature then takes encoded image bytes.
-  max_patches: NaFlex (a MAP-pooled ViT classifier, SigLIP 2's reading): the inputs are
+  max_patches: NaFlex (a MAP-pooled ViT classifier, each image at its aspect ratio): the inputs are
   patches, mask and grid at this budget, as vit_jax.data.naflex_patches.patchify gives them.
   Raises an errors.UserError (one line: ExportError, CheckpointError, ...) and leaves
   `out` as it was when anything fails.
   """
   start = time.time()
   _check_naflex(max_patches, image_size, with_preprocessing)
-  if two_tower_open.claims(checkpoint):
-    if max_patches:
-      raise ExportError("--max_patches exports a NaFlex classifier (params.npz of a "
-                        "fine-tuned tower), not a two-tower model")
-    two_tower_export.check_options(to, image_size, dtype, with_preprocessing)
+  signature = functions.signature_of(checkpoint)
+  if signature is not None:
+    functions.check_options(signature, to, image_size=image_size, dtype=dtype,
+                            with_preprocessing=with_preprocessing, max_patches=max_patches)
     batch = parse_batch(batch)
-    return two_tower_export.export(checkpoint, out, format_module(to), image_size=image_size,
-                                   batch=None if batch in (None, "dynamic") else batch,
-                                   overwrite=overwrite, log=log)
+    return functions.export(checkpoint, out, to, format_module(to), signature,
+                            image_size=image_size,
+                            batch=None if batch in (None, "dynamic") else batch,
+                            overwrite=overwrite, log=log)
   fmt = format_module(to)
   options = _options(to, fmt, batch, dtype, with_preprocessing, max_patches)
   output.check_writable(out, overwrite)

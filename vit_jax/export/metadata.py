@@ -38,7 +38,7 @@ def naflex_contract(patch: int, max_patches: int) -> Dict[str, Any]:
            f"with zeros to {max_patches}; mask 1 on the real patches; grid (rows, columns)"]
   return {"in_graph": False, "steps": steps,
           "same_as": "vit_jax.data.naflex_patches.patchify (python -m vit_jax.predict "
-                     "--max_patches; transformers' Siglip2ImageProcessor)"}
+                     "--max_patches; transformers' NaFlex image processor)"}
 
 
 def describe(source: source_lib.Source, *, fmt: str, files: Dict[str, str],
@@ -64,11 +64,22 @@ def describe(source: source_lib.Source, *, fmt: str, files: Dict[str, str],
       "preprocessing": (naflex_contract(source.module.patch_size, source.max_patches)
                         if source.max_patches else
                         preprocessing_contract(source.image_size, in_graph_preprocessing)),
-      "source_checkpoint": {"path": source.checkpoint, "sha256": source_lib.sha256(source.path)},
+      "source_checkpoint": source_checkpoint(source.checkpoint, source.path),
       "parity": parity,
-      "exported": {"utc": datetime.datetime.now(datetime.timezone.utc).isoformat(
-          timespec="seconds"), "jax": jax.__version__},
+      "exported": exported(),
   }
+
+
+def source_checkpoint(checkpoint: str, path: str) -> Dict[str, str]:
+  """Where an export came from: the checkpoint as the user gave it, the sha256 of what was
+  read."""
+  return {"path": checkpoint, "sha256": source_lib.sha256(path)}
+
+
+def exported() -> Dict[str, str]:
+  """When, and with which jax, an export was written."""
+  return {"utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+          "jax": jax.__version__}
 
 
 def write(metadata: Dict[str, Any], directory: str) -> None:

@@ -112,11 +112,24 @@ def _version() -> str:
   return metadata.version("jax2onnx")
 
 
-def session(directory: str, file: str = FILE) -> onnxruntime.InferenceSession:
+def session(directory: str) -> onnxruntime.InferenceSession:
   options = onnxruntime.SessionOptions()
   options.log_severity_level = 3  # errors only: not its notes on jax2onnx's unused constants
-  return onnxruntime.InferenceSession(os.path.join(directory, file), options,
+  return onnxruntime.InferenceSession(os.path.join(directory, FILE), options,
                                       providers=["CPUExecutionProvider"])
+
+
+def write_function(fn, struct: jax.ShapeDtypeStruct, input_name: str, output_name: str,
+                   directory: str) -> str:
+  """A function of one input (weights closed over: a family's ExportedFunction) as FILE in
+  directory, its input and output named."""
+  onnx.save(convert(fn, [struct], [input_name], [output_name]), os.path.join(directory, FILE))
+  return FILE
+
+
+def run_function(directory: str, input_name: str, output_name: str, inputs) -> np.ndarray:
+  """What write_function's file computes for a batch of its input."""
+  return session(directory).run([output_name], {input_name: inputs})[0]
 
 
 def run(directory: str, inputs) -> np.ndarray:

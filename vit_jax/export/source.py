@@ -42,7 +42,7 @@ class Source:
   dtype: str
   checkpoint_image_size: Tuple[int, int]  # the file's own; another is resized in the model
   multi_label: bool = False  # saved by a multi-label run: probabilities are sigmoids
-  # NaFlex (SigLIP 2): the model takes patches, mask and grid at this patch budget (the
+  # NaFlex: the model takes patches, mask and grid at this patch budget (the
   # client patchifies: vit_jax.data.naflex_patches), not images.
   max_patches: Optional[int] = None
 

@@ -33,9 +33,7 @@ def input_structs(source: source_lib.Source, batch) -> Dict[str, jax.ShapeDtypeS
 def write(source: source_lib.Source, options, directory: str) -> Tuple[Dict, Dict[str, Any]]:
   structs = input_structs(source, options.batch)
   arguments = structs if source.max_patches else structs["images"]
-  exported = jax.export.export(jax.jit(source.logits_fn()),
-                               platforms=source_lib.PLATFORMS)(arguments)
-  storage.write_atomic(os.path.join(directory, FILE), bytes(exported.serialize()))
+  exported = _save(source.logits_fn(), arguments, directory)
   names = ", ".join(structs)
   signature = {"inputs": source_lib.describe_inputs(source, options.batch),
                "outputs": {"logits": {"shape": [options.batch, source.module.num_classes],
@@ -44,6 +42,28 @@ def write(source: source_lib.Source, options, directory: str) -> Tuple[Dict, Dic
                         if source.max_patches else "jax.export.deserialize(data).call(images)"),
                "platforms": list(exported.platforms)}
   return {"model": FILE}, signature
+
+
+def write_function(fn, struct: jax.ShapeDtypeStruct, input_name: str, output_name: str,
+                   directory: str) -> str:
+  """A function of one input (weights closed over: a family's ExportedFunction) as FILE in
+  directory; a StableHLO call takes its input by position and returns its output unnamed."""
+  del input_name, output_name
+  _save(fn, struct, directory)
+  return FILE
+
+
+def _save(fn, arguments, directory: str) -> jax.export.Exported:
+  """fn lowered for PLATFORMS at the arguments' shapes, written as FILE in directory."""
+  exported = jax.export.export(jax.jit(fn), platforms=source_lib.PLATFORMS)(arguments)
+  storage.write_atomic(os.path.join(directory, FILE), bytes(exported.serialize()))
+  return exported
+
+
+def run_function(directory: str, input_name: str, output_name: str, inputs) -> np.ndarray:
+  """What write_function's file computes for a batch of its input."""
+  del input_name, output_name
+  return run(directory, inputs)
 
 
 def load(directory: str) -> jax.export.Exported:

@@ -202,6 +202,81 @@ class ZeroShot(Protocol):
     `class_embeddings(names, templates)` and `scores(zimg, zcls)`."""
 
 
+
+@dataclasses.dataclass(frozen=True)
+class ExportedFunction:
+  """One artefact of an export that is no single classifier: a function of one input, its
+  weights closed over, written in OUT/<name>/ and checked in the format's own runtime."""
+  name: str  # its folder in OUT and its entry in metadata.json: 'image_tower'
+  fn: Callable[[Any], Any]  # a batch of its input -> a batch of its output
+  weights: Any  # the params fn closes over: one serialized graph holds at most 2 GiB
+  # Its input: 'images' means the classifier's (NHWC float32 in [-1, 1]; metadata.json
+  # then says how to preprocess them), any other name is the family's own ('tokens').
+  input_name: str
+  input_shape: Tuple[int, ...]  # one item's, without the batch dimension
+  input_dtype: str  # 'float32', 'int32'
+  input_range: Tuple[float, float]  # [low, high) of the values the check draws
+  output_name: str  # 'embeddings'
+  metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # its entry's own
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportedModel:
+  """A checkpoint opened for export as named functions (ExportSignature.load)."""
+  path: str  # the file or folder read: metadata.json records its sha256
+  summary: str  # what was read, for the line 'read CHECKPOINT: <summary>'
+  compared: str  # what parity compares, in metadata.json's words: 'embedding'
+  functions: Tuple[ExportedFunction, ...]
+  copies: Mapping[str, str]  # a file name in OUT -> the local file copied there
+  # {function name: its metadata.json entry} -> metadata.json's fields about the model
+  describe: Callable[[Mapping[str, Any]], Dict[str, Any]]
+
+
+@runtime_checkable
+class ExportSignature(Protocol):
+  """What python -m vit_jax.export writes for the checkpoints a family claims (Family.claims)
+  when its model is no single classifier: named functions, each its own artefact
+  (vit_jax.export.functions). Families without one export as classifiers."""
+
+  def check_options(self, to: str, *, image_size: Any, dtype: str, with_preprocessing: bool,
+                    max_patches: Optional[int]) -> None:
+    """One line (errors.InvalidInput) for an option its export cannot take, before loading;
+    the functions are written as load returns them, in float32 (other dtypes: refuse)."""
+
+  def load(self, checkpoint: str, *, image_size: Any) -> ExportedModel:
+    """The checkpoint (a released name fetched first) as the functions to export;
+    image_size: a side or (height, width), None for the checkpoint's own."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TimedPart:
+  """One part of a model that python -m vit_jax.benchmark times on its own: a row."""
+  name: str  # the row's model column: 'image tower'
+  size: int  # the row's size column: its input side, or length
+  fn: Callable[[Any, Any], Any]  # (params, inputs) -> outputs, compiled then timed
+  params: Any
+  inputs: Any  # one batch of synthetic inputs (their values do not change the timing)
+
+
+@dataclasses.dataclass(frozen=True)
+class TimedModel:
+  """A checkpoint opened for the benchmark as parts (BenchmarkParts.load)."""
+  kind: str  # what the checkpoint is within its family: the header's and rows' 'family'
+  parts: Tuple[TimedPart, ...]
+
+
+@runtime_checkable
+class BenchmarkParts(Protocol):
+  """How python -m vit_jax.benchmark times the checkpoints a family claims (Family.claims)
+  when the main job trains no such model: part by part, each part's inference on one
+  device (vit_jax.planning.part_timing)."""
+  timed: str  # what is timed, for messages: "its towers' inference"
+
+  def load(self, checkpoint: str, *, batch: int, image_size: Optional[int],
+           dtype: str) -> TimedModel:
+    """The checkpoint's parts with inputs of `batch` items in compute `dtype`; image_size
+    None: the checkpoint's own. A released name not downloaded: one line (errors.UserError)."""
+
 @dataclasses.dataclass(frozen=True)
 class Bucket:
   """Where the family's released files live and which one a bare released name means:
@@ -236,6 +311,8 @@ class Family:
   fetcher: Optional[Fetcher] = None
   hub_mirrors: Optional[HubMirrors] = None
   zero_shot: Optional[ZeroShot] = None
+  export_signature: Optional[ExportSignature] = None
+  benchmark_parts: Optional[BenchmarkParts] = None
   # checkpoint (a name or path) -> whether it is this family's, told from its name or its
   # arrays' names without loading it: for families whose files load_npz does not read
   # whole (None: the arrays tell, see released_file.recognises)

@@ -33,8 +33,7 @@ import ml_collections
 from vit_jax.base import console, errors
 from vit_jax.data import batch_spec
 from vit_jax.data.sources import registry
-from vit_jax.families.mixer import model as mixer
-from vit_jax.families.vit import names as zoo
+from vit_jax.models import family_registry, model_config
 from vit_jax.planning import compiler_readings
 from vit_jax.training import objectives, sharding, state_and_step, update_step
 from vit_jax.training.evaluators import classification as classification_eval
@@ -106,7 +105,8 @@ def build_programs(config: ml_collections.ConfigDict, mesh, num_classes: int) ->
                    out_shardings=run.state_shardings, donate_argnums=(0,))
   return Programs(train=(run.step, (state, train_batch, rng, schedule)),
                   eval=(eval_step, (state.params, eval_batch)),
-                  update=(update, (state, state.params)), state_bytes=compiler_readings.shard_bytes(state),
+                  update=(update, (state, state.params)),
+                  state_bytes=compiler_readings.shard_bytes(state),
                   fsdp_saving_bytes=compiler_readings.fsdp_saving(state, mesh.size),
                   train_batch_bytes=compiler_readings.shard_bytes(train_batch),
                   eval_batch_bytes=compiler_readings.shard_bytes(eval_batch))
@@ -126,8 +126,8 @@ def size(value: Optional[int]) -> str:
   return f"{value / GIB:.2f} GiB" if value >= GIB / 10 else f"{value / 2**20:.1f} MiB"
 
 
-def _compiled_or_shortfall(fn_args: Tuple[Callable, Tuple], target: compiler_readings.Target, what: str
-                           ) -> Tuple[Any, Dict[str, Any]]:
+def _compiled_or_shortfall(fn_args: Tuple[Callable, Tuple], target: compiler_readings.Target,
+                           what: str) -> Tuple[Any, Dict[str, Any]]:
   """(compiled program or None, its memory and fit) under the target's HBM limit."""
   fn, args = fn_args
   started, cpu = time.perf_counter(), time.process_time()
@@ -176,10 +176,11 @@ def twins(config: ml_collections.ConfigDict, mesh, num_classes: int
   and the model's number of blocks. A cost is linear in the blocks: twins of one and two
   blocks (small programs) give it for any depth. A config that cannot
   be cut to two blocks (a freeze or lr_mults pattern naming a later one) gets the whole
-  model's twin, a program as large as the step."""
-  module = zoo.model_from_config(config, num_classes)
-  depth_key = "num_blocks" if isinstance(module, mixer.MlpMixer) else "num_layers"
-  layers = getattr(module, depth_key)
+  model's twin, a program as large as the step, and so does a family with no repeated
+  blocks (its TrainingRules.depth_key None: counted as one)."""
+  module = model_config.model_from_config(config, num_classes)
+  depth_key = family_registry.for_module(module).part("training", config.model_name).depth_key
+  layers = getattr(module, depth_key) if depth_key else 1
   twin = loop_free(config)
   if layers > 2:
     try:
@@ -247,11 +248,11 @@ def _eval_cost(config, compiled_eval, get_twins: Callable,
 
 
 def model_flops_per_image(config, num_classes: int) -> Optional[float]:
-  """Analytic matmul FLOPs of one forward pass (vit_jax.planning.throughput); None for hybrids."""
-  from vit_jax.planning import throughput  # pylint: disable=import-outside-toplevel
-  module = zoo.model_from_config(config, num_classes=num_classes)
-  return throughput.forward_flops_per_image(module, config.pp.crop,
-                                            config.pp.get("max_patches"))
+  """Analytic matmul FLOPs of one forward pass, as the model's family counts them (its
+  Geometry); None where it does not (hybrids)."""
+  module = model_config.model_from_config(config, num_classes=num_classes)
+  return family_registry.geometry(module).flops_per_image(module, config.pp.crop,
+                                                          config.pp.get("max_patches"))
 
 
 def _speed(step_cost: Optional[dict], batch: int, model_flops: Optional[float],
@@ -307,7 +308,8 @@ def plan_steps(config: ml_collections.ConfigDict, target: compiler_readings.Targ
   train.update(_speed(_step_cost(config, programs, compiled_train, get_twins, target),
                       config.batch, model_flops, target, passes=3))
   pricing = time.perf_counter() - pricing
-  train["collectives"] = compiler_readings.collectives(compiled_train) if compiled_train is not None else None
+  train["collectives"] = (compiler_readings.collectives(compiled_train)
+                         if compiled_train is not None else None)
   compiled_eval, evaluation = _compiled_or_shortfall(
       programs.eval, target, f"the eval step (batch {config.batch_eval}: "
       f"{config.batch_eval // parallel} per device)")

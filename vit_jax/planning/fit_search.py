@@ -157,8 +157,8 @@ def _compile(ctx: _Context, step: str, changes: Dict[str, Any], m: int, expect: 
   started = time.monotonic()
   problem = None
   with console.stage(f"trying {' '.join(flags)} ({step} step, {m} image(s) per device per "
-                     f"pass; expected {compiled_plan.size(int(expect))} of {compiled_plan.size(limit)})"
-                     ) as outcome:
+                     f"pass; expected {compiled_plan.size(int(expect))} of "
+                     f"{compiled_plan.size(limit)})") as outcome:
     try:
       mesh = sharding.make_mesh(changed.mesh, devices=ctx.target.devices)
       sharding.check_config_batches(changed, mesh)
@@ -282,8 +282,8 @@ def _search_step(ctx: _Context, step: str, base: Dict[str, Any], failing: Dict[s
   return found
 
 
-def search(config: ml_collections.ConfigDict, target: compiler_readings.Target, report: Dict[str, Any],
-           budget_s: float, max_suggestions: int = 1) -> Search:
+def search(config: ml_collections.ConfigDict, target: compiler_readings.Target,
+           report: Dict[str, Any], budget_s: float, max_suggestions: int = 1) -> Search:
   """Up to max_suggestions changes, each verified by compiling, under which every step
   of `report` (compiled_plan.plan_steps) fits; the weakest (fastest) first."""
   mesh = sharding.make_mesh(config.mesh, devices=target.devices)

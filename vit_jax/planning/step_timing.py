@@ -1,16 +1,19 @@
-"""Throughput of the real train step or of inference on synthetic data, as numbers.
+"""The benchmark command's library: the real train step or inference on synthetic data,
+compiled and timed, as numbers.
 
 What `python -m vit_jax.benchmark` prints (its docstring explains each number): compile
 time kept apart from the step times, img/s, device memory, and MFU, which divides model
-FLOPs (analytic, cross-checked with XLA's cost analysis) by a peak measured on the spot
-with a large matmul in the same dtype (or the peak given). The train step is the main
-job's own (vit_jax.training.state_and_step), so a run's train/img_per_sec compares with it.
+FLOPs (analytic: the family's Geometry.flops_per_image, cross-checked with XLA's cost
+analysis) by a peak measured on the spot with a large matmul in the same dtype (or the peak
+given). The train step is the main job's own (vit_jax.training.state_and_step), so a run's
+train/img_per_sec compares with it. vit_jax.planning.part_timing times models by parts with
+the same numbers.
 """
 
 import math
 import statistics
 import time
-from typing import Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -18,39 +21,8 @@ import ml_collections
 
 from vit_jax.data import batch_spec
 from vit_jax.data.sources import registry
-from vit_jax.models import attention
-from vit_jax.families.mixer import model as mixer
-from vit_jax.families.vit import model as vit
-from vit_jax.families.vit import names as zoo
+from vit_jax.models import attention, family_registry
 from vit_jax.training import objectives, sharding, state_and_step
-
-
-def mixer_flops_per_image(module: mixer.MlpMixer, image_size: int) -> float:
-  """Matmul FLOPs (2 per multiply-add) of one Mixer forward pass: per block the token-mixing
-  MLP (patches x tokens_mlp_dim, both ways, per channel) and the channel-mixing MLP."""
-  patches = mixer.token_grid(module, image_size) ** 2
-  c = module.hidden_dim
-  per_block = 4 * c * patches * module.tokens_mlp_dim + 4 * patches * c * module.channels_mlp_dim
-  embedding = 2 * patches * module.patch_size**2 * 3 * c
-  return embedding + module.num_blocks * per_block + 2 * c * module.num_classes
-
-
-def forward_flops_per_image(module: vit.VisionTransformer, image_size: int,
-                            patches: Optional[int] = None) -> float:
-  """Matmul FLOPs (2 per multiply-add) of one plain-ViT (or Mixer) forward pass; None for
-  hybrids. patches: a NaFlexViT's budget (config.pp.max_patches; its padding is computed
-  too) instead of image_size's grid."""
-  if isinstance(module, mixer.MlpMixer):
-    return mixer_flops_per_image(module, image_size)
-  if getattr(module, "resnet_stages", None) is not None:
-    return None
-  patches = patches or (image_size // module.patch_size) ** 2
-  tokens = patches + (getattr(module, "classifier", "map") == "token")
-  d, m = module.hidden_size, module.mlp_dim
-  per_layer = 2 * tokens * (4 * d * d + 2 * d * m) + 4 * tokens * tokens * d
-  embedding = 2 * patches * module.patch_size**2 * 3 * d
-  head = 2 * (getattr(module, "representation_size", None) or d) * module.num_classes
-  return embedding + module.num_layers * per_layer + head
 
 
 def measure_peak_flops(dtype, size: Optional[int] = None, repeats: int = 5) -> float:
@@ -123,7 +95,8 @@ def run(model: str, mode: str, batch: int, image_size: int, dtype: str = "float3
   """Benchmarks one configuration; returns the numbers as a dict."""
   mesh = sharding.make_mesh(mesh_config or {"data": -1})
   sharding.check_batch_size(batch, mesh)
-  module = zoo.create_model(model, num_classes=1000, dtype=jnp.dtype(dtype), **model_overrides)
+  module = family_registry.create_model(model, num_classes=1000, dtype=jnp.dtype(dtype),
+                                        **model_overrides)
   return measure(module, mode, mesh, batch, image_size, benchmark_config(image_size), steps,
                  peak_flops, model_name=model)
 
@@ -141,12 +114,10 @@ def run_config(config: ml_collections.ConfigDict, mode: str = "train", steps: in
   return {**result, "accum_steps": config.accum_steps if mode == "train" else 1}
 
 
-def measure(module: vit.VisionTransformer, mode: str, mesh, batch: int, image_size: int,
-            config: ml_collections.ConfigDict, steps: int, peak_flops: Optional[float],
-            model_name: str) -> dict:
-  """Compiles and times `steps` steps of `module`; the numbers as a dict."""
-  dtype = jnp.dtype(module.dtype).name
-  fn, args = step_function(module, mode, mesh, batch, image_size, config)
+def compile_and_time(fn, args: Tuple, steps: int, carries_state: bool = False
+                     ) -> Tuple[Any, float, List[float]]:
+  """(compiled fn, compile seconds, the seconds of each of `steps` calls); carries_state: a
+  train step, whose first output is the next call's first argument."""
   start = time.perf_counter()
   compiled = fn.lower(*args).compile()
   compile_s = time.perf_counter() - start
@@ -156,37 +127,59 @@ def measure(module: vit.VisionTransformer, mode: str, mesh, batch: int, image_si
     out = compiled(*args)
     jax.block_until_ready(out)
     times.append(time.perf_counter() - start)
-    if mode == "train":
+    if carries_state:
       args = (out[0], *args[1:])
-  step_s = statistics.median(times) if times else None
-  patches = (config.get("pp") or {}).get("max_patches")
-  forward = forward_flops_per_image(module, image_size, patches)
+  return compiled, compile_s, times
+
+
+def numbers(compiled, compile_s: float, times: List[float], batch: int, devices: int,
+            model_flops: Optional[float], peak: float) -> Dict[str, Any]:
+  """A row's measured columns (vit_jax.benchmark.COLUMNS) for `batch` items a step over
+  `devices`: model_flops per item where counted, else XLA's count; MFU against `peak`
+  FLOP/s per device; memory from the compiled program."""
   cost = (compiled.cost_analysis() or {})
   cost = cost[0] if isinstance(cost, list) else cost
-  xla_flops = float(cost.get("flops", 0.0)) * jax.device_count() / batch or None
-  flops = (3 if mode == "train" else 1) * forward if forward else xla_flops
-  peak = peak_flops or measure_peak_flops(jnp.dtype(dtype))
+  xla_flops = float(cost.get("flops", 0.0)) * devices / batch or None
+  flops = model_flops or xla_flops
   memory = compiled.memory_analysis()
   device_mib = (memory.argument_size_in_bytes + memory.output_size_in_bytes +
                 memory.temp_size_in_bytes - memory.alias_size_in_bytes) / 2**20
+  step_s = statistics.median(times) if times else None
   img_per_sec = batch / step_s if step_s else None
+  return {
+      "compile_s": compile_s, "step_s_median": step_s, "step_s_min": min(times, default=None),
+      "step_s_max": max(times, default=None), "img_per_sec": img_per_sec,
+      "img_per_sec_per_device": img_per_sec / devices if img_per_sec else None,
+      "gflop_per_image": flops / 1e9 if flops else None,
+      "xla_gflop_per_image": xla_flops / 1e9 if xla_flops else None,
+      "peak_tflops_per_device": peak / 1e12,
+      "mfu": flops * img_per_sec / (peak * devices) if flops and img_per_sec else None,
+      "mib_per_device": device_mib,
+  }
+
+
+def measure(module, mode: str, mesh, batch: int, image_size: int,
+            config: ml_collections.ConfigDict, steps: int, peak_flops: Optional[float],
+            model_name: str) -> dict:
+  """Compiles and times `steps` steps of `module`; the numbers as a dict."""
+  dtype = jnp.dtype(module.dtype).name
+  fn, args = step_function(module, mode, mesh, batch, image_size, config)
+  compiled, compile_s, times = compile_and_time(fn, args, steps, carries_state=mode == "train")
+  patches = (config.get("pp") or {}).get("max_patches")
+  # matmul FLOPs as the family counts them; None where it does not (hybrids: XLA's count)
+  forward = family_registry.geometry(module).flops_per_image(module, image_size, patches)
+  peak = peak_flops or measure_peak_flops(jnp.dtype(dtype))
   measured = (jax.local_devices()[0].memory_stats() or {}).get("peak_bytes_in_use")  # GPU/TPU
+  impl = getattr(module, "attention_impl", None)  # None: a model without attention
   return {
       "model": model_name, "mode": mode, "batch": batch, "image_size": image_size,
       "max_patches": patches, "dtype": dtype,
-      "attention_impl": attention.attention_backend(module.attention_impl, module.dtype)
-                        if hasattr(module, "attention_impl") else None,  # a Mixer: none
+      "attention_impl": impl and attention.attention_backend(impl, module.dtype),
       "unpadded_inference": getattr(module, "unpadded_inference", None),
       "remat_policy": module.remat_policy,
       "scan_layers": module.scan_layers, "fp8": module.fp8,
       "devices": jax.device_count(), "platform": jax.devices()[0].platform,
-      "compile_s": compile_s, "step_s_median": step_s, "step_s_min": min(times, default=None),
-      "step_s_max": max(times, default=None), "img_per_sec": img_per_sec,
-      "img_per_sec_per_device": img_per_sec / jax.device_count() if img_per_sec else None,
-      "gflop_per_image": flops / 1e9 if flops else None,
-      "xla_gflop_per_image": xla_flops / 1e9 if xla_flops else None,
-      "peak_tflops_per_device": peak / 1e12,
-      "mfu": flops * img_per_sec / (peak * jax.device_count()) if flops and img_per_sec else None,
-      "mib_per_device": device_mib,
+      **numbers(compiled, compile_s, times, batch, jax.device_count(),
+                forward and (3 if mode == "train" else 1) * forward, peak),
       "peak_mib_measured": measured / 2**20 if measured else None,
   }

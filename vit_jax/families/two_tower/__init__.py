@@ -2,8 +2,8 @@
 NaFlex's) beside a text tower (LiT's transformer, BERT, SigLIP's), their released names,
 big_vision's .npz layout and Hugging Face SigLIP folders. Registered as 'two_tower'."""
 
-from vit_jax.families.two_tower import (conversion, hf_layout, names, npz_file, opening,
-                                        zero_shot)
+from vit_jax.families.two_tower import (benchmark_parts, conversion, export_signature,
+                                        hf_layout, names, npz_file, opening, zero_shot)
 from vit_jax.families.two_tower.model import TwoTower
 from vit_jax.models import family_contract, family_registry
 
@@ -12,4 +12,6 @@ FAMILY = family_registry.register(family_contract.Family(
     words=r"(?i)two[ _-]?towers?|siglip|\blit\b",
     module_types=(TwoTower,), names=names, released_file=npz_file, converter=conversion,
     layouts={"hf": hf_layout}, fetcher=names, claims=opening.claims,
-    zero_shot=zero_shot))
+    zero_shot=zero_shot, export_signature=export_signature, benchmark_parts=benchmark_parts,
+    refusals={"plan": " model, which the main job does not train: there is no step of it to "
+                      "plan"}))
