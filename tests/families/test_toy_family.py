@@ -66,5 +66,6 @@ def test_predict_classifies_with_it_and_plan_plans_it(toy_run, tmp_path):
   assert len(record["top_k"]) == 5 and record["top_k"][0]["probability"] > 0
   planned = helpers.run_in_process(plan, f"--config={config}", "--json=-")
   assert planned.returncode == 0, planned.stderr[-2000:]
-  assert json.loads(planned.stdout)["config"]["model_name"] == "Toy-2"
+  report = json.loads(planned.stdout)
+  assert report["model"] == "Toy-2" and report["fits"] and report["train"]["gflop_per_image"]
 

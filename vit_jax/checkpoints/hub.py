@@ -412,9 +412,9 @@ def family_of(checkpoint: str):
   """The model family of a checkpoint: the family that claims it from its name or what it
   can tell without loading it (a released name it fetches, a folder's config.json), else
   that of its arrays, read."""
-  for family in family_registry.families():
-    if family.claims is not None and family.claims(str(checkpoint)):
-      return family
+  claimed = family_registry.claiming(checkpoint)
+  if claimed is not None:
+    return claimed
   path = resolve(checkpoint)
   return family_registry.for_arrays(npz.read_arrays(path))
 

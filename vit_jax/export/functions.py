@@ -25,9 +25,8 @@ REFERENCE = "the Flax model (float32, jax CPU)"
 def signature_of(checkpoint: str) -> Optional[family_contract.ExportSignature]:
   """The export signature of the family that claims `checkpoint`, or None: a classifier,
   exported as one (vit_jax.export.api)."""
-  return next((family.export_signature for family in family_registry.families()
-               if family.export_signature is not None and family.claims is not None
-               and family.claims(checkpoint)), None)
+  family = family_registry.claiming(checkpoint)
+  return None if family is None else family.export_signature
 
 
 @dataclasses.dataclass(frozen=True)

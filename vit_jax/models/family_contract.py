@@ -86,8 +86,10 @@ class Geometry(Protocol):
   def token_grid(self, module, image_side: int) -> int:
     """Tokens per side for an input side."""
 
-  def flops_per_image(self, module, image_side: int) -> Optional[float]:
-    """Matmul FLOPs of one forward pass (2 per multiply-add); None: not counted."""
+  def flops_per_image(self, module, image_side: int,
+                      patches: Optional[int] = None) -> Optional[float]:
+    """Matmul FLOPs of one forward pass (2 per multiply-add) at image_side, or at a patch
+    budget (NaFlex: patches, padding included); None: not counted."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -135,3 +135,10 @@ def for_layout(state: Mapping[str, Any], config: Mapping[str, Any]
   return next(((family, name) for family in families()
                for name, layout in family.layouts.items()
                if layout.recognises(state, config)), None)
+
+
+def claiming(checkpoint: str) -> Optional[Family]:
+  """The family that claims a checkpoint (a name or path) from what it can tell without
+  loading it (Family.claims), or None: its arrays, once read, tell (for_arrays)."""
+  return next((family for family in families()
+               if family.claims is not None and family.claims(str(checkpoint))), None)

@@ -15,9 +15,8 @@ from vit_jax.planning import step_timing
 
 def family_of(checkpoint: str) -> Optional[family_contract.Family]:
   """The family that claims `checkpoint` and times it by parts, or None."""
-  return next((family for family in family_registry.families()
-               if family.benchmark_parts is not None and family.claims is not None
-               and family.claims(checkpoint)), None)
+  family = family_registry.claiming(checkpoint)
+  return family if family is not None and family.benchmark_parts is not None else None
 
 
 def measure(part: family_contract.TimedPart, key: dict, kind: str, steps: int,
