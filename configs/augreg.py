@@ -3,8 +3,8 @@ et al. 2021, arXiv 2106.10270): the argument is the file's name (docs/augreg.md)
 
   python -m vit_jax.main --workdir=DIR --config.tfds_data_dir=TFDS_DIR \\
       --config=configs/augreg.py:S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0
-  python -m vit_jax.main --workdir=DIR \\
-      --config=configs/augreg.py:S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0,/data/i21k
+  python -m vit_jax.main --workdir=DIR --config=configs/augreg.py:S_16-i21k-300ep-lr_0.001-\\
+aug_light1-wd_0.03-do_0.0-sd_0.0,/data/i21k
   python -m vit_jax.main --workdir=DIR --config=configs/augreg.py:B_16-i21k-300ep-lr_0.001-\\
 aug_medium1-wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.01-res_384
 
@@ -90,7 +90,8 @@ def parse_pretraining(name: str) -> dict:
   try:
     found["model"] = family_registry.canonical_name(found["model"])
   except ValueError:
-    models = [vit_names.augreg_name(m) for m in vit_names.RELEASED if "-" not in vit_names.augreg_name(m)]
+    models = [vit_names.augreg_name(m) for m in vit_names.RELEASED
+              if "-" not in vit_names.augreg_name(m)]
     _refuse(name, f"unknown model {found['model']!r}; models: {', '.join(models)}")
   if found["data"] not in DATA:
     _refuse(name, f"unknown data {found['data']!r}; one of {', '.join(DATA)}")

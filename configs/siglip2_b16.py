@@ -6,9 +6,9 @@
 Only the image tower is loaded; its MAP head is kept (--config.model.classifier=gap
 averages the tokens instead) under a new zero-initialised linear head, at 224 px (any
 --config.pp.crop: the position embedding is resized). SigLIP (v1) and other resolutions of
-the same size: --config.pretrained=SigLIP-B_16-224 (or a local .npz / Hugging Face folder). The recipe
-(AdamW, lr 3e-4 at batch 512, layer decay, label smoothing 0.1) is a starting point:
-docs/siglip_classifiers.md. Check the slice first:
+the same size: --config.pretrained=SigLIP-B_16-224 (or a local .npz / Hugging Face folder).
+The recipe (AdamW, lr 3e-4 at batch 512, layer decay, label smoothing 0.1) is a starting
+point: docs/siglip_classifiers.md. Check the slice first:
   python -m vit_jax.plan --config=configs/siglip2_b16.py --tpu=v3-8
 """
 

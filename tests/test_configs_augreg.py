@@ -9,10 +9,10 @@ import pytest
 
 from helpers import load_module
 from vit_jax.checkpoints import hub_table, released
+from vit_jax.families.vit import bucket_files
 from vit_jax.models import model_config
 from vit_jax.models import family_registry
 from vit_jax.training import optim
-from vit_jax.families.vit import bucket_files
 
 AUGREG = load_module("augreg.py")
 S16_I1K = load_module("vit_s16_i1k.py")
@@ -128,10 +128,14 @@ def test_fine_tuning_suffix():
 
 
 @pytest.mark.parametrize("name, says", [
-    ("X_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0", "unknown model 'X_16'; models: Ti_16, "),
-    ("S_16-i22k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0", "unknown data 'i22k'; one of i21k, i21k_30, i1k"),
-    ("S_16-i21k-300ep-lr_0.001-aug_heavy-wd_0.03-do_0.0-sd_0.0", "unknown augmentation 'aug_heavy'; one of aug_none, "),
-    ("S_16-i21k-300-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0", "epochs '300' must read like 300ep"),
+    ("X_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0",
+     "unknown model 'X_16'; models: Ti_16, "),
+    ("S_16-i22k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0",
+     "unknown data 'i22k'; one of i21k, i21k_30, i1k"),
+    ("S_16-i21k-300ep-lr_0.001-aug_heavy-wd_0.03-do_0.0-sd_0.0",
+     "unknown augmentation 'aug_heavy'; one of aug_none, "),
+    ("S_16-i21k-300-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0",
+     "epochs '300' must read like 300ep"),
     ("S_16-i21k-300ep-lr_0.001-aug_light1-wd_x-do_0.0-sd_0.0", "'wd_x' must read like wd_0.1"),
     ("S_16-i21k-300ep", "3 parts where a pre-training name has 8"),
     (f"{S16}--imagenet2012-steps_20k-lr_0.01", "fine-tuning part 'imagenet2012-steps_20k-lr_0.01'"),

@@ -17,8 +17,8 @@ from helpers import closed_port, run_in_process, subprocess_env
 from hub_server import HubServer
 from vit_jax import load_npz, predict, save_npz
 from vit_jax.checkpoints import released
-from vit_jax.families.two_tower import npz_file
 from vit_jax.data import image_files, text_tokens
+from vit_jax.families.two_tower import npz_file
 from vit_jax.families.two_tower import scoring
 from vit_jax.training import lora_adapters
 

@@ -14,7 +14,8 @@ from helpers import subprocess_env
 
 LAYOUTS = {"data8": {"data": 8}, "data4_fsdp2": {"data": 4, "fsdp": 2},
            "data2_tensor4": {"data": 2, "tensor": 4}}
-SCANNED = {"data4_fsdp2_scan": LAYOUTS["data4_fsdp2"], "data2_tensor4_scan": LAYOUTS["data2_tensor4"]}
+SCANNED = {"data4_fsdp2_scan": LAYOUTS["data4_fsdp2"],
+           "data2_tensor4_scan": LAYOUTS["data2_tensor4"]}
 # FP8 dense layers (vit_jax.models.fp8): its per-tensor scales are global maxima, so a
 # sharded step quantizes as one device does. Not the fsdp layout: XLA's CPU backend
 # (jax 0.10.2) fails to JIT one of its FP8 convert fusions under
@@ -74,7 +75,8 @@ def run_layouts(results_path):
     new_state, metrics = jitted(state, jax.device_put(batch, sharding.batch_sharding(mesh)),
                                 rng)
     encoder = new_state.params["Transformer"]
-    kernel = encoder["encoderblock" if scan else "encoderblock_0"]["MlpBlock_3"]["Dense_0"]["kernel"]
+    block = encoder["encoderblock" if scan else "encoderblock_0"]
+    kernel = block["MlpBlock_3"]["Dense_0"]["kernel"]
     results[f"{name}/loss"] = np.asarray(metrics["loss"])
     results[f"{name}/mlp_spec"] = np.asarray(str(kernel.sharding.spec))
     leaves = jax.tree.leaves(encoder_blocks.to_block_layout(jax.device_get(new_state.params)))

@@ -14,14 +14,14 @@ from PIL import Image
 
 import two_tower_helpers
 from vit_jax import zeroshot
-from vit_jax.families.two_tower import npz_file
 from vit_jax.data import text_tokens
 from vit_jax.data.grain_stack import np_preprocess
+from vit_jax.families.two_tower import npz_file
 from vit_jax.families.two_tower import text_tower
 from vit_jax.families.two_tower import model as two_tower
 from vit_jax.families.two_tower import scoring
-from vit_jax.training.scores import retrieval
 from vit_jax.families.vit import model as vit
+from vit_jax.training.scores import retrieval
 
 CLASSES = ["china", "flower", "cat"]
 
@@ -131,7 +131,8 @@ def test_folder_accuracy_and_caption_retrieval(run, lit, photos, tmp_path):
   metrics = json.loads((tmp_path / "top1.json").read_text(encoding="utf-8"))
   assert metrics["images"] == 4 and metrics["classes"] == ["china", "flower"]
   assert "wrote the zero-shot accuracy" in out
-  files = [str(tmp_path / "folder" / c / f) for c in ("china", "flower") for f in ("a.png", "b.png")]
+  files = [str(tmp_path / "folder" / c / f)
+           for c in ("china", "flower") for f in ("a.png", "b.png")]
   tokenize = text_tokens.BertTokenizer(path[:-4] + ".txt", 16)
   zcls = scoring.class_embeddings(model, params["params"], tokenize, ["china", "flower"],
                                          ["{}"])

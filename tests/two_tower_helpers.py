@@ -60,7 +60,8 @@ def logits(model, params, images, tokens):
 def save_tiny_lit(folder, words=("china", "flower", "cat")):
   """A random LiT model (1-block ViT, 1-head BERT: what a width-16 BERT is read as) saved
   as folder/LiT-tiny.npz with its WordPiece vocabulary beside it -> (path, model, params)."""
-  from vit_jax.families.two_tower import npz_file as two_tower_load  # pylint: disable=import-outside-toplevel
+  from vit_jax.families.two_tower import (  # pylint: disable=import-outside-toplevel
+      npz_file as two_tower_load)
   img = vit.VisionTransformer(num_classes=0, patch_size=8, hidden_size=16, mlp_dim=32,
                               num_heads=2, num_layers=1)
   txt = text_tower.BertTextEncoder(16, 16, 1, 32, 1, vocab_size=12, max_length=16)

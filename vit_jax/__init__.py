@@ -25,11 +25,10 @@ from vit_jax.base import platforms  # pylint: disable=wrong-import-position
 
 platforms.skip_absent_tpu()  # before anything starts JAX's backends
 
-from vit_jax.models.family_registry import create_model  # pylint: disable=wrong-import-position
 from vit_jax.checkpoints.npz import (  # pylint: disable=wrong-import-position
     CheckpointError, ImageSizeError, load_npz, read_class_names, save_npz)
-
 from vit_jax.families.two_tower.npz_file import load_two_tower, save_two_tower
+from vit_jax.models.family_registry import create_model  # pylint: disable=wrong-import-position
 
 __all__ = ["CheckpointError", "ImageSizeError", "create_model", "load_npz", "load_two_tower",
            "read_class_names", "save_npz", "save_two_tower"]

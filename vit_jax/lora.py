@@ -13,8 +13,8 @@ from flax import traverse_util
 from vit_jax.base import cli, errors, no_clobber
 from vit_jax.base.console import log
 from vit_jax.checkpoints import hub, npz, npz_archive
-from vit_jax.training import lora_adapters
 from vit_jax.families.vit import npz_file as vit_npz_file
+from vit_jax.training import lora_adapters
 
 FLAGS = flags.FLAGS
 

@@ -145,7 +145,8 @@ def write_figures(module: vit.VisionTransformer, params, images: np.ndarray,
   """The four figures for `images` ([B, S, S, 3] in [-1, 1]) into out_dir; their paths."""
   storage.makedirs(out_dir)
   has_cls = introspect.has_class_token(module)
-  side = family_registry.token_grid(module, images.shape[1]), family_registry.token_grid(module, images.shape[2])
+  side = (family_registry.token_grid(module, images.shape[1]),
+          family_registry.token_grid(module, images.shape[2]))
   stride = family_registry.stride(module)
   weights = introspect.attention_weights(module, params, images)
   maps = introspect.rollout_maps(introspect.attention_rollout(weights), side, has_cls)

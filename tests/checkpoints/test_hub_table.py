@@ -3,11 +3,12 @@ extra), and what every released name resolves to."""
 
 import pytest
 
-from torch_libraries import fixture_timm, fixture_torch  # noqa: F401  # pylint: disable=unused-import
+from torch_libraries import (  # noqa: F401  # pylint: disable=unused-import
+    fixture_timm, fixture_torch)
 from vit_jax.checkpoints import hub, hub_table, released
 from vit_jax.families.vit import names as vit_names
-from vit_jax.training.config_defaults import finetune_config
 from vit_jax.families.vit import hub_mirrors as vit_hub_mirrors
+from vit_jax.training.config_defaults import finetune_config
 
 
 def test_committed_table_is_what_timm_says(timm):

@@ -1,4 +1,5 @@
-"""Conversions to and from timm and Hugging Face transformers (vit_jax.checkpoints.format_conversion).
+"""Conversions to and from timm and Hugging Face transformers
+(vit_jax.checkpoints.format_conversion).
 
 Without PyTorch: the written safetensors files have timm's / transformers' documented key
 names and shapes, configs say what makes them compute our function, round trips are
@@ -203,7 +204,8 @@ def test_pre_logits_is_refused_unless_told_what_to_do(tmp_path):
     with pytest.raises(format_conversion.ConversionError, match="has a pre_logits layer .* pass "
                        "--pre_logits=drop .* --pre_logits=pooler"):
       format_conversion.convert(src, tmp_path / to, to=to)
-  with pytest.raises(format_conversion.ConversionError, match="timm's VisionTransformer does not have"):
+  with pytest.raises(format_conversion.ConversionError,
+                     match="timm's VisionTransformer does not have"):
     format_conversion.convert(src, tmp_path / "t", to="timm", pre_logits="pooler")
   format_conversion.convert(src, tmp_path / "timm", to="timm", pre_logits="drop")
   assert json.loads((tmp_path / "timm/config.json").read_text())["model_args"]["num_classes"] == 0

@@ -235,8 +235,9 @@ MALFORMED = {
 
 @pytest.mark.parametrize("key", [
     "embedding/kernel", "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel",
-    "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel", vit_npz_file.POSEMB_KEY, "conv_root/kernel",
-    "head/kernel", "pre_logits/kernel", "cls", "Transformer/encoderblock_1/LayerNorm_2/scale"])
+    "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel", vit_npz_file.POSEMB_KEY,
+    "conv_root/kernel", "head/kernel", "pre_logits/kernel", "cls",
+    "Transformer/encoderblock_1/LayerNorm_2/scale"])
 @pytest.mark.parametrize("malformed", MALFORMED)
 def test_malformed_arrays_are_one_line_naming_the_key(every_kind_of_array, tmp_path, key,
                                                       malformed):

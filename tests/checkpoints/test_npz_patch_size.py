@@ -9,9 +9,9 @@ from helpers import demo_config
 from interop_files import IMAGE, images, tiny_file
 from vit_jax import CheckpointError, load_npz
 from vit_jax.checkpoints import format_conversion, npz_archive
+from vit_jax.families.vit import npz_file as vit_npz_file
 from vit_jax.models import patch_resize, posemb
 from vit_jax.training import objectives
-from vit_jax.families.vit import npz_file as vit_npz_file
 
 
 @pytest.fixture(name="tiny", scope="module")
@@ -26,8 +26,9 @@ def test_kernel_is_pi_resized_and_posemb_goes_to_the_new_grid(tiny, patch_size, 
   assert module.patch_size == patch_size
   np.testing.assert_array_equal(params["embedding"]["kernel"], patch_resize.pi_resize_kernel(
       file[vit_npz_file.KERNEL_KEY], patch_size))
-  np.testing.assert_array_equal(params["Transformer"]["posembed_input"]["pos_embedding"],
-                                posemb.resize_posemb(file[vit_npz_file.POSEMB_KEY], (grid, grid), True))
+  np.testing.assert_array_equal(
+      params["Transformer"]["posembed_input"]["pos_embedding"],
+      posemb.resize_posemb(file[vit_npz_file.POSEMB_KEY], (grid, grid), True))
   assert np.isfinite(jax.jit(module.apply)({"params": params}, images())).all()
 
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from attention_cases import attention_inputs, softmax_attention, values_and_grads
-from vit_jax.models import attention
 from vit_jax.families.vit import model as vit
+from vit_jax.models import attention
 
 
 def test_dot_product_picks_cudnn_flash_attention_only_where_it_runs(monkeypatch):

@@ -10,8 +10,8 @@ from jax.experimental.pallas import tpu as pltpu
 
 from attention_cases import attention_inputs, softmax_attention, values_and_grads
 from vit_jax.base import errors
-from vit_jax.models import attention, pallas_attention
 from vit_jax.families.vit import model as vit
+from vit_jax.models import attention, pallas_attention
 from vit_jax.planning import compiler_readings
 from vit_jax.training import sharding
 

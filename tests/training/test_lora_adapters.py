@@ -66,7 +66,8 @@ def test_step_zero_is_the_base_model_exactly():
   params = jax.jit(wrapped.init)(jax.random.PRNGKey(0), images[:1])["params"]
   adapters = [name for name in flat(params) if name.endswith(lora_adapters.A)]
   assert len(adapters) == 2 * 6  # 4 attention projections and 2 MLP kernels per block
-  base = {k: v for k, v in flat(params).items() if not k.endswith((lora_adapters.A, lora_adapters.B))}
+  base = {k: v for k, v in flat(params).items()
+          if not k.endswith((lora_adapters.A, lora_adapters.B))}
   np.testing.assert_array_equal(
       wrapped.apply({"params": params}, images),
       model.apply({"params": traverse_util.unflatten_dict(base, sep="/")}, images))
@@ -96,8 +97,8 @@ def test_training_moves_kernels_by_rank_at_most_r_and_only_adapters_and_head(sca
     for block in delta.reshape(rows, fan_in, -1):
       assert 0 < low_rank(block, before[kernel]) <= RANK, kernel
   state_sizes = sum(x.size for x in jax.tree.leaves(state.opt_state) if x.ndim)
-  trained = sum(v.size for k, v in after.items() if k.endswith((lora_adapters.A, lora_adapters.B)) or
-                k.startswith("head/"))
+  trained = sum(v.size for k, v in after.items()
+                if k.endswith((lora_adapters.A, lora_adapters.B)) or k.startswith("head/"))
   assert state_sizes == trained  # sgd momentum: one buffer per trained parameter
 
 
@@ -116,10 +117,12 @@ def test_adapter_dropout_trains_the_adapter_path_and_evaluates_the_merged_model(
        for name, value in flat(lora_adapters.with_adapters(
            init_params(model), lora_adapters.settings(lora_config()), seed=0)).items()},
       sep="/")
-  merged = model.apply({"params": lora_adapters.merged(params, lora_adapters.settings(lora_config()))}, images)
-  apply = lambda dropout, train, key=0: lora_adapters.wrap(model, lora_adapters.settings(lora_config(
-      lora=dict(rank=RANK, alpha=4.0, dropout=dropout, targets=MLP_TOO)))).apply(
-          {"params": params}, images, train=train, rngs={"dropout": jax.random.PRNGKey(key)})
+  merged = model.apply(
+      {"params": lora_adapters.merged(params, lora_adapters.settings(lora_config()))}, images)
+  apply = lambda dropout, train, key=0: lora_adapters.wrap(
+      model, lora_adapters.settings(lora_config(
+          lora=dict(rank=RANK, alpha=4.0, dropout=dropout, targets=MLP_TOO)))).apply(
+              {"params": params}, images, train=train, rngs={"dropout": jax.random.PRNGKey(key)})
   np.testing.assert_array_equal(apply(0.0, train=True), merged)
   np.testing.assert_array_equal(apply(0.5, train=False), merged)
   np.testing.assert_allclose(apply(1e-9, train=True), merged, atol=1e-4)  # the same function
@@ -162,7 +165,8 @@ def test_merge_takes_what_the_run_used_from_a_released_style_base():
   trained = jax.tree.map(lambda x: x + 0.01, params)  # adapters and head moved
   merged, adapters = lora_adapters.export(params, trained, lora_adapters.settings(config),
                                          class_names=list("abcde"))
-  base = {k: v for k, v in flat(params).items() if not k.endswith((lora_adapters.A, lora_adapters.B))}
+  base = {k: v for k, v in flat(params).items()
+          if not k.endswith((lora_adapters.A, lora_adapters.B))}
   base.update({"head/kernel": np.ones((32, 7)), "head/bias": np.ones(7),
                "pre_logits/kernel": np.ones((32, 32)), "pre_logits/bias": np.ones(32),
                npz_layout.POSEMB: np.ones((1, 10, 32))})

@@ -1,5 +1,5 @@
-"""Layer-wise decay, lr_mults and frozen parameters in the optax chain (vit_jax.training.param_groups),
-on the tiny 2-block ViT with one train step per case."""
+"""Layer-wise decay, lr_mults and frozen parameters in the optax chain
+(vit_jax.training.param_groups), on the tiny 2-block ViT with one train step per case."""
 
 import re
 

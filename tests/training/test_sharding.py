@@ -88,7 +88,8 @@ def test_tensor_axis_must_divide_heads():
   fake_mesh = type("FakeMesh", (), {"shape": {"data": 2, "fsdp": 1, "tensor": 4}})()
   model = lambda name: family_registry.create_model(name, num_classes=1)
   sharding.check_model_tensor_parallel(model("ViT-B_16"), fake_mesh)  # 12 heads, 3072 units
-  with pytest.raises(sharding.ShardingError, match=r"tensor=4 does not divide .* 3 heads.*\[1, 3\]"):
+  with pytest.raises(sharding.ShardingError,
+                     match=r"tensor=4 does not divide .* 3 heads.*\[1, 3\]"):
     sharding.check_model_tensor_parallel(model("ViT-Ti_16"), fake_mesh)  # 3 heads, 768 units
 
 

@@ -1,9 +1,10 @@
 """Released .npz checkpoints <-> (module, params), for every model family.
 
 The family is told by the arrays (vit_jax.models.family_registry: each family recognises
-its released layout, reads it and writes it back). Files are read from local paths or URLs (gs://, https://) through vit_jax.base.storage, are
-never unpickled, and are validated key by key against the module they build, so a
-wrong file fails with one line that names the problem instead of producing junk.
+its released layout, reads it and writes it back). Files are read from local paths or URLs
+(gs://, https://) through vit_jax.base.storage, are never unpickled, and are validated key
+by key against the module they build, so a wrong file fails with one line that names the
+problem instead of producing junk.
 timm and Hugging Face checkpoints (`.safetensors`, `.pth`/`.bin`, model folders) are read
 through vit_jax.checkpoints.formats into the same arrays.
 """

@@ -12,7 +12,8 @@ import pytest
 from flax import traverse_util
 
 from conftest import random_params
-from torch_libraries import fixture_timm, fixture_torch  # noqa: F401  # pylint: disable=unused-import
+from torch_libraries import (  # noqa: F401  # pylint: disable=unused-import
+    fixture_timm, fixture_torch)
 from vit_jax import create_model
 from vit_jax.base import errors
 from vit_jax.families.mixer import model as mixer
@@ -238,7 +239,8 @@ def test_sharding_rules_split_both_mlps():
 
 def test_tensor_parallel_must_split_both_widths():
   mesh = types.SimpleNamespace(shape={"tensor": 3})
-  with pytest.raises(sharding.ShardingError, match=r"8 and 64: use config.mesh.tensor in \[1, 2, 4, 8\]"):
+  with pytest.raises(sharding.ShardingError,
+                     match=r"8 and 64: use config.mesh.tensor in \[1, 2, 4, 8\]"):
     sharding.check_model_tensor_parallel(tiny_mixer(), mesh)
   sharding.check_model_tensor_parallel(tiny_mixer(), types.SimpleNamespace(shape={"tensor": 4}))
 

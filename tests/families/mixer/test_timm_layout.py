@@ -1,7 +1,7 @@
-"""MLP-Mixers through `convert` (vit_jax.families.mixer.timm_layout, format_conversion.convert_mixer):
-to timm's MlpMixer, which computes our logits when told the original's tanh GELU, at the
-file's size and at a resized one; timm files back to our layout bit for bit; one line, and
-nothing written, for what has no faithful target."""
+"""MLP-Mixers through `convert` (vit_jax.families.mixer.timm_layout,
+format_conversion.convert_mixer): to timm's MlpMixer, which computes our logits when told
+the original's tanh GELU, at the file's size and at a resized one; timm files back to our
+layout bit for bit; one line, and nothing written, for what has no faithful target."""
 
 import functools
 import os
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from conftest import random_params
-from torch_libraries import fixture_timm, fixture_torch  # noqa: F401  # pylint: disable=unused-import
+from torch_libraries import (  # noqa: F401  # pylint: disable=unused-import
+    fixture_timm, fixture_torch)
 from vit_jax import create_model, load_npz, read_class_names, save_npz
 from vit_jax.checkpoints import format_conversion
 

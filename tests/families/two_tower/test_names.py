@@ -13,10 +13,10 @@ import two_tower_helpers
 from conftest import REPO
 from vit_jax import download, zeroshot
 from vit_jax.checkpoints import npz, transfer
+from vit_jax.checkpoints import hub
 from vit_jax.families.two_tower import hf_layout
 from vit_jax.families.two_tower import npz_file
 from vit_jax.families.two_tower import names as two_tower_names
-from vit_jax.checkpoints import hub
 
 NAME = "SigLIP-B_16-224"
 REPO_NAME = two_tower_names.NAMES[NAME].repo

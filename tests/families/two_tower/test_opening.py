@@ -9,8 +9,8 @@ import two_tower_helpers
 from conftest import random_params, tiny_model
 from vit_jax import save_npz
 from vit_jax.base import storage
-from vit_jax.families.two_tower import opening
 from vit_jax.data import text_tokens
+from vit_jax.families.two_tower import opening
 
 
 def test_two_tower_files_folders_and_names_are_told_apart(tmp_path):

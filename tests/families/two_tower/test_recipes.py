@@ -15,10 +15,10 @@ from flax import traverse_util
 from helpers import CONFIG_DIR, load_module, run_in_process, write_image
 from two_tower_helpers import random_params, tiny_siglip
 from vit_jax import benchmark, fewshot, load_npz, plan, predict
-from vit_jax.export import __main__ as export_command
 from vit_jax.checkpoints import npz
-from vit_jax.families.two_tower import hf_layout
 from vit_jax.checkpoints import format_conversion
+from vit_jax.export import __main__ as export_command
+from vit_jax.families.two_tower import hf_layout
 from vit_jax.families.two_tower import npz_file
 from vit_jax.families.two_tower import recipes
 from vit_jax.training import lora_adapters, objectives, param_groups, sharding, static_checks
@@ -137,8 +137,8 @@ def test_predict_and_plan_take_the_fine_tuned_classifier(run, tmp_path):
 
 def test_fewshot_and_export_take_the_fine_tuned_classifier(run, tmp_path):
   workdir, _ = run
-  done = run_in_process(fewshot, f"--checkpoint={workdir / 'params.npz'}", "--dataset=digits", "--shots=5", "--seeds=1",
-                        "--image_size=16", "--json=-")
+  done = run_in_process(fewshot, f"--checkpoint={workdir / 'params.npz'}", "--dataset=digits",
+                        "--shots=5", "--seeds=1", "--image_size=16", "--json=-")
   assert done.returncode == 0, done.stderr
   assert 0 <= json.loads(done.stdout)["5shot"] <= 1
   done = run_in_process(export_command, workdir / "params.npz", tmp_path / "hlo",
@@ -187,7 +187,8 @@ def test_every_fine_tuning_control_is_accepted_on_the_tower(towers, control):
 
 
 def test_the_three_configs_name_released_towers_and_their_crops():
-  from vit_jax.families.two_tower import names as two_tower_names  # pylint: disable=import-outside-toplevel
+  from vit_jax.families.two_tower import (  # pylint: disable=import-outside-toplevel
+      names as two_tower_names)
   for file, size in (("siglip2_b16.py", 224), ("siglip2_l16.py", 256),
                      ("siglip2_so400m14.py", 378)):
     config = load_module(file).get_config("/data/my_images")
@@ -226,7 +227,8 @@ def test_predict_max_patches_reads_each_image_as_naflex(towers, tmp_path):
                     for r in json.loads(done.stdout)]
   np.testing.assert_allclose(scores["naflex"][0], scores["fixed"][0], rtol=1e-4, atol=1e-6)
   from vit_jax.data import image_files  # pylint: disable=import-outside-toplevel
-  from vit_jax.families.vit import naflex_model as naflex_vit  # pylint: disable=import-outside-toplevel
+  from vit_jax.families.vit import (  # pylint: disable=import-outside-toplevel
+      naflex_model as naflex_vit)
   patches, mask, grid = image_files.load_naflex(str(wide), 8, 16)
   assert grid.tolist() == [2, 5]
   logits = jax.jit(naflex_vit.from_vit(module, 4).apply)(  # one program, not one per op

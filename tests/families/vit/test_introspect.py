@@ -1,11 +1,12 @@
-"""vit_jax.families.vit.introspect: attention collection, rollout, attention distance, posemb and filter PCA."""
+"""vit_jax.families.vit.introspect: attention collection, rollout, attention distance, posemb
+and filter PCA."""
 
 import numpy as np
 import pytest
 
 from conftest import init_params, tiny_model
-from vit_jax.models import encoder_blocks
 from vit_jax.families.vit import introspect
+from vit_jax.models import encoder_blocks
 
 
 def stochastic(rng, *shape):

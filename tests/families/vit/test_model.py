@@ -202,10 +202,11 @@ def test_fast_paths_compute_the_same_function(plain, overrides):
 
 @pytest.mark.parametrize("remat_policy", ["none", "dots"])
 def test_scan_over_layers_computes_the_same_function(plain, remat_policy):
-  assert encoder_blocks.to_scan_layout(plain[0])["Transformer"]["encoderblock"]["MlpBlock_3"]["Dense_0"][
-      "kernel"].shape == (2, 32, 64)
+  assert encoder_blocks.to_scan_layout(plain[0])["Transformer"]["encoderblock"]["MlpBlock_3"][
+      "Dense_0"]["kernel"].shape == (2, 32, 64)
   assert_same_function(tiny_model(scan_layers=True, remat_policy=remat_policy), plain,
-                       to_fast=encoder_blocks.to_scan_layout, to_plain=encoder_blocks.to_block_layout)
+                       to_fast=encoder_blocks.to_scan_layout,
+                       to_plain=encoder_blocks.to_block_layout)
 
 
 def test_layout_conversion_round_trips_and_keeps_other_params():
@@ -216,7 +217,8 @@ def test_layout_conversion_round_trips_and_keeps_other_params():
   np.testing.assert_array_equal(stacked["Transformer"]["encoderblock"]["LayerNorm_0"]["scale"][11],
                                 layer_11)  # numeric, not lexicographic, block order
   jax.tree.map(np.testing.assert_array_equal, encoder_blocks.to_block_layout(stacked), params)
-  assert encoder_blocks.to_block_layout(params) is params and encoder_blocks.to_scan_layout(stacked) is stacked
+  assert encoder_blocks.to_block_layout(params) is params
+  assert encoder_blocks.to_scan_layout(stacked) is stacked
 
 
 def test_scanned_intermediates_are_stacked_by_depth():

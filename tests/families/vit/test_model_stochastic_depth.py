@@ -82,7 +82,8 @@ def test_scanned_and_unrolled_blocks_drop_the_same_branches(remat_policy):
 def masks(state, layer, scan_layers, num_layers):
   """(attention, mlp) keep masks [batch] of block `layer` from the sown intermediates."""
   encoder = state["intermediates"]["Transformer"]
-  block = encoder[encoder_blocks.SCANNED_BLOCKS] if scan_layers else encoder[f"encoderblock_{layer}"]
+  block = (encoder[encoder_blocks.SCANNED_BLOCKS] if scan_layers
+           else encoder[f"encoderblock_{layer}"])
   pick = (lambda a: a[layer]) if scan_layers else (lambda a: a)
   found = [np.asarray(pick(block[f"stochastic_depth_{branch}"][0]))
            for branch in ("attention", "mlp")]

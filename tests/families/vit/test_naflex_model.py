@@ -1,6 +1,7 @@
-"""The NaFlex image tower (vit_jax.families.vit.naflex_model) against transformers' Siglip2VisionModel
-on random weights: images of mixed aspect ratios in one batch, padded to the budget, their
-position tables resized per image with an antialiased filter (PyTorch's interpolate)."""
+"""The NaFlex image tower (vit_jax.families.vit.naflex_model) against transformers'
+Siglip2VisionModel on random weights: images of mixed aspect ratios in one batch, padded to
+the budget, their position tables resized per image with an antialiased filter (PyTorch's
+interpolate)."""
 
 import jax
 import numpy as np
@@ -11,8 +12,8 @@ from torch_libraries import (  # noqa: F401  # pylint: disable=unused-import
     declare_missing_torchvision_ops, fixture_torch)
 from vit_jax.base import errors
 from vit_jax.families.two_tower import hf_layout
-from vit_jax.models import posemb
 from vit_jax.families.vit import naflex_model as vit_naflex_model
+from vit_jax.models import posemb
 
 PATCH, BUDGET = 4, 24
 SHAPES = [(4, 6), (6, 2), (3, 3)]  # rows x columns of patches; 24, 12 and 9 of 24 real
@@ -77,7 +78,8 @@ def test_a_full_square_grid_is_the_fixed_size_tower(tmp_path):
   to rounding, on params load_npz reads from a two-tower file (head included)."""
   import two_tower_helpers  # pylint: disable=import-outside-toplevel
   from vit_jax import load_npz  # pylint: disable=import-outside-toplevel
-  from vit_jax.families.two_tower import npz_file as two_tower_load  # pylint: disable=import-outside-toplevel
+  from vit_jax.families.two_tower import (  # pylint: disable=import-outside-toplevel
+      npz_file as two_tower_load)
   two_tower_load.save_two_tower(two_tower_helpers.random_params(
       two_tower_helpers.tiny_siglip(), 8), tmp_path / "tower.npz")
   module, params = load_npz(str(tmp_path / "tower.npz"), num_classes=5)

@@ -19,7 +19,8 @@ import threading
 from grain._src.python.ipc import shared_memory_array  # pylint: disable=g-direct-tensorflow-import
 
 
-def start_in_worker(worker_index: int, worker_count: int) -> None:  # pylint: disable=unused-argument
+def start_in_worker(  # pylint: disable=unused-argument
+    worker_index: int, worker_count: int) -> None:
   """Grain's worker_init_fn (called with the worker's index and count): ignore SIGINT and
   exit as soon as the parent is gone."""
   signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -49,7 +50,8 @@ def unlinked(batch: dict) -> dict:
   tracker's "leaked shared_memory" warning for the batches still held at exit. Nested
   dicts (a NaFlex batch's image) are walked too."""
   for array in _leaves(batch):
-    if isinstance(array, shared_memory_array.SharedMemoryArray) and array._unlink_on_del:  # pylint: disable=protected-access
+    if (isinstance(array, shared_memory_array.SharedMemoryArray) and
+        array._unlink_on_del):  # pylint: disable=protected-access
       array.shm.unlink()
       array._unlink_on_del = False  # pylint: disable=protected-access  # closed only, on del
   return batch

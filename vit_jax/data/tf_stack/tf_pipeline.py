@@ -24,12 +24,12 @@ import tensorflow as tf
 
 from vit_jax.base import errors
 from vit_jax.data import datasets, order
-from vit_jax.data.sources import registry
-from vit_jax.data.tf_stack import indexed_reader, tf_naflex, tf_preprocess
 from vit_jax.data.datasets import (DatasetInfo, check, check_pp, class_counts,  # noqa: F401
                                   rows_per_process)
+from vit_jax.data.sources import registry
 from vit_jax.data.sources.tfds_builder import read_tfds
 from vit_jax.data.splits import IndexedSplit, StreamingSplit
+from vit_jax.data.tf_stack import indexed_reader, tf_naflex, tf_preprocess
 
 
 class Dataset(datasets.Dataset):

@@ -2,7 +2,8 @@
 Mixer-S to H by name, the released gs://mixer_models files and timm's layout, fine-tuning
 at another resolution by resizing the token-mixing MLPs. Registered as 'mixer'."""
 
-from vit_jax.families.mixer import bucket_files, conversion, geometry, hub_mirrors, names, npz_file, timm_layout
+from vit_jax.families.mixer import (bucket_files, conversion, geometry, hub_mirrors, names,
+                                    npz_file, timm_layout)
 from vit_jax.families.mixer import training_rules
 from vit_jax.families.mixer.model import MlpMixer
 from vit_jax.models import family_contract, family_registry

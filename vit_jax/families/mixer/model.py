@@ -4,9 +4,9 @@ second model family.
 The parameter tree IS the released files' layout (`stem`, `MixerBlock_{i}` with
 `LayerNorm_0`, `token_mixing`, `LayerNorm_1`, `channel_mixing`, `pre_head_layer_norm`,
 `head`), so a released .npz is a plain flatten/unflatten, as for the ViT. The MLPs are
-encoder_blocks.MlpBlock (tanh GELU, as flax.linen.gelu in the original code; dropout is off by default,
-the original has none), so the training options of the ViT's blocks apply unchanged:
-dropout, stochastic depth (encoder_blocks.drop_branch), bf16, remat, scan and FP8.
+encoder_blocks.MlpBlock (tanh GELU, as flax.linen.gelu in the original code; dropout is off
+by default, the original has none), so the training options of the ViT's blocks apply
+unchanged: dropout, stochastic depth (encoder_blocks.drop_branch), bf16, remat, scan and FP8.
 
 The token-mixing MLP's input width is the patch count, so a Mixer runs at the grid it was
 built for only; fine-tuning at another resolution changes the weights' shapes (see
@@ -21,8 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from vit_jax.base import errors
-from vit_jax.models import encoder_blocks
 from vit_jax.families.vit import model as vit
+from vit_jax.models import encoder_blocks
 
 SCANNED_BLOCKS = "MixerBlock"  # the stacked blocks' name under scan_layers=True
 

@@ -15,13 +15,13 @@ import numpy as np
 from flax import traverse_util
 
 from vit_jax.base import errors
-from vit_jax.families.vit import npz_layout
 from vit_jax.checkpoints.npz_checks import (CheckpointError, ImageSize, check_against,
                                             check_finite, check_image_size, expected_shapes,
                                             side_pair)
 from vit_jax.families.mixer import model as mixer
 from vit_jax.families.mixer import resize as mixer_resize
 from vit_jax.families.mixer import names
+from vit_jax.families.vit import npz_layout
 from vit_jax.models import family_registry
 
 STEM = "stem/kernel"
@@ -58,7 +58,8 @@ def _check_name(architecture, model_name: Optional[str], overrides: dict, path: 
       dataclasses.replace(named, tokens_mlp_dim=1) != dataclasses.replace(
           architecture, tokens_mlp_dim=1)) or architecture.tokens_mlp_dim % named.tokens_mlp_dim:
     found = names.find_name(architecture) or "a Mixer of other sizes"
-    raise CheckpointError(f"{path} holds {found}, not a {family_registry.canonical_name(model_name)}: pass "
+    raise CheckpointError(f"{path} holds {found}, not a "
+                          f"{family_registry.canonical_name(model_name)}: pass "
                           "the right model_name, or none to infer it from the file")
 
 

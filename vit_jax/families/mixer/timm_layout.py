@@ -14,9 +14,9 @@ import numpy as np
 
 from vit_jax.base import console, errors
 from vit_jax.checkpoints import torch_layout
-from vit_jax.families.vit import timm_layout
 from vit_jax.checkpoints.torch_layout import Flat, linear, norm, Rule
 from vit_jax.families.mixer import model as mixer
+from vit_jax.families.vit import timm_layout
 
 BLOCK = "MixerBlock_{i}"
 STEM_WEIGHT = "stem.proj.weight"  # a timm Mixer state dict has it (a timm ViT: patch_embed)

@@ -1,8 +1,9 @@
 """Two-tower image-text models: LiT (Zhai et al. 2022) and SigLIP / SigLIP 2 (Zhai et al.
 2023; Tschannen et al. 2025), with the released files' top-level names: `img` (this project's
 VisionTransformer: LiT's class-token ViT, optionally with a `head`; SigLIP's ViT with learned
-position embedding, no class token and a MAP head), `txt` (vit_jax.families.two_tower.text_tower), `t`
-(the log of the logit scale) and, for SigLIP, `b` (the logit bias).
+position embedding, no class token and a MAP head), `txt`
+(vit_jax.families.two_tower.text_tower), `t` (the log of the logit scale) and, for SigLIP,
+`b` (the logit bias).
 
 Embeddings are L2-normalised (norm + 1e-8, as the references divide); the logits of image i
 and text j are exp(t) * <zimg_i, ztxt_j> + b. LiT reads them with a softmax over the texts

@@ -20,12 +20,12 @@ from flax import traverse_util
 
 from vit_jax.base import errors, storage
 from vit_jax.checkpoints import formats, npz, npz_archive, npz_checks
-from vit_jax.families.vit import npz_file as vit_npz_file
-from vit_jax.families.vit import npz_layout
 from vit_jax.families.two_tower import hf_layout as two_tower_hf_layout
 from vit_jax.families.two_tower import npz_layout as two_tower_npz_layout
 from vit_jax.families.two_tower import text_tower
 from vit_jax.families.two_tower import model as two_tower
+from vit_jax.families.vit import npz_file as vit_npz_file
+from vit_jax.families.vit import npz_layout
 
 LIT_TEXT_LENGTH = 16  # models_lit's pp.max_len for every LiT model
 # Tokenizer files, in the order looked for: beside an .npz (same stem), in an HF folder
@@ -96,8 +96,10 @@ def _read(path: str, bert_heads: Optional[int]):
     if config.get("model_type") not in two_tower_hf_layout.KINDS:
       raise errors.InvalidInput(
           f"{path} holds a {config.get('model_type') or 'model'} folder, not SigLIP: "
-          f"two-tower folders have model_type {' or '.join(two_tower_hf_layout.KINDS)} in {config_path}")
-    return two_tower_hf_layout.model_from_config(config), two_tower_hf_layout.from_hf(state, config), "hf", config
+          f"two-tower folders have model_type {' or '.join(two_tower_hf_layout.KINDS)} "
+          f"in {config_path}")
+    return (two_tower_hf_layout.model_from_config(config),
+            two_tower_hf_layout.from_hf(state, config), "hf", config)
   arrays = npz_archive.read_npz(path)
   if not two_tower_npz_layout.holds_both_towers(arrays):
     raise npz.CheckpointError(f"{path} is not a two-tower (LiT / SigLIP) file: it has "

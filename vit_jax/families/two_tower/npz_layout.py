@@ -16,9 +16,9 @@ from flax import traverse_util
 
 from vit_jax.base import errors
 from vit_jax.checkpoints import npz_checks
-from vit_jax.families.vit import npz_layout
 from vit_jax.families.two_tower import text_tower
 from vit_jax.families.two_tower import model as two_tower
+from vit_jax.families.vit import npz_layout
 from vit_jax.families.vit import model as vit
 
 Flat = Dict[str, np.ndarray]
@@ -114,7 +114,8 @@ def _text_tower(txt: Flat, bert_heads: Optional[int]):
     vocab, width = txt[_BERT + "embedder/embedders_token_ids/embedding"].shape
     heads = bert_heads or _BERT_HEADS.get(width, max(1, width // 64))
     return text_tower.BertTextEncoder(
-        head, width, _count(txt, _BERT_LAYER), txt[layer + "mlp_block/mlp/dense_layer/kernel"].shape[1],
+        head, width, _count(txt, _BERT_LAYER),
+        txt[layer + "mlp_block/mlp/dense_layer/kernel"].shape[1],
         heads, vocab, txt[_BERT + "embedder/embedders_position_ids/embedding"].shape[0],
         txt[_BERT + "embedder/embedders_segment_ids/embedding"].shape[0])
   block = _TXT_ENCODER + "encoderblock_0/"

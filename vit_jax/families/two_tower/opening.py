@@ -10,11 +10,11 @@ from typing import Callable, Optional, Tuple
 
 from vit_jax.base import storage
 from vit_jax.checkpoints import formats
+from vit_jax.data import text_tokens
 from vit_jax.families.two_tower import hf_layout
 from vit_jax.families.two_tower import npz_layout
 from vit_jax.families.two_tower import npz_file
 from vit_jax.families.two_tower import names as two_tower_names
-from vit_jax.data import text_tokens
 
 DEFAULT_IMAGE_SIZE = 224  # a position table that is no square grid: the usual side
 

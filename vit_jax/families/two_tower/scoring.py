@@ -16,8 +16,8 @@ import tqdm
 
 from vit_jax.base import errors
 from vit_jax.data import image_files
-from vit_jax.families.vit import naflex_model as vit_naflex_model
 from vit_jax.families.two_tower import model as two_tower
+from vit_jax.families.vit import naflex_model as vit_naflex_model
 
 TEXT_BATCH = 64
 

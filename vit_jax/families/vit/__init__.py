@@ -3,7 +3,8 @@ sincos2d variants, NaFlex's padded-patch ViT and the masked-patch predictor, wit
 original repository's released files, their timm / Hugging Face / big_vision layouts and
 the AugReg names. Registered as 'vit', the default family."""
 
-from vit_jax.families.vit import bucket_files, conversion, geometry, hub_mirrors, hf_layout, names, npz_file, timm_layout
+from vit_jax.families.vit import (bucket_files, conversion, geometry, hub_mirrors, hf_layout,
+                                  names, npz_file, timm_layout)
 from vit_jax.families.vit import training_rules
 from vit_jax.families.vit.masked_patch_model import MaskedPatchPredictor
 from vit_jax.families.vit.model import VisionTransformer

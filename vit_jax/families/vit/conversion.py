@@ -118,7 +118,8 @@ def write_timm(source: Source, flat: Dict[str, np.ndarray], classes: Optional[in
     state = torch_layout.to_torch(flat, timm_layout.rules(arch.resnet_stages == ()), "timm")
   except (timm_layout.Unsupported, torch_layout.LayoutMismatch) as e:
     raise format_conversion.ConversionError(f"no timm model computes this one: {e}") from None
-  lines = format_conversion.write_timm_files(state, name, args, source.image_size, arch.hidden_size, dst)
+  lines = format_conversion.write_timm_files(state, name, args, source.image_size,
+                                             arch.hidden_size, dst)
   if arch.resnet_stages is not None:
     lines.append("note: timm's hybrid stem standardises conv kernels and normalises groups "
                  "with other epsilons than the original code: logits agree to ~1e-4 relative "
@@ -143,9 +144,11 @@ def write_hf(source: Source, flat: Dict[str, np.ndarray], classes: Optional[int]
               os.path.join(dst, "preprocessor_config.json"))
   architecture = config["architectures"][0]
   options = {} if rep or not backbone else {"add_pooling_layer": False}  # no pooler weights
-  return [f"wrote transformers {architecture} to {dst}/ ({format_conversion.WEIGHTS}, {formats.CONFIG}, "
-          "preprocessor_config.json)",
-          f"load with: {format_conversion.call_text(f'transformers.{architecture}.from_pretrained', dst, **options)}"]
+  load = format_conversion.call_text(f"transformers.{architecture}.from_pretrained", dst,
+                                     **options)
+  return [f"wrote transformers {architecture} to {dst}/ ({format_conversion.WEIGHTS}, "
+          f"{formats.CONFIG}, preprocessor_config.json)",
+          f"load with: {load}"]
 
 
 def _class_names(src: str, source: Source) -> Optional[List[str]]:

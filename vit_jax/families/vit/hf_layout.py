@@ -16,10 +16,10 @@ transformers 5 has no ViT without a class token, with a MAP head or with a ResNe
 from typing import Any, Dict, List, Optional, Tuple
 
 from vit_jax.base import errors
-from vit_jax.families.vit import npz_layout
 from vit_jax.base import console
 from vit_jax.checkpoints import torch_layout
 from vit_jax.checkpoints.torch_layout import linear, norm, projections, Rule, rule
+from vit_jax.families.vit import npz_layout
 from vit_jax.families.vit import config_consistency, timm_layout
 from vit_jax.families.vit import names as vit_names
 

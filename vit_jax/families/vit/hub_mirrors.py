@@ -99,7 +99,8 @@ def _timm_rows(timm) -> Dict[str, List[Dict[str, str]]]:
 
 def _google_rows() -> Dict[str, List[Dict[str, str]]]:
   return {f"{family}/{file}.npz": [{"repo": repo, "layout": hub_table.HF,
-                                    "differs": hub_table.POOLER if family == "imagenet21k" else hub_table.SAME}]
+                                    "differs": (hub_table.POOLER if family == "imagenet21k"
+                                                else hub_table.SAME)}]
           for repo, (family, file) in GOOGLE.items()}
 
 

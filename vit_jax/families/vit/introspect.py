@@ -13,9 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from vit_jax.base import errors
-from vit_jax.models import encoder_blocks
 from vit_jax.families.vit import hybrid_stem
 from vit_jax.families.vit import model as vit
+from vit_jax.models import encoder_blocks
 
 Grid = Tuple[int, int]  # tokens per (height, width)
 ATTENTION_MODULE = "MultiHeadDotProductAttention_1"

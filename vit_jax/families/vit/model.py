@@ -21,8 +21,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from vit_jax.base import errors
-from vit_jax.models import attention, encoder_blocks, patch_resize
 from vit_jax.families.vit import hybrid_stem
+from vit_jax.models import attention, encoder_blocks, patch_resize
 
 
 class MAPHead(nn.Module):
@@ -43,7 +43,8 @@ class MAPHead(nn.Module):
                                 name="MultiHeadDotProductAttention_0")(
                                     probe, deterministic=True, inputs_kv=x, mask=mask)
     z = encoder_blocks.layer_norm("LayerNorm_0", self.dtype)(y)
-    y = y + encoder_blocks.MlpBlock(self.mlp_dim, dtype=self.dtype, name="MlpBlock_0")(z, deterministic=True)
+    y = y + encoder_blocks.MlpBlock(self.mlp_dim, dtype=self.dtype, name="MlpBlock_0")(
+        z, deterministic=True)
     return y[:, 0]
 
 
@@ -187,9 +188,10 @@ class VisionTransformer(nn.Module):
                            self.attention_dropout_rate, self.dtype, self.attention_impl,
                            self.unpadded_inference, self.fp8,
                            self.stochastic_depth)
-    return encoder_blocks.Encoder(self.num_layers, options, self.remat_policy, self.scan_layers, self.posemb,
-                   self.posemb_grid, name="Transformer")(x, train=train, grid=grid,
-                                       has_cls=self.classifier == "token")
+    return encoder_blocks.Encoder(self.num_layers, options, self.remat_policy, self.scan_layers,
+                                  self.posemb, self.posemb_grid, name="Transformer")(
+                                      x, train=train, grid=grid,
+                                      has_cls=self.classifier == "token")
 
   def pool(self, tokens):
     """The image's representation [B, D]: the class token, the mean of all tokens

@@ -17,8 +17,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from vit_jax.base import errors
-from vit_jax.models import encoder_blocks
 from vit_jax.families.vit import model as vit
+from vit_jax.models import encoder_blocks
 
 
 class NaFlexViT(nn.Module):

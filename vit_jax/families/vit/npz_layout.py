@@ -27,9 +27,9 @@ import numpy as np
 from flax import traverse_util
 
 from vit_jax.base import errors
-from vit_jax.models import encoder_blocks
 from vit_jax.families.vit import hybrid_stem
 from vit_jax.families.vit import names as vit_names
+from vit_jax.models import encoder_blocks
 
 Flat = Dict[str, np.ndarray]
 

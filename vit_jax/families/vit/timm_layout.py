@@ -19,10 +19,10 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from vit_jax.base import errors
-from vit_jax.families.vit import npz_layout
+from vit_jax.base import console
 from vit_jax.checkpoints import torch_layout
 from vit_jax.checkpoints.torch_layout import linear, norm, projections, Rule, rule
-from vit_jax.base import console
+from vit_jax.families.vit import npz_layout
 from vit_jax.families.vit import config_consistency
 from vit_jax.families.vit import names as vit_names
 

@@ -113,9 +113,10 @@ def sample_image_corruption(key: jax.Array, num_patches: int,
     source = source + (source >= positions)
   else:
     source = positions
-  return vit_masked_patch_model.Corruption(corrupted=corrupted, replace_mask=corrupted & (kind == 0),
-                              replace_random=corrupted & (kind == 1),
-                              source=source.astype(jnp.int32))
+  return vit_masked_patch_model.Corruption(corrupted=corrupted,
+                                           replace_mask=corrupted & (kind == 0),
+                                           replace_random=corrupted & (kind == 1),
+                                           source=source.astype(jnp.int32))
 
 
 def sample_corruption(keys: jax.Array, num_patches: int,
@@ -298,7 +299,8 @@ def make_batch_loss(model: vit_masked_patch_model.MaskedPatchPredictor, settings
   return batch_loss
 
 
-def make_eval_step(model: vit_masked_patch_model.MaskedPatchPredictor, config: ml_collections.ConfigDict):
+def make_eval_step(model: vit_masked_patch_model.MaskedPatchPredictor,
+                   config: ml_collections.ConfigDict):
   """eval_step(params, batch) -> {'loss_sum', 'correct', 'examples'} summed over the
   corrupted patches of the rows where batch['mask'] is 1 (deterministic corruption)."""
   settings = Settings.from_config(config)
@@ -321,7 +323,8 @@ def export_backbone(params: Dict[str, Any]) -> Dict[str, Any]:
   dropped, a zero head of EXPORTED_CLASSES class added (load_npz(path) then works as for
   a released pre-trained file, and load_npz(path, num_classes=K) replaces it)."""
   backbone = {k: v for k, v in params.items()
-              if k not in (vit_masked_patch_model.MASK_EMBEDDING, vit_masked_patch_model.PREDICTION_HEAD)}
+              if k not in (vit_masked_patch_model.MASK_EMBEDDING,
+                           vit_masked_patch_model.PREDICTION_HEAD)}
   hidden = params["embedding"]["kernel"].shape[-1]
   backbone["head"] = {"kernel": np.zeros((hidden, EXPORTED_CLASSES), np.float32),
                       "bias": np.zeros((EXPORTED_CLASSES,), np.float32)}
@@ -338,8 +341,9 @@ class MaskedPatchPrediction:
   def check(self, config: ml_collections.ConfigDict) -> None:
     check_config(config)
 
-  def create_model(self, config: ml_collections.ConfigDict, num_classes: int, *,
-                   load_pretrained: bool) -> Tuple[vit_masked_patch_model.MaskedPatchPredictor, None]:
+  def create_model(
+      self, config: ml_collections.ConfigDict, num_classes: int, *,
+      load_pretrained: bool) -> Tuple[vit_masked_patch_model.MaskedPatchPredictor, None]:
     del num_classes, load_pretrained  # check_config refuses config.pretrained
     return create_model(config, model_config.config_overrides(config)), None
 
