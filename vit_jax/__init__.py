@@ -27,7 +27,8 @@ platforms.skip_absent_tpu()  # before anything starts JAX's backends
 
 from vit_jax.checkpoints.npz import (  # pylint: disable=wrong-import-position
     CheckpointError, ImageSizeError, load_npz, read_class_names, save_npz)
-from vit_jax.families.two_tower.npz_file import load_two_tower, save_two_tower
+from vit_jax.families.two_tower.npz_file import (  # pylint: disable=wrong-import-position
+    load_two_tower, save_two_tower)
 from vit_jax.models.family_registry import create_model  # pylint: disable=wrong-import-position
 
 __all__ = ["CheckpointError", "ImageSizeError", "create_model", "load_npz", "load_two_tower",
