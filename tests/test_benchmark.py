@@ -248,7 +248,7 @@ def fixture_pair_file(tmp_path):
 
 
 def test_a_checkpoint_timed_part_by_part_gets_the_parts_its_family_declares(pair_file, tmp_path,
-                                                                             capsys):
+                                                                            capsys):
   out = tmp_path / "parts.jsonl"
   run_command(f"--model={pair_file}", "--batch=2", "--steps=1", "--peak_tflops=1",
               f"--json={out}")

@@ -98,7 +98,7 @@ def test_siglip_sigmoid_with_sentencepiece(run, photos, tmp_path):
   txt = text_tower.TextTransformer(16, 16, 1, 32, 2, vocab_size=18, max_len=8)
   model = two_tower.TwoTower(img, txt, bias_init=-10.0, temperature_init=10.0)
   npz_file.save_two_tower(two_tower_helpers.random_params(model, 8),
-                                str(tmp_path / "siglip.npz"))
+                          str(tmp_path / "siglip.npz"))
   (tmp_path / "classes.txt").write_text("\n".join(CLASSES) + "\n")
   code, out, err = run(f"--checkpoint={tmp_path / 'siglip.npz'}",
                        f"--classes=@{tmp_path / 'classes.txt'}",
@@ -135,7 +135,7 @@ def test_folder_accuracy_and_caption_retrieval(run, lit, photos, tmp_path):
            for c in ("china", "flower") for f in ("a.png", "b.png")]
   tokenize = text_tokens.BertTokenizer(path[:-4] + ".txt", 16)
   zcls = scoring.class_embeddings(model, params["params"], tokenize, ["china", "flower"],
-                                         ["{}"])
+                                  ["{}"])
   zimg = _embed(model, params, files)
   logits = model.apply(params, zimg, zcls, method=model.logits)
   assert metrics["top1"] == retrieval.top1(np.asarray(logits), [0, 0, 1, 1])
@@ -182,7 +182,7 @@ def test_naflex_reading_with_max_patches(run, photos, tmp_path):
       pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2)
   model = two_tower_helpers.tiny_siglip(vocab_size=18)
   npz_file.save_two_tower(two_tower_helpers.random_params(model, 8),
-                                str(tmp_path / "siglip2.npz"))
+                          str(tmp_path / "siglip2.npz"))
   square = str(tmp_path / "square.png")
   Image.fromarray(np.asarray(Image.open(photos[0]).convert("RGB").resize((32, 32)))).save(square)
   common = [f"--checkpoint={tmp_path / 'siglip2.npz'}", "--classes=" + ",".join(CLASSES),

@@ -97,7 +97,7 @@ def call_text(function: str, *args, **kwargs) -> str:
 
 
 def write_timm_files(state: Dict[str, np.ndarray], name: str, args: Dict[str, Any],
-                      image_size: Tuple[int, int], num_features: int, dst: str) -> List[str]:
+                     image_size: Tuple[int, int], num_features: int, dst: str) -> List[str]:
   """timm's weights and config (a folder for local-dir:, or one .safetensors file with the
   config in its metadata); the lines that say how to load them."""
   # timm keeps a pretrained head only if the pretrained config has the model's class count.
@@ -107,14 +107,14 @@ def write_timm_files(state: Dict[str, np.ndarray], name: str, args: Dict[str, An
   if dst.lower().endswith(formats.SAFETENSORS):
     write_safetensors(state, dst, {formats.TIMM_METADATA: json.dumps(config)})
     loads = call_text("timm.create_model", name, pretrained=True,
-                  pretrained_cfg_overlay=dict(file=dst, **pretrained_cfg), **args)
+                      pretrained_cfg_overlay=dict(file=dst, **pretrained_cfg), **args)
     return [f"wrote timm {name} weights to {dst}", f"load with: {loads}"]
   write_safetensors(state, os.path.join(dst, WEIGHTS))
   write_json({**config, "num_classes": args["num_classes"], "num_features": num_features,
-               "global_pool": args.get("global_pool", "avg"), "pretrained_cfg": {
-                   **pretrained_cfg, "crop_mode": "center", "fixed_input_size": True,
-                   "classifier": "head"}},
-              os.path.join(dst, formats.CONFIG))
+              "global_pool": args.get("global_pool", "avg"), "pretrained_cfg": {
+                  **pretrained_cfg, "crop_mode": "center", "fixed_input_size": True,
+                  "classifier": "head"}},
+             os.path.join(dst, formats.CONFIG))
   return [f"wrote timm {name} to {dst}/ ({WEIGHTS}, {formats.CONFIG})",
           f"load with: timm.create_model('local-dir:{dst}', pretrained=True)",
           f"which is: {call_text('timm.create_model', name, **args)} + these weights"]

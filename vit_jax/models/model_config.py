@@ -24,7 +24,7 @@ def model_from_config(config, num_classes: int):
   """The module a training config builds from scratch: what the main job trains (the
   family of config.model_name decides what its settings mean)."""
   return family_registry.for_model_name(config.model_name).names.from_config(config,
-                                                                            num_classes)
+                                                                             num_classes)
 
 
 def check_config(config):

@@ -309,7 +309,7 @@ def plan_steps(config: ml_collections.ConfigDict, target: compiler_readings.Targ
                       config.batch, model_flops, target, passes=3))
   pricing = time.perf_counter() - pricing
   train["collectives"] = (compiler_readings.collectives(compiled_train)
-                         if compiled_train is not None else None)
+                          if compiled_train is not None else None)
   compiled_eval, evaluation = _compiled_or_shortfall(
       programs.eval, target, f"the eval step (batch {config.batch_eval}: "
       f"{config.batch_eval // parallel} per device)")

@@ -81,7 +81,7 @@ def test_a_large_jpeg_crop_decodes_scaled_and_antialiased(photo):
   decoded = image_codec.decode(encoded)
   for seed in range(4):
     top, left, height, width = crop_window.inception_window(854, 1280,
-                                                              np.random.default_rng(seed))
+                                                            np.random.default_rng(seed))
     window = decoded[top:top + height, left:left + width].astype(np.float32)
     area = np_preprocess.to_model_range(cv2.resize(window, (32, 32),
                                                    interpolation=cv2.INTER_AREA))

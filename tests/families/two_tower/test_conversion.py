@@ -30,7 +30,7 @@ def test_npz_to_hf_folder_that_transformers_runs_and_back(tmp_path, torch):
   expected = _saved_siglip(tmp_path / "siglip.npz")
   assert opening.claims(str(tmp_path / "siglip.npz"))
   lines = format_conversion.convert(str(tmp_path / "siglip.npz"),
-                                              str(tmp_path / "hf"), to="hf")
+                                    str(tmp_path / "hf"), to="hf")
   assert lines[-1].endswith("(transformers SiglipModel folder)")
   assert (tmp_path / "hf" / "spiece.model").exists()  # the tokenizer travels along
   hf_model = transformers.SiglipModel.from_pretrained(str(tmp_path / "hf")).eval()
@@ -53,7 +53,7 @@ def test_lit_has_no_hf_form_and_vit_files_are_no_source(tmp_path):
   model = two_tower.TwoTower(two_tower_helpers.tiny_siglip().img,
                              two_tower_helpers.tiny_siglip().txt)  # LiT: no bias
   npz_file.save_two_tower(two_tower_helpers.random_params(model, 8),
-                                str(tmp_path / "l.npz"))
+                          str(tmp_path / "l.npz"))
   with pytest.raises(ValueError, match="LiT models stay .npz files"):
     format_conversion.convert(str(tmp_path / "l.npz"), str(tmp_path / "hf"), to="hf")
   assert not (tmp_path / "hf").exists()

@@ -55,7 +55,7 @@ def fixture_servers(hub_servers, repo_files, tmp_path, monkeypatch):
 
 
 def test_siglip_by_name_fetches_the_folder_then_zero_shot(servers, tmp_path, monkeypatch,
-                                                           capsys):
+                                                          capsys):
   path = download.download(NAME, verbose=False)
   assert path.endswith(f"two-tower/{NAME}")
   model, params, info = npz_file.load_two_tower(path)

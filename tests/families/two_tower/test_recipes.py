@@ -63,7 +63,7 @@ def tiny_config(pretrained, dataset="digits", **overrides):
 
 def loaded(config, num_classes=10):
   module, params = objectives.get(config).create_model(config, num_classes,
-                                                        load_pretrained=True)
+                                                       load_pretrained=True)
   return module, traverse_util.flatten_dict(params, sep="/")
 
 
@@ -182,7 +182,7 @@ def test_every_fine_tuning_control_is_accepted_on_the_tower(towers, control):
   else:
     groups = traverse_util.flatten_dict(param_groups.labels(params, config), sep="/")
     assert {k for k, g in groups.items() if g == param_groups.TRAIN} == {"head/kernel",
-                                                                        "head/bias"}
+                                                                         "head/bias"}
     assert len(set(groups.values())) == 2
 
 

@@ -51,7 +51,7 @@ def test_unit_without_projection_when_shapes_match():
   unit = hybrid_stem.BottleneckUnit(features=32)
   params = jax.eval_shape(unit.init, jax.random.PRNGKey(0), jnp.zeros((1, 4, 4, 128)))["params"]
   assert "conv_proj" not in params and set(params) == {"conv1", "gn1", "conv2", "gn2", "conv3",
-                                                        "gn3"}
+                                                       "gn3"}
 
 
 @pytest.mark.parametrize("stages,stride", [((), 4), ((3, 4, 9), 16), ((2, 2, 2, 2), 32)])

@@ -47,8 +47,9 @@ def test_corruption_comes_before_the_position_embeddings():
   params = jax.jit(model.init)(jax.random.PRNGKey(0), images())["params"]
   params["mpp_head"]["kernel"] = jax.random.normal(jax.random.PRNGKey(1), (32, 8))
   everything = jnp.ones((2, 16), bool)
-  masked = masked_patch_model.Corruption(corrupted=everything, replace_mask=everything,
-                          replace_random=~everything, source=jnp.zeros((2, 16), jnp.int32))
+  masked = masked_patch_model.Corruption(
+      corrupted=everything, replace_mask=everything, replace_random=~everything,
+      source=jnp.zeros((2, 16), jnp.int32))
   out = model.apply({"params": params}, images(), corruption=masked)
   np.testing.assert_allclose(out[0], out[1], atol=1e-5)  # two different images
   assert float(jnp.abs(out[0, 0] - out[0, 5]).max()) > 1e-3  # two positions

@@ -64,7 +64,7 @@ def test_config_fewshot_is_the_instance_named_fewshot():
                        datasets=("digits",), every_steps=4)
   declared = fewshot_probes.declared(config)
   assert [(i.name, i.key) for i in declared] == [("fewshot", "fewshot"),
-                                                  ("probes", "evals.probes")]
+                                                 ("probes", "evals.probes")]
   assert declared[0].settings.every_steps == 4 and declared[1].settings.every_steps == 1_000
   assert declared[1].settings.shots == config.fewshot.shots
   assert [i.name for i in fewshot_probes.declared(config_with({}))] == []  # off by default

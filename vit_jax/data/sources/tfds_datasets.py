@@ -25,14 +25,14 @@ class TfdsDataset:
                                           label_feature=feature, data_dir=config.tfds_data_dir)
     from vit_jax.data.sources import tfds_builder
     return tfds_builder.tfds_source(config.dataset, train_split, eval_split,
-                                   label_feature=feature, data_dir=config.tfds_data_dir,
-                                   manual_dir=config.tfds_manual_dir,
-                                   download=config.tfds_download)
+                                    label_feature=feature, data_dir=config.tfds_data_dir,
+                                    manual_dir=config.tfds_manual_dir,
+                                    download=config.tfds_download)
 
   def class_count(self, config) -> int:
     from vit_jax.data.sources import tfds_builder
     return tfds_builder.tfds_class_count(config.dataset, config.tfds_data_dir,
-                                        source_contract.label_feature(config))
+                                         source_contract.label_feature(config))
 
   def open_eval(self, name, split, config, label_feature, loader):
     if loader == "grain":
@@ -41,9 +41,9 @@ class TfdsDataset:
                                                data_dir=config.tfds_data_dir)
     from vit_jax.data.sources import tfds_builder
     return tfds_builder.tfds_eval_source(name, split, label_feature=label_feature,
-                                        data_dir=config.tfds_data_dir,
-                                        manual_dir=config.tfds_manual_dir,
-                                        download=config.tfds_download)
+                                         data_dir=config.tfds_data_dir,
+                                         manual_dir=config.tfds_manual_dir,
+                                         download=config.tfds_download)
 
 
 SOURCE = TfdsDataset()

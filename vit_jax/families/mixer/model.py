@@ -41,14 +41,14 @@ class MixerBlock(nn.Module):
     y = encoder_blocks.layer_norm("LayerNorm_0", self.dtype)(x)
     y = jnp.swapaxes(y, 1, 2)  # [B, channels, tokens]: the MLP mixes the tokens
     y = encoder_blocks.MlpBlock(self.tokens_mlp_dim, self.dropout_rate, self.dtype, self.fp8,
-                     name="token_mixing")(y, deterministic=deterministic)
+                                name="token_mixing")(y, deterministic=deterministic)
     y = jnp.swapaxes(y, 1, 2)
     if depth_drop is not None:
       y = encoder_blocks.drop_branch(self, y, depth_drop, 0, "stochastic_depth_token_mixing")
     x = x + y
     y = encoder_blocks.layer_norm("LayerNorm_1", self.dtype)(x)
     y = encoder_blocks.MlpBlock(self.channels_mlp_dim, self.dropout_rate, self.dtype, self.fp8,
-                     name="channel_mixing")(y, deterministic=deterministic)
+                                name="channel_mixing")(y, deterministic=deterministic)
     if depth_drop is not None:
       y = encoder_blocks.drop_branch(self, y, depth_drop, 1, "stochastic_depth_channel_mixing")
     out = x + y

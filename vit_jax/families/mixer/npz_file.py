@@ -40,7 +40,7 @@ def infer(flat: Dict[str, np.ndarray], path: str
   blocks = len({k.split("/")[0] for k in flat if k.startswith("MixerBlock_")})
   head = flat.get("head/kernel")
   architecture = names.MixerArchitecture(stem.shape[0], stem.shape[-1], blocks,
-                                             tokens.shape[1], channels.shape[1])
+                                         tokens.shape[1], channels.shape[1])
   return architecture, None if head is None else head.shape[-1], tokens.shape[0]
 
 

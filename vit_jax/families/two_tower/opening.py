@@ -54,7 +54,7 @@ def open_two_tower(checkpoint: str, *, tokenizer: Optional[str] = None,
   """(model, params, info, tokenize) of a name, .npz or Hugging Face folder; tokenizer
   defaults to the vocabulary file found beside the checkpoint."""
   model, params, info = npz_file.load_two_tower(local_checkpoint(checkpoint),
-                                                      bert_heads=bert_heads)
+                                                bert_heads=bert_heads)
   tokenize = text_tokens.for_model(tokenizer or info.tokenizer, lower=info.family == "siglip",
                                    max_len=info.text_length, bert=info.text_tower == "bert")
   return model, params, info, tokenize

@@ -33,7 +33,7 @@ class Source:
   def summary(self) -> str:
     arch, ckpt = self.architecture, self.checkpoint
     name = names.find_name(arch) or (f"hidden {arch.hidden_size}, {arch.num_layers} layers, "
-                                   f"{arch.num_heads} heads, patch {arch.patch_size}")
+                                     f"{arch.num_heads} heads, patch {arch.patch_size}")
     posemb = "learned" if arch.posemb == "learn" else "sincos2d"
     parts = [name, f"classifier {arch.classifier}", f"{posemb} position embedding",
              f"{ckpt.num_classes} classes" if ckpt.num_classes else "no head",
@@ -64,7 +64,7 @@ def read_source(path: str, model_name: Optional[str] = None,
   if module.posemb == "learn":
     grid = (geometry.token_grid(module, image_size),) * 2
     flat[npz_file.POSEMB_KEY] = np.asarray(posemb.resize_posemb(flat[npz_file.POSEMB_KEY], grid,
-                                                           module.classifier == "token"))
+                                                                module.classifier == "token"))
   return Source(dataclasses.replace(checkpoint, flat=flat), module, (image_size, image_size))
 
 
@@ -85,7 +85,7 @@ def _handle_pre_logits(source: Source, flat: Dict[str, np.ndarray], to: str,
   size, classes = source.checkpoint.representation_size, source.checkpoint.num_classes
   if pre_logits not in (None,) + format_conversion.PRE_LOGITS:
     raise format_conversion.ConversionError(f"unknown pre_logits handling {pre_logits!r}: choose "
-                          f"{' or '.join(format_conversion.PRE_LOGITS)}")
+                                            f"{' or '.join(format_conversion.PRE_LOGITS)}")
   if not size:
     return flat, classes, []
   if pre_logits is None or (pre_logits == "pooler" and to != "hf"):
@@ -141,7 +141,7 @@ def write_hf(source: Source, flat: Dict[str, np.ndarray], classes: Optional[int]
   format_conversion.write_safetensors(state, os.path.join(dst, format_conversion.WEIGHTS))
   format_conversion.write_json(config, os.path.join(dst, formats.CONFIG))
   format_conversion.write_json(hf_layout.preprocessor_config(source.image_size),
-              os.path.join(dst, "preprocessor_config.json"))
+                               os.path.join(dst, "preprocessor_config.json"))
   architecture = config["architectures"][0]
   options = {} if rep or not backbone else {"add_pooling_layer": False}  # no pooler weights
   load = format_conversion.call_text(f"transformers.{architecture}.from_pretrained", dst,

@@ -110,7 +110,7 @@ def timm_architectures(timm) -> Dict[str, Dict[str, Any]]:
   ResNetV2 hybrids timm_layout maps."""
   found = {}
   for name, kwargs in hub_table.builder_arguments(timm, "vision_transformer",
-                                         "_create_vision_transformer"):
+                                                  "_create_vision_transformer"):
     other = sorted(k for k, v in kwargs.items()
                    if k not in computed_args or (k == "qkv_bias" and v is not True))
     act = hub_table.describe_value(kwargs.get("act_layer"))

@@ -124,7 +124,7 @@ def rgb_filters(module: vit.VisionTransformer, params: Any) -> Tuple[np.ndarray,
   if module.resnet_stages is not None:
     kernel = hybrid_stem.standardize_weight(jnp.asarray(params["conv_root"]["kernel"]))
     return np.asarray(kernel), ("ResNet root conv filters (a hybrid's patch embedding "
-                                  "sees features, not RGB)")
+                                "sees features, not RGB)")
   return np.asarray(params["embedding"]["kernel"]), "Patch embedding filters"
 
 

@@ -184,10 +184,9 @@ class VisionTransformer(nn.Module):
       batch, _, channels = x.shape
       cls = self.param("cls", nn.initializers.zeros, (1, 1, channels), jnp.float32)
       x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (batch, 1, 1)), x], axis=1)
-    options = encoder_blocks.BlockOptions(self.mlp_dim, self.num_heads, self.dropout_rate,
-                           self.attention_dropout_rate, self.dtype, self.attention_impl,
-                           self.unpadded_inference, self.fp8,
-                           self.stochastic_depth)
+    options = encoder_blocks.BlockOptions(
+        self.mlp_dim, self.num_heads, self.dropout_rate, self.attention_dropout_rate, self.dtype,
+        self.attention_impl, self.unpadded_inference, self.fp8, self.stochastic_depth)
     return encoder_blocks.Encoder(self.num_layers, options, self.remat_policy, self.scan_layers,
                                   self.posemb, self.posemb_grid, name="Transformer")(
                                       x, train=train, grid=grid,

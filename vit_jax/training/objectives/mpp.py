@@ -229,7 +229,7 @@ def create_model(config: ml_collections.ConfigDict,
   backbone = family_registry.create_model(config.model_name, num_classes=0, **overrides)
   per_patch, size = prediction_shape(Settings.from_config(config), backbone.patch_size)
   return vit_masked_patch_model.from_backbone(backbone, predictions_per_patch=per_patch,
-                                 prediction_size=size)
+                                              prediction_size=size)
 
 
 def check_config(config: ml_collections.ConfigDict) -> None:

@@ -55,7 +55,7 @@ def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
 
 
 def counts(sums: Dict[str, np.ndarray]) -> Tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                  Optional[np.ndarray]]:
+                                                 Optional[np.ndarray]]:
   """(examples per true class, predictions per class, correct per class, confusion or
   None) from either form of class_sums."""
   if "confusion" in sums:
