@@ -19,6 +19,7 @@ from conftest import REPO, init_params, tiny_model
 from helpers import (demo_args, load_params, run_in_one_process, run_in_process, sigterm_at_step,
                      split_runs, subprocess_env)
 from test_update_step import classification_step, make_batch, make_config
+from vit_jax import create_model
 from vit_jax import lora as lora_command
 from vit_jax.base import errors
 from vit_jax.data import device_batches
@@ -227,6 +228,23 @@ def test_targets_and_ranks_that_cannot_work_are_one_line(overrides, message):
     lora_adapters.with_adapters(init_params(tiny_model(5)), lora_adapters.settings(config),
                                 config.seed)
   assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_default_targets_are_each_familys_own():
+  """config.lora.targets left at its default adapts what the model's family names: a ViT's
+  attention kernels, a Mixer's MLPs."""
+  config = lora_config()
+  config.lora.targets = lora_adapters.DEFAULT_TARGETS
+  settings = lora_adapters.settings(config)
+  vit = flat(lora_adapters.with_adapters(init_params(tiny_model(5)), settings, 0))
+  mixer = create_model("Mixer-S_16", num_classes=5, patch_size=4, hidden_dim=16,
+                       num_blocks=1, tokens_mlp_dim=8, channels_mlp_dim=32)
+  mixer = flat(lora_adapters.with_adapters(init_params(mixer), settings, 0))
+  adapted = lambda params: sorted({name.rsplit("/", 2)[-2] for name in params
+                                   if name.endswith(lora_adapters.B)})
+  assert adapted(vit) == ["key", "out", "query", "value"]
+  assert adapted(mixer) == ["Dense_0", "Dense_1"]
+  assert any("token_mixing" in name for name in mixer if name.endswith(lora_adapters.B))
 
 
 # On 8 devices, data 2 x fsdp 2 x tensor 2, from the shared demo run's params.npz: a run

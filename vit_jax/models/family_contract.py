@@ -117,6 +117,9 @@ class TrainingRules:
   # The module attribute and config.model key of the number of blocks: the planner
   # compiles twins of one and two blocks (None: no repeated blocks, priced as it is)
   depth_key: Optional[str]
+  # The Dense kernels LoRA adapts when config.lora.targets is left at its default (a ViT's
+  # attention kernels); '' for none: config.lora.targets must name them
+  lora_targets: str = ""
 
 
 @runtime_checkable

@@ -41,6 +41,8 @@ from vit_jax.training import param_groups, param_rules
 A, B = "lora_a", "lora_b"
 ADAPTERS = "adapters.npz"
 SETTINGS = npz.LORA_SETTINGS  # adapters.npz's JSON entry
+# config.lora.targets' default (a ViT's attention kernels): left so, it means the model
+# family's own (targets_of).
 DEFAULT_TARGETS = r"MultiHeadDotProductAttention_1/(query|key|value|out)/kernel$"
 TRAINED = rf"/({A}|{B})$|^(head|mpp_head)/"  # everything else is frozen under LoRA
 Flat = Dict[str, Any]
@@ -112,13 +114,26 @@ def _split_dims(name: str, shape: Tuple[int, ...], stacked: bool) -> Tuple[int, 
   return lead, inputs, len(shape) - lead - inputs
 
 
+def targets_of(lora: Settings, rules) -> str:
+  """The kernels adapted: config.lora.targets, or where it is left at its default, the
+  model family's own (TrainingRules.lora_targets: a ViT's attention kernels, ...)."""
+  if lora.targets != DEFAULT_TARGETS:
+    return lora.targets
+  if not rules.lora_targets:
+    raise errors.InvalidInput("config.lora.targets: the model's family names no kernels for "
+                              "LoRA to adapt by default: set it to a regex over its Dense "
+                              "kernels (parameters.txt lists them)")
+  return rules.lora_targets
+
+
 def add_adapters(params, lora: Settings, key: jax.Array):
   """params with `lora_a` (random) and `lora_b` (zeros) beside every target kernel."""
   rules = param_rules.of_params(params)
   flat = traverse_util.flatten_dict(params, sep="/")
   names = list(flat)
-  param_groups.check_matches(names, lora.targets, "lora.targets")
-  targets = [name for name in names if re.search(lora.targets, name)]
+  regex = targets_of(lora, rules)
+  param_groups.check_matches(names, regex, "lora.targets")
+  targets = [name for name in names if re.search(regex, name)]
   for index, name in enumerate(targets):
     shape = tuple(flat[name].shape)
     lead, inputs, _ = _split_dims(name, shape, param_rules.is_stacked(rules, name))
@@ -231,8 +246,8 @@ def export(raw_params, eval_params, lora: Settings,
   adapters.update({name: value for name, value in raw.items()
                    if re.search(rules.resized_on_load, name) and name not in adapters})
   base = {name: value for name, value in raw.items() if name not in adapters}
-  meta = dict(rank=lora.rank, alpha=lora.alpha, targets=lora.targets, base=sorted(base),
-              base_sha256=base_digest(base),
+  meta = dict(rank=lora.rank, alpha=lora.alpha, targets=targets_of(lora, rules),
+              base=sorted(base), base_sha256=base_digest(base),
               class_names=list(class_names) if class_names is not None else None)
   adapters[SETTINGS] = np.array(json.dumps(meta))
   return traverse_util.unflatten_dict(merge(base, adapters), sep="/"), adapters

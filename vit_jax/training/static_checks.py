@@ -7,7 +7,8 @@ import ml_collections
 from vit_jax.base import config_checks
 from vit_jax.data import loaders
 from vit_jax.models import attention
-from vit_jax.families.vit import names as zoo
+from vit_jax.models import model_config
+from vit_jax.models import family_registry
 from vit_jax.training import evaluators as evaluators_lib
 from vit_jax.training import lora_adapters, objectives, optim, param_groups, sharding, update_step
 
@@ -26,7 +27,7 @@ def check_static(config: ml_collections.ConfigDict, mesh,
   objective.check(config)
   evaluators_lib.check_all(config, objective)
   sharding.check_config_batches(config, mesh)
-  module = zoo.check_config(config)
+  module = model_config.check_config(config)
   sharding.check_model_tensor_parallel(module, mesh)
   attention.check_runs_on(config.model.attention_impl, mesh.devices.flat[0].platform)
-  loaders.check(config, zoo.model_stride(module))
+  loaders.check(config, family_registry.stride(module))

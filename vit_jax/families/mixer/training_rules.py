@@ -25,4 +25,5 @@ RULES = family_contract.TrainingRules(
     tensor_widths=tensor_widths,
     resized_on_load=rf"^{model.SCANNED_BLOCKS}_\d+/token_mixing/Dense_[01]/(kernel|bias)$",
     to_block_layout=model.to_block_layout,
-    depth_key="num_blocks")
+    depth_key="num_blocks",
+    lora_targets=r"_mixing/Dense_[01]/kernel$")

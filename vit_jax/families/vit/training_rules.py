@@ -34,4 +34,5 @@ RULES = family_contract.TrainingRules(
     tensor_widths=tensor_widths,
     resized_on_load=rf"^{npz_layout.POSEMB}$",
     to_block_layout=encoder_blocks.to_block_layout,
-    depth_key="num_layers")
+    depth_key="num_layers",
+    lora_targets=rf"{_ATTENTION}/(query|key|value|out)/kernel$")
