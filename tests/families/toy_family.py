@@ -1,7 +1,7 @@
 """A toy model family defined from inside tests/ through the public contract alone
-(vit_jax.models.family_contract): a two-layer MLP over patches, `Toy-2`. Importing this
-module registers it; test_toy_family.py shows the house needs nothing else to train it,
-save and reload its file, predict with it and plan it."""
+(vit_jax.models.family_contract): a two-layer MLP over patches, `Toy-2`. test_toy_family.py
+registers FAMILY for its tests (family_registry.register) and shows the house needs nothing
+else to train it, save and reload its file, predict with it and plan it."""
 
 import dataclasses
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -13,7 +13,7 @@ from flax import traverse_util
 
 from vit_jax.base import errors
 from vit_jax.checkpoints import npz_checks
-from vit_jax.models import family_contract, family_registry
+from vit_jax.models import family_contract
 
 NAME = "Toy-2"
 EMBED = "toy_patches"  # the first layer's name: what tells the family's files and params
@@ -155,7 +155,7 @@ TRAINING = family_contract.TrainingRules(
     depth_key=None)  # no repeated blocks: a plan prices the step as it is
 
 FAMILY = family_contract.Family(
-    name="toy", title="toy MLP", guide="tests/families/toy_family.py", words=r"(?i)\btoy",
+    name="toy", title="toy MLP", guide="tests/families/toy_family.py",
+    words=r"(?i)toy_?mlp|toy-2",
     module_types=(ToyMlp,), names=Names, released_file=ReleasedFile, geometry=Geometry,
     training=TRAINING)
-family_registry.register(FAMILY)
