@@ -24,10 +24,11 @@ import numpy as np
 from absl import flags, logging
 
 from vit_jax.base import cli, errors, no_clobber, storage
-from vit_jax.checkpoints import formats, hub, npz, transfer
+from vit_jax.checkpoints import checkpoint_family, formats, hub, npz, transfer
 from vit_jax.data import image_files, prompt_templates
 from vit_jax.families.vit import naflex_model as vit_naflex_model
 from vit_jax.families.vit import model as vit
+from vit_jax.models import family_registry
 
 IMAGENET_LABELS_URL = "https://storage.googleapis.com/bit_models/ilsvrc2012_wordnet_lemmas.txt"
 IMAGENET_CLASSES = 1000
@@ -201,12 +202,12 @@ def zero_shot_batches(image_paths: Sequence[str], flag_values) -> Tuple[
   if flag_values.labels:
     raise cli.UsageError("--labels names a classifier's outputs; with --classes the class "
                          "names are the ones given: drop --labels")
-  family = hub.family_of(checkpoint)
+  family = checkpoint_family.of(checkpoint)
   if family.zero_shot is None:
+    titles = family_registry.titles_with("zero_shot")
     raise errors.InvalidInput(
-        f"--classes scores classes zero-shot through an image-text model "
-        f"({hub.zero_shot_titles()}); {checkpoint} is no such model: drop --classes (its own "
-        "head classifies)")
+        f"--classes scores classes zero-shot through an image-text model ({titles}); "
+        f"{checkpoint} is no such model: drop --classes (its own head classifies)")
   names = prompt_templates.parse_class_names(flag_values.classes)
   templates = prompt_templates.parse_templates(flag_values.templates)
   requested = flag_values.image_size  # (height, width) or None
@@ -287,9 +288,9 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   cli.define_finite_float("threshold", 0.5, "Multi-label checkpoints: the --json labels are "
                           "the classes scored at least this.", flag_values, lower_bound=0,
                           upper_bound=1)
-  flags.DEFINE_string("classes", None, "An image-text checkpoint "
-                      f"({hub.zero_shot_titles()}): score these classes zero-shot (cat,dog,... "
-                      "or @FILE, one a line).", **define)
+  titles = family_registry.titles_with("zero_shot")
+  flags.DEFINE_string("classes", None, f"An image-text checkpoint ({titles}): score these "
+                      "classes zero-shot (cat,dog,... or @FILE, one a line).", **define)
   flags.DEFINE_string("templates", "clip_paper", "With --classes: " +
                       prompt_templates.TEMPLATES_HELP, **define)
   flags.DEFINE_string("tokenizer", None, "With --classes: the text tower's vocabulary "

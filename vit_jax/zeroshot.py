@@ -22,7 +22,7 @@ import numpy as np
 from absl import flags
 
 from vit_jax.base import cli, errors, no_clobber, storage
-from vit_jax.checkpoints import hub
+from vit_jax.checkpoints import checkpoint_family
 from vit_jax.data import prompt_templates
 from vit_jax.models import family_registry
 from vit_jax.training.scores import retrieval
@@ -92,10 +92,11 @@ def _report(flag_values, result, summary: str) -> None:
 def open_model(checkpoint: str, tokenizer, bert_heads):
   """The checkpoint's family's zero-shot model, or one line for a family that scores no
   texts."""
-  family = hub.family_of(checkpoint)
+  family = checkpoint_family.of(checkpoint)
   if family.zero_shot is None:
+    titles = family_registry.titles_with("zero_shot")
     raise errors.InvalidInput(f"{checkpoint} is {family.a_title} model, which scores no texts: "
-                              f"zero-shot takes an image-text model ({hub.zero_shot_titles()})")
+                              f"zero-shot takes an image-text model ({titles})")
   return family.zero_shot.open_model(checkpoint, tokenizer=tokenizer, bert_heads=bert_heads)
 
 
@@ -157,9 +158,10 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   define = dict(flag_values=flag_values)
   lists = " or ".join(f"--list {f.fetcher.folder}" for f in family_registry.families()
                       if f.zero_shot is not None and f.fetcher is not None)
+  titles = family_registry.titles_with("zero_shot")
   flags.DEFINE_string("checkpoint", None, "An image-text model: a released name (python -m "
                       f"vit_jax.download {lists} shows them; fetched into checkpoints/), its "
-                      f".npz or its Hugging Face folder ({hub.zero_shot_titles()}).", **define)
+                      f".npz or its Hugging Face folder ({titles}).", **define)
   flags.DEFINE_integer("bert_heads", None, "Attention heads of a BERT text tower whose width "
                        "is neither 768 nor 1024 (its arrays do not show it).", lower_bound=1,
                        **define)

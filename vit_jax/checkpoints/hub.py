@@ -408,22 +408,6 @@ def resolve(name_or_url: str, local_dir: str = released.LOCAL_DIR, *, force: boo
   return target
 
 
-def family_of(checkpoint: str):
-  """The model family of a checkpoint: the family that claims it from its name or what it
-  can tell without loading it (a released name it fetches, a folder's config.json), else
-  that of its arrays, read."""
-  claimed = family_registry.claiming(checkpoint)
-  if claimed is not None:
-    return claimed
-  path = resolve(checkpoint)
-  return family_registry.for_arrays(npz.read_arrays(path))
-
-
-def zero_shot_titles() -> str:
-  """The families that score images against texts, for messages."""
-  return ", ".join(f.title for f in family_registry.families() if f.zero_shot is not None)
-
-
 def load_for_inference(checkpoint: str, image_size: Optional[npz.ImageSize] = None, *,
                        allow_nonfinite: bool = False
                        ) -> Tuple[Any, Dict[str, Any], Tuple[int, int]]:

@@ -339,9 +339,6 @@ class Family:
   def owns(self, module) -> bool:
     return isinstance(module, self.module_types)
 
-  def supports(self, tool: str) -> bool:
-    return tool not in self.refusals
-
   def refuse(self, tool: str, subject: str) -> None:
     """One line when `tool` does not take this family's models; nothing otherwise.
     subject: what the user gave (a path, a model name)."""

@@ -78,13 +78,6 @@ def architecture(name: str) -> Any:
   return family.names.architecture(family.names.canonical(name))
 
 
-def all_names() -> List[str]:
-  """Every accepted spelling of every family: released names first."""
-  return ([name for family in families() for name in family.names.released()]
-          + [name for family in families() for name in family.names.spellings()
-             if name not in family.names.released()])
-
-
 def create_model(name: str, *, num_classes: int, **overrides) -> Any:
   """The flax module of a released model name, from whichever family holds the name."""
   family = for_model_name(name)
@@ -142,3 +135,8 @@ def claiming(checkpoint: str) -> Optional[Family]:
   loading it (Family.claims), or None: its arrays, once read, tell (for_arrays)."""
   return next((family for family in families()
                if family.claims is not None and family.claims(str(checkpoint))), None)
+
+
+def titles_with(part: str) -> str:
+  """The titles of the families that have a part ('zero_shot', ...), for messages."""
+  return ", ".join(f.title for f in families() if getattr(f, part) is not None)
