@@ -27,3 +27,11 @@ def test_seeds_depend_on_their_inputs_only():
   seeds = [order.example_seed(1, 4), order.mixup_seed(1, 4), order.batch_uniforms_seed(1, 4)]
   assert len({tuple(seed.numpy()) for seed in seeds}) == 3  # one stream per use
   np.testing.assert_array_equal(order.example_seed(1, 4), order.example_seed(1, 4))
+
+
+def test_caption_choice_is_seeded_by_position_and_varies_across_steps():
+  picks = [order.caption_choice(3, position, 5) for position in range(40)]
+  assert picks == [order.caption_choice(3, position, 5) for position in range(40)]
+  assert set(picks) == set(range(5))
+  assert picks != [order.caption_choice(4, position, 5) for position in range(40)]
+  assert order.caption_choice(3, 7, 1) == 0

@@ -1,6 +1,9 @@
 """Tokenizers without TensorFlow: BERT WordPiece gives transformers' BertTokenizer ids (LiT's
 [CLS]-first, zero-padded layout around them); sentencepiece follows big_vision's sticky-eos
-rules; tricky text (unicode, accents, punctuation, over-long, empty) included."""
+rules; tricky text (unicode, accents, punctuation, over-long, empty) included; a trained
+vocabulary is the same file for the same captions."""
+
+import pickle
 
 import numpy as np
 import pytest
@@ -100,3 +103,33 @@ def test_folder_tokenizer_matches_transformers_fast_tokenizer(vocab, tmp_path):
   ours = text_tokens.FolderTokenizer(path, 8)(TRICKY)
   assert ours.tolist() == expected
   assert ours.shape == (len(TRICKY), 8)
+
+
+CAPTIONS = ["A photo of the number Zero.", "a café, handwritten 7", "the number zero",
+            "Un numéro: sept!"]
+
+
+def test_a_trained_vocabulary_is_deterministic_and_read_by_bert_tokenizer(tmp_path):
+  first = text_tokens.train_wordpiece(CAPTIONS, 60, str(tmp_path / "a" / "vocab.txt"))
+  again = text_tokens.train_wordpiece(CAPTIONS[::-1], 60, str(tmp_path / "b.txt"))
+  assert open(first).read() == open(again).read()
+  vocab = open(first).read().split("\n")[:-1]
+  assert vocab[:5] == list(text_tokens.SPECIAL_TOKENS) and len(set(vocab)) == len(vocab) <= 60
+  assert {"number", "zero", "cafe", "sept", "##e"} <= set(vocab)
+  ids = text_tokens.BertTokenizer(first, max_len=6)(["The number ZERO", "numero sept zebra"])
+  words = lambda row: [vocab[i] for i in row]
+  assert words(ids[0]) == ["[CLS]", "the", "number", "zero", "[PAD]", "[PAD]"]
+  assert words(ids[1])[:3] == ["[CLS]", "numero", "sept"]
+  assert "[UNK]" not in words(ids[1])  # an unseen word is spelled out in pieces
+  small = open(text_tokens.train_wordpiece(CAPTIONS, 12, str(tmp_path / "c.txt"))).read()
+  assert len(small.split()) == 12
+
+
+def test_a_tokenizer_spec_pickles_and_loads_once_per_process(tmp_path):
+  path = text_tokens.train_wordpiece(CAPTIONS, 60, str(tmp_path / "vocab.txt"))
+  spec = pickle.loads(pickle.dumps(text_tokens.TokenizerSpec(path, 8)))
+  assert spec.load() is spec.load()
+  np.testing.assert_array_equal(spec.load()(CAPTIONS),
+                                text_tokens.BertTokenizer(path, max_len=8)(CAPTIONS))
+  with pytest.raises(errors.InvalidInput, match="no tokenizer file"):
+    text_tokens.TokenizerSpec(str(tmp_path / "gone.txt"), 8).load()

@@ -7,7 +7,9 @@ a run resumes exactly at any step on any topology:
   * process p of P reads rows [p*B/P, (p+1)*B/P) of every global batch;
   * the augmentation of the example at stream position x is seeded by (seed, x), and
     MixUp draws one lambda per step, the same in every process (tf.data: stateless TF
-    seeds; the Grain loader: numpy Generators seeded the same way, *_rng below).
+    seeds; the Grain loader: numpy Generators seeded the same way, *_rng below);
+  * an example with several captions is trained at stream position x on the one
+    caption_choice(seed, x, count) draws (numpy in both loaders).
 Streamed splits only take a shuffle seed, which includes the start step (a resumed run
 reshuffles rather than replays).
 """
@@ -65,6 +67,14 @@ def example_rng(seed: int, position: int) -> np.random.Generator:
 def mixup_rng(seed: int, step: int) -> np.random.Generator:
   """MixUp randomness of a step, the same in every process (Grain loader)."""
   return np.random.default_rng([seed, 1, step])
+
+
+def caption_choice(seed: int, position: int, count: int) -> int:
+  """Which of its `count` captions the example at a stream position is trained on (tag 3:
+  independent of its augmentation's draws)."""
+  if count == 1:
+    return 0
+  return int(np.random.default_rng([seed, 3, int(position)]).integers(count))
 
 
 def shuffle_seed(seed: int, start_step: int, process_index: int) -> int:

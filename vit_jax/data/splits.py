@@ -1,12 +1,14 @@
 """What a source hands the pipeline: an IndexedSplit (examples in memory or as file
-paths, read by index in any order) or a StreamingSplit (a TFDS split too large for memory),
-and the one-line error a bad image becomes. Kept apart from the sources so that the
-pipeline depends on these types, not on any reader."""
+paths, read by index in any order, with their captions where they have some) or a
+StreamingSplit (a TFDS split too large for memory), and the one-line error a bad image
+becomes. Kept apart from the sources so that the pipeline depends on these types, not on
+any reader."""
 
 import dataclasses
+import hashlib
 import os
 import re
-from typing import Callable, ClassVar, Dict, Optional, Tuple
+from typing import Callable, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -24,6 +26,56 @@ class CorruptImageError(errors.InvalidInput):
 
 
 @dataclasses.dataclass
+class Captions:
+  """Each example's captions (one or more), in memory: example i's are
+  texts[first[i]:first[i + 1]]. Every captions object the pipeline reads answers `of` and
+  len() (readers that keep them elsewhere, such as shards, read them by index)."""
+  texts: np.ndarray  # object [C]: str
+  first: np.ndarray  # int64 [N + 1]
+
+  @classmethod
+  def grouped(cls, captions: Sequence[Sequence[str]]) -> "Captions":
+    """From one list of captions per example."""
+    first = np.zeros(len(captions) + 1, np.int64)
+    first[1:] = np.cumsum([len(texts) for texts in captions])
+    texts = np.empty(int(first[-1]), object)
+    texts[:] = [text for example in captions for text in example]
+    return cls(texts, first)
+
+  def __len__(self):
+    return len(self.first) - 1
+
+  def of(self, index: int) -> List[str]:
+    return list(self.texts[self.first[index]:self.first[index + 1]])
+
+  def digest(self) -> str:
+    """sha256 of every caption and which example it belongs to (the split's fingerprint)."""
+    digest = hashlib.sha256(np.ascontiguousarray(self.first).tobytes())
+    for text in self.texts:
+      digest.update(text.encode() + b"\0")
+    return digest.hexdigest()
+
+
+@dataclasses.dataclass
+class ClassCaptions:
+  """The captions of labelled examples, made from their class (vit_jax.data.captions):
+  example i's are per_class[labels[i]], kept once per class."""
+  labels: np.ndarray  # int32 [N]
+  per_class: Tuple[Tuple[str, ...], ...]
+
+  def __len__(self):
+    return len(self.labels)
+
+  def of(self, index: int) -> List[str]:
+    return list(self.per_class[self.labels[index]])
+
+  def digest(self) -> str:
+    """sha256 of each class's captions (the labels are the split's own)."""
+    return hashlib.sha256("\0\0".join("\0".join(texts) for texts in self.per_class)
+                          .encode()).hexdigest()
+
+
+@dataclasses.dataclass
 class IndexedSplit:
   """Examples readable by index in any order, which is what lets batches be independent
   of the process count. `kind` says what `data` holds: 'pixels' (uint8 [N, H, W, 3]),
@@ -38,6 +90,7 @@ class IndexedSplit:
   # What the examples were made from, when they are read from a copy (ArrayRecord shards):
   # their source's fingerprint (vit_jax.data.fingerprint), which the split reports as its own.
   fingerprint: Optional[Dict[str, object]] = None
+  captions: Optional[Captions] = None  # or any object answering Captions.of and len()
 
   def __len__(self):
     return len(self.labels)

@@ -12,8 +12,14 @@
   tf.strings.lower does: ASCII letters only.
 * a Hugging Face folder's tokenizer.json, padded / cut to the model's length.
 Each takes a list of strings and returns int32 ids [len(texts), max_len].
+
+The input pipelines carry a TokenizerSpec (the file, length and case), which each process
+loads once; train_wordpiece writes the BERT vocabulary of a text tower trained from scratch.
 """
 
+import collections
+import dataclasses
+import functools
 import os
 from typing import List, Optional, Sequence
 
@@ -126,3 +132,61 @@ def for_model(path: str, *, lower: bool, max_len: int, bert: bool):
   if path.endswith(".txt") or bert:
     return BertTokenizer(path, max_len)
   return SentencePieceTokenizer(path, max_len, lower=lower)
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerSpec:
+  """The tokenizer of a vocabulary file (see for_model) as the input pipelines carry it:
+  picklable (Grain's worker processes unpickle the pipeline); load() builds it once per
+  process, and again only when the file is rewritten."""
+  path: str
+  max_len: int
+  lower: bool = False
+
+  def load(self):
+    try:
+      stamp = os.stat(self.path)
+      stamp = (stamp.st_mtime_ns, stamp.st_size)
+    except (OSError, TypeError):  # for_model names the missing file
+      stamp = None
+    return _loaded(self.path, self.max_len, self.lower, stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _loaded(path: str, max_len: int, lower: bool, stamp):
+  del stamp  # part of the key: a rewritten file is read again
+  return for_model(path, lower=lower, max_len=max_len, bert=False)
+
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # [PAD] is id 0
+
+
+def train_wordpiece(texts: Sequence[str], vocab_size: int, path: str) -> str:
+  """Writes (atomically) a BERT WordPiece vocabulary of at most vocab_size tokens for
+  `texts` to `path`, which BertTokenizer reads; returns `path`. The texts are cut into words
+  by the normaliser and pre-tokenizer BertTokenizer runs (lower case, accents stripped,
+  punctuation split); the vocabulary is SPECIAL_TOKENS, then the characters that start
+  words and the ##characters that continue them, then whole words, each by frequency
+  (ties by the token). The tokenizers package's own trainer breaks ties between merges by
+  ids from randomly seeded hash maps, so it wrote 4 different vocabularies in 6 runs on the
+  same texts; this one writes the same file for the same texts."""
+  from tokenizers import normalizers, pre_tokenizers  # pylint: disable=import-outside-toplevel
+  room = vocab_size - len(SPECIAL_TOKENS)
+  if room < 1:
+    raise errors.InvalidInput(f"a vocabulary of {vocab_size} tokens has no room past the "
+                              f"{len(SPECIAL_TOKENS)} special tokens; give it 1000 or so")
+  normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                          strip_accents=True, lowercase=True)
+  split = pre_tokenizers.BertPreTokenizer()
+  words = collections.Counter(
+      word for text in _check_texts(texts)
+      for word, _ in split.pre_tokenize_str(normalizer.normalize_str(text)))
+  pieces = collections.Counter()
+  for word, count in words.items():
+    pieces[word[0]] += count
+    for char in word[1:]:
+      pieces["##" + char] += count
+  by_count = lambda counts: sorted(counts, key=lambda token: (-counts[token], token))
+  tokens = by_count(pieces) + [word for word in by_count(words) if len(word) > 1]
+  storage.write_atomic(path, "\n".join(SPECIAL_TOKENS + tuple(tokens[:room])) + "\n")
+  return path
