@@ -208,6 +208,36 @@ class ZeroShot(Protocol):
 
 
 
+@runtime_checkable
+class PairTraining(Protocol):
+  """An image-text pair the main job trains with the contrastive objective
+  (vit_jax.training.objectives.contrastive): built from a training config, its towers from
+  the families' files (a pair's file, an image model's, a pair's text tower) or from
+  scratch."""
+
+  def create(self, config, *, load_pretrained: bool) -> Tuple[Any, Optional[Dict[str, Any]]]:
+    """(module, host params or None): the pair config.contrastive, config.text and the image
+    keys (config.model_name, config.model.*, config.pretrained) describe; params are the
+    files' (the parts no file gives freshly initialised) when load_pretrained, else None."""
+
+  def sample_inputs(self, config) -> Tuple[Any, ...]:
+    """Zero inputs of one example that module.init takes (images, tokens)."""
+
+  def tokenizer_file(self, config) -> Optional[str]:
+    """The vocabulary of the file the text tower starts from (None: none beside it)."""
+
+  def kept_tokenizer_name(self, path: str) -> str:
+    """The name a run's vocabulary file takes beside its params.npz (where the family's
+    loader, and so zero-shot, finds it)."""
+
+  def lower_cases(self, config) -> bool:
+    """Whether captions are ASCII lower-cased before a sentencepiece vocabulary (as the
+    family's zero-shot reads the file the run writes)."""
+
+  def check(self, config) -> None:
+    """Refuses, in one line, settings no pair can be built from, before anything is read."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ExportedFunction:
   """One artefact of an export that is no single classifier: a function of one input, its
@@ -318,6 +348,7 @@ class Family:
   zero_shot: Optional[ZeroShot] = None
   export_signature: Optional[ExportSignature] = None
   benchmark_parts: Optional[BenchmarkParts] = None
+  pair_training: Optional[PairTraining] = None
   # checkpoint (a name or path) -> whether it is this family's, told from its name or its
   # arrays' names without loading it: for families whose files load_npz does not read
   # whole (None: the arrays tell, see released_file.recognises)

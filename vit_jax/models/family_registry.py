@@ -140,3 +140,13 @@ def claiming(checkpoint: str) -> Optional[Family]:
 def titles_with(part: str) -> str:
   """The titles of the families that have a part ('zero_shot', ...), for messages."""
   return ", ".join(f.title for f in families() if getattr(f, part) is not None)
+
+
+def with_part(part: str) -> Family:
+  """The one family that has a part the caller needs ('pair_training': the contrastive
+  objective's models), or one line naming none."""
+  found = [f for f in families() if getattr(f, part) is not None]
+  if not found:
+    raise errors.InvalidInput(f"no registered model family has a {part.replace('_', ' ')} "
+                              "part (docs/architecture.md, 'Add a model family')")
+  return found[0]

@@ -148,6 +148,9 @@ def _train_in_workdir(config, workdir: str, mesh, objective: objectives.Objectiv
   # --- Checks that read data and files, before anything slow or any write -------------
   dataset = loaders.open_dataset(config, naflex.loader_patch_size(config))
   config = resolve_config(config, dataset.info, objective)
+  prepare = getattr(objective, "prepare", None)  # what the data needs of the run (a vocabulary)
+  if prepare is not None:
+    config = prepare(config, dataset, workdir)
   config_checks.check_warmup_fits(config)
   param_groups.check_unfreezes(config)
   checkpointer = orbax_checkpoints.Checkpointer(workdir, keep=config.keep_checkpoints)

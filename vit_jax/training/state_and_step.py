@@ -9,11 +9,9 @@ import dataclasses
 from typing import Any, Callable, Optional
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import optax
 
-from vit_jax.data import batch_spec
 from vit_jax.training import lora_adapters, objectives, optim, param_groups, sharding, update_step
 
 
@@ -54,14 +52,13 @@ def build(config: ml_collections.ConfigDict, module, mesh,
   trained = lora_adapters.trained_regex(lora)  # LoRA: only the adapters and the head train
   optimizer = optim.make_optimizer(config, trained)  # its state does not depend on the schedule
   polyak = config.polyak_decay > 0
-  sample = batch_spec.map_arrays(jnp.zeros, batch_spec.image(  # an image to init on
-      config, 1, getattr(module, "patch_size", None)))
+  sample = objectives.sample_inputs(objective, config, getattr(module, "patch_size", None))
 
   def state_of(params):
     return update_step.create_train_state(params, optimizer, polyak=polyak)
 
   def init_state(rng):
-    return state_of(module.init(rng, sample)["params"])
+    return state_of(module.init(rng, *sample)["params"])
 
   abstract_state = jax.eval_shape(init_state, jax.random.PRNGKey(0))
   state_shardings = sharding.param_shardings(abstract_state, mesh)

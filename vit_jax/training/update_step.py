@@ -93,7 +93,8 @@ def accumulate_gradients(loss_and_grad, params, micro_batches, rng):
 def make_train_step(batch_loss: Callable, optimizer: optax.GradientTransformation,
                     config: ml_collections.ConfigDict,
                     schedule: Optional[optax.Schedule] = None):
-  """train_step(state, batch, rng) -> (state, metrics) for batch {'image', 'label'}.
+  """train_step(state, batch, rng) -> (state, metrics) for batch {'image', 'label', ...}
+  (an objective's inputs: contrastive batches add 'text').
 
   batch_loss(params, micro_batch, key) -> scalar mean loss is what is minimised (an
   objective's make_batch_loss, vit_jax.training.objectives), over config.accum_steps micro-batches;
@@ -109,8 +110,8 @@ def make_train_step(batch_loss: Callable, optimizer: optax.GradientTransformatio
   apply_gradients = make_apply_gradients(optimizer, config)
 
   def train_step(state: TrainState, batch, rng):
-    micro_batches = split_micro_batches(
-        {"image": batch["image"], "label": batch["label"]}, accum_steps)
+    micro_batches = split_micro_batches(  # what the loss reads: the eval mask is no input
+        {key: value for key, value in batch.items() if key != "mask"}, accum_steps)
     loss, grads = accumulate_gradients(loss_and_grad, state.params, micro_batches,
                                        jax.random.fold_in(rng, state.step))
     metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads),

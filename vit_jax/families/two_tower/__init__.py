@@ -3,7 +3,8 @@ NaFlex's) beside a text tower (LiT's transformer, BERT, SigLIP's), their release
 big_vision's .npz layout and Hugging Face SigLIP folders. Registered as 'two_tower'."""
 
 from vit_jax.families.two_tower import (benchmark_parts, conversion, export_signature,
-                                        hf_layout, names, npz_file, opening, zero_shot)
+                                        hf_layout, names, npz_file, opening, pair_training,
+                                        training_rules, zero_shot)
 from vit_jax.families.two_tower.model import TwoTower
 from vit_jax.models import family_contract, family_registry
 
@@ -13,5 +14,4 @@ FAMILY = family_registry.register(family_contract.Family(
     module_types=(TwoTower,), names=names, released_file=npz_file, converter=conversion,
     layouts={"hf": hf_layout}, fetcher=names, claims=opening.claims,
     zero_shot=zero_shot, export_signature=export_signature, benchmark_parts=benchmark_parts,
-    refusals={"plan": " model, which the main job does not train: there is no step of it to "
-                      "plan"}))
+    training=training_rules.RULES, pair_training=pair_training))

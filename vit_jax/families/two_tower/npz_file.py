@@ -46,7 +46,7 @@ class TwoTowerInfo:
   hf_config: Optional[Dict[str, Any]] = None
 
 
-def _tokenizer_beside(path: str) -> Optional[str]:
+def tokenizer_beside(path: str) -> Optional[str]:
   if os.path.isdir(path):
     candidates = [os.path.join(path, name) for name in FOLDER_TOKENIZERS]
   else:
@@ -119,14 +119,20 @@ def load_two_tower(path: str, *, bert_heads: Optional[int] = None
     raise FileNotFoundError(f"checkpoint not found: {path} (check the path, or fetch a "
                             "released one: python -m vit_jax.download --list)")
   model, flat, source, config = _read(path, bert_heads)
-  is_bert = isinstance(model.txt, text_tower.BertTextEncoder)
-  text_length = LIT_TEXT_LENGTH if is_bert else model.txt.max_len
+  info = describe(model, flat, tokenizer_beside(path), source, config)
   npz_checks.check_finite(flat, path)
-  check_params(model, flat, path, text_length)
-  info = TwoTowerInfo(model.family, text_length, _image_size(model, flat),
-                      _tokenizer_beside(path), "bert" if is_bert else "transformer", source,
-                      config)
+  check_params(model, flat, path, info.text_length)
   return model, two_tower_npz_layout.unflatten(flat), info
+
+
+def describe(model: two_tower.TwoTower, flat: Mapping[str, Any], tokenizer: Optional[str],
+             source: str = "npz", hf_config: Optional[Dict[str, Any]] = None) -> TwoTowerInfo:
+  """How to feed and read a model with these flat params: what load_two_tower tells of a
+  file, and zeroshot's reading of a pair in training (zero_shot.for_params)."""
+  is_bert = isinstance(model.txt, text_tower.BertTextEncoder)
+  return TwoTowerInfo(model.family, LIT_TEXT_LENGTH if is_bert else model.txt.max_len,
+                      _image_size(model, flat), tokenizer, "bert" if is_bert else "transformer",
+                      source, hf_config)
 
 
 def save_two_tower(params: Any, path: str) -> None:

@@ -6,7 +6,9 @@ evaluates and exports. Each is one object with the `Objective` protocol:
   * classification with config.model.flexi_patch_sizes: FlexiViT, one model for several
     patch sizes (objectives.flexi);
   * classification with config.pp.max_patches: NaFlex, each image at its own aspect ratio
-    (objectives.naflex).
+    (objectives.naflex);
+  * contrastive: an image tower and a text tower on image-caption pairs
+    (objectives.contrastive); labels unused.
 
 vit_jax.training.update_step turns an objective's batch loss into the generic train step; its eval
 step returns {'loss_sum', 'correct', 'examples'} sums over the real rows; its model answers
@@ -16,10 +18,12 @@ whatever the objective. A new objective is one module here plus an entry in OBJE
 
 from typing import Any, Callable, Optional, Protocol, Tuple
 
+import jax.numpy as jnp
 import ml_collections
 
 from vit_jax.base import errors
-from vit_jax.training.objectives import classification, flexi, mpp, naflex
+from vit_jax.data import batch_spec
+from vit_jax.training.objectives import classification, contrastive, flexi, mpp, naflex
 
 DEFAULT = "classification"
 
@@ -45,8 +49,18 @@ class Objective(Protocol):
     """Host params -> what params.npz holds."""
 
 
+def sample_inputs(objective: Objective, config: ml_collections.ConfigDict,
+                  patch_size: Optional[int]) -> Tuple[Any, ...]:
+  """Zero inputs of one example that the objective's module.init takes: an objective's own
+  (sample_inputs: an image and its caption's tokens), else an image of config.pp's size."""
+  own = getattr(objective, "sample_inputs", None)
+  if own is not None:
+    return tuple(own(config))
+  return (batch_spec.map_arrays(jnp.zeros, batch_spec.image(config, 1, patch_size)),)
+
+
 OBJECTIVES = {"classification": classification.Classification(),
-              "mpp": mpp.MaskedPatchPrediction()}
+              "mpp": mpp.MaskedPatchPrediction(), "contrastive": contrastive.Contrastive()}
 
 
 def get(config: ml_collections.ConfigDict) -> Objective:
