@@ -237,6 +237,12 @@ class PairTraining(Protocol):
   def check(self, config) -> None:
     """Refuses, in one line, settings no pair can be built from, before anything is read."""
 
+  def flops(self, module, config) -> Dict[str, Optional[float]]:
+    """Matmul FLOPs (2 per multiply-add) of one pair's forward pass (an image at
+    config.pp.crop, a caption of config.text.length tokens) by tower, keyed by the towers'
+    top-level parameter names (what config.freeze matches); None: a tower not counted.
+    What plan and benchmark divide by for MFU."""
+
 
 @dataclasses.dataclass(frozen=True)
 class ExportedFunction:

@@ -23,7 +23,7 @@ from vit_jax.base import errors, storage
 from vit_jax.checkpoints import hub, npz
 from vit_jax.families.two_tower import npz_file, text_tower
 from vit_jax.families.two_tower import model as two_tower
-from vit_jax.models import model_config
+from vit_jax.models import family_registry, model_config
 
 TOWERS = ("transformer", "bert")
 
@@ -112,6 +112,34 @@ def vocabulary_size(path: Optional[str]) -> int:
   return sentencepiece.SentencePieceProcessor(model_file=path).GetPieceSize()
 
 
+def _vocabulary_rows(config, load_pretrained: bool) -> int:
+  """The token table's rows of a text tower from scratch: its vocabulary file's entries. A
+  pair built for its shapes alone (load_pretrained=False: plan, benchmark) reads no file
+  that is not local, and takes config.text.vocab_size where the file is remote or the run
+  will train one."""
+  path = config.text.tokenizer
+  if not load_pretrained and (not path or storage.is_url(path)):
+    return config.text.vocab_size
+  return vocabulary_size(path)
+
+
+def _text_flops(txt, length: int) -> float:
+  """Matmul FLOPs (2 per multiply-add) of one caption of `length` tokens through a text
+  tower (LiT's transformer, BERT or SigLIP's: the same blocks), its head included; the
+  token table is a lookup."""
+  d, m = txt.width, txt.mlp_dim
+  per_layer = 2 * length * (4 * d * d + 2 * d * m) + 4 * length * length * d
+  return txt.depth * per_layer + 2 * d * (txt.num_classes or 0)
+
+
+def flops(module, config) -> Dict[str, Optional[float]]:
+  """Matmul FLOPs of one pair's forward pass by tower, keyed as the params are ('img', 'txt':
+  what config.freeze names): the image at config.pp.crop as its family counts it (None
+  where it does not), the caption at config.text.length tokens."""
+  image = family_registry.geometry(module.img).flops_per_image(module.img, config.pp.crop)
+  return {"img": image, "txt": _text_flops(module.txt, config.text.length)}
+
+
 def _image_tower(config, load_pretrained: bool):
   """(image tower, its params or None) of config.model_name / config.pretrained."""
   out_dim = config.contrastive.out_dim[0] or 0
@@ -179,7 +207,7 @@ def create(config, *, load_pretrained: bool):
     txt_pair, txt_pair_params = _load_pair(contrastive.text_init)
     txt, txt_params = txt_pair.txt, txt_pair_params["txt"]
   else:
-    txt, txt_params = _text_from_config(config, vocabulary_size(config.text.tokenizer)), None
+    txt, txt_params = _text_from_config(config, _vocabulary_rows(config, load_pretrained)), None
   module = _pair_module(config, img, txt)
   if not load_pretrained:
     return module, None
