@@ -142,3 +142,27 @@ def coco_pair(config: ml_collections.ConfigDict, loss: str, batch: int,
   config.evals.retrieval = dict(type="retrieval", dataset=dataset, split="val")
   config.progress_every, config.eval_every, config.checkpoint_every = 50, 1_000, 1_000
   return config
+
+
+# Continuing a released pair on one's own captions: a short, gentle run (both towers
+# train; the bias and temperature continue from the file's).
+FINETUNE_START = "SigLIP2-B_16-224"
+FINETUNE_LR = 1e-5
+
+
+def finetune_pair(config: ml_collections.ConfigDict, captions: str,
+                  start: str = FINETUNE_START) -> ml_collections.ConfigDict:
+  """A released SigLIP / SigLIP 2 pair (or any pair's file, folder) continued on a
+  captions file (IMAGE<TAB>CAPTION lines), at its native 224 px and 64 tokens."""
+  config = pair_config(config)
+  config.dataset = captions
+  config.contrastive.init = start
+  config.contrastive.loss = "sigmoid"
+  config.text.length = 64
+  config.pp.preset, config.pp.crop, config.pp.resize, config.pp.flip = "bit", 224, 224, True
+  config.optimizer, config.base_lr, config.weight_decay = "adam", FINETUNE_LR, 1e-4 / FINETUNE_LR
+  config.total_steps, config.warmup_steps, config.batch, config.batch_eval = 1_000, 50, 256, 256
+  config.dtype = "bfloat16"
+  config.evals.retrieval = dict(type="retrieval", captions=captions)
+  config.progress_every, config.eval_every, config.checkpoint_every = 25, 250, 250
+  return config

@@ -7,7 +7,8 @@ The pair is built by the model family that has the contract's PairTraining part
 (config.contrastive, config.text, the image keys); batches are {'image', 'text' (int32
 token ids [B, config.text.length]), 'label'}. Its eval step scores each eval batch's
 images against the batch's own captions (the first of each example): the loss, and
-`correct` = images whose own caption scores highest. Zero-shot accuracy and retrieval
+`correct` = images whose best-scoring caption is their own (its text: captions made from
+class names repeat within a batch). Zero-shot accuracy and retrieval
 recall are evaluators of their own (config.evals.<name>.type 'zeroshot', 'retrieval').
 params.npz is the pair's released layout, with its tokenizer beside it.
 """
@@ -57,7 +58,7 @@ def make_batch_loss(module, config: ml_collections.ConfigDict):
 
 def make_eval_step(module, config: ml_collections.ConfigDict):
   """eval_step(params, batch) -> sums over the real rows: each image's loss against the
-  batch's real captions, and whether its own caption scores highest."""
+  batch's real captions, and whether its best-scoring caption is its own caption's text."""
   sigmoid = config.contrastive.loss == "sigmoid"
 
   def eval_step(params, batch) -> Dict[str, jax.Array]:
@@ -74,7 +75,8 @@ def make_eval_step(module, config: ml_collections.ConfigDict):
       masked = jnp.where(columns, logits, -jnp.inf)
       rows = -jnp.sum(jnp.where(own, jax.nn.log_softmax(masked, axis=-1), 0.0), axis=-1)
     best = jnp.argmax(jnp.where(columns, logits, -jnp.inf), axis=-1)
-    correct = best == jnp.arange(logits.shape[0])
+    # the same caption as its own (class-made captions repeat within a batch)
+    correct = jnp.all(batch["text"][best] == batch["text"], axis=-1)
     return {"loss_sum": jnp.sum(jnp.where(real, rows, 0.0)),
             "correct": jnp.sum(real & correct), "examples": jnp.sum(real)}
 
