@@ -37,7 +37,7 @@ def test_the_run_writes_a_pair_zeroshot_reads(run, tmp_path):
   model, params, info = load_two_tower(os.path.join(workdir, "params.npz"))
   assert info.family == "siglip" and info.tokenizer == os.path.join(workdir, "vocab.txt")
   assert set(params) == {"img", "txt", "t", "b"}
-  assert model.txt.max_len == 8
+  assert model.txt.max_len == 16
   rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
   assert [row["step"] for row in rows if "zeroshot/zeroshot/top1" in row] == [3, 6]
 

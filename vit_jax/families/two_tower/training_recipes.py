@@ -54,11 +54,13 @@ DIGIT_WORDS = (("zero", "0", "nought"), ("one", "1", "single"), ("two", "2", "pa
                ("three", "3", "trio"), ("four", "4", "quad"), ("five", "5", "fiver"),
                ("six", "6", "half dozen"), ("seven", "7", "septet"), ("eight", "8", "octet"),
                ("nine", "9", "ennead"))
-# Training captions, and the zero-shot prompts and names the demos are measured with:
-# neither template is ever a training caption, nor is any prompt.
+# Training captions, and the zero-shot prompts and names the demos are measured with: no
+# prompt is ever a training caption (their words are the captions' words: a vocabulary
+# trained on the captions cuts unseen words into letters, and a prompt longer than
+# config.text.length tokens would lose its class name).
 DIGIT_CAPTIONS = ("a handwritten {}.", "the digit {}", "a scan of a {}", "{}",
                   "a small blurry {} written by hand", "number {}")
-DIGIT_PROMPTS = ("a photo of the number {}.", "an image showing {}.")
+DIGIT_PROMPTS = ("the handwritten number {}.", "a blurry scan of the digit {}")
 DIGIT_NAMES = tuple(words[0] for words in DIGIT_WORDS)
 
 
@@ -68,7 +70,7 @@ def _digits_pair(config: ml_collections.ConfigDict) -> None:
   config.pp.preset, config.pp.resize, config.pp.crop, config.pp.flip = "bit", 18, 16, False
   config.captions.templates = DIGIT_CAPTIONS
   config.captions.class_names = DIGIT_WORDS
-  config.text.length, config.text.vocab_size = 8, 200
+  config.text.length, config.text.vocab_size = 16, 200
   config.evals.zeroshot = dict(type="zeroshot", dataset="digits", split="test",
                                class_names=list(DIGIT_NAMES), templates=list(DIGIT_PROMPTS))
   config.batch = config.batch_eval = 128
