@@ -1,14 +1,15 @@
 """What a split's fingerprint detects: labels exchanged in labels.csv, an image rewritten
-with the same size (its modification time), and records kept before times were."""
+with the same size (its modification time), records kept before times were, and captions
+changed."""
 
 import os
 
 import numpy as np
 from PIL import Image
 
-from helpers import write_image
-from vit_jax.data import fingerprint
-from vit_jax.data.sources import multilabel_folder
+from helpers import make_config, write_image
+from vit_jax.data import captions, fingerprint
+from vit_jax.data.sources import digits, multilabel_folder
 from vit_jax.data.sources.image_folder import directory_source
 
 
@@ -89,3 +90,20 @@ def test_a_naflex_budget_is_part_of_the_fingerprint(tmp_path):
   grown = fingerprint.with_budget(fingerprint.of_split(directory_source(str(tmp_path))[0]), 576)
   assert fingerprint.describe_change(at_256, grown) == (
       "max_patches 256 -> 576; files 1 added (a/2.png)")
+
+
+def test_captions_made_from_other_templates_are_a_data_change():
+  opened = digits.digits_source()
+  plain = fingerprint.of_split(opened[0])
+  def with_templates(*templates):
+    config = make_config("digits")
+    config.objective, config.captions = "contrastive", {"templates": templates,
+                                                        "class_names": None}
+    return fingerprint.of_split(captions.attach(config, opened)[0])
+  old, new = with_templates("a {}"), with_templates("a {}", "the digit {}")
+  assert old["sha256"] == plain["sha256"] and not fingerprint.changed(old, with_templates("a {}"))
+  assert fingerprint.changed(old, new) and fingerprint.describe_change(old, new) == (
+      "captions changed")
+  assert fingerprint.describe_change(plain, new) == "captions added"
+  budget = fingerprint.with_budget(new, 64)
+  assert fingerprint.describe_change(old, budget) == "max_patches None -> 64; captions changed"

@@ -12,6 +12,9 @@ the run would go on with swapped labels. Per split kind:
     docs/fingerprint.md);
   * TFDS: name, version, split and example count;
   * examples in memory (the digits, VTAB's selections): a sha256 of pixels and labels.
+A split with captions (a captions file, class names made captions by templates) adds a
+sha256 of every example's captions: a caption edited, added or moved to another image
+is a data change, as are templates changed.
 A NaFlex run's patch budget (config.pp.max_patches) is part of every split's fingerprint:
 the same files read at another budget are other inputs, so a resume at another budget is a
 data change (refused unless allowed, and recorded).
@@ -63,9 +66,27 @@ def _arrays_digest(split: IndexedSplit) -> str:
   return digest.hexdigest()
 
 
+def captions_digest(captions) -> str:
+  """sha256 of a split's captions: their own digest() where they have one, else of every
+  example's captions read by index."""
+  digest = getattr(captions, "digest", None)
+  if digest is not None:
+    return digest()
+  return _digest([captions.of(index) for index in range(len(captions))])
+
+
 def of_split(split) -> Dict[str, Any]:
   """The split's fingerprint (see the module docstring), JSON-ready; a split read from
-  ArrayRecord shards carries the fingerprint of the data they were written from."""
+  ArrayRecord shards carries the fingerprint of the data they were written from (with
+  their captions', where it has them)."""
+  found = _of_examples(split)
+  captions = getattr(split, "captions", None)
+  if captions is None or "captions" in found:
+    return found
+  return {**found, "captions": captions_digest(captions)}
+
+
+def _of_examples(split) -> Dict[str, Any]:
   if getattr(split, "fingerprint", None) is not None:
     return split.fingerprint
   if isinstance(split, StreamingSplit):
@@ -88,10 +109,22 @@ def with_budget(found: Dict[str, Any], max_patches) -> Dict[str, Any]:
   return found if max_patches is None else {**found, "max_patches": max_patches}
 
 
-def _budget_change(old: Dict[str, Any], new: Dict[str, Any]) -> str:
-  """'max_patches A -> B' when the NaFlex budgets differ, else ''."""
+def _setting_change(old: Dict[str, Any], new: Dict[str, Any]) -> str:
+  """What differs beside the examples: 'max_patches A -> B' (the NaFlex budgets) and
+  'captions changed' (or added, removed); '' when neither."""
+  parts = []
   before, after = old.get("max_patches"), new.get("max_patches")
-  return "" if before == after else f"max_patches {before} -> {after}"
+  if before != after:
+    parts.append(f"max_patches {before} -> {after}")
+  before, after = old.get("captions"), new.get("captions")
+  if before != after:
+    parts.append("captions " + ("changed" if before and after else
+                                "added" if after else "removed"))
+  return "; ".join(parts)
+
+
+def _examples_only(found: Dict[str, Any]) -> Dict[str, Any]:
+  return {key: value for key, value in found.items() if key not in ("max_patches", "captions")}
 
 
 def of_tfds(identity: Dict[str, str], examples: int) -> Dict[str, Any]:
@@ -150,7 +183,7 @@ def relabelled_in_file(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
 
 def changed(old: Dict[str, Any], new: Dict[str, Any]) -> bool:
   """Whether two fingerprints of one split differ (an older record read as it was kept)."""
-  if _budget_change(old, new):
+  if _setting_change(old, new):
     return True
   if old.get("kind") == new.get("kind") == "files" and "files" in old:
     return bool(any(files_change(old["files"], new["files"]).values())
@@ -167,8 +200,10 @@ def describe_files_change(old: Dict[str, Any], new: Dict[str, Any]) -> str:
 
 def labels_kept(old: Dict[str, Any], new: Dict[str, Any]) -> bool:
   """Whether every example the run saw keeps its label and no example came or went: only
-  files replaced in place (what fixing a corrupt image does) and the same NaFlex budget."""
-  if _budget_change(old, new) or not old.get("kind") == new.get("kind") == "files" or "files" not in old:
+  files replaced in place (what fixing a corrupt image does), the same NaFlex budget and
+  the same captions."""
+  if (_setting_change(old, new) or not old.get("kind") == new.get("kind") == "files"
+      or "files" not in old):
     return False
   change = files_change(old["files"], new["files"])
   return not (change["relabelled"] or change["added"] or change["removed"]
@@ -177,10 +212,10 @@ def labels_kept(old: Dict[str, Any], new: Dict[str, Any]) -> bool:
 
 def describe_change(old: Dict[str, Any], new: Dict[str, Any]) -> str:
   """What differs between two fingerprints of one split, on one line."""
-  budget = _budget_change(old, new)
-  if budget and not changed({**old, "max_patches": None}, {**new, "max_patches": None}):
-    return budget
-  prefix = f"{budget}; " if budget else ""
+  settings = _setting_change(old, new)
+  if settings and not changed(_examples_only(old), _examples_only(new)):
+    return settings
+  prefix = f"{settings}; " if settings else ""
   if old.get("kind") == new.get("kind") == "files" and "files" in old:
     parts = [describe_files_change(old["files"], new["files"])]
     in_file = relabelled_in_file(old, new)

@@ -4,6 +4,7 @@ module and its name here; the stacks and commands ask the source, never its type
 
   * vtab_1k: 'vtab/<task>', or a directory read with VTAB split names (tf.data only);
   * digits: scikit-learn's embedded digits;
+  * captions_file: 'captions:PATH' or PATH.tsv / PATH.txt, IMAGE<TAB>CAPTION lines;
   * arrayrecord: ArrayRecord shards, ROOT/arrayrecord.json (Grain only);
   * multilabel_folder: ROOT/train/labels.csv, ROOT/test/labels.csv;
   * image_folder: ROOT/train/<class>/, ROOT/test/<class>/, or any name written as a path;
@@ -14,12 +15,13 @@ import importlib
 from typing import List, Tuple
 
 from vit_jax.base import errors
+from vit_jax.data import captions
 from vit_jax.data.sources import source_contract
 from vit_jax.data.sources.source_contract import Source
 
 # The first whose SOURCE handles a config reads it; tfds_datasets takes any name.
-KINDS = ("vtab_1k", "digits", "arrayrecord", "multilabel_folder", "image_folder",
-         "tfds_datasets")
+KINDS = ("vtab_1k", "digits", "captions_file", "arrayrecord", "multilabel_folder",
+         "image_folder", "tfds_datasets")
 
 
 def sources() -> List[Source]:
@@ -41,8 +43,9 @@ def find(config) -> Source:
 
 def open_source(config, *, loader: str) -> source_contract.Opened:
   """(train split, eval split, class names) of config.dataset as `loader` ('tf' or
-  'grain') reads them (config.train_split / eval_split apply to TFDS, VTAB and shards)."""
-  return find(config).open(config, loader)
+  'grain') reads them (config.train_split / eval_split apply to TFDS, VTAB and shards),
+  with captions made from class names where a contrastive run asks (captions.attach)."""
+  return captions.attach(config, find(config).open(config, loader))
 
 
 def class_count(config) -> int:
