@@ -1,10 +1,10 @@
 """vit_jax.data.batch_spec: the shapes and dtypes the plan compiles for are those of the
-batches both loaders really feed (train, with and without MixUp, and eval)."""
+batches both loaders really feed (train, with and without MixUp, and eval; with captions)."""
 
 import numpy as np
 import pytest
 
-from vit_jax.data import batch_spec, loaders
+from vit_jax.data import batch_spec, loaders, text_tokens
 from vit_jax.models import model_config
 from vit_jax.training import config_defaults
 
@@ -55,3 +55,19 @@ def test_the_naflex_spec_is_what_the_loaders_feed(loader):
   assert as_spec(train) == batch_spec.train_batch(config, dataset.info.num_classes, 4, patch)
   evaluated = next(iter(dataset.eval_batches(batch_size=4, process_index=0, process_count=1)))
   assert as_spec(evaluated) == batch_spec.eval_batch(config, 4, patch)
+
+
+@pytest.mark.parametrize("loader", ["tf", "grain"])
+def test_a_contrastive_spec_adds_the_captions_token_ids(loader, tmp_path):
+  config = config_defaults.demo_config()
+  config.loader, config.objective = loader, "contrastive"
+  config.captions = {"templates": ("a photo of a {}.",), "class_names": None}
+  config.text = {"length": 6, "lower": False, "tokenizer": text_tokens.train_wordpiece(
+      ["a photo of a 0."], 50, str(tmp_path / "vocab.txt"))}
+  dataset = loaders.open_dataset(config)
+  train = next(iter(dataset.train_batches(batch_size=4, start_step=0, num_steps=1, seed=0,
+                                          process_index=0, process_count=1)))
+  assert as_spec(train) == batch_spec.train_batch(config, 10, 4)
+  assert as_spec(train)["text"] == ((4, 6), np.dtype(np.int32))
+  evaluated = next(iter(dataset.eval_batches(batch_size=4, process_index=0, process_count=1)))
+  assert as_spec(evaluated) == batch_spec.eval_batch(config, 4)

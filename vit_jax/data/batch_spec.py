@@ -34,21 +34,30 @@ def image(config, batch_size: int, patch_size: Optional[int] = None):
           "grid": ((batch_size, 2), np.dtype(np.int32))}
 
 
+def text(config, batch_size: int) -> Dict[str, Array]:
+  """{'text': int32 [B, config.text.length]} (each row's caption, tokenised) for a
+  contrastive run, else {}."""
+  if config.get("objective") != "contrastive":
+    return {}
+  return {"text": ((batch_size, config.text.length), np.dtype(np.int32))}
+
+
 def train_batch(config, num_classes: int, batch_size: int,
                 patch_size: Optional[int] = None) -> Spec:
-  """{'image': see image(), 'label': int32 [B]}; with MixUp the labels are mixed one-hot
-  vectors, float32 [B, num_classes]."""
+  """{'image': see image(), 'label': int32 [B]} and text(); with MixUp the labels are
+  mixed one-hot vectors, float32 [B, num_classes]."""
   label = (((batch_size, num_classes), np.dtype(np.float32)) if config.pp.mixup_alpha
            else ((batch_size,), np.dtype(np.int32)))
-  return {"image": image(config, batch_size, patch_size), "label": label}
+  return {"image": image(config, batch_size, patch_size), "label": label,
+          **text(config, batch_size)}
 
 
 def eval_batch(config, batch_size: int, patch_size: Optional[int] = None) -> Spec:
   """{'image': see image(), 'label': int32 [B], 'mask': float32 [B]} (mask 0 on the
-  padding rows of the last batch)."""
+  padding rows of the last batch) and text()."""
   return {"image": image(config, batch_size, patch_size),
           "label": ((batch_size,), np.dtype(np.int32)),
-          "mask": ((batch_size,), np.dtype(np.float32))}
+          "mask": ((batch_size,), np.dtype(np.float32)), **text(config, batch_size)}
 
 
 def map_arrays(fn: Callable[[Tuple[int, ...], np.dtype], Any], spec) -> Any:

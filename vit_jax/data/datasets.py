@@ -12,8 +12,9 @@ import jax
 import numpy as np
 
 from vit_jax.base import errors
-from vit_jax.data import fingerprint, presets, worker_limit
+from vit_jax.data import captions, fingerprint, presets, worker_limit
 from vit_jax.data.splits import IndexedSplit
+from vit_jax.data.text_tokens import TokenizerSpec
 
 LOADERS = ("tf", "grain")
 
@@ -31,8 +32,9 @@ class DatasetInfo:
 
 
 def class_counts(split, num_classes: int) -> Optional[List[int]]:
-  """Examples per class of an in-memory split (None for a streamed one)."""
-  if not isinstance(split, IndexedSplit):
+  """Examples per class of an in-memory split (None for a streamed one, or captions
+  without classes)."""
+  if not isinstance(split, IndexedSplit) or not num_classes:
     return None
   if split.multi_label:
     return np.asarray(split.labels, np.int64).sum(axis=0).tolist()
@@ -47,12 +49,28 @@ def rows_per_process(batch_size: int, process_count: int) -> int:
   return batch_size // process_count
 
 
+def text_tokenizer(config) -> Optional[TokenizerSpec]:
+  """The captions' tokenizer config.text names (tokenizer, length, lower), or None: none
+  named yet (the run then sets Dataset.text_tokenizer itself)."""
+  text = config.get("text")
+  if text is None or text.get("tokenizer") is None:
+    return None
+  return TokenizerSpec(text.tokenizer, text.length, text.get("lower", False))
+
+
 class Dataset:
   """A train and an eval split with the preprocessing of config.pp (train is None for
-  an evaluation-only set); subclasses read them."""
+  an evaluation-only set); subclasses read them. Splits with captions add 'text' to
+  their batches, tokenised by text_tokenizer (a text_tokens.TokenizerSpec), which the
+  run may set before asking for batches."""
+
+  text_tokenizer: Optional[TokenizerSpec] = None
 
   def __init__(self, train, eval_split, class_names: List[str], pp,
                patch_size: Optional[int] = None):
+    if getattr(train, "captions", None) is not None and pp.mixup_alpha:
+      raise errors.InvalidInput(f"config.pp.mixup_alpha={pp.mixup_alpha} mixes images but "
+                                "not their captions: set it to 0 for image-text data")
     self.train = train
     self.eval = eval_split
     self.pp = pp
@@ -60,6 +78,18 @@ class Dataset:
     self.info = DatasetInfo(len(class_names), len(train) if train is not None else 0,
                             len(eval_split), class_names, eval_split.multi_label,
                             class_counts(train, len(class_names)))
+
+  def text_ids(self, split, seed: Optional[int] = None) -> Optional[captions.TextIds]:
+    """The token ids of `split`'s captions (captions.TextIds: seed given, the caption each
+    train position draws; else each example's first), or None: a split without captions."""
+    if getattr(split, "captions", None) is None:
+      return None
+    if self.text_tokenizer is None:
+      raise errors.InvalidInput(
+          f"{split.source or 'the dataset'} has captions but no tokenizer: set "
+          "config.text.tokenizer to the text tower's vocabulary (NAME.txt, NAME.model or "
+          "tokenizer.json)")
+    return captions.TextIds(split.captions, self.text_tokenizer, seed)
 
   def fingerprints(self) -> dict:
     """{'train': ..., 'eval': ...}: what each split holds (vit_jax.data.fingerprint), and

@@ -49,15 +49,24 @@ def _read(split: IndexedSplit, index: int, prepare):
     raise split.image_error(index, error) from None
 
 
+def _with_text(example: dict, text_ids, position: int, index: int) -> dict:
+  """The example with its caption's token ids (captions.TextIds, as tf.data computes them
+  per batch), where its split has captions."""
+  if text_ids is not None:
+    example["text"] = text_ids(np.array([position]), np.array([index]))[0]
+  return example
+
+
 class _TrainExample:
-  """Stream position -> {'image', 'label', 'position'}: the order rule's example,
-  augmented (a class, not a closure: worker processes unpickle it)."""
+  """Stream position -> {'image', 'label', 'position'} (and 'text'): the order rule's
+  example, augmented (a class, not a closure: worker processes unpickle it)."""
 
   def __init__(self, split: IndexedSplit, pp, seed: int, batch_size: int, rows: int,
-               start_step: int, process_index: int, naflex_patch: Optional[int] = None):
+               start_step: int, process_index: int, naflex_patch: Optional[int] = None,
+               text_ids=None):
     self.split, self.pp, self.seed, self.naflex_patch = split, pp, seed, naflex_patch
     self.batch_size, self.rows, self.start_step = batch_size, rows, start_step
-    self.process_index = process_index
+    self.process_index, self.text_ids = process_index, text_ids
 
   def position(self, i: int) -> int:
     """The stream position of this process's i-th row from start_step on."""
@@ -69,7 +78,8 @@ class _TrainExample:
     index = int(order.stream_indices(self.seed, np.array([position]), len(self.split))[0])
     rng = order.example_rng(self.seed, position)
     image = _read(self.split, index, functools.partial(self._crop, rng=rng))
-    return {"image": image, "label": self.split.labels[index], "position": position}
+    return _with_text({"image": image, "label": self.split.labels[index],
+                       "position": position}, self.text_ids, position, index)
 
   def _crop(self, payload, rng):
     """uint8 pixels (NaFlex: uint8 patches): _Finish scales the whole batch (4x less
@@ -110,12 +120,13 @@ class _Finish:
 
 
 class _EvalExample:
-  """Position in the padded split -> {'image', 'label', 'mask'} (padding rows repeat the
-  last example, mask 0); `prepare` turns an image's payload into its 'image'."""
+  """Position in the padded split -> {'image', 'label', 'mask'} (and 'text': its first
+  caption; padding rows repeat the last example, mask 0); `prepare` turns an image's
+  payload into its 'image'."""
 
   def __init__(self, split: IndexedSplit, prepare, batch_size: int, rows: int,
-               process_index: int):
-    self.split, self.prepare = split, prepare
+               process_index: int, text_ids=None):
+    self.split, self.prepare, self.text_ids = split, prepare, text_ids
     self.batch_size, self.rows, self.process_index = batch_size, rows, process_index
 
   def __call__(self, i: int) -> dict:
@@ -123,8 +134,9 @@ class _EvalExample:
     position = batch_id * self.batch_size + self.process_index * self.rows + row
     index = min(position, len(self.split) - 1)
     image = _read(self.split, index, self.prepare)
-    return {"image": image, "label": self.split.labels[index].astype(np.int32),
-            "mask": np.float32(position < len(self.split))}
+    return _with_text({"image": image, "label": self.split.labels[index].astype(np.int32),
+                       "mask": np.float32(position < len(self.split))},
+                      self.text_ids, position, index)
 
 
 class Dataset(datasets.Dataset):
@@ -164,7 +176,7 @@ class Dataset(datasets.Dataset):
     tf_pipeline.Dataset.train_batches gives them."""
     rows = rows_per_process(batch_size, process_count)
     example = _TrainExample(self.train, self.pp, seed, batch_size, rows, start_step,
-                            process_index, self.naflex_patch)
+                            process_index, self.naflex_patch, self.text_ids(self.train, seed))
     finish = _Finish(self.pp.mixup_alpha, seed, batch_size, self.info.num_classes,
                      self.info.multi_label)
     steps = max(0, num_steps - start_step)
@@ -179,7 +191,8 @@ class Dataset(datasets.Dataset):
     source = self.train if split == "train" else self.eval
     rows = rows_per_process(batch_size, process_count)
     num_batches = -(-len(source) // batch_size)
-    example = _EvalExample(source, self._eval_prepare(), batch_size, rows, process_index)
+    example = _EvalExample(source, self._eval_prepare(), batch_size, rows, process_index,
+                           self.text_ids(source))
     dataset = grain.MapDataset.range(num_batches * rows).map(example)
     return self._iterate(dataset.batch(rows))
 
@@ -198,8 +211,10 @@ def open_dataset(config, patch_size: Optional[int] = None) -> Dataset:
   tfds.data_source); the others refuse it in one line."""
   datasets.check_pp(config.pp)
   train, eval_split, class_names = registry.open_source(config, loader="grain")
-  return Dataset(train, eval_split, class_names, config.pp, config.get("grain_workers", 0),
-                 patch_size)
+  dataset = Dataset(train, eval_split, class_names, config.pp, config.get("grain_workers", 0),
+                    patch_size)
+  dataset.text_tokenizer = datasets.text_tokenizer(config)
+  return dataset
 
 
 def open_eval_dataset(config, dataset: str, split: str, label_feature: str = "label",
@@ -208,5 +223,7 @@ def open_eval_dataset(config, dataset: str, split: str, label_feature: str = "la
   datasets.check_pp(config.pp)
   eval_split, class_names = registry.open_eval_source(dataset, split, config, label_feature,
                                                       loader="grain")
-  return Dataset(None, eval_split, class_names, config.pp, config.get("grain_workers", 0),
-                 patch_size)
+  evaluation = Dataset(None, eval_split, class_names, config.pp,
+                       config.get("grain_workers", 0), patch_size)
+  evaluation.text_tokenizer = datasets.text_tokenizer(config)
+  return evaluation

@@ -1,6 +1,6 @@
 """The tf.data input pipeline (config.loader='tf'; the Grain loader, without TensorFlow, is
-grain_pipeline.py): datasets (embedded digits, image directories, TFDS) -> this
-process's batches.
+grain_pipeline.py): datasets (embedded digits, image directories, captions files, TFDS)
+-> this process's batches.
 
 Indexed sources (the digits, image directories, TFDS datasets up to 2 GiB, held in
 memory as encoded bytes) give batches that do not depend on the number of processes
@@ -62,13 +62,17 @@ class Dataset(datasets.Dataset):
     """This process's rows of the global batches of steps start_step .. num_steps - 1:
     {'image': float32 [B/P, crop, crop, 3], 'label': int32 [B/P]} (multi-label data:
     multi-hot [B/P, num_classes]; with MixUp, 'label' is float32 [B/P, num_classes]);
-    NaFlex (pp.max_patches): 'image' is {'patches', 'mask', 'grid'} (tf_naflex.cut)."""
+    NaFlex (pp.max_patches): 'image' is {'patches', 'mask', 'grid'} (tf_naflex.cut).
+    A split with captions adds 'text': int32 [B/P, L], the token ids of the caption each
+    row's stream position draws (order.caption_choice)."""
     rows = rows_per_process(batch_size, process_count)  # MixUp's even rows: see check()
-    def augment(position, data, label):
-      image = self._augment(self._payload(self.train, data), order.example_seed(seed, position))
-      return {"image": image, "label": label, "position": position}
+    text_ids = self.text_ids(self.train, seed)
 
-    def augment_batch(positions, pixels, labels):
+    def augment(position, data, label, text=None):
+      image = self._augment(self._payload(self.train, data), order.example_seed(seed, position))
+      return with_text({"image": image, "label": label, "position": position}, text)
+
+    def augment_batch(positions, pixels, labels, texts=None):
       """The batched path: the uniforms of a row depend on (seed, its stream position)
       only, so the rows a process reads are augmented as in any other topology."""
       step = positions[0] // batch_size
@@ -77,7 +81,7 @@ class Dataset(datasets.Dataset):
       uniforms = tf.gather(uniforms, positions - step * batch_size)
       images = tf_preprocess.bit_crop_batch(pixels, self.pp.crop, uniforms,
                                          resize=self.pp.resize, flip=self.pp.flip)
-      return {"image": images, "label": labels, "position": positions}
+      return with_text({"image": images, "label": labels, "position": positions}, texts)
 
     def finish(batch):
       position = batch.pop("position")
@@ -101,10 +105,10 @@ class Dataset(datasets.Dataset):
         return positions, order.stream_indices(seed, positions, len(self.train))
       steps = tf.data.Dataset.range(start_step, num_steps)
       if self._batched_augmentation():
-        batches = indexed_reader.read_batches(self.train, rows_of_step, steps)
+        batches = indexed_reader.read_batches(self.train, rows_of_step, steps, text_ids)
         batches = batches.map(augment_batch, **parallel)
       else:
-        examples = indexed_reader.read_rows(self.train, rows_of_step, steps)
+        examples = indexed_reader.read_rows(self.train, rows_of_step, steps, text_ids)
         batches = examples.map(augment, **parallel).batch(rows, drop_remainder=True)
     batches = batches.map(finish)
     batches = batches.take(max(0, num_steps - start_step)).prefetch(2)
@@ -144,8 +148,9 @@ class Dataset(datasets.Dataset):
   def eval_batches(self, *, batch_size: int, process_index: int, process_count: int,
                    split: str = "eval") -> Iterator[dict]:
     """Fixed-shape batches covering a split once, the same number in every process:
-    {'image', 'label' int32, 'mask' float32 (0 on padding rows)}. split='train' gives
-    the train split unaugmented (frozen features for few-shot probes)."""
+    {'image', 'label' int32, 'mask' float32 (0 on padding rows)}, and 'text' (the token ids
+    of each example's first caption) for a split with captions. split='train' gives the
+    train split unaugmented (frozen features for few-shot probes)."""
     if split not in ("train", "eval"):
       raise errors.InvalidInput(f"unknown split {split!r}; use 'train' or 'eval'")
     source = self.train if split == "train" else self.eval
@@ -160,12 +165,14 @@ class Dataset(datasets.Dataset):
         positions = order.row_positions(batch_id, batch_size, process_index, process_count)
         return positions, np.minimum(positions, size - 1)  # padding rows repeat the last
 
-      def prepare(position, data, label):
+      def prepare(position, data, label, text=None):
         image = self._eval_image(self._payload(source, data))
-        return {"image": image, "label": label, "mask": tf.cast(position < size, tf.float32)}
+        return with_text({"image": image, "label": label,
+                          "mask": tf.cast(position < size, tf.float32)}, text)
 
       batch_ids = tf.data.Dataset.range(num_batches)
-      examples = indexed_reader.read_rows(source, rows_of_batch, batch_ids)
+      examples = indexed_reader.read_rows(source, rows_of_batch, batch_ids,
+                                          self.text_ids(source))
       examples = examples.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     batches = examples.batch(rows).take(num_batches).prefetch(2)
     batches = batches.with_options(host_threading()).as_numpy_iterator()
@@ -195,6 +202,11 @@ class Dataset(datasets.Dataset):
     return examples.concatenate(padding), -(-longest // rows)
 
 
+def with_text(example: dict, text) -> dict:
+  """An example or batch with its captions' token ids, where its split has captions."""
+  return example if text is None else {**example, "text": text}
+
+
 def open_dataset(config, patch_size: Optional[int] = None) -> Dataset:
   """The dataset of config.dataset: 'digits', an image directory or a TFDS name.
 
@@ -202,11 +214,16 @@ def open_dataset(config, patch_size: Optional[int] = None) -> Dataset:
   fix). Reads dataset, train_split, eval_split, tfds_data_dir, tfds_manual_dir,
   tfds_download, shuffle_buffer and pp.{preset, crop, resize, flip, mixup_alpha, randaug};
   the splits apply to TFDS only (default 'train' / 'test'). With pp.max_patches (NaFlex),
-  patch_size is the model's patch side.
+  patch_size is the model's patch side. An image-text run also reads objective,
+  captions.{templates, class_names} (captions.attach) and text.{tokenizer, length, lower}
+  (datasets.text_tokenizer).
   """
   check_pp(config.pp)
   train, eval_split, class_names = registry.open_source(config, loader="tf")
-  return Dataset(train, eval_split, class_names, config.pp, config.shuffle_buffer, patch_size)
+  dataset = Dataset(train, eval_split, class_names, config.pp, config.shuffle_buffer,
+                    patch_size)
+  dataset.text_tokenizer = datasets.text_tokenizer(config)
+  return dataset
 
 
 def open_eval_dataset(config, dataset: str, split: str, label_feature: str = "label",
@@ -216,7 +233,10 @@ def open_eval_dataset(config, dataset: str, split: str, label_feature: str = "la
   check_pp(config.pp)
   eval_split, class_names = registry.open_eval_source(dataset, split, config, label_feature,
                                                       loader="tf")
-  return Dataset(None, eval_split, class_names, config.pp, config.shuffle_buffer, patch_size)
+  evaluation = Dataset(None, eval_split, class_names, config.pp, config.shuffle_buffer,
+                       patch_size)
+  evaluation.text_tokenizer = datasets.text_tokenizer(config)
+  return evaluation
 
 
 def host_threading() -> tf.data.Options:
