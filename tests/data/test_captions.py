@@ -8,7 +8,7 @@ import pytest
 
 from helpers import make_config, train, write_image
 from vit_jax.base import errors
-from vit_jax.data import captions, loaders, order, text_tokens
+from vit_jax.data import captions, loaders, order, splits, text_tokens
 from vit_jax.data.grain_stack import grain_pipeline
 from vit_jax.data.tf_stack import tf_pipeline
 
@@ -181,3 +181,19 @@ def test_class_captions_fill_every_template_with_every_variant():
   config.captions = {"templates": "class_name_only", "class_names": [["zero", "0"], "one"]}
   assert captions.templates_of(config) == ["{}"]
   assert captions.class_variants(config, ["0", "1"]) == [("zero", "0"), ("one",)]
+
+
+def test_captions_from_class_names_need_one_class_per_image_read_by_index():
+  config = make_config("big_tfds")
+  config.objective, config.captions = "contrastive", {"templates": ("a {}",),
+                                                      "class_names": None}
+  labels = splits.IndexedSplit(np.zeros((2, 4, 4, 3), np.uint8), np.eye(2, dtype=np.int32),
+                               "pixels")
+  with pytest.raises(errors.InvalidInput, match=r"^big_tfds has several labels per image: "
+                     "captions from class names take one class per image$"):
+    captions.attach(config, (labels, labels, ["a", "b"]))
+  streamed = splits.StreamingSplit(None, "train", 10)
+  with pytest.raises(errors.InvalidInput, match=r"^big_tfds is streamed \(over 2 GiB\): "
+                     r"captions from its class names need examples read by index; set "
+                     r"config.loader='grain' \(TFDS prepared as array_record\)$"):
+    captions.attach(config, (streamed, streamed, ["a", "b"]))
