@@ -15,20 +15,19 @@ each model is meant to be read (a softmax over the classes, or a sigmoid per cla
 """
 
 import json
-import os
 import sys
 
 import numpy as np
 from absl import flags
 
-from vit_jax.base import cli, errors, no_clobber, storage
+from vit_jax.base import cli, errors, no_clobber
 from vit_jax.checkpoints import checkpoint_family
-from vit_jax.data import prompt_templates
+from vit_jax.data import image_files, prompt_templates
 from vit_jax.models import family_registry
+from vit_jax.training.evaluators import image_text
 from vit_jax.training.scores import retrieval
 
 FLAGS = flags.FLAGS
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
 
 
 def records(paths, names, scores, top_k: int):
@@ -41,43 +40,6 @@ def records(paths, names, scores, top_k: int):
                           for i in order],
                 "scores": [float(s) for s in row]})
   return out
-
-
-def folder_images(root: str):
-  """(image paths, labels, class names) of root/<class>/<image>, classes sorted."""
-  if not os.path.isdir(root):
-    raise errors.InvalidInput(f"--folder={root} is no folder of class folders")
-  classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-  paths, labels = [], []
-  for label, name in enumerate(classes):
-    for file in sorted(os.listdir(os.path.join(root, name))):
-      if file.lower().endswith(IMAGE_SUFFIXES):
-        paths.append(os.path.join(root, name, file))
-        labels.append(label)
-  if not paths:
-    raise errors.InvalidInput(f"--folder={root} holds no images in class folders "
-                              f"(root/CLASS/IMAGE with {', '.join(IMAGE_SUFFIXES)})")
-  return paths, labels, classes
-
-
-def read_captions(path: str):
-  """(image paths, captions, image index of each caption) of 'IMAGE<TAB>CAPTION' lines;
-  relative image paths are taken from the captions file's folder."""
-  images, captions, owner = [], [], []
-  for number, line in enumerate(storage.read_text(path).splitlines(), 1):
-    if not line.strip():
-      continue
-    if "\t" not in line:
-      raise errors.InvalidInput(f"{path}:{number} is no 'IMAGE<TAB>CAPTION' line")
-    image, caption = line.split("\t", 1)
-    image = os.path.join(os.path.dirname(path), image)
-    if image not in images:
-      images.append(image)
-    captions.append(caption.strip())
-    owner.append(images.index(image))
-  if not captions:
-    raise errors.InvalidInput(f"{path} holds no 'IMAGE<TAB>CAPTION' lines")
-  return images, captions, owner
 
 
 def _report(flag_values, result, summary: str) -> None:
@@ -121,22 +83,20 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
       image_paths, image_size=flag_values.image_size, max_patches=flag_values.max_patches,
       batch_size=flag_values.batch_size)
   if flag_values.captions:
-    images, captions, owner = read_captions(flag_values.captions)
-    if flag_values.canonicalize:
-      captions = [prompt_templates.canonicalize_text(c) for c in captions]
-    metrics = retrieval.recall_at_k(embed(images), model.embed_texts(captions), owner)
+    images, captions, owner = image_files.read_captions(flag_values.captions)
+    metrics = image_text.caption_recall(model, embed(images), captions, owner,
+                                        flag_values.canonicalize)
     if not flag_values.json:
       print(" ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
     return _report(flag_values, metrics, f"recall@k of {len(images)} images")
   if flag_values.folder:
-    paths, labels, folder_classes = folder_images(flag_values.folder)
+    paths, labels, folder_classes = image_files.folder_images(flag_values.folder)
     if names is not None and len(names) != len(folder_classes):
       raise cli.UsageError(f"--classes has {len(names)} names for the folder's "
                            f"{len(folder_classes)} classes ({', '.join(folder_classes[:5])}...)")
     names = names or folder_classes
-  zcls = model.class_embeddings(
-      *prompt_templates.prompt_texts(names, templates, flag_values.canonicalize))
-  scores = model.scores(embed(paths), zcls)
+  scores = image_text.class_scores(model, embed(paths), names, templates,
+                                  flag_values.canonicalize)
   reading = model.reading.split(": ", 1)[1]
   if flag_values.folder:
     metrics = {"top1": retrieval.top1(scores, labels), "images": len(paths),
@@ -185,7 +145,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                        "in at most this many patches (256, 576, 1024), as the NaFlex models "
                        "were trained; default: squashed to --image_size.",
                        lower_bound=1, **define)
-  flags.DEFINE_integer("batch_size", 32, "Images per forward pass.", lower_bound=1, **define)
+  flags.DEFINE_integer("batch_size", image_text.IMAGE_BATCH, "Images per forward pass.",
+                       lower_bound=1, **define)
   flags.DEFINE_integer("top_k", 5, "Classes shown per image.", lower_bound=1, **define)
   flags.DEFINE_string("json", None, "Write the results to this JSON file, or standard output "
                       "for '-': one record per image (path, top_k [{class, name, score}], "

@@ -1,13 +1,16 @@
 """Images named on a command line (predict, visualize, zeroshot): the arguments checked
 before a slow checkpoint load, and each file decoded and resized as evaluation preprocesses
-it (or patchified at its own aspect ratio, NaFlex), without TensorFlow."""
+it (or patchified at its own aspect ratio, NaFlex), without TensorFlow; the folders of
+class folders and captions files that zeroshot and the image-text evaluators read alike."""
 
 import os
-from typing import List, Sequence
+from typing import List, Sequence, Tuple
 
 import numpy as np
 
 from vit_jax.base import cli, errors, storage
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
 
 
 class ImageError(errors.InvalidInput):
@@ -61,3 +64,38 @@ def image_arguments(argv: Sequence[str]) -> List[str]:
   if missing:
     raise ImageError(f"image not found: {missing[0]}")
   return image_paths
+
+
+def folder_images(root: str) -> Tuple[List[str], List[int], List[str]]:
+  """(image paths, labels, class names) of root/<class>/<image>, classes sorted."""
+  if not os.path.isdir(root):
+    raise errors.InvalidInput(f"{root} is no folder of class folders (ROOT/CLASS/IMAGE)")
+  classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+  paths, labels = [], []
+  for label, name in enumerate(classes):
+    for file in sorted(os.listdir(os.path.join(root, name))):
+      if file.lower().endswith(IMAGE_SUFFIXES):
+        paths.append(os.path.join(root, name, file))
+        labels.append(label)
+  if not paths:
+    raise errors.InvalidInput(f"{root} holds no images in class folders "
+                              f"(ROOT/CLASS/IMAGE with {', '.join(IMAGE_SUFFIXES)})")
+  return paths, labels, classes
+
+
+def read_captions(path: str) -> Tuple[List[str], List[str], List[int]]:
+  """(image paths, captions, image index of each caption) of 'IMAGE<TAB>CAPTION' lines;
+  relative image paths are taken from the captions file's folder."""
+  images, captions, owner = {}, [], []  # image path -> its index, in order of appearance
+  for number, line in enumerate(storage.read_text(path).splitlines(), 1):
+    if not line.strip():
+      continue
+    if "\t" not in line:
+      raise errors.InvalidInput(f"{path}:{number} is no 'IMAGE<TAB>CAPTION' line")
+    image, caption = line.split("\t", 1)
+    image = os.path.join(os.path.dirname(path), image)
+    captions.append(caption.strip())
+    owner.append(images.setdefault(image, len(images)))
+  if not captions:
+    raise errors.InvalidInput(f"{path} holds no 'IMAGE<TAB>CAPTION' lines")
+  return list(images), captions, owner

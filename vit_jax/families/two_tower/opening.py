@@ -55,9 +55,14 @@ def open_two_tower(checkpoint: str, *, tokenizer: Optional[str] = None,
   defaults to the vocabulary file found beside the checkpoint."""
   model, params, info = npz_file.load_two_tower(local_checkpoint(checkpoint),
                                                 bert_heads=bert_heads)
-  tokenize = text_tokens.for_model(tokenizer or info.tokenizer, lower=info.family == "siglip",
-                                   max_len=info.text_length, bert=info.text_tower == "bert")
-  return model, params, info, tokenize
+  return model, params, info, tokenizer_of(info, tokenizer)
+
+
+def tokenizer_of(info: npz_file.TwoTowerInfo, path: Optional[str] = None) -> Callable:
+  """How a pair reads texts: its vocabulary file (path, else the one found beside it),
+  lower-cased first for SigLIP, cut to its text length."""
+  return text_tokens.for_model(path or info.tokenizer, lower=info.family == "siglip",
+                               max_len=info.text_length, bert=info.text_tower == "bert")
 
 
 def image_size(info: npz_file.TwoTowerInfo, requested: Optional[int] = None) -> int:

@@ -6,6 +6,7 @@ Class embeddings are computed once per run (big_vision's and CLIP's recipe: each
 prompts embedded, averaged, normalised again).
 """
 
+import functools
 import sys
 from typing import Callable, Optional, Sequence
 
@@ -22,9 +23,16 @@ from vit_jax.families.vit import naflex_model as vit_naflex_model
 TEXT_BATCH = 64
 
 
+@functools.lru_cache(maxsize=8)
+def _jitted(model: two_tower.TwoTower, method: str) -> Callable:
+  """(params, inputs) -> model.<method>, compiled once per model and shape: an evaluator
+  of a training run embeds every few hundred steps."""
+  return jax.jit(lambda p, x: model.apply({"params": p}, x, method=method))
+
+
 def embed_texts(model: two_tower.TwoTower, params, tokens: np.ndarray) -> np.ndarray:
   """Normalised text embeddings [N, D] of token rows, in batches of one compiled shape."""
-  fn = jax.jit(lambda p, x: model.apply({"params": p}, x, method=model.embed_texts))
+  fn = _jitted(model, "embed_texts")
   out = []
   for start in range(0, len(tokens), TEXT_BATCH):
     chunk = tokens[start:start + TEXT_BATCH]
@@ -58,7 +66,7 @@ def _embed_in_batches(paths: Sequence[str], batch_size: int, load, embed) -> np.
 def embed_image_files(model: two_tower.TwoTower, params, paths: Sequence[str],
                       image_size: int, batch_size: int) -> np.ndarray:
   """Normalised image embeddings [images, D], each image squashed to image_size."""
-  embed = jax.jit(lambda p, x: model.apply({"params": p}, x, method=model.embed_images))
+  embed = _jitted(model, "embed_images")
   return _embed_in_batches(paths, batch_size,
                            lambda path: (image_files.load_image(path, image_size),),
                            lambda x: embed(params, x))

@@ -1,12 +1,14 @@
 """A two-tower model as the family contract's ZeroShot part: opened from a name, .npz or
-Hugging Face folder with its tokenizer, it embeds images (squashed to a side, or NaFlex's
-reading) and texts, and scores images against class embeddings as the model is meant to be
-read (LiT: a softmax over the classes; SigLIP: a sigmoid per class)."""
+Hugging Face folder with its tokenizer (or a pair in training, read as its saved file will
+be: for_params), it embeds images (squashed to a side, or NaFlex's reading) and texts, and
+scores images against class embeddings as the model is meant to be read (LiT: a softmax
+over the classes; SigLIP: a sigmoid per class)."""
 
 import dataclasses
 from typing import Callable, Optional, Sequence
 
 import numpy as np
+from flax import traverse_util
 
 from vit_jax.families.two_tower import npz_file, opening, scoring
 from vit_jax.families.two_tower import model as two_tower
@@ -61,3 +63,12 @@ def open_model(checkpoint: str, *, tokenizer: Optional[str] = None,
   file found beside the checkpoint."""
   return OpenedModel(*opening.open_two_tower(checkpoint, tokenizer=tokenizer,
                                              bert_heads=bert_heads))
+
+
+def for_params(module: two_tower.TwoTower, params, *, tokenizer: str) -> OpenedModel:
+  """A pair in training (its module and params, on devices) read as open_model reads the
+  file save_two_tower writes of them: the same text length, tokenizer and reading, so that
+  the image-text evaluators' numbers are python -m vit_jax.zeroshot's on that file;
+  tokenizer: its vocabulary file."""
+  info = npz_file.describe(module, traverse_util.flatten_dict(params, sep="/"), tokenizer)
+  return OpenedModel(module, params, info, opening.tokenizer_of(info))
