@@ -72,3 +72,30 @@ def save_tiny_lit(folder, words=("china", "flower", "cat")):
   (folder / "LiT-tiny.txt").write_text("\n".join(
       ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "photo", "of", *words]) + "\n")
   return path, model, params
+
+
+DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+
+def save_digits_pair(folder):
+  """A random tiny SigLIP pair saved as folder/pair.npz with a WordPiece vocabulary beside
+  it (pair.txt, where zeroshot finds it), and the digits' test split written as 8 x 8 PNGs,
+  folder/digits/test/<digit>/<index>.png (the pixels of the in-memory split, in its order)
+  -> (module, params, npz path, digits folder)."""
+  from PIL import Image  # pylint: disable=import-outside-toplevel
+  from vit_jax.data.sources import digits  # pylint: disable=import-outside-toplevel
+  from vit_jax.families.two_tower import (  # pylint: disable=import-outside-toplevel
+      npz_file as two_tower_load)
+  model = tiny_siglip()
+  params = random_params(model, 8)["params"]
+  path = str(folder / "pair.npz")
+  two_tower_load.save_two_tower(params, path)
+  (folder / "pair.txt").write_text("\n".join(
+      ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "photo", "of", "the", "number",
+       *DIGIT_WORDS]) + "\n")
+  _, test, names = digits.digits_source()
+  for index, (pixels, label) in enumerate(zip(test.data, test.labels)):
+    target = folder / "digits" / "test" / names[label]
+    target.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(pixels).save(target / f"{index:03d}.png")
+  return model, params, path, str(folder / "digits")

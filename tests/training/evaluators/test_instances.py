@@ -71,11 +71,11 @@ def test_config_fewshot_is_the_instance_named_fewshot():
 
 
 def test_an_unknown_type_is_refused_in_one_line_before_anything_runs(tmp_path):
-  config = config_with({"zs": {"type": "zeroshot", "dataset": "digits"}})
+  config = config_with({"cap": {"type": "captioning", "dataset": "digits"}})
   with pytest.raises(errors.InvalidInput) as refused:
     loop.train_and_evaluate(config, str(tmp_path / "run"))
-  assert str(refused.value) == ("config.evals.zs.type='zeroshot' is not an evaluator kind; "
-                                "choose one of classification, fewshot")
+  assert str(refused.value) == ("config.evals.cap.type='captioning' is not an evaluator kind; "
+                                "choose one of classification, fewshot, zeroshot, retrieval")
   assert not (tmp_path / "run").exists()
 
 

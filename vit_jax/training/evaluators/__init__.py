@@ -11,14 +11,17 @@ without knowing their kinds; a new kind is one module here plus one line in KIND
   * classification: the dataset's own eval split and every classification set (accuracy,
     ReaL), every `config.eval_every` steps and at the end;
   * fewshot: linear probes of each instance's datasets (and of `config.fewshot.datasets`,
-    the instance named 'fewshot'), every `every_steps` steps and at the end.
+    the instance named 'fewshot'), every `every_steps` steps and at the end;
+  * zeroshot and retrieval (image-text runs): zero-shot top-1 on a labelled set, recall@k
+    both ways on captions, as python -m vit_jax.zeroshot computes them from the saved file.
 """
 
 from typing import Dict, List, Protocol
 
 import ml_collections
 
-from vit_jax.training.evaluators import classification, fewshot_probes, instances
+from vit_jax.training.evaluators import (caption_retrieval, classification, fewshot_probes,
+                                         instances, zero_shot)
 
 
 class Evaluator(Protocol):
@@ -48,6 +51,8 @@ class Kind(Protocol):
 KINDS: Dict[str, Kind] = {kind.TYPE: kind for kind in (
     classification,
     fewshot_probes,
+    zero_shot,
+    caption_retrieval,
 )}
 
 
