@@ -6,6 +6,9 @@ module and its name here; the stacks and commands ask the source, never its type
   * digits: scikit-learn's embedded digits;
   * captions_file: 'captions:PATH' or PATH.tsv / PATH.txt, IMAGE<TAB>CAPTION lines;
   * arrayrecord: ArrayRecord shards, ROOT/arrayrecord.json (Grain only);
+  * webdataset: 'webdataset:PATTERN', PATTERN.tar or a folder of *.tar, local or gs://:
+    WebDataset shards of KEY.jpg + KEY.txt (Grain only);
+  * coco_captions: TFDS coco_captions, prepared as array_record;
   * multilabel_folder: ROOT/train/labels.csv, ROOT/test/labels.csv;
   * image_folder: ROOT/train/<class>/, ROOT/test/<class>/, or any name written as a path;
   * tfds_datasets: otherwise a TFDS name, labelled by config.label_feature.
@@ -20,8 +23,8 @@ from vit_jax.data.sources import source_contract
 from vit_jax.data.sources.source_contract import Source
 
 # The first whose SOURCE handles a config reads it; tfds_datasets takes any name.
-KINDS = ("vtab_1k", "digits", "captions_file", "arrayrecord", "multilabel_folder",
-         "image_folder", "tfds_datasets")
+KINDS = ("vtab_1k", "digits", "captions_file", "arrayrecord", "webdataset", "coco_captions",
+         "multilabel_folder", "image_folder", "tfds_datasets")
 
 
 def sources() -> List[Source]:

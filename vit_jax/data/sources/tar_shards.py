@@ -25,6 +25,7 @@ IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 TEXT_EXTENSION = "txt"
 _OPEN_SHARDS = 64  # shard handles a process keeps open
 _LISTING_THREADS = 16  # shards whose headers are read at once
+_STORE_BLOCK = 8 << 20  # bytes per request when a shard's headers are read from a store
 
 
 def expand(pattern: str) -> List[str]:
@@ -83,11 +84,14 @@ class ShardListing:
 
 
 def list_members(path: str) -> ShardListing:
-  """Reads a shard's tar headers only; a damaged or truncated shard is one line."""
+  """Reads a shard's tar headers only (on a store, in blocks of _STORE_BLOCK: one request
+  per header would cost more than the bytes between them); a damaged or truncated shard is
+  one line."""
   try:
-    with storage.open_read(path) as stream:
-      size = stream.seek(0, io.SEEK_END)
-      stream.seek(0)
+    with storage.open_read(path) as handle:
+      size = handle.seek(0, io.SEEK_END)
+      handle.seek(0)
+      stream = io.BufferedReader(handle, _STORE_BLOCK) if storage.is_url(path) else handle
       with tarfile.open(fileobj=stream, mode="r:") as archive:
         members = [(m.name, m.offset_data, m.size) for m in archive if m.isfile()]
   except tarfile.TarError as e:  # a truncated shard too: "unexpected end of data"
