@@ -11,8 +11,8 @@ import tensorflow_datasets as tfds
 from helpers import make_config, run_in_process, train, write_image
 from vit_jax import make_arrayrecord
 from vit_jax.base import errors
-from vit_jax.data import loaders, splits
-from vit_jax.data.sources import arrayrecord
+from vit_jax.data import fingerprint, loaders, splits, text_tokens
+from vit_jax.data.sources import arrayrecord, registry
 
 
 def _with(config, **keys):
@@ -165,3 +165,52 @@ def test_damaged_shards_are_one_line_naming_them(tmp_path):
       f"^corrupt image: example [345] of {output}/train: damaged ArrayRecord shard \\(.*\\); "
       "rebuild the dataset")):
     train(dataset, num_steps=5, batch_size=10)
+
+
+def captions_files(root):
+  """train.tsv (an image with two captions, a name not in ASCII) and val.tsv, beside their
+  images."""
+  for name in ("a", "b", "c", "d"):
+    write_image(str(root / f"{name}.png"), size=(12, 10))
+  (root / "train.tsv").write_text("a.png\ta cat\nb.png\ta dog\na.png\tthe same cat\n"
+                                  "c.png\tun café\n", encoding="utf-8")
+  (root / "val.tsv").write_text("d.png\ta bird\n", encoding="utf-8")
+  return root
+
+
+def test_captions_files_as_shards_keep_every_caption_and_the_fingerprint(tmp_path):
+  root, output = captions_files(tmp_path / "images"), tmp_path / "shards"
+  done = run_in_process(make_arrayrecord, f"--captions={root}/train.tsv",
+                        f"--eval_captions={root}/val.tsv", f"--output={output}",
+                        "--examples_per_shard=2")
+  assert done.returncode == 0, done.stderr
+  assert "train 3, test 1 examples, 5 captions" in done.stdout
+  assert sorted(os.listdir(output)) == [
+      "arrayrecord.json", "test-00000-of-00001.array_record", "test.captions.json",
+      "test.labels.npy", "train-00000-of-00002.array_record",
+      "train-00001-of-00002.array_record", "train.captions.json", "train.labels.npy"]
+  contrastive = dict(objective="contrastive")
+  shards = registry.open_source(grain_config(str(output), **contrastive), loader="grain")
+  files = registry.open_source(grain_config(f"captions:{root}/train.tsv", eval_split="val.tsv",
+                                            **contrastive), loader="grain")
+  assert shards[2] == files[2] == []
+  for ours, theirs in zip(shards[:2], files[:2]):
+    assert [ours.captions.of(i) for i in range(len(ours))] == [
+        theirs.captions.of(i) for i in range(len(theirs))]
+    assert [ours.data[i] for i in range(len(ours))] == [
+        (root / os.fsdecode(path)).read_bytes() for path in theirs.data]
+    assert fingerprint.of_split(ours) == fingerprint.of_split(theirs)
+  assert shards[0].captions.of(0) == ["a cat", "the same cat"]
+  vocab = text_tokens.train_wordpiece(["a cat", "a dog", "the same cat", "un café"], 30,
+                                      str(tmp_path / "vocab.txt"))
+  text = dict(text={"tokenizer": vocab, "length": 6, "lower": False}, **contrastive)
+  batches = [train(loaders.open_dataset(config), num_steps=2, batch_size=4) for config in (
+      grain_config(str(output), **text),
+      grain_config(f"captions:{root}/train.tsv", eval_split="val.tsv", **text))]
+  for ours, theirs in zip(*batches):
+    for key in ("image", "text", "label"):
+      np.testing.assert_array_equal(ours[key], theirs[key])
+  done = run_in_process(make_arrayrecord, str(root), f"--captions={root}/train.tsv",
+                        f"--output={tmp_path / 'other'}")
+  assert done.returncode != 0 and "give either SOURCE or --captions / --eval_captions, not " \
+      "both" in done.stderr

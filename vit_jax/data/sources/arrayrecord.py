@@ -1,10 +1,13 @@
 """ArrayRecord shards: a dataset as a folder the Grain loader reads by index, written by
-python -m vit_jax.make_arrayrecord from an image folder or a TFDS split.
+python -m vit_jax.make_arrayrecord from an image folder, a TFDS split or captions files.
 
 DIR/arrayrecord.json     class names, multi_label, and per split its shards, example
-                         count and fingerprint (the source's: vit_jax.data.fingerprint)
+                         count and fingerprint (the source's: vit_jax.data.fingerprint),
+                         and its captions file where it has one
 DIR/<split>.labels.npy   int32 [N] (multi-label: multi-hot [N, K]): labels without reading
-                         an image
+                         an image (zeros for captions without classes)
+DIR/<split>.captions.json   each example's captions (a list of lists of strings), read
+                         into memory: captions without reading an image
 DIR/<split>-00000-of-00004.array_record, ...   one record per example: the encoded image
 
 Writing is atomic and resumable: each shard is written to a temporary name and renamed,
@@ -21,7 +24,7 @@ import numpy as np
 
 from vit_jax.base import errors, storage
 from vit_jax.data.sources import arrayrecord_output, source_contract
-from vit_jax.data.splits import IndexedSplit
+from vit_jax.data.splits import Captions, IndexedSplit
 
 INDEX = "arrayrecord.json"
 FORMAT = 1
@@ -30,6 +33,10 @@ _PENDING = ".pending.json"  # a split being written: its source's fingerprint
 
 def is_arrayrecord_dir(root: str) -> bool:
   return os.path.isfile(os.path.join(os.path.expanduser(root), INDEX))
+
+
+def captions_name(split: str) -> str:
+  return f"{split}.captions.json"
 
 
 def shard_names(split: str, num_shards: int) -> List[str]:
@@ -116,7 +123,24 @@ def open_split(root: str, split: str, index: Optional[dict] = None) -> IndexedSp
     raise errors.InvalidInput(f"{root}: split {split} has {len(records)} records and "
                               f"{len(labels)} labels, not {entry['examples']}; rewrite it")
   return IndexedSplit(records, labels.astype(np.int32), "encoded",
-                      source=os.path.join(root, split), fingerprint=entry["fingerprint"])
+                      source=os.path.join(root, split), fingerprint=entry["fingerprint"],
+                      captions=_read_captions(root, split, entry))
+
+
+def _read_captions(root: str, split: str, entry: dict) -> Optional[Captions]:
+  """The split's captions (None for classification shards), one list per example."""
+  if "captions" not in entry:
+    return None
+  path = os.path.join(root, entry["captions"])
+  try:
+    grouped = json.loads(storage.read_text(path))
+  except (OSError, ValueError) as e:
+    raise errors.InvalidInput(f"cannot read {path} ({e}); rerun python -m "
+                              "vit_jax.make_arrayrecord to finish the folder") from None
+  if len(grouped) != entry["examples"]:
+    raise errors.InvalidInput(f"{path} holds captions of {len(grouped)} examples, not "
+                              f"{entry['examples']}; rewrite split {split}")
+  return Captions.grouped(grouped)
 
 
 def arrayrecord_source(root: str, train_split: Optional[str], eval_split: Optional[str]):
@@ -184,10 +208,12 @@ def _write_shard(path: str, payloads) -> None:
 
 def write_split(root: str, split: str, payload: Callable[[int], bytes], labels: np.ndarray,
                 fingerprint: Dict[str, object], names: List[str], *,
+                captions: Optional[List[List[str]]] = None,
                 examples_per_shard: int = 10_000, progress=None) -> None:
-  """Writes `split` (payload(i): example i's encoded image) into root, skipping shards a
-  previous run finished, then records it in arrayrecord.json. `progress(n)` is called
-  with the examples done (the tqdm bar's update)."""
+  """Writes `split` (payload(i): example i's encoded image; captions[i]: its captions, for
+  image-text data) into root, skipping shards a previous run finished, then records it in
+  arrayrecord.json. `progress(n)` is called with the examples done (the tqdm bar's
+  update)."""
   os.makedirs(root, exist_ok=True)
   pending = os.path.join(root, f"{split}{_PENDING}")
   path = os.path.join(root, INDEX)
@@ -218,6 +244,10 @@ def write_split(root: str, split: str, payload: Callable[[int], bytes], labels: 
   index.update(class_names=list(names),
                multi_label=bool(np.asarray(labels).ndim == 2))
   index["splits"][split] = {"shards": shards, "examples": total, "fingerprint": fingerprint}
+  if captions is not None:
+    storage.write_atomic(os.path.join(root, captions_name(split)),
+                         json.dumps([list(texts) for texts in captions], ensure_ascii=False))
+    index["splits"][split]["captions"] = captions_name(split)
   storage.write_atomic(path, json.dumps(index, indent=1))
   if os.path.isfile(pending):
     os.remove(pending)

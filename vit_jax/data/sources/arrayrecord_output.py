@@ -14,7 +14,7 @@ from vit_jax.base import errors
 
 # The names arrayrecord.write_split writes (finished, temporary and pending).
 _OWN = ("arrayrecord.json", "*.array_record", "*.array_record.tmp", "*.labels.npy",
-        "*.labels.npy.tmp.npy", "*.pending.json", ".*.tmp")
+        "*.labels.npy.tmp.npy", "*.captions.json", "*.pending.json", ".*.tmp")
 
 
 def _foreign(folder: str) -> List[str]:
