@@ -12,7 +12,7 @@ from PIL import Image
 from helpers import make_config, train
 from vit_jax.base import errors
 from vit_jax.data import fingerprint, loaders, text_tokens
-from vit_jax.data.sources import coco_captions, registry
+from vit_jax.data.sources import registry
 
 SPLITS = {"train": 5, "val": 3}
 

@@ -71,3 +71,18 @@ def test_damaged_shards_are_one_line(tmp_path):
   (tmp_path / "whole.tar").write_bytes(data[:1000])  # cut after it was listed
   with pytest.raises(OSError, match="ends inside a member .* truncated after it was listed"):
     tar_shards.Images(tar_shards.Shards([listing.path]), samples)[0]
+
+
+def test_at_most_the_shards_used_last_stay_open_and_reads_go_on(tmp_path, monkeypatch):
+  monkeypatch.setattr(tar_shards, "_OPEN_SHARDS", 2)
+  paths = [str(tmp_path / f"{i}.tar") for i in range(3)]
+  for i, path in enumerate(paths):
+    write_tar(path, [(f"{i}.jpg", bytes([i]) * 10), (f"{i}.txt", b"t")])
+  samples = tar_shards.pair(tar_shards.list_shards(paths))
+  shards = tar_shards.Shards(paths)
+  images = tar_shards.Images(shards, samples)
+  first, _ = shards._handle(0)  # pylint: disable=protected-access
+  assert [images[i] for i in (0, 1, 2, 0)] == [bytes([i]) * 10 for i in (0, 1, 2, 0)]
+  assert first.closed and sorted(shards._handles) == [0, 2]  # pylint: disable=protected-access
+  shards.close()
+  assert not shards._handles and images[1] == bytes([1]) * 10  # pylint: disable=protected-access

@@ -4,7 +4,6 @@ the same split from gs:// (the Cloud Storage emulator)."""
 
 import io
 import logging
-import os
 
 import numpy as np
 import pytest

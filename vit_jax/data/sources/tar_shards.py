@@ -150,8 +150,8 @@ def pair(listings: List[ShardListing]) -> Samples:
 
 class Shards:
   """Byte ranges of a set of shard files. Each process opens its own handles and keeps
-  the _OPEN_SHARDS it used last (one dropped closes when its last read ends); threads read
-  different shards at once. It pickles as its paths (Grain's worker processes)."""
+  the _OPEN_SHARDS it used last open; threads read different shards at once. It pickles
+  as its paths (Grain's worker processes)."""
 
   def __init__(self, paths: List[str]):
     self.paths = list(paths)
@@ -179,18 +179,35 @@ class Shards:
         handle = storage.open_read(self.paths[shard])
       self._handles[shard] = handle  # most recently used last
       if len(self._handles) > _OPEN_SHARDS:
-        self._handles.popitem(last=False)
+        oldest, stale = self._handles.popitem(last=False)
+        with self._locks[oldest]:  # after the read in progress (readers skip closed ones)
+          stale.close()
       return handle, self._locks.setdefault(shard, threading.Lock())
 
   def read(self, shard: int, offset: int, size: int) -> bytes:
-    handle, lock = self._handle(shard)
-    with lock:
-      handle.seek(offset)
-      data = handle.read(size)
+    while True:
+      handle, lock = self._handle(shard)
+      with lock:
+        if not handle.closed:  # else closed since it was handed out: open it again
+          handle.seek(offset)
+          data = handle.read(size)
+          break
     if len(data) != size:
       raise OSError(f"shard {self.paths[shard]} ends inside a member at byte {offset} "
                     f"({len(data)} of {size} bytes): it was truncated after it was listed")
     return data
+
+  def close(self) -> None:
+    """Closes this process's handles (a store's file left open keeps a read-ahead task
+    pending); reads after it open them again."""
+    with self._lock:
+      handles = list(self._handles.values()) if self._pid == os.getpid() else []
+      self._handles.clear()
+    for handle in handles:
+      handle.close()
+
+  def __del__(self):
+    self.close()
 
 
 class Images(lazy_rows.Rows):
