@@ -109,8 +109,7 @@ def test_the_fingerprint_changes_with_a_shard_and_only_then(shards):
   write_shards(str(shards / "train"), SAMPLES[:3] + [("0009", b"other", "other")] + SAMPLES[4:])
   second = fingerprint.of_split(webdataset.open_split(pattern))
   assert fingerprint.changed(first, second)
-  assert fingerprint.describe_change(first, second).endswith(
-      "its examples differ (as many as before)")
+  assert fingerprint.describe_change(first, second) == "its examples differ (as many as before)"
 
 
 def test_the_tf_loader_and_a_missing_eval_split_are_one_line(shards):
