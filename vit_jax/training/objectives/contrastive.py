@@ -123,10 +123,10 @@ def prepare_text(config: ml_collections.ConfigDict, dataset, workdir: str):
   with config.text.tokenizer and vocab_size set to it; the dataset tokenises with it."""
   pair = pair_family().pair_training
   source = config.text.tokenizer or pair.tokenizer_file(config)
-  captions = _training_captions(dataset.train)
   if source is None:
     kept = storage.join(workdir, TRAINED_VOCABULARY)
-    if not storage.exists(kept):
+    if not storage.exists(kept):  # the captions are read only to train one
+      captions = _training_captions(dataset.train)
       text_tokens.train_wordpiece(captions, config.text.vocab_size, kept)
       log.info("trained a %d-word vocabulary on the %d training captions: %s",
                config.text.vocab_size, len(captions), kept)
