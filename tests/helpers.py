@@ -58,6 +58,31 @@ def demo_args(**overrides):
       f"--config.{key}={value}" for key, value in {**DEMO_SETTINGS, **overrides}.items()]
 
 
+# configs/siglip_demo.py's recipe on towers as small as compile in seconds (one block each,
+# 32 wide): what the plan and benchmark tests of an image-text pair run.
+TINY_PAIR = {"model.num_layers": 1, "model.hidden_size": 32, "model.mlp_dim": 64,
+             "model.num_heads": 2, "text.width": 32, "text.depth": 1, "text.mlp_dim": 64,
+             "text.num_heads": 2, "text.length": 8, "batch": 64, "batch_eval": 64}
+
+
+def pair_config(**overrides):
+  """configs/siglip_demo.py with TINY_PAIR and `overrides` ('a.b' keys)."""
+  config = load_module("siglip_demo.py").get_config()
+  for key, value in {**TINY_PAIR, **overrides}.items():
+    *parents, leaf = key.split(".")
+    node = config
+    for parent in parents:
+      node = node[parent]
+    node[leaf] = value
+  return config
+
+
+def pair_args(**overrides):
+  """The command-line flags of pair_config(**overrides)."""
+  return [f"--config={CONFIG_DIR / 'siglip_demo.py'}"] + [
+      f"--config.{key}={value}" for key, value in {**TINY_PAIR, **overrides}.items()]
+
+
 def free_port() -> int:
   """A TCP port nothing listens on now (for a coordinator of several processes)."""
   with socket.socket() as s:

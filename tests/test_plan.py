@@ -105,7 +105,10 @@ def test_the_compute_line_says_why_there_is_no_estimate():
     (["--tpu=v3-8", "--json={tmp}"], "is a folder"),
     (["--tpu=v3-8", "--json={tmp}/a_file/plan.json"], "a_file is a file"),
     (["--tpu=v3-8", "--json=/proc/plan.json"], "cannot create files in /proc"),
-    (["--config.model_name=SigLIP2-B_16-224"], "vit_jax.benchmark --model=SigLIP2-B_16-224"),
+    (["--config.model_name=SigLIP2-B_16-224"], "--config=configs/siglip2_b16.py "
+     "--config.pretrained=SigLIP2-B_16-224"),  # a pair's name is no image model's
+    (["--tpu=v3-8", "--gpu=h100"], "--tpu and --gpu name two targets"),
+    (["--gpu=rtx9090"], "--gpu=rtx9090 is not a GPU this plan knows: use one of a100-40gb"),
     (["--config.pretrained={tmp}/gone/x.npz"], "gone/x.npz is not found (check the path"),
     (["--config.model_name=SigLIP2-B_16"], "--config=configs/siglip2_b16.py "
      "--config.pretrained=SigLIP2-B_16-224"),  # not 'did you mean ViT-B_16'
@@ -138,3 +141,61 @@ def test_a_checkpoint_timed_part_by_part_is_refused_saying_how_to_time_it(tmp_pa
       f"error: config.model_name={path} is a pair-of-functions model: the main job trains "
       f"none; time its two functions with python -m vit_jax.benchmark --model={path} "
       "(--help shows the usage)")
+
+
+def test_a_pair_is_planned_per_pair_with_its_loss_memory_chunked_and_not():
+  """An image-text pair on a v3-8 (8 devices): GFLOP/pair and pairs/s over both towers, its
+  loss's memory with and without the ring at the config's batch and big_vision's, the
+  largest batch estimated (--nosuggest: none verified)."""
+  done = helpers.run_in_process(plan, *helpers.pair_args(), "--tpu=v3-8", "--nosuggest",
+                                "--json=-")
+  assert done.returncode == 0, done.stderr
+  report = json.loads(done.stdout)
+  assert report["example"] == "pair" and report["fits"]
+  assert report["text_tower"] == {"tower": "transformer", "width": 32, "depth": 1, "length": 8}
+  assert report["train"]["model_gflop_per_image"] > 0 and report["train"]["estimated_mfu"]
+  memory = report["contrastive_loss_memory"]
+  assert (memory["loss"], memory["way"], memory["batch_devices"], memory["embedding_dim"]) == (
+      "sigmoid", "chunked", 8, 32)
+  rows = {row["batch"]: row for row in memory["rows"]}
+  assert sorted(rows) == [64, 4096, 16_384, 32_768] and rows[32_768]["per_device"] == 4096
+  assert rows[32_768]["chunked_loss_bytes"] < rows[32_768]["plain_loss_bytes"]
+  assert rows[64]["chunked_step_bytes"] == pytest.approx(
+      report["train"]["peak_bytes_per_device"], rel=1e-6)
+  assert memory["largest_batch_estimated"]["chunked"] > memory["largest_batch_estimated"][
+      "plain"] > 64
+  assert memory["largest_batch"] is None
+  text = done.stderr
+  assert "GFLOP/pair" in text and "pairs/s" in text and "text tower (1 blocks of 32" in text
+  assert "contrastive loss per device (32-wide embeddings; chunked: the ring passes " in text
+  assert "largest batch that fits: not verified by compiling (--nosuggest); estimated " in text
+
+
+def test_a_pair_over_its_memory_is_sized_by_its_global_batch(tmp_path):
+  """A contrastive loss pairs the whole batch and takes no accumulation: the search sizes
+  the batch itself, verified by compiling, and that is the largest batch that fits."""
+  done = helpers.run_in_process(plan, *helpers.pair_args(batch=512), "--hbm_limit_gib=0.03",
+                                "--json=-")
+  assert done.returncode == plan.DOES_NOT_FIT_EXIT_CODE, done.stderr
+  report = json.loads(done.stdout)
+  (suggestion,) = report["suggestions"]
+  (flag,) = suggestion["flags"]
+  batch = int(flag.removeprefix("--config.batch="))
+  assert 64 <= batch < 512 and not any(t["flags"][0].startswith("--config.accum_steps")
+                                       for t in report["search"]["tried"])
+  largest = report["contrastive_loss_memory"]["largest_batch"]
+  assert largest["batch"] == batch and largest["smallest_not_fitting"] > batch
+  assert largest["peak_bytes_per_device"] <= report["hbm_bytes_per_device"]
+  (line,) = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+  assert f"fits with (a smaller global batch: this objective does not accumulate gradients, " \
+      f"verified by compiling): --config.batch={batch}" in line
+  assert f"largest batch that fits: {batch:,} verified by compiling" in done.stderr
+
+
+def test_the_gpu_flag_names_every_gpu_a_plan_knows():
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  from vit_jax.planning import compiler_readings  # pylint: disable=import-outside-toplevel
+  flag_values = flags.FlagValues()
+  plan.define_flags(flag_values)
+  assert all(name in flag_values["gpu"].help and name in plan.__doc__
+             for name in compiler_readings.GPUS)

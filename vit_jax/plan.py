@@ -10,7 +10,10 @@ local devices) ahead of time, before anyone rents one. Nothing runs; no TPU is n
 the ones vit_jax.main would run (same model, mesh, shardings, batch split, accumulation,
 optimizer), compiled by XLA for --tpu (Cloud's names: v2-8, v3-8 ... v3-2048, v4-8,
 v5e-16 / v5litepod-16, v5p-8, v6e-8; or a topology such as v3:4x4; needs libtpu:
-pip install 'vit_jax[tpu]'). Reported per device: the memory of each step against the
+pip install 'vit_jax[tpu]'), or for --gpu (one GPU: h100, h200, a100-80gb, a100-40gb, with
+its memory as a JAX process takes it; compiled for this machine's GPU, or without one for
+a compile-only TPU chip under the GPU's memory: its buffer schedule stands in for the
+GPU's, and no speed is estimated). Reported per device: the memory of each step against the
 chip's usable HBM, FLOPs per image, the compiler's time estimate as img/s and MFU, the
 config's total_steps in hours, chip-hours and TPU-core-days, and the collectives.
 Speeds are the compiler's per-operation roofline (XLA's optimal_seconds), not
@@ -27,6 +30,18 @@ optimizer update alone where the step accumulates gradients (seconds); a config 
 scan_layers, or a step that does not fit, adds loop-free twins of one and two blocks
 to count its FLOPs in full. docs/plan_time.md says more.
 
+A contrastive config (config.objective='contrastive': an image tower and a text tower) is
+planned per image-caption pair (GFLOP/pair, pairs/s, MFU over both towers' FLOPs, a locked
+tower counted forward only), with its loss's memory per device with and without chunking
+(the sigmoid loss's ring) at the config's batch and big_vision's (4k, 16k, 32k), the
+step's peak estimated at each, and the largest batch that fits, verified by compiling
+(--json: `contrastive_loss_memory`). Such a loss pairs the whole batch and takes no
+accumulation: a step that does not fit is sized by its global batch instead.
+
+  python -m vit_jax.plan --config=configs/lit_coco.py --tpu=v3-8
+  python -m vit_jax.plan --config=configs/siglip_lit_coco.py --tpu=v4-64 \
+      --config.batch=32768 --config.contrastive.chunked=False
+
 Exit status: 0 everything fits, 3 something does not, 2 a usage mistake.
 """
 
@@ -35,7 +50,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from absl import flags
 from ml_collections import config_flags
@@ -61,6 +76,10 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                                   "as for vit_jax.main.", lock_config=True, **define)
   flags.DEFINE_string("tpu", None, "TPU slice to compile for (v3-8, v5e-16, v3:4x4 ...); "
                       "default: this machine's devices.", **define)
+  flags.DEFINE_string("gpu", None, "One GPU to plan for (h100, h200, a100-80gb, "
+                      "a100-40gb): its memory as a JAX process takes it "
+                      "(XLA_PYTHON_CLIENT_MEM_FRACTION, default 0.75); without a GPU here, a "
+                      "compile-only TPU chip stands in (needs libtpu).", **define)
   flags.DEFINE_string("json", None, "Also write the report as JSON to this path (checked "
                       "before compiling; '-': the JSON on stdout, the report on stderr).",
                       **define)
@@ -72,7 +91,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   flags.DEFINE_float("hbm_limit_gib", None, "Usable memory per device in GiB, below the "
                      "chip's (headroom for other programs).", lower_bound=0.001, **define)
   flags.DEFINE_boolean("suggest", True, "When a step does not fit, search for config "
-                       "changes that do.", **define)
+                       "changes that do; for a contrastive config, also verify the largest "
+                       "batch that fits by compiling.", **define)
   flags.DEFINE_float("suggest_budget", 900, "Seconds the search for changes may take.",
                      lower_bound=0, **define)
   flags.DEFINE_integer("max_suggestions", 1, "How many changes that fit to look for (each "
@@ -107,14 +127,70 @@ def compute_note(report: Dict[str, Any]) -> str:
   return NO_TPU_ESTIMATE_NOTE
 
 
+def _what_is_trained(report: Dict[str, Any]) -> str:
+  """'ViT-B_16, 1000 classes' or, for an image-text pair, its towers and loss."""
+  text = report.get("text_tower")
+  if text is None:
+    return f"{report['model']}, {report['num_classes']} classes"
+  memory = report["contrastive_loss_memory"]
+  return (f"{report['model']} image tower + {text['tower']} text tower ({text['depth']} "
+          f"blocks of {text['width']}, {text['length']} tokens), {memory['loss']} loss"
+          + (" (chunked)" if memory["way"] == "chunked" else ""))
+
+
+def _verdict(fits: Optional[bool]) -> str:
+  return "" if fits is None else " ok" if fits else " NO"
+
+
+def format_contrastive(report: Dict[str, Any]) -> List[str]:
+  """The contrastive loss's lines: its memory per device with and without chunking at
+  the config's and big_vision's batches, the step's estimated peak at each, and the
+  largest batch that fits."""
+  memory = report["contrastive_loss_memory"]
+  devices = memory["batch_devices"]
+  ring = (f"the ring passes captions round {devices} devices" if devices > 1
+          else "on one device the two are the same")
+  softmax = ("; this config's softmax loss gathers the batch (the plain figures; the "
+             "chunked ones are the sigmoid loss's)" if memory["loss"] == "softmax" else "")
+  lines = [f"contrastive loss per device ({memory['embedding_dim']}-wide embeddings; "
+           f"chunked: {ring}{softmax}); the step's peak estimated from the compiled step, "
+           "ok/NO against the usable memory:",
+           "      batch  per device   loss chunked  loss plain  step chunked  step plain"]
+  for row in memory["rows"]:
+    steps = [f"{gib(row[f'{way}_step_bytes'])}{_verdict(row[f'{way}_fits'])}"
+             for way in ("chunked", "plain")]
+    lines.append(f"  {row['batch']:>9,} {row['per_device']:>11,} "
+                 f"{gib(row['chunked_loss_bytes']):>14} {gib(row['plain_loss_bytes']):>11} "
+                 f"{steps[0]:>13} {steps[1]:>11}")
+  estimated = memory["largest_batch_estimated"]
+  guess = ("estimated " + ", ".join(f"{way} {_number(estimated[way])}"
+                                    for way in ("chunked", "plain"))
+           if estimated["chunked"] is not None else "no estimate (no compiled step to read)")
+  largest = memory["largest_batch"]
+  if largest is None:
+    verified = "not verified by compiling (--nosuggest)"
+  elif largest["batch"] is None:
+    verified = "none verified by compiling"
+  else:
+    verified = (f"{largest['batch']:,} verified by compiling (peak "
+                f"{gib(largest['peak_bytes_per_device'])} per device)")
+  if largest and largest["smallest_not_fitting"]:
+    verified += f"; {largest['smallest_not_fitting']:,} does not fit"
+  if largest and largest["out_of_budget"]:
+    verified += f" (the search ran out of its {largest['budget_s']:.0f} s budget)"
+  lines.append(f"largest batch that fits: {verified}; {guess}")
+  return lines
+
+
 def format_report(report: Dict[str, Any]) -> str:
   """The human-readable report."""
   mesh = " ".join(f"{axis}={size}" for axis, size in report["mesh"].items())
   chips = f"{report['chips']} chips, " if report["chips"] else ""
+  unit, rate = ("pair", "pairs/s") if report.get("example") == "pair" else ("img", "img/s")
   lines = [
       f"{report['config']} on {report['slice']} ({report['device_kind']}, {chips}"
       f"{report['devices']} devices, mesh {mesh})",
-      f"{report['model']}, {report['num_classes']} classes, " + (
+      f"{_what_is_trained(report)}, " + (
           f"NaFlex at most {report['max_patches']} patches, " if report.get("max_patches")
           else f"{report['image_size']} px, ") +
       f"{report['dtype']}; batch {report['batch']} ({report['per_device_batch']} per device"
@@ -140,9 +216,9 @@ def format_report(report: Dict[str, Any]) -> str:
     per_chip = (f" ({_number(r['estimated_img_per_sec_per_chip'])} per chip)"
                 if r.get("estimated_img_per_sec_per_chip") else "")
     mfu = f", MFU {r['estimated_mfu']:.1%}" if r.get("estimated_mfu") else ""
-    lines.append(f"  {step:<5} {_number(r['gflop_per_image'], ',.1f')} GFLOP/img{check}; "
+    lines.append(f"  {step:<5} {_number(r['gflop_per_image'], ',.1f')} GFLOP/{unit}{check}; "
                  f"step {_number(r['estimated_step_seconds'], '.4f')} s, "
-                 f"{_number(r['estimated_img_per_sec'])} img/s{per_chip}{mfu}")
+                 f"{_number(r['estimated_img_per_sec'])} {rate}{per_chip}{mfu}")
   if report["estimated_hours"]:
     days = (f", {report['estimated_core_days']:,.2f} TPU-core-days"
             if report["estimated_core_days"] else "")
@@ -155,6 +231,9 @@ def format_report(report: Dict[str, Any]) -> str:
                  f"{_number(report['needed_img_per_sec_per_host'])} img/s (batch "
                  f"{report['per_host_batch']} per host) to keep up; not checked here: measure "
                  "with benchmarks/input_pipeline.py")
+  if report.get("contrastive_loss_memory"):
+    lines += format_contrastive(report)
+  lines += [f"note: {note}" for note in report.get("notes", [])[1:]]
   if report["train"].get("collectives"):
     lines.append("collectives in the train step (each written once; loops repeat them): "
                  + ", ".join(f"{c['kind']} x{c['count']} ({gib(c['bytes'])})"
@@ -190,7 +269,10 @@ def does_not_fit_line(report: Dict[str, Any]) -> str:
             + (f"; not tried: {listed}{more} (raise --suggest_budget to try them)"
                if left else ""))
   elif fixes:
-    tail = ("; fits with (same global batch, verified by compiling): " + " | ".join(fixes))
+    same = not any("batch" in s["changes"] for s in report["suggestions"])
+    tail = ("; fits with (" + ("same global batch" if same else
+                               "a smaller global batch: this objective does not accumulate "
+                               "gradients") + ", verified by compiling): " + " | ".join(fixes))
   else:
     tail = (f"; no change keeping the global batch fits (checked: "
             f"{'; '.join(search['checked']) or 'nothing'}): lower {batches} or use a "
@@ -260,8 +342,12 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
       no_clobber.claim_output_file(flag_values.json, KIND, flag_values.overwrite,
                                    stdout_ok=True)
     limit = int(flag_values.hbm_limit_gib * 2**30) if flag_values.hbm_limit_gib else None
+    if flag_values.tpu is not None and flag_values.gpu is not None:
+      raise errors.InvalidInput("--tpu and --gpu name two targets: plan for one of them")
     if flag_values.tpu is not None:  # an empty --tpu= is a mistake, not this machine
       target = compiler_readings.tpu_target(flag_values.tpu, limit)
+    elif flag_values.gpu is not None:
+      target = compiler_readings.gpu_target(flag_values.gpu, limit)
     else:
       target = compiler_readings.local_target()
       if limit:
@@ -281,7 +367,16 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
     search = fit_search.search(config, target, report, flag_values.suggest_budget,
                                flag_values.max_suggestions)
     report["suggestions"], report["search"] = search.found, search.as_json()
-  report["notes"] = [compute_note(report)]
+  memory = report.get("contrastive_loss_memory")
+  if memory is not None and flag_values.suggest:
+    searched = None if report["train"]["fits"] else search
+    if report["train"]["fits"]:
+      console.log.info("the largest batch that fits: sized from the step's and the loss's "
+                       "bytes, each verified by compiling (up to %.0f s)",
+                       flag_values.suggest_budget)
+    memory["largest_batch"] = fit_search.largest_batch(config, target, report,
+                                                       flag_values.suggest_budget, searched)
+  report["notes"] = [compute_note(report)] + ([target.note] if target.note else [])
   report["plan_seconds"] = time.monotonic() - started
   console.log.info("planned in %s", console.duration(report["plan_seconds"]))
   text = json.dumps({**no_clobber.written_by(KIND), **report}, indent=1) + "\n"

@@ -5,6 +5,7 @@ import jax
 import pytest
 
 import helpers
+from vit_jax.base import errors
 from vit_jax.data import device_batches
 from vit_jax.data.tf_stack import tf_pipeline
 from vit_jax.planning import compiled_plan, compiler_readings
@@ -156,5 +157,26 @@ def test_a_negative_time_estimate_is_no_estimate():
   assert compiler_readings.cost(_Analysed({"optimal_seconds": 0.5}))["seconds"] == 0.5
   v5e_8 = compiler_readings.tpu_target("v5e-8")
   # pylint: disable-next=protected-access
-  speed = compiled_plan._speed(negative, 512, None, v5e_8, passes=3)
+  speed = compiled_plan._speed(negative, 512, None, v5e_8)
   assert speed["estimated_img_per_sec"] is None and speed["estimated_mfu"] is None
+
+
+def test_a_gpu_without_one_is_a_compile_only_tpu_chip_under_its_memory(monkeypatch):
+  """--gpu on a machine without a GPU: one TPU v5p chip compiles, limited to the memory a
+  JAX process takes of the GPU (XLA_PYTHON_CLIENT_MEM_FRACTION, default 0.75); its MFU is
+  against the GPU's peak, and the TPU compiler's time is no GPU's: none is estimated."""
+  monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+  h100 = compiler_readings.gpu_target("H100")
+  assert h100.num_devices == 1 and h100.devices[0].platform == "tpu" and h100.note
+  assert h100.device_kind == "NVIDIA H100 80GB" and h100.peak_flops_per_device == 989e12
+  assert h100.hbm_bytes_per_device == int(81_559 * 2**20 * 0.75) and not h100.prices_time
+  assert compiler_readings.gpu_target("h100", 2**30).hbm_bytes_per_device == 2**30
+  cost = {"flops": 1e12, "bytes": None, "seconds": 0.01}
+  # pylint: disable-next=protected-access
+  assert compiled_plan._speed(cost, 8, None, h100)["estimated_img_per_sec"] is None
+  monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", ".9")
+  with pytest.raises(errors.InvalidInput, match="more than the 95.7 GiB of the TPU chip"):
+    compiler_readings.gpu_target("h200")  # 126 GiB usable
+  monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "most")
+  with pytest.raises(errors.InvalidInput, match="MEM_FRACTION=most is not a number"):
+    compiler_readings.gpu_target("a100-80gb")

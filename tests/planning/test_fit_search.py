@@ -9,6 +9,7 @@ import pytest
 import helpers
 from vit_jax import plan
 from vit_jax.planning import compiler_readings, fit_search
+from vit_jax.training.objectives import contrastive_loss
 
 pytest.importorskip("libtpu", reason="compiling for TPUs needs libtpu (the test extra)")
 
@@ -112,3 +113,24 @@ def test_a_compile_refused_for_another_reason_is_not_called_out_of_memory():
       "hbm. Used 9.8G of 7.5G hbm.")
   assert not compiler_readings.out_of_hbm(
       "RESOURCE_EXHAUSTED: Ran out of memory in memory space vmem")
+
+
+def test_an_objective_without_accumulation_is_sized_by_its_global_batch():
+  """A contrastive loss pairs the whole batch (its check refuses accum_steps): the train
+  step's lever is the batch, per device any count up to the cap (multiples of 8 from 8);
+  the line leaves the loss's own bytes (quadratic) to the loss's formula."""
+  pair, target = helpers.pair_config(batch=512), compiler_readings.local_target()
+  assert not fit_search.accumulates(pair) and fit_search.accumulates(helpers.demo_config())
+  memory = {"batch_devices": 1, "embedding_dim": 32, "way": "chunked"}
+  report = {"num_classes": 10, "contrastive_loss_memory": memory,
+            "train": {"compile_seconds": 1.0}, "eval": {"compile_seconds": 1.0}}
+  ctx = fit_search._context(pair, target, report, fit_search.Search(budget_s=1), cap=1024)
+  assert not ctx.accumulates and ctx.sized("train", 96) == {"batch": 96}
+  assert ctx.sized("eval", 16) == {"batch_eval": 16}
+  sizes = ctx.sizes("train")
+  assert sizes[:9] == [1, 2, 3, 4, 5, 6, 7, 8, 16] and sizes[-1] == 1024
+  assert ctx.off_line("train")(512) == contrastive_loss.loss_memory_bytes(512, 1, 32, True)
+  assert ctx.off_line("eval")(512) == 0
+  assert ctx.on_line("train", (512, 10 * MIB)) == (512, 10 * MIB - ctx.extra(512))
+  # On a line of 1 byte per pair plus m^2 off it, 30 bytes hold 5 pairs (5 + 25).
+  assert fit_search.largest_fitting(list(range(1, 11)), 0, 1, 30, lambda m: m * m) == 5

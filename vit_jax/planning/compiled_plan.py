@@ -34,7 +34,7 @@ from vit_jax.base import console, errors
 from vit_jax.data import batch_spec
 from vit_jax.data.sources import registry
 from vit_jax.models import family_registry, model_config
-from vit_jax.planning import compiler_readings
+from vit_jax.planning import compiler_readings, contrastive_memory, model_flops
 from vit_jax.training import objectives, sharding, state_and_step, update_step
 from vit_jax.training.evaluators import classification as classification_eval
 
@@ -79,6 +79,18 @@ class Programs:
   fsdp_saving_bytes: int  # per device, if the state were split over every device
   train_batch_bytes: int
   eval_batch_bytes: int
+  module: Any  # the model as the objective creates it
+  # Model FLOPs of one example (model_flops: an image, or an image-text pair) in each step
+  model_flops: Dict[str, Optional[float]]
+  example: str  # model_flops.IMAGE or PAIR
+
+  def fixed_bytes(self, step: str) -> int:
+    """Bytes per device of a step that do not scale with the examples in one pass: the
+    params (eval); the state, the gradient sum and the batch (train)."""
+    params = compiler_readings.shard_bytes(self.update[1][1])
+    if step == "eval":
+      return params
+    return self.state_bytes + params + self.train_batch_bytes
 
 
 def build_programs(config: ml_collections.ConfigDict, mesh, num_classes: int) -> Programs:
@@ -109,7 +121,12 @@ def build_programs(config: ml_collections.ConfigDict, mesh, num_classes: int) ->
                   state_bytes=compiler_readings.shard_bytes(state),
                   fsdp_saving_bytes=compiler_readings.fsdp_saving(state, mesh.size),
                   train_batch_bytes=compiler_readings.shard_bytes(train_batch),
-                  eval_batch_bytes=compiler_readings.shard_bytes(eval_batch))
+                  eval_batch_bytes=compiler_readings.shard_bytes(eval_batch),
+                  module=module,
+                  model_flops={"train": model_flops.train(module, config, state.params,
+                                                          run.trained),
+                               "eval": model_flops.forward(module, config)},
+                  example=model_flops.example(module))
 
 
 def loop_free(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -247,32 +264,25 @@ def _eval_cost(config, compiled_eval, get_twins: Callable,
                     for n, twin in by_depth.items()}, layers)
 
 
-def model_flops_per_image(config, num_classes: int) -> Optional[float]:
-  """Analytic matmul FLOPs of one forward pass, as the model's family counts them (its
-  Geometry); None where it does not (hybrids)."""
-  module = model_config.model_from_config(config, num_classes=num_classes)
-  return family_registry.geometry(module).flops_per_image(module, config.pp.crop,
-                                                          config.pp.get("max_patches"))
-
-
-def _speed(step_cost: Optional[dict], batch: int, model_flops: Optional[float],
-           target: compiler_readings.Target, passes: int) -> Dict[str, Any]:
-  """Per-image FLOPs, the compiler's img/s and MFU from one step's per-device cost."""
+def _speed(step_cost: Optional[dict], batch: int, analytic: Optional[float],
+           target: compiler_readings.Target) -> Dict[str, Any]:
+  """Per-example FLOPs, the compiler's examples/s and MFU from one step's per-device cost;
+  `analytic`: the step's model FLOPs of one example (vit_jax.planning.model_flops)."""
   if step_cost is None:
     return {"gflop_per_image": None, "estimated_step_seconds": None,
             "estimated_img_per_sec": None, "estimated_mfu": None}
   devices = target.num_devices
   flops = step_cost["flops"] * devices / batch if step_cost["flops"] is not None else None
-  seconds = step_cost["seconds"]
+  seconds = step_cost["seconds"] if target.prices_time else None
   img_per_sec = batch / seconds if seconds else None
-  # Model FLOPs: the analytic count, or the compiled one where that is lower (a frozen
-  # backbone runs no backward pass; rematerialisation only ever adds to the compiled count).
-  per_image = min(passes * model_flops, flops) if model_flops and flops else flops
+  # Model FLOPs: the analytic count, or the compiled one where that is lower
+  # (rematerialisation only ever adds to the compiled count).
+  per_image = min(analytic, flops) if analytic and flops else flops
   peak = target.peak_flops_per_device
   return {
       "gflop_per_image": flops / 1e9 if flops else None,
       "model_gflop_per_image": per_image / 1e9 if per_image else None,
-      "flops_vs_analytic": flops / (passes * model_flops) if flops and model_flops else None,
+      "flops_vs_analytic": flops / analytic if flops and analytic else None,
       "estimated_step_seconds": seconds,
       "estimated_img_per_sec": img_per_sec,
       "estimated_img_per_sec_per_chip": (img_per_sec / target.chips
@@ -289,7 +299,6 @@ def plan_steps(config: ml_collections.ConfigDict, target: compiler_readings.Targ
   mesh = sharding.make_mesh(config.mesh, devices=target.devices)
   parallel = sharding.batch_parallelism(mesh)
   programs = build_programs(config, mesh, num_classes)
-  model_flops = model_flops_per_image(config, num_classes)
 
   built = []  # the loop-free twins, built once if needed
 
@@ -306,7 +315,7 @@ def plan_steps(config: ml_collections.ConfigDict, target: compiler_readings.Targ
                batch_bytes_per_device=programs.train_batch_bytes)
   pricing = time.perf_counter()  # the programs compiled only to count FLOPs
   train.update(_speed(_step_cost(config, programs, compiled_train, get_twins, target),
-                      config.batch, model_flops, target, passes=3))
+                      config.batch, programs.model_flops["train"], target))
   pricing = time.perf_counter() - pricing
   train["collectives"] = (compiler_readings.collectives(compiled_train)
                           if compiled_train is not None else None)
@@ -317,16 +326,26 @@ def plan_steps(config: ml_collections.ConfigDict, target: compiler_readings.Targ
                     batch_bytes_per_device=programs.eval_batch_bytes)
   started = time.perf_counter()
   evaluation.update(_speed(_eval_cost(config, compiled_eval, get_twins, target),
-                           config.batch_eval, model_flops, target, 1))
+                           config.batch_eval, programs.model_flops["eval"], target))
   pricing += time.perf_counter() - started
 
   hosts = len({device.process_index for device in target.devices})
   hours = (config.total_steps * train["estimated_step_seconds"] / 3600
            if train["estimated_step_seconds"] and config.total_steps > 0 else None)
+  pairs = {}
+  if programs.example == model_flops.PAIR:
+    pairs = {"text_tower": {key: config.text[key] for key in ("tower", "width", "depth",
+                                                              "length")},
+             "contrastive_loss_memory": contrastive_memory.report(
+                 config, contrastive_memory.embedding_dim(programs.module, config), parallel,
+                 programs.fixed_bytes("train"), train.get("peak_bytes_per_device"),
+                 target.hbm_bytes_per_device)}
   return {
       "slice": target.name, "devices": target.num_devices, "chips": target.chips,
-      "cores": target.cores, "hosts": hosts, "device_kind": target.devices[0].device_kind,
+      "cores": target.cores, "hosts": hosts,
+      "device_kind": target.device_kind or target.devices[0].device_kind,
       "mesh": dict(mesh.shape), "model": config.model_name, "num_classes": num_classes,
+      "example": programs.example,
       "image_size": config.pp.crop, "max_patches": config.pp.get("max_patches"),
       "dtype": config.dtype, "batch": config.batch,
       "accum_steps": config.accum_steps, "per_device_batch": config.batch // parallel,
@@ -346,4 +365,5 @@ def plan_steps(config: ml_collections.ConfigDict, target: compiler_readings.Targ
       "estimated_hours": hours,
       "estimated_chip_hours": hours * target.chips if hours and target.chips else None,
       "estimated_core_days": hours * target.cores / 24 if hours and target.cores else None,
+      **pairs,
   }

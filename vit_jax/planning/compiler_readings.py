@@ -44,6 +44,9 @@ class Target:
   chips: Optional[int] = None
   cores: Optional[int] = None
   is_tpu: bool = False
+  device_kind: Optional[str] = None  # what is planned for, where not the devices' own kind
+  prices_time: bool = True  # False: the compiler's time estimates are not the target's
+  note: Optional[str] = None  # how the plan stands in for the device (--gpu without one)
 
   @property
   def num_devices(self) -> int:
@@ -57,6 +60,77 @@ def tpu_target(name: str, hbm_limit_bytes: Optional[int] = None) -> Target:
                 hbm_bytes_per_device=min(hbm, hbm_limit_bytes or hbm),
                 peak_flops_per_device=tpu.peak_flops_per_device, chips=tpu.chips,
                 cores=tpu.cores, is_tpu=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Gpu:
+  title: str  # as nvidia-smi names it
+  memory_bytes: int  # what nvidia-smi reports as the card's total
+  peak_flops: float  # dense bf16, the datasheet's
+
+
+# GPUs a plan can be sized for without one (--gpu): one card of each.
+GPUS = {"a100-40gb": Gpu("NVIDIA A100 40GB", 40_960 * 2**20, 312e12),
+        "a100-80gb": Gpu("NVIDIA A100 80GB", 81_920 * 2**20, 312e12),
+        "h100": Gpu("NVIDIA H100 80GB", 81_559 * 2**20, 989e12),
+        "h200": Gpu("NVIDIA H200", 143_771 * 2**20, 989e12)}
+JAX_MEMORY_FRACTION = 0.75  # of a GPU's memory JAX takes by default (XLA_PYTHON_CLIENT_...)
+
+
+def gpu_memory_fraction() -> float:
+  """The share of a GPU's memory a JAX process allocates: XLA_PYTHON_CLIENT_MEM_FRACTION,
+  else JAX's default."""
+  import os  # pylint: disable=import-outside-toplevel
+  text = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
+  try:
+    fraction = float(text) if text else JAX_MEMORY_FRACTION
+  except ValueError:
+    raise errors.InvalidInput(f"XLA_PYTHON_CLIENT_MEM_FRACTION={text} is not a number: "
+                              "set a fraction such as .9, or unset it") from None
+  if not 0 < fraction <= 1:
+    raise errors.InvalidInput(f"XLA_PYTHON_CLIENT_MEM_FRACTION={text} is not in (0, 1]")
+  return fraction
+
+
+# The compile-only device that stands in for a GPU on a machine without one (no GPU
+# compiler runs without a GPU): one TPU v5p chip, the largest HBM libtpu compiles for.
+# Its buffer schedule comes far closer to a GPU's than XLA:CPU's: a ViT-B/16 bf16 train
+# step at batch 256 takes 21.4 GiB here, 63.6 GiB on XLA:CPU, and on an H100 27.2 GiB
+# with XLA attention, 19.9 GiB with cuDNN's (benchmarks/RESULTS.md).
+GPU_STAND_IN = "v5p-8"
+
+
+def gpu_target(name: str, hbm_limit_bytes: Optional[int] = None) -> Target:
+  """One GPU of kind `name` (GPUS): its memory as a JAX process gets it, its bf16 peak.
+  The steps are compiled for this machine's GPU where it has one, else for one
+  compile-only TPU chip (GPU_STAND_IN, with the GPU's memory as its limit; the note says
+  so); the TPU compiler's time estimates are not a GPU's and are left out."""
+  gpu = GPUS.get(name.lower())
+  if gpu is None:
+    raise errors.InvalidInput(f"--gpu={name} is not a GPU this plan knows: use one of "
+                              f"{', '.join(GPUS)} (or --hbm_limit_gib with this machine's "
+                              "devices)")
+  usable = min(int(gpu.memory_bytes * gpu_memory_fraction()), hbm_limit_bytes or 2**62)
+  local = jax.local_devices()[0]
+  if local.platform == "gpu":
+    return Target(name=f"one {gpu.title}", devices=[local], hbm_bytes_per_device=usable,
+                  peak_flops_per_device=gpu.peak_flops, device_kind=local.device_kind)
+  chip = tpu_slices.parse(GPU_STAND_IN)
+  if usable > chip.generation.hbm_bytes_per_device:
+    raise errors.InvalidInput(
+        f"--gpu={name}: its {usable / 2**30:.1f} GiB usable are more than the "
+        f"{chip.generation.hbm_bytes_per_device / 2**30:.1f} GiB of the TPU chip that stands "
+        "in for it here: lower XLA_PYTHON_CLIENT_MEM_FRACTION or --hbm_limit_gib, or plan on "
+        "the GPU itself")
+  device = tpu_slices.compile_only_devices(chip)[0]
+  return Target(name=f"one {gpu.title}", devices=[device], hbm_bytes_per_device=usable,
+                peak_flops_per_device=gpu.peak_flops, is_tpu=True, prices_time=False,
+                device_kind=gpu.title,
+                note=(f"compiled without a GPU: one compile-only TPU {chip.generation.name} "
+                      "chip stands in (its buffer schedule, under the GPU's memory); a GPU "
+                      "fuses and attends otherwise (a ViT-B/16 train step: 21.4 GiB here, "
+                      "19.9 to 27.2 GiB measured on an H100); on the GPU itself, plan "
+                      "without --gpu"))
 
 
 def local_target() -> Target:

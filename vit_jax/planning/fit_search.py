@@ -27,19 +27,22 @@ started only while the budget left covers the shortest compile of that step so f
 
 import dataclasses
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import jax
 import ml_collections
 
 from vit_jax.base import console, errors
-from vit_jax.planning import compiled_plan, compiler_readings
-from vit_jax.training import sharding
+from vit_jax.planning import compiled_plan, compiler_readings, contrastive_memory
+from vit_jax.training import objectives, sharding
 
 REMAT_ORDER = ("none", "dots_no_batch", "dots", "full")
 FSDP = {"mesh.data": 1, "mesh.fsdp": -1}
 BOTH_STEPS = ("mesh.", "dtype", "model.")  # keys that change the eval step too
 COMPILES_PER_LEVER = 4
+# A global batch whose step takes this share of the usable memory is the search's answer
+# (where the batch itself is sized: each compile of a large batch takes minutes).
+CLOSE_ENOUGH = 0.97
 # First guess of what a lever does to the bytes per image, before it is compiled once:
 # each stronger remat policy and bfloat16 compute about halve them.
 GUESSED_SCALE = 0.5
@@ -84,20 +87,64 @@ class _Context:
   result: Search
   started: float = dataclasses.field(default_factory=time.monotonic)
   pending: List[List[str]] = dataclasses.field(default_factory=list)  # levers not sized yet
+  # False: the objective takes no accumulation (a contrastive loss pairs the whole batch):
+  # the train step is sized by the global batch itself, up to `cap` per device
+  accumulates: bool = True
+  cap: int = 0
+  # m examples per device -> the train step's bytes that are not on its line (a contrastive
+  # loss's, which grow with m^2)
+  extra: Callable[[int], float] = lambda m: 0
 
   def per_device(self, step: str) -> int:
     return (self.config.batch if step == "train" else self.config.batch_eval) // self.parallel
 
   def sizes(self, step: str) -> List[int]:
     """Images per device one pass may hold: divisors of the per-device batch (train: the
-    global batch stays), any count up to the per-device eval batch (eval)."""
+    global batch stays), any count up to the per-device eval batch (eval); for an
+    objective that does not accumulate, per-device batches up to the cap (multiples of 8
+    from 8 on)."""
     whole = self.per_device(step)
-    return [m for m in range(1, whole + 1) if step == "eval" or whole % m == 0]
+    if step == "eval" or self.accumulates:
+      return [m for m in range(1, whole + 1) if step == "eval" or whole % m == 0]
+    return [m for m in range(1, max(whole, self.cap) + 1) if m < 8 or m % 8 == 0]
 
   def sized(self, step: str, m: int) -> Dict[str, Any]:
-    if step == "train":
+    if step == "eval":
+      return {"batch_eval": m * self.parallel}
+    if self.accumulates:
       return {"accum_steps": self.per_device("train") // m}
-    return {"batch_eval": m * self.parallel}
+    return {"batch": m * self.parallel}
+
+  def off_line(self, step: str) -> Callable[[int], float]:
+    """m per device -> a step's bytes that are not on its line (the train step's `extra`)."""
+    return self.extra if step == "train" else (lambda m: 0)
+
+  def on_line(self, step: str, point: Optional[Tuple[int, Optional[int]]]
+              ) -> Optional[Tuple[int, Optional[int]]]:
+    """A compiled point (m, peak or None) less its bytes off the line; None stays."""
+    if not point or not point[1]:
+      return None
+    return point[0], point[1] - self.off_line(step)(point[0])
+
+
+def accumulates(config: ml_collections.ConfigDict) -> bool:
+  """Whether the config's objective takes gradient accumulation (its own check refuses
+  accum_steps otherwise)."""
+  try:
+    objectives.get(config).check(compiled_plan.with_overrides(config, accum_steps=2))
+  except errors.InvalidInput:
+    return False
+  return True
+
+
+def off_line_bytes(report: Dict[str, Any]) -> Callable[[int], float]:
+  """m per device -> the bytes of the train step the line leaves out: a contrastive loss's
+  (the plan's contrastive_loss_memory), else none."""
+  memory = report.get("contrastive_loss_memory")
+  if memory is None:
+    return lambda m: 0
+  return contrastive_memory.loss_bytes(memory["batch_devices"], memory["embedding_dim"],
+                                       memory["way"])
 
 
 def levers(config: ml_collections.ConfigDict, step: str, num_devices: int
@@ -117,14 +164,6 @@ def levers(config: ml_collections.ConfigDict, step: str, num_devices: int
   return found
 
 
-def fixed_bytes(programs: compiled_plan.Programs, step: str) -> int:
-  """Bytes per device of a step that do not scale with the images in one pass."""
-  params = compiler_readings.shard_bytes(programs.update[1][1])
-  if step == "eval":
-    return params
-  return programs.state_bytes + params + programs.train_batch_bytes  # + the gradient sum
-
-
 def line(fixed: int, best: Optional[Tuple[int, int]], failed: Optional[Tuple[int, int]],
          start: Tuple[float, float]) -> Tuple[float, float]:
   """(intercept, bytes per image) to size the next pass from one lever's compiled points
@@ -141,9 +180,9 @@ def line(fixed: int, best: Optional[Tuple[int, int]], failed: Optional[Tuple[int
   return start
 
 
-def largest_fitting(sizes: List[int], intercept: float, slope: float, limit: int
-                    ) -> Optional[int]:
-  return max((m for m in sizes if intercept + slope * m <= limit), default=None)
+def largest_fitting(sizes: List[int], intercept: float, slope: float, limit: int,
+                    extra: Callable[[int], float] = lambda m: 0) -> Optional[int]:
+  return max((m for m in sizes if intercept + slope * m + extra(m) <= limit), default=None)
 
 
 def _compile(ctx: _Context, step: str, changes: Dict[str, Any], m: int, expect: float
@@ -156,7 +195,7 @@ def _compile(ctx: _Context, step: str, changes: Dict[str, Any], m: int, expect: 
   flags, limit = as_flags(changed_only(ctx.config, changes)), ctx.target.hbm_bytes_per_device
   started = time.monotonic()
   problem = None
-  with console.stage(f"trying {' '.join(flags)} ({step} step, {m} image(s) per device per "
+  with console.stage(f"trying {' '.join(flags)} ({step} step, {m} per device per "
                      f"pass; expected {compiled_plan.size(int(expect))} of "
                      f"{compiled_plan.size(limit)})") as outcome:
     try:
@@ -201,29 +240,35 @@ def _label(config: ml_collections.ConfigDict, lever: Dict[str, Any]) -> str:
 
 def _size_lever(ctx: _Context, step: str, lever: Dict[str, Any], fixed: int,
                 start: Tuple[float, float], guessed: bool,
-                failed: Tuple[int, Optional[int]]
+                failed: Tuple[int, Optional[int]],
+                best: Optional[Tuple[int, int]] = None
                 ) -> Tuple[Optional[Tuple[int, int]], Tuple[float, float]]:
   """((images per device, peak) of the largest pass that fits under `lever`, or None;
   the last line). `start` is the line before any compile (`guessed`: a guess, so one
   compile checks it even where it says nothing fits); `failed`: (images, peak or None)
-  known not to fit."""
+  known not to fit; `best`: (images, peak) known to fit (the search goes up from it)."""
   limit, sizes = ctx.target.hbm_bytes_per_device, ctx.sizes(step)
-  best, compiled = None, False
+  extra = ctx.off_line(step)
+  compiled = False
   for _ in range(COMPILES_PER_LEVER):
-    intercept, slope = line(fixed, best, failed if failed[1] else None, start)
+    if (best and step == "train" and not ctx.accumulates
+        and best[1] >= CLOSE_ENOUGH * limit):
+      break  # a larger batch would gain less than the memory left
+    intercept, slope = line(fixed, ctx.on_line(step, best), ctx.on_line(step, failed), start)
     open_sizes = [m for m in sizes if (best[0] if best else 0) < m < failed[0]]
     if not open_sizes:
       break
-    pick = largest_fitting(open_sizes, intercept, slope, limit)
+    pick = largest_fitting(open_sizes, intercept, slope, limit, extra)
     if pick is None and (best or compiled or not guessed):
       if not best:
-        ctx.result.checked.append(
-            f"{_label(ctx.config, lever)}: {open_sizes[0]} image(s) per device needs about "
-            f"{compiled_plan.size(int(intercept + slope * open_sizes[0]))}")
+        smallest = open_sizes[0]
+        need = int(intercept + slope * smallest + extra(smallest))
+        ctx.result.checked.append(f"{_label(ctx.config, lever)}: {smallest} image(s) per "
+                                  f"device needs about {compiled_plan.size(need)}")
       break
     pick = pick or open_sizes[0]
     verdict, peak = _compile(ctx, step, {**lever, **ctx.sized(step, pick)}, pick,
-                             intercept + slope * pick)
+                             intercept + slope * pick + extra(pick))
     compiled = True
     if verdict == "failed":
       break
@@ -236,7 +281,7 @@ def _size_lever(ctx: _Context, step: str, lever: Dict[str, Any], fixed: int,
   if not best and failed[0] == sizes[0] and compiled:
     ctx.result.checked.append(f"{_label(ctx.config, lever)}: {sizes[0]} image(s) per device "
                               f"does not fit ({compiled_plan.size(failed[1])})")
-  return best, line(fixed, best, failed if failed[1] else None, start)
+  return best, line(fixed, ctx.on_line(step, best), ctx.on_line(step, failed), start)
 
 
 def _search_step(ctx: _Context, step: str, base: Dict[str, Any], failing: Dict[str, Any],
@@ -255,7 +300,7 @@ def _search_step(ctx: _Context, step: str, base: Dict[str, Any], failing: Dict[s
     try:
       changed = compiled_plan.with_overrides(ctx.config, **lever)
       mesh = sharding.make_mesh(changed.mesh, devices=ctx.target.devices)
-      fixed = fixed_bytes(compiled_plan.build_programs(changed, mesh, ctx.num_classes), step)
+      fixed = compiled_plan.build_programs(changed, mesh, ctx.num_classes).fixed_bytes(step)
     except (errors.UserError, ValueError) as e:
       ctx.result.checked.append(f"{_label(ctx.config, lever)}: not built ({errors_line(e)})")
       continue
@@ -282,15 +327,21 @@ def _search_step(ctx: _Context, step: str, base: Dict[str, Any], failing: Dict[s
   return found
 
 
+def _context(config: ml_collections.ConfigDict, target: compiler_readings.Target,
+             report: Dict[str, Any], result: Search, cap: int = 0) -> _Context:
+  mesh = sharding.make_mesh(config.mesh, devices=target.devices)
+  return _Context(config, target, report["num_classes"], sharding.batch_parallelism(mesh),
+                  result.budget_s, {step: report[step].get("compile_seconds") or 0
+                                    for step in ("train", "eval")}, result,
+                  accumulates=accumulates(config), cap=cap, extra=off_line_bytes(report))
+
+
 def search(config: ml_collections.ConfigDict, target: compiler_readings.Target,
            report: Dict[str, Any], budget_s: float, max_suggestions: int = 1) -> Search:
   """Up to max_suggestions changes, each verified by compiling, under which every step
   of `report` (compiled_plan.plan_steps) fits; the weakest (fastest) first."""
-  mesh = sharding.make_mesh(config.mesh, devices=target.devices)
   result = Search(budget_s=budget_s)
-  ctx = _Context(config, target, report["num_classes"], sharding.batch_parallelism(mesh),
-                 budget_s, {step: report[step].get("compile_seconds") or 0
-                            for step in ("train", "eval")}, result)
+  ctx = _context(config, target, report, result)
   failing = [step for step in ("train", "eval") if not report[step]["fits"]]
   evals = {}  # shared changes -> the eval step's search under them
   try:
@@ -321,3 +372,43 @@ def search(config: ml_collections.ConfigDict, target: compiler_readings.Target,
     result.out_of_budget = True
     result.not_tried = ctx.pending
   return result
+
+
+def largest_batch(config: ml_collections.ConfigDict, target: compiler_readings.Target,
+                  report: Dict[str, Any], budget_s: float,
+                  searched: Optional[Search] = None) -> Dict[str, Any]:
+  """For an objective that does not accumulate (a contrastive loss: the global batch is
+  what the devices hold at once), the largest global batch whose train step fits the
+  target, the config otherwise as it is: sized from the compiled step's bytes and the
+  loss's own (the plan's contrastive_loss_memory), each size verified by compiling, at
+  most COMPILES_PER_LEVER compiles within budget_s. Where the plan's step fits, larger
+  batches are tried; where it does not, the search for changes (`searched`) has sized the
+  batch down already and its compiles are read instead. Returns {'batch' (None: none
+  verified), 'peak_bytes_per_device' (its train step's), 'smallest_not_fitting' (the
+  least global batch compiled that does not fit, None if none), 'tried', 'failed',
+  'out_of_budget', 'budget_s'}."""
+  result = searched or Search(budget_s=budget_s)
+  ctx = _context(config, target, report, result,
+                 cap=contrastive_memory.LARGEST_SEARCHED // sharding.batch_parallelism(
+                     sharding.make_mesh(config.mesh, devices=target.devices)))
+  train, m0 = report["train"], ctx.per_device("train")
+  points = [(m0, train["peak_bytes_per_device"], "fits" if train["fits"] else "does not fit")]
+  if searched is None and train["fits"]:
+    fixed = report["contrastive_loss_memory"]["fixed_bytes"]
+    try:
+      _size_lever(ctx, "train", {}, fixed, (fixed, 0.0), False, (ctx.cap + 1, None),
+                  best=(m0, train["peak_bytes_per_device"]))
+    except OutOfBudget:
+      result.out_of_budget = True
+  batch_only = [f"--config.batch={t['per_device'] * ctx.parallel}" for t in result.tried]
+  points += [(t["per_device"], t["peak_bytes_per_device"], t["result"])
+             for t, flags in zip(result.tried, batch_only)
+             if t["step"] == "train" and t["flags"] == [flags]]
+  fitting = [(m, peak) for m, peak, verdict in points if verdict == "fits"]
+  too_big = [m for m, _, verdict in points if verdict == "does not fit"]
+  best = max(fitting, default=(None, None))
+  return {"batch": best[0] * ctx.parallel if best[0] else None,
+          "peak_bytes_per_device": best[1],
+          "smallest_not_fitting": min(too_big) * ctx.parallel if too_big else None,
+          "tried": result.tried, "failed": result.failed,
+          "out_of_budget": result.out_of_budget, "budget_s": budget_s}
