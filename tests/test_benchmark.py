@@ -7,11 +7,14 @@ import jax
 import pytest
 from absl import flags
 
+import helpers
+
 from vit_jax import benchmark
 from vit_jax.base import cli, storage
 from vit_jax.families.vit import names as zoo
 from vit_jax.models import family_registry
-from vit_jax.planning import step_timing
+from vit_jax.planning import model_flops, step_timing
+from vit_jax.training import objectives
 
 
 def run_command(*args):
@@ -135,6 +138,29 @@ def test_config_times_exactly_the_configs_step(tmp_path, capsys, monkeypatch):
   assert (module.num_layers, module.hidden_size, module.patch_size) == (1, 64, 4)
   assert module.num_classes == 10  # the digits' classes, from the dataset's metadata
   assert seen["config"].optimizer == "adamw" and seen["config"].accum_steps == 2
+
+
+def test_a_contrastive_config_is_timed_in_pairs_over_both_towers(tmp_path, capsys):
+  """configs/siglip_demo.py's step (an image tower, a text tower, the chunked sigmoid loss):
+  pairs/s, and MFU over both towers' FLOPs with the image tower locked (LiT: counted
+  forward only, the text tower three times)."""
+  out = tmp_path / "results.jsonl"
+  run_command(*helpers.pair_args(freeze="^img/"), "--steps=2", "--peak_tflops=1",
+              f"--json={out}")
+  printed = capsys.readouterr().out
+  assert "objective contrastive (sigmoid loss, chunked; text tower transformer, 1 blocks of " \
+      "32, 8 tokens)" in printed
+  assert "pairs/s" in printed.splitlines()[2] and "img/s" not in printed.splitlines()[2]
+  row = table(printed)
+  assert (row["model"], row["batch"]) == ("ViT-Ti_16+transformer", "64")
+  result = json.loads(out.read_text())
+  assert result["example"] == "pair" and result["pairs_per_sec"] == result["img_per_sec"] > 0
+  config = helpers.pair_config()
+  module, _ = objectives.get(config).create_model(config, 0, load_pretrained=False)
+  parts = model_flops.forward_by_part(module, config)
+  assert result["gflop_per_image"] * 1e9 == pytest.approx(parts["img"] + 3 * parts["txt"])
+  assert result["mfu"] == pytest.approx(
+      result["gflop_per_image"] * 1e9 * result["img_per_sec"] / 1e12)
 
 
 def test_a_naflex_config_is_timed_at_its_patch_budget(tmp_path, capsys):

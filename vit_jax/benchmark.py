@@ -20,7 +20,12 @@ every patch of it real), compile_s (compile time), median_s / min_s / max_s (ste
 the timed steps), img/s (batch / median step, all devices) and img/s/dev (per device),
 GFLOP (model FLOPs per image: 3x the forward for training; XLA's count, also in the JSON
 as xla_gflop_per_image, for hybrids), MFU, MiB/dev (device memory: arguments, outputs and
-temporaries of the compiled step). `-`: not measured (--steps=0).
+temporaries of the compiled step). `-`: not measured (--steps=0). A contrastive config
+(an image tower and a text tower) is timed per image-caption pair: pairs/s and pairs/s/dev
+(also pairs_per_sec in the JSON), GFLOP per pair over both towers (a locked tower counted
+forward only), the model column its image model + text tower:
+
+  python -m vit_jax.benchmark --config=configs/siglip_demo.py
 
 --model may also name a checkpoint (.npz, Hugging Face folder or downloaded released name)
 of a family that is timed part by part (listed below): each part's inference on one device,
@@ -39,6 +44,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from vit_jax.base import cli, errors, storage
+from vit_jax.data import batch_spec
 from vit_jax.models import attention, encoder_blocks
 from vit_jax.families.vit import names as zoo
 from vit_jax.models import family_registry
@@ -78,14 +84,29 @@ def _key_columns(model, mode, size, batch, dtype) -> str:
   return f"{model:<12} {mode:<5} {size:>4} {batch:>5} {dtype:<8}"
 
 
+def columns(example: str = "image"):
+  """COLUMNS, the rate's named for what one example is: img/s, or pairs/s for an
+  image-text pair (step_timing.measure's `example`)."""
+  if example != "pair":
+    return COLUMNS
+  named = [(name.replace("img/", "pairs/"), key, spec, width) for name, key, spec, width
+           in COLUMNS]
+  return tuple((name, key, spec, max(width, len(name))) for name, key, spec, width in named)
+
+
 def format_row(r: dict) -> str:
   size = f"{r['max_patches']}p" if r.get("max_patches") else r["image_size"]  # NaFlex: budget
   return " ".join([_key_columns(r["model"], r["mode"], size, r["batch"], r["dtype"])]
-                  + [f"{_number(r[key], spec):>{width}}" for _, key, spec, width in COLUMNS])
+                  + [f"{_number(r[key], spec):>{width}}"
+                     for _, key, spec, width in columns(r.get("example", "image"))])
 
 
-HEADER = " ".join([_key_columns("model", "mode", "size", "batch", "dtype")]
-                  + [f"{name:>{width}}" for name, _, _, width in COLUMNS])
+def header(example: str = "image") -> str:
+  return " ".join([_key_columns("model", "mode", "size", "batch", "dtype")]
+                  + [f"{name:>{width}}" for name, _, _, width in columns(example)])
+
+
+HEADER = header()
 
 
 def parse_mesh(text: str) -> Dict[str, int]:
@@ -226,9 +247,9 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   print(f"{jax.device_count()} x {jax.devices()[0].device_kind}, jax {jax.__version__}")
   if config is not None:
     print(f"--config={flag_values['config'].config_filename}: {describe_config(config, mode)}")
-    print(HEADER)
+    print(header("pair" if batch_spec.text(config, 1) else "image"))
     batch = config.batch if mode == "train" else config.batch_eval
-    key = dict(model=config.model_name, mode=mode, batch=batch, image_size=config.pp.crop,
+    key = dict(model=step_timing.config_model_name(config), mode=mode, batch=batch, image_size=config.pp.crop,
                dtype=config.dtype)
     run_and_print(lambda: step_timing.run_config(config, mode, steps, peak), key, json_path)
     return
@@ -282,8 +303,18 @@ def describe_config(config: ml_collections.ConfigDict, mode: str) -> str:
   return (f"{config.model_name} {mode}, {batch}, {size}, {config.dtype}, mesh "
           f"{dict(config.mesh)}, attention {backend}, remat {config.model.remat_policy}, "
           f"scan {config.model.scan_layers}, fp8 {config.model.fp8}, optimizer "
-          f"{config.optimizer}, objective {objectives.get(config).name}, polyak_decay "
-          f"{config.polyak_decay:g}")
+          f"{config.optimizer}, objective {objectives.get(config).name}{_pair(config)}, "
+          f"polyak_decay {config.polyak_decay:g}")
+
+
+def _pair(config: ml_collections.ConfigDict) -> str:
+  """An image-text pair's loss and text tower, for describe_config; '' for the rest."""
+  if not batch_spec.text(config, 1):
+    return ""
+  loss, text = config.contrastive, config.text
+  chunked = ", chunked" if loss.loss == "sigmoid" and loss.chunked else ""
+  return (f" ({loss.loss} loss{chunked}; text tower {text.tower}, {text.depth} blocks of "
+          f"{text.width}, {text.length} tokens)")
 
 
 if __name__ == "__main__":

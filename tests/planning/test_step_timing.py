@@ -44,8 +44,8 @@ def test_config_times_the_step_that_trains_its_objective_with_polyak():
   objective = objectives.get(config)
   module, _ = objective.create_model(config, 10, load_pretrained=False)
   mesh = sharding.make_mesh({"data": 1}, jax.devices()[:1])
-  step, (state, batch, rng, schedule) = step_timing.step_function(module, "train", mesh, 8,
-                                                                  config.pp.crop, config)
+  step, (state, batch, rng, schedule), _ = step_timing.step_function(module, "train", mesh, 8,
+                                                                     config.pp.crop, config)
   assert state.polyak is not None
   params = jax.device_get(state.params)
   key = jax.random.fold_in(jax.random.fold_in(rng, 0), 0)  # step 0, micro-batch 0

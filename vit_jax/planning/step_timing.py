@@ -22,6 +22,7 @@ import ml_collections
 from vit_jax.data import batch_spec
 from vit_jax.data.sources import registry
 from vit_jax.models import attention, family_registry
+from vit_jax.planning import model_flops
 from vit_jax.training import objectives, sharding, state_and_step
 
 
@@ -66,27 +67,43 @@ def synthetic_images(config, module, batch: int):
           "grid": jnp.tile(jnp.asarray([[rows, budget // rows]], jnp.int32), (batch, 1))}
 
 
-def step_function(module, mode, mesh, batch, image_size, config):
-  """(jitted fn, args) of the train step `config` trains `module` with
-  (vit_jax.training.state_and_step:
-  the main job's own) or of inference, state placed on the mesh."""
+def synthetic_captions(config, batch: int) -> Dict[str, jax.Array]:
+  """The batch's caption tokens where its objective reads them (batch_spec.text: an
+  image-text pair's), random ids of the text tower's vocabulary (config.text.vocab_size),
+  none a padding id (0); else {}."""
+  return {name: jax.random.randint(jax.random.PRNGKey(4), shape, 1,
+                                   max(config.text.vocab_size, 2), dtype)
+          for name, (shape, dtype) in batch_spec.text(config, batch).items()}
+
+
+def step_function(module, mode, mesh, batch, image_size, config
+                  ) -> Tuple[Any, Tuple, Optional[float]]:
+  """(jitted fn, args, model FLOPs of one example) of the train step `config` trains
+  `module` with (vit_jax.training.state_and_step: the main job's own) or of inference
+  (of every input the model takes: an image-text pair's images and captions), state placed
+  on the mesh."""
   del image_size  # config.pp's
-  images = synthetic_images(config, module, batch)
-  first = jax.tree.map(lambda x: x[:1], images)
+  inputs = (synthetic_images(config, module, batch),
+            *synthetic_captions(config, batch).values())
+  first = jax.tree.map(lambda x: x[:1], inputs)
   batch_sharding = sharding.batch_sharding(mesh)
   if mode == "infer":
-    params = jax.eval_shape(module.init, jax.random.PRNGKey(0), first)["params"]
+    params = jax.eval_shape(module.init, jax.random.PRNGKey(0), *first)["params"]
     param_sharding = sharding.param_shardings(params, mesh)
-    params = jax.jit(lambda r: module.init(r, first)["params"],
+    params = jax.jit(lambda r: module.init(r, *first)["params"],
                      out_shardings=param_sharding)(jax.random.PRNGKey(0))
-    fn = jax.jit(lambda p, x: module.apply({"params": p}, x),
+    fn = jax.jit(lambda p, x: module.apply({"params": p}, *x),
                  in_shardings=(param_sharding, batch_sharding))
-    return fn, (params, jax.device_put(images, batch_sharding))
+    return (fn, (params, jax.device_put(inputs, batch_sharding)),
+            model_flops.forward(module, config))
   run = state_and_step.build(config, module, mesh)
-  labels = jax.random.randint(jax.random.PRNGKey(3), (batch,), 0, max(module.num_classes, 1))
-  data = jax.device_put({"image": images, "label": labels}, batch_sharding)
-  return run.step, (run.init(jax.random.PRNGKey(0)), data, jax.random.PRNGKey(1),
-                    run.placed_schedule())
+  labels = jax.random.randint(jax.random.PRNGKey(3), (batch,), 0,
+                              max(getattr(module, "num_classes", 0) or 0, 1))
+  data = jax.device_put({"image": inputs[0], "label": labels,
+                         **synthetic_captions(config, batch)}, batch_sharding)
+  return (run.step, (run.init(jax.random.PRNGKey(0)), data, jax.random.PRNGKey(1),
+                     run.placed_schedule()),
+          model_flops.train(module, config, run.abstract_state.params, run.trained))
 
 
 def run(model: str, mode: str, batch: int, image_size: int, dtype: str = "float32",
@@ -101,6 +118,11 @@ def run(model: str, mode: str, batch: int, image_size: int, dtype: str = "float3
                  peak_flops, model_name=model)
 
 
+def config_model_name(config: ml_collections.ConfigDict) -> str:
+  """A row's model: config.model_name, and an image-text pair's text tower after a '+'."""
+  return config.model_name + (f"+{config.text.tower}" if batch_spec.text(config, 1) else "")
+
+
 def run_config(config: ml_collections.ConfigDict, mode: str = "train", steps: int = 10,
                peak_flops: Optional[float] = None) -> dict:
   """Benchmarks the step a training config runs (see the module docstring)."""
@@ -110,7 +132,7 @@ def run_config(config: ml_collections.ConfigDict, mode: str = "train", steps: in
                                                   load_pretrained=False)
   batch = config.batch if mode == "train" else config.batch_eval
   result = measure(module, mode, mesh, batch, config.pp.crop, config, steps, peak_flops,
-                   model_name=config.model_name)
+                   model_name=config_model_name(config))
   return {**result, "accum_steps": config.accum_steps if mode == "train" else 1}
 
 
@@ -161,25 +183,31 @@ def numbers(compiled, compile_s: float, times: List[float], batch: int, devices:
 def measure(module, mode: str, mesh, batch: int, image_size: int,
             config: ml_collections.ConfigDict, steps: int, peak_flops: Optional[float],
             model_name: str) -> dict:
-  """Compiles and times `steps` steps of `module`; the numbers as a dict."""
-  dtype = jnp.dtype(module.dtype).name
-  fn, args = step_function(module, mode, mesh, batch, image_size, config)
+  """Compiles and times `steps` steps of `module`; the numbers as a dict. Its examples are
+  images, or image-caption pairs (`example`: vit_jax.planning.model_flops) whose rate is
+  the img_per_sec keys' and, named so, pairs_per_sec's."""
+  dtype = jnp.dtype(getattr(module, "dtype", None) or config.dtype).name
+  # matmul FLOPs as the family counts them (a locked tower forward only); None where it
+  # does not (hybrids: XLA's count)
+  fn, args, flops = step_function(module, mode, mesh, batch, image_size, config)
   compiled, compile_s, times = compile_and_time(fn, args, steps, carries_state=mode == "train")
   patches = (config.get("pp") or {}).get("max_patches")
-  # matmul FLOPs as the family counts them; None where it does not (hybrids: XLA's count)
-  forward = family_registry.geometry(module).flops_per_image(module, image_size, patches)
   peak = peak_flops or measure_peak_flops(jnp.dtype(dtype))
   measured = (jax.local_devices()[0].memory_stats() or {}).get("peak_bytes_in_use")  # GPU/TPU
   impl = getattr(module, "attention_impl", None)  # None: a model without attention
+  example = model_flops.example(module)
+  timed = numbers(compiled, compile_s, times, batch, jax.device_count(), flops, peak)
+  if example == model_flops.PAIR:
+    timed.update(pairs_per_sec=timed["img_per_sec"],
+                 pairs_per_sec_per_device=timed["img_per_sec_per_device"])
   return {
       "model": model_name, "mode": mode, "batch": batch, "image_size": image_size,
-      "max_patches": patches, "dtype": dtype,
+      "max_patches": patches, "dtype": dtype, "example": example,
       "attention_impl": impl and attention.attention_backend(impl, module.dtype),
       "unpadded_inference": getattr(module, "unpadded_inference", None),
-      "remat_policy": module.remat_policy,
-      "scan_layers": module.scan_layers, "fp8": module.fp8,
+      "remat_policy": getattr(module, "remat_policy", None),
+      "scan_layers": getattr(module, "scan_layers", None), "fp8": getattr(module, "fp8", None),
       "devices": jax.device_count(), "platform": jax.devices()[0].platform,
-      **numbers(compiled, compile_s, times, batch, jax.device_count(),
-                forward and (3 if mode == "train" else 1) * forward, peak),
+      **timed,
       "peak_mib_measured": measured / 2**20 if measured else None,
   }
