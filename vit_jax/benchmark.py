@@ -249,8 +249,8 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
     print(f"--config={flag_values['config'].config_filename}: {describe_config(config, mode)}")
     print(header("pair" if batch_spec.text(config, 1) else "image"))
     batch = config.batch if mode == "train" else config.batch_eval
-    key = dict(model=step_timing.config_model_name(config), mode=mode, batch=batch, image_size=config.pp.crop,
-               dtype=config.dtype)
+    key = dict(model=step_timing.config_model_name(config), mode=mode, batch=batch,
+               image_size=config.pp.crop, dtype=config.dtype)
     run_and_print(lambda: step_timing.run_config(config, mode, steps, peak), key, json_path)
     return
   batch, dtype = flag_values.batch, flag_values.dtype
