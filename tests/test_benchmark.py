@@ -253,7 +253,8 @@ def test_a_two_tower_model_is_timed_tower_by_tower(siglip_file, tmp_path, capsys
 
 
 @pytest.mark.parametrize("flags_, problem", [
-    (["--mode=train"], "drop --mode=train"), (["--remat=full"], "drop --remat"),
+    (["--mode=train"], "drop --mode=train (a pair's training step is timed from its training "
+                       "config: --config=FILE)"), (["--remat=full"], "drop --remat"),
     (["--config=configs/demo.py"], "drop --config")])
 def test_two_tower_mistakes_are_one_error_line(siglip_file, capsys, flags_, problem):
   with pytest.raises(SystemExit) as exit_info:

@@ -196,7 +196,10 @@ def parts_main(flag_values: flags.FlagValues, family) -> None:
   timed = family.benchmark_parts.timed
   refused = [f"--{name}" for name in PARTS_REFUSE if flag_values[name].present]
   if flag_values.mode == "train" and flag_values["mode"].present:
-    refused.append(f"--mode=train (the main job trains no {family.title} model)")
+    refused.append("--mode=train (" + ("a pair's training step is timed from its training "
+                                       "config: --config=FILE" if family.pair_training
+                                       else f"the main job trains no {family.title} model")
+                   + ")")
   if refused:
     raise cli.UsageError(f"--model={flag_values.model} is {family.a_title} model, timed as "
                          f"{timed} on one device: drop {', '.join(refused)}")
