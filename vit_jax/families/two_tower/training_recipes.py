@@ -157,7 +157,7 @@ def finetune_pair(config: ml_collections.ConfigDict, captions: str,
   """A released SigLIP / SigLIP 2 pair (or any pair's file, folder) continued on a
   captions file (IMAGE<TAB>CAPTION lines), at its native 224 px and 64 tokens."""
   config = pair_config(config)
-  config.dataset = captions
+  config.dataset = config.eval_split = captions  # held out: --config.eval_split=FILE
   config.contrastive.init = start
   config.contrastive.loss = "sigmoid"
   config.text.length = 64
