@@ -70,3 +70,16 @@ def test_lit_keeps_the_classifier_s_image_tower_bit_identical(tmp_path):
     image = [k for k in before.files if not k.startswith("head/")]
     assert len(image) > 20
     assert all(np.array_equal(before[k], after["img/" + k]) for k in image)
+
+
+def test_zeroshot_reads_the_checkpoint_of_a_step_as_that_step_s_file(run):
+  import jax  # pylint: disable=import-outside-toplevel
+  from vit_jax import zeroshot  # pylint: disable=import-outside-toplevel
+  workdir, _ = run
+  final = zeroshot.open_model(os.path.join(workdir, "params.npz"), None, None)
+  step = zeroshot.open_model(os.path.join(workdir, "checkpoints", "6"), None, None)
+  assert jax.tree.all(jax.tree.map(np.array_equal, final.params, step.params))
+  texts = ["the handwritten number seven.", "a blurry scan of the digit one"]
+  np.testing.assert_array_equal(final.embed_texts(texts), step.embed_texts(texts))
+  earlier = zeroshot.open_model(os.path.join(workdir, "checkpoints", "3"), None, None)
+  assert not np.array_equal(earlier.params["t"], final.params["t"])

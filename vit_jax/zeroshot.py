@@ -16,6 +16,7 @@ each model is meant to be read (a softmax over the classes, or a sigmoid per cla
 
 import json
 import sys
+import tempfile
 
 import numpy as np
 from absl import flags
@@ -25,6 +26,7 @@ from vit_jax.checkpoints import checkpoint_family
 from vit_jax.data import image_files, prompt_templates
 from vit_jax.models import family_registry
 from vit_jax.training.evaluators import image_text
+from vit_jax.training.runs import step_files
 from vit_jax.training.scores import retrieval
 
 FLAGS = flags.FLAGS
@@ -53,13 +55,17 @@ def _report(flag_values, result, summary: str) -> None:
 
 def open_model(checkpoint: str, tokenizer, bert_heads):
   """The checkpoint's family's zero-shot model, or one line for a family that scores no
-  texts."""
-  family = checkpoint_family.of(checkpoint)
-  if family.zero_shot is None:
-    titles = family_registry.titles_with("zero_shot")
-    raise errors.InvalidInput(f"{checkpoint} is {family.a_title} model, which scores no texts: "
-                              f"zero-shot takes an image-text model ({titles})")
-  return family.zero_shot.open_model(checkpoint, tokenizer=tokenizer, bert_heads=bert_heads)
+  texts. A run's checkpoint of any step (WORKDIR/checkpoints/STEP) is read as that step's
+  params.npz with the run's vocabulary (training.runs.step_files), loaded whole before the
+  temporary copy goes."""
+  with tempfile.TemporaryDirectory() as folder:
+    checkpoint = step_files.model_file(checkpoint, folder)
+    family = checkpoint_family.of(checkpoint)
+    if family.zero_shot is None:
+      titles = family_registry.titles_with("zero_shot")
+      raise errors.InvalidInput(f"{checkpoint} is {family.a_title} model, which scores no "
+                                f"texts: zero-shot takes an image-text model ({titles})")
+    return family.zero_shot.open_model(checkpoint, tokenizer=tokenizer, bert_heads=bert_heads)
 
 
 @cli.command

@@ -28,13 +28,9 @@ from vit_jax.models import family_registry, model_config
 TOWERS = ("transformer", "bert")
 
 
-def _settings(config):
-  return config.contrastive, config.text
-
-
 def check(config) -> None:
   """What no pair can be built from: a text tower kind, head sizes, text length."""
-  contrastive, text = _settings(config)
+  contrastive, text = config.contrastive, config.text
   if text.tower not in TOWERS:
     raise errors.InvalidInput(f"config.text.tower={text.tower!r}: choose one of "
                               f"{', '.join(TOWERS)}")

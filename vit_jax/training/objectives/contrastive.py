@@ -63,8 +63,7 @@ def make_eval_step(module, config: ml_collections.ConfigDict):
 
   def eval_step(params, batch) -> Dict[str, jax.Array]:
     zimg, ztxt = _embeddings(module, params, batch["image"], batch["text"])
-    t, b = _scale_and_bias(params)
-    logits = jnp.exp(t) * zimg @ ztxt.T + (b if b is not None else 0.0)
+    logits = module.apply({"params": params}, zimg, ztxt, method="logits")
     real = batch["mask"] > 0
     columns = real[None, :]
     own = jnp.eye(logits.shape[0], dtype=bool)
