@@ -1,7 +1,8 @@
 """How python -m vit_jax.benchmark times a two-tower model (the family contract's
 BenchmarkParts part): the image tower's and the text tower's inference (normalised
-embeddings) apart, a row each. The main job trains no two-tower model, so there is no train
-step to time; the weights are the file's (the timing does not depend on their values)."""
+embeddings) apart, a row each. A pair's train step is timed from its training config
+(--config), not from a file; the weights are the file's (the timing does not depend on their
+values)."""
 
 import os
 from typing import Optional
