@@ -5,9 +5,13 @@ pp/ops_general.py's value_range(-1, 1) and pad_to_shape as its SigLIP 2 demo cha
 them (configs/proj/image_text/SigLIP2_demo.ipynb); and how far it is from transformers'
 reading (naflex_patches, the Grain loader's)."""
 
+import io
+import itertools
+
 import numpy as np
 import pytest
 import tensorflow as tf
+from PIL import Image
 
 from vit_jax.data import naflex_patches
 from vit_jax.data.tf_stack import tf_naflex, tf_preprocess
@@ -103,6 +107,38 @@ def test_float32_bisection_lets_one_more_column_through_where_float64_does_not()
   float32, 9 * scale / 16 rounds down to 5 while 81 * scale / 16 passes 45: 5 x 46."""
   assert tuple(tf_naflex.target_size(tf.constant([9, 81]), 16, 256).numpy()) == (80, 736)
   assert naflex_patches.target_size(9, 81, 16, 256) == (80, 720)
+
+
+# Sides up to 30000 px; (patch, budget) pairs covering patches 4-16 and the configs' budgets
+# (naflex_demo's 16 and 64 at 4 px, the SigLIP 2 NaFlex configs' 256, 576 and 1024 at 16 px).
+BIG_SIDES = [1, 9, 333, 4000, 6000, 12345, 30000]
+BIG_BUDGETS = [(4, 16), (4, 64), (8, 256), (14, 576), (16, 256), (16, 1024)]
+
+
+@pytest.mark.parametrize("patch,budget", BIG_BUDGETS)
+def test_big_photos_get_the_grain_loaders_grid_within_a_patch(patch, budget):
+  """Past H * W * 2500 / patch^2 = 2^31 an int32 patch count wraps (a 6000 x 4000 photo at
+  4 px asked for a 556088 x 370728 image); both loaders' grids fit the budget and agree
+  within one patch per side (float32's one more column, as above)."""
+  sizes = np.array(list(itertools.product(BIG_SIDES, BIG_SIDES)), np.int32)
+  ours = tf.function(lambda s: tf.map_fn(lambda hw: tf_naflex.target_size(hw, patch, budget),
+                                         s))(tf.constant(sizes)).numpy()
+  for (height, width), got in zip(sizes, ours):
+    grain = np.array(naflex_patches.target_size(int(height), int(width), patch, budget))
+    assert np.prod(got // patch) <= budget, (height, width, got)
+    assert np.abs(got - grain).max() <= patch, (height, width, got, grain)
+
+
+def test_a_flat_6000_by_4000_jpeg_is_cut_in_the_budget():
+  """The sweep's photo, end to end: encoded bytes decoded, resized and cut."""
+  encoded = io.BytesIO()
+  Image.new("RGB", (6000, 4000), (200, 100, 50)).save(encoded, "JPEG")
+  got = tf_naflex.eval_patches(tf.constant(encoded.getvalue()), 4, 64)
+  assert tuple(got["grid"].numpy()) == (6, 9) == tuple(
+      np.array(naflex_patches.target_size(4000, 6000, 4, 64)) // 4)
+  assert got["mask"].numpy().sum() == 54 and got["patches"].shape == (64, 48)
+  red = got["patches"].numpy()[:54, 0::3]
+  assert np.abs(red - (200 / 127.5 - 1)).max() <= 3 / 127.5  # the flat colour, JPEG's levels
 
 
 def test_train_patches_cut_the_inception_window_at_its_own_size():

@@ -32,12 +32,14 @@ def _sides(size: tf.Tensor, scale: tf.Tensor, patch: int) -> tf.Tensor:
 
 def target_size(height_width: tf.Tensor, patch: int, max_patches: int) -> tf.Tensor:
   """int32 [2]: the sides (multiples of patch) of the largest scale whose patch grid fits
-  max_patches, bisected in float32 as big_vision does."""
+  max_patches, bisected in float32 as big_vision does (which counts the patches in float64)."""
   size = tf.cast(height_width, tf.float32)
 
   def halve(low, high):
     middle = (low + high) / 2
-    fits = tf.reduce_prod(_sides(size, middle, patch) // patch) <= max_patches
+    # Counted in int64: a big photo's grid at the first scales overflows int32.
+    grid = tf.cast(_sides(size, middle, patch) // patch, tf.int64)
+    fits = tf.reduce_prod(grid) <= max_patches
     return tf.where(fits, middle, low), tf.where(fits, high, middle)
 
   low, _ = tf.while_loop(lambda low, high: high - low >= _EPS, halve,
