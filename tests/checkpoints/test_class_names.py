@@ -90,3 +90,24 @@ def test_converting_to_npz_keeps_the_names_and_the_multi_label_flag(params, tmp_
   format_conversion.convert(tmp_path / "multi.npz", tmp_path / "copy.npz")
   assert read_class_names(tmp_path / "copy.npz") == NAMES
   assert class_names.read_multi_label(tmp_path / "copy.npz")
+
+
+def test_a_naflex_budget_travels_in_the_file_and_its_copies(params, tmp_path):
+  """config.pp.max_patches rides in the same comment: with or without names, invisible to
+  np.load readers, kept by a plain copy of the file."""
+  import shutil  # pylint: disable=import-outside-toplevel
+  save_npz(params, tmp_path / "plain.npz")
+  save_npz(params, tmp_path / "budget.npz", max_patches=256)
+  save_npz(params, tmp_path / "both.npz", class_names=NAMES, max_patches=9)
+  shutil.copy(tmp_path / "budget.npz", tmp_path / "copy.npz")
+  assert class_names.read_max_patches(tmp_path / "copy.npz") == 256
+  assert class_names.read_class_names(tmp_path / "copy.npz") is None
+  assert class_names.read_max_patches(tmp_path / "both.npz") == 9
+  assert read_class_names(tmp_path / "both.npz") == NAMES
+  assert class_names.read_max_patches(tmp_path / "plain.npz") is None
+  plain, budget = arrays(tmp_path / "plain.npz"), arrays(tmp_path / "budget.npz")
+  assert plain.keys() == budget.keys()
+  assert all(np.array_equal(plain[key], budget[key]) for key in plain)
+  assert load_npz(tmp_path / "budget.npz")[0].num_classes == len(NAMES)
+  with pytest.raises(ValueError, match="max_patches=0: pass the NaFlex patch budget"):
+    save_npz(params, tmp_path / "zero.npz", max_patches=0)

@@ -19,7 +19,7 @@ from vit_jax.base import errors, storage
 from vit_jax.checkpoints import class_names as class_names_lib
 from vit_jax.checkpoints import formats, npz_archive
 from vit_jax.checkpoints.class_names import (  # pylint: disable=unused-import
-    read_class_names, read_multi_label)
+    read_class_names, read_max_patches, read_multi_label)
 from vit_jax.checkpoints.npz_checks import (  # pylint: disable=unused-import
     CheckpointError, ImageSize, ImageSizeError, check_image_size, nonfinite_arrays, side_pair)
 from vit_jax.models import family_registry
@@ -28,7 +28,8 @@ LORA_SETTINGS = "lora/settings"  # the entry that makes an .npz a LoRA adapters 
 
 
 def save_npz(params: Any, path: str, *, class_names: Optional[Sequence[str]] = None,
-             allow_nonfinite: bool = False, multi_label: bool = False) -> None:
+             allow_nonfinite: bool = False, multi_label: bool = False,
+             max_patches: Optional[int] = None) -> None:
   """Writes params in the released layout (flat `/` keys, float32, one entry per block
   also for scan_layers models), atomically. A head of 0 classes (a feature extractor,
   num_classes=0) is left out: the file has no head, as load_npz expects of one.
@@ -36,6 +37,9 @@ def save_npz(params: Any, path: str, *, class_names: Optional[Sequence[str]] = N
   class_names: the head's classes in label order, carried in the file's zip comment
   (see vit_jax.checkpoints.class_names; read them back with read_class_names).
   multi_label: the head scores classes independently (sigmoid; stored with the names).
+  max_patches: the NaFlex patch budget the model was trained at (config.pp.max_patches),
+  carried in the same comment, so that every tool reads the file as NaFlex at it
+  (vit_jax.checkpoints.naflex_reading; read it back with read_max_patches).
   allow_nonfinite: write NaN/Inf weights too; by default they are refused (CheckpointError)
   as load_npz refuses them, so that no file is written that every loader then rejects.
   """
@@ -67,8 +71,11 @@ def save_npz(params: Any, path: str, *, class_names: Optional[Sequence[str]] = N
         "allow_nonfinite=True (load it back with the same option)")
   buffer = io.BytesIO()
   np.savez(buffer, **flat)
+  if max_patches is not None and (not isinstance(max_patches, int) or max_patches < 1):
+    raise errors.InvalidInput(f"max_patches={max_patches!r}: pass the NaFlex patch budget "
+                              "the model was trained at (a whole number >= 1), or none")
   data, sidecar = class_names_lib.with_class_names(buffer.getvalue(), class_names,
-                                                   multi_label)
+                                                   multi_label, max_patches)
   path = os.fspath(path)
   if sidecar is not None:  # first: the .npz appearing is what finishes a run
     storage.write_atomic(class_names_lib.sidecar_path(path), sidecar)

@@ -362,7 +362,8 @@ def _finish(job: Job, run: state_and_step.Trainer, end: LoopEnd, evaluators,
   final_params = job.objective.export_params(final_params)
   if job.is_main:
     outputs.write_final(final_params, eval_metrics, job.workdir, class_names,
-                        multi_label=job.dataset.info.multi_label and class_names is not None)
+                        multi_label=job.dataset.info.multi_label and class_names is not None,
+                        max_patches=naflex.max_patches(job.config))
   writer.flush()
   writer.close()
   checkpointer.wait()

@@ -89,10 +89,11 @@ def write_parameter_table(params, workdir: str,
 
 
 def write_final(params: Any, eval_metrics: Dict[str, Any], workdir: str,
-                class_names: Optional[Sequence[str]] = None, multi_label: bool = False) -> None:
-  """params.npz (released layout, with the head's class names and multi-label flag when
-  given) and final_metrics.json, each atomic, written last."""
+                class_names: Optional[Sequence[str]] = None, multi_label: bool = False,
+                max_patches: Optional[int] = None) -> None:
+  """params.npz (released layout, with the head's class names, multi-label flag and NaFlex
+  patch budget when given) and final_metrics.json, each atomic, written last."""
   npz.save_npz(params, storage.join(workdir, workdir_files.PARAMS), class_names=class_names,
-               multi_label=multi_label)
+               multi_label=multi_label, max_patches=max_patches)
   storage.write_atomic(storage.join(workdir, workdir_files.FINAL_METRICS),
                        json.dumps(eval_metrics, indent=2))
