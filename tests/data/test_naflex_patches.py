@@ -37,3 +37,20 @@ def test_patches_equal_siglip2_image_processor(processor, patch, budget):
 def test_a_wrong_image_is_one_line():
   with pytest.raises(errors.InvalidInput, match="uint8 RGB"):
     naflex_patches.patchify(np.zeros((8, 8), np.uint8), 4, 16)
+
+
+def test_a_budget_past_what_an_image_can_fill_only_pads():
+  """Past its own pixels an image is upsampled to fill the budget (the reading changes);
+  past its grid at the top scale (100 x each side) a budget only pads: sequence_length
+  drops that padding and the real patches stay the same."""
+  image = np.random.default_rng(1).integers(0, 256, (2, 3, 3), np.uint8)
+  assert naflex_patches.most_patches(2, 3, 16) == 13 * 19
+  assert naflex_patches.sequence_length([(2, 3), (1, 1)], 16, 10**9) == 13 * 19
+  assert naflex_patches.sequence_length([(2, 3), (4000, 6000)], 16, 256) == 256
+  assert naflex_patches.patchify(image, 16, 4)[1].sum() == 4  # upsampled to fill 4
+  short = naflex_patches.patchify(image, 16, 10**9, length=13 * 19)
+  padded = naflex_patches.patchify(image, 16, 1000)
+  assert short[0].shape == (13 * 19, 768) and padded[1][13 * 19:].sum() == 0
+  np.testing.assert_array_equal(short[0], padded[0][:13 * 19])
+  np.testing.assert_array_equal(short[1], padded[1][:13 * 19])
+  np.testing.assert_array_equal(short[2], padded[2])

@@ -8,7 +8,7 @@ gives them (PIL's bilinear resize of the uint8 image, then [-1, 1]). The tf.data
 reading is big_vision's (tf_stack/tf_naflex.py)."""
 
 import math
-from typing import Tuple
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 from PIL import Image
@@ -36,6 +36,23 @@ def target_size(height: int, width: int, patch: int, max_patches: int) -> Tuple[
   return _side(height, low, patch), _side(width, low, patch)
 
 
+def most_patches(height: int, width: int, patch: int) -> int:
+  """The most patches any budget gives an image: its grid at the top of the scale range
+  (each side up to 100 times its pixels, as the processors bisect). A budget past the
+  image's own pixels still changes its reading (it is upsampled to fill the budget, as
+  transformers' processor does); a budget past this only adds masked padding."""
+  top = _SCALE_RANGE[1]
+  return (_side(height, top, patch) // patch) * (_side(width, top, patch) // patch)
+
+
+def sequence_length(sizes: Sequence[Tuple[int, int]], patch: int, max_patches: int) -> int:
+  """The padded length that images of these (height, width) sizes need in one batch at
+  this budget: max_patches, or less where none of them can fill it (most_patches): the
+  same real patches and outputs, without the padding's memory (attention is quadratic in
+  it)."""
+  return min(max_patches, max(most_patches(h, w, patch) for h, w in sizes))
+
+
 def resize(image: np.ndarray, patch: int, max_patches: int) -> np.ndarray:
   """uint8 [H, W, 3] -> uint8 [h, w, 3] at target_size: PIL's bilinear resize (antialiased
   when it shrinks), rounded to uint8, as transformers' processor."""
@@ -51,7 +68,7 @@ def cut(pixels: np.ndarray, patch: int, max_patches: int
         ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
   """[h, w, 3] (sides multiples of patch) -> (patches [max_patches, patch*patch*3] of its
   dtype, zeros past the image's, mask [max_patches] int32 (1: a real patch), grid [2]
-  int32 (rows, columns))."""
+  int32 (rows, columns)); max_patches here is the padded length (at least the image's)."""
   rows, cols = pixels.shape[0] // patch, pixels.shape[1] // patch
   patches = pixels.reshape(rows, patch, cols, patch, 3).transpose(0, 2, 1, 3, 4)
   padded = np.zeros((max_patches, patch * patch * 3), pixels.dtype)
@@ -66,8 +83,10 @@ def model_range(pixels: np.ndarray) -> np.ndarray:
   return (np.asarray(pixels, np.float32) / np.float32(255.0) - np.float32(0.5)) / np.float32(0.5)
 
 
-def patchify(image: np.ndarray, patch: int, max_patches: int
+def patchify(image: np.ndarray, patch: int, max_patches: int, length: Optional[int] = None
              ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """uint8 image [H, W, 3] -> (patches [max_patches, patch*patch*3] float32 in [-1, 1],
-  mask [max_patches] int32 (1: a real patch), grid [2] int32 (rows, columns))."""
-  return cut(model_range(resize(image, patch, max_patches)), patch, max_patches)
+  """uint8 image [H, W, 3] -> (patches [length, patch*patch*3] float32 in [-1, 1], mask
+  [length] int32 (1: a real patch), grid [2] int32 (rows, columns)); length: the padded
+  length, max_patches unless given (sequence_length: what a batch of images needs)."""
+  return cut(model_range(resize(image, patch, max_patches)), patch, length or max_patches)
+
