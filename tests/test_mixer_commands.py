@@ -87,3 +87,20 @@ def test_vtab_refuses_a_mixer_in_one_line(mixer_file, which):
                      r"fine-tune a Mixer on each task with python -m vit_jax.main "
                      r"--config=configs/mixer_b16.py:vtab/TASK$"):
     runner.model_settings(checkpoint)
+
+
+def test_predict_and_export_refuse_naflex_for_a_mixer_in_one_line(mixer_file, tmp_path):
+  """--max_patches asks for NaFlex, which runs ViTs: the family's one line (as the main job
+  gives for config.pp.max_patches), not an AttributeError from deep in the model."""
+  from vit_jax.export import __main__ as export_command  # pylint: disable=import-outside-toplevel
+  path, image = mixer_file
+  refusal = (f"error: {path} is an MLP-Mixer; NaFlex (config.pp.max_patches, --max_patches) "
+             "runs ViTs only")
+  done = run_in_process(predict, f"--checkpoint={path}", "--max_patches=16", image)
+  assert done.returncode == 1 and done.stderr.strip().splitlines()[-1].startswith(refusal)
+  assert "Traceback" not in done.stderr
+  done = run_in_process(export_command, path, tmp_path / "out", "--to=stablehlo",
+                        "--max_patches=16")
+  assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+      line for line in done.stderr.strip().splitlines() if line.startswith(refusal)]
+  assert not (tmp_path / "out").exists()

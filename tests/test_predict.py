@@ -345,3 +345,58 @@ def test_classes_of_a_siglip_model_are_sigmoid_scores(tmp_path, images):
   logits = np.asarray(model.apply(params, zimg, zcls, method=model.logits))
   np.testing.assert_allclose(record["scores"], 1 / (1 + np.exp(-logits[0])), rtol=1e-5)
   assert "sigmoid scores" in done.stderr
+
+
+@pytest.fixture(name="naflex_file")
+def fixture_naflex_file(tmp_path):
+  """A tiny MAP-pooled 3-class ViT (4 px patches, a 4 x 4 table) saved as a run trained at
+  config.pp.max_patches=12 saves it: the budget recorded in the file."""
+  path = tmp_path / "naflex.npz"
+  save_npz(random_params(tiny_model(num_classes=3, classifier="map"), 16), path, max_patches=12)
+  return path
+
+
+def test_a_naflex_file_is_read_at_its_recorded_budget_unless_asked_otherwise(images,
+                                                                             naflex_file):
+  """No --max_patches: NaFlex at the file's 12 patches (the same as asking for them);
+  another budget, or 0 for square images, when asked; each run says which reading."""
+  paths = [images["rgb"], images["photo"]]
+  module, params = load_npz(naflex_file)
+  runs = {flag: predict_command(f"--checkpoint={naflex_file}", "--top_k=3", *flag, *paths)
+          for flag in ((), ("--max_patches=12",), ("--max_patches=5",), ("--max_patches=0",))}
+  assert all(done.returncode == 0 for done in runs.values()), runs
+  said = {flag: done.stderr.strip().splitlines()[-1] for flag, done in runs.items()}
+  assert said[()] == f"{naflex_file}: NaFlex, 12 patches, from the file"
+  assert runs[()].stdout == runs[("--max_patches=12",)].stdout
+  (expected,) = predict.score_batches(module, params, paths, max_patches=12)
+  assert parse(runs[()].stdout) == parse("\n".join(
+      predict.format_prediction(path, top, None)
+      for path, top in zip(paths, predict.top_classes(expected, 3))))
+  assert said[("--max_patches=5",)] == (f"{naflex_file}: NaFlex, 5 patches, as asked (the "
+                                        "file records 12)")
+  assert runs[("--max_patches=5",)].stdout != runs[()].stdout
+  assert said[("--max_patches=0",)] == (f"{naflex_file}: square images, 16x16 px (asked for; "
+                                        "the file records NaFlex at 12 patches)")
+  (square,) = predict.score_batches(module, params, paths)
+  assert parse(runs[("--max_patches=0",)].stdout) == parse("\n".join(
+      predict.format_prediction(path, top, None)
+      for path, top in zip(paths, predict.top_classes(square, 3))))
+  failed = predict_command(f"--checkpoint={naflex_file}", "--image_size=32", images["rgb"])
+  assert failed.returncode == 2 and failed.stderr.splitlines() == [
+      f"error: {naflex_file} is read as NaFlex, 12 patches, from the file, and --image_size "
+      "asks for square images: add --max_patches=0 to read it so, or leave --image_size out "
+      "(--help shows the usage)"]
+
+
+def test_a_budget_past_the_device_memory_is_one_line(images, naflex_file):
+  failed = predict_command(f"--checkpoint={naflex_file}", "--max_patches=1000000000",
+                           images["rgb"], images["gray"])
+  assert one_error_line(failed).startswith(
+      "error: --max_patches=1000000000: a batch of 2 at that budget needs ")
+  assert failed.stderr.strip().endswith(
+      "pass a smaller budget (SigLIP 2 reads 256 to 1024 patches), or a smaller --batch_size")
+  module, _ = load_npz(naflex_file)
+  predict.check_budget_fits(module, 256, 32, memory_bytes=2**30)  # 0.05 GiB: fits
+  with pytest.raises(ValueError, match=r"--max_patches=4096: a batch of 32 at that budget "
+                     r"needs 4\.0 GiB .* this device has 2\.0 GiB"):  # 2 heads of 4096^2
+    predict.check_budget_fits(module, 4096, 32, memory_bytes=2 * 2**30)

@@ -24,7 +24,7 @@ import numpy as np
 from absl import flags, logging
 
 from vit_jax.base import cli, errors, no_clobber, storage
-from vit_jax.checkpoints import checkpoint_family, formats, hub, npz, transfer
+from vit_jax.checkpoints import checkpoint_family, formats, hub, naflex_reading, npz, transfer
 from vit_jax.data import image_files, prompt_templates
 from vit_jax.families.vit import naflex_model as vit_naflex_model
 from vit_jax.families.vit import model as vit
@@ -53,10 +53,13 @@ def score_batches(module: vit.VisionTransformer, params, image_paths: Sequence[s
   image_size (a side or (height, width)) defaults to the checkpoint's own resolution; at
   another the model resizes its position embedding (see hub.load_for_inference).
   max_patches (MAP-pooled models): NaFlex's reading instead, each image at its
-  own aspect ratio in at most that many patches (vit_jax.families.vit.naflex_model).
+  own aspect ratio in at most that many patches (vit_jax.families.vit.naflex_model); a
+  budget whose batch cannot fit the device is refused in one line (check_budget_fits).
   The last batch is padded, so every batch has one shape and the model compiles once.
   """
+  batch_size = max(1, min(batch_size, len(image_paths)))
   if max_patches:
+    check_budget_fits(module, max_patches, batch_size)
     grid = npz.native_image_size(module, params) // module.patch_size
     naflex = vit_naflex_model.from_vit(module, grid)
     load = lambda path: image_files.load_naflex(path, module.patch_size, max_patches)
@@ -65,7 +68,6 @@ def score_batches(module: vit.VisionTransformer, params, image_paths: Sequence[s
     height, width = npz.side_pair(image_size or npz.native_image_size(module, params))
     load = lambda path: (image_files.load_image(path, (height, width)),)
     forward = lambda p, images: module.apply({"params": p}, images, train=False)
-  batch_size = max(1, min(batch_size, len(image_paths)))
   activation = jax.nn.sigmoid if multi_label else jax.nn.softmax
   probabilities = jax.jit(lambda p, *inputs: activation(forward(p, *inputs)))
 
@@ -76,6 +78,33 @@ def score_batches(module: vit.VisionTransformer, params, image_paths: Sequence[s
     items += [items[-1]] * (batch_size - len(paths))
     inputs = [np.stack(part) for part in zip(*items)]
     yield np.asarray(jax.device_get(probabilities(params, *inputs)))[:len(paths)]
+
+
+def device_memory_bytes() -> int:
+  """The default device's memory: an accelerator's limit, or the host's for the CPU."""
+  stats = jax.local_devices()[0].memory_stats() or {}
+  if "bytes_limit" in stats:
+    return int(stats["bytes_limit"])
+  return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_budget_fits(module, max_patches: int, batch_size: int,
+                      memory_bytes: Optional[int] = None) -> None:
+  """Refuses, before any image is read, a NaFlex budget whose batch cannot fit the device
+  (memory_bytes, default device_memory_bytes()): its padded patches (float32
+  [B, N, P*P*3]) and one layer's attention scores (float32 [B, heads, N, N], quadratic in
+  the budget) alone need more. One line instead of an allocation traceback."""
+  memory_bytes = device_memory_bytes() if memory_bytes is None else memory_bytes
+  needed = 4 * batch_size * max_patches * (3 * module.patch_size**2
+                                           + module.num_heads * max_patches)
+  if needed <= memory_bytes:
+    return
+  smaller = ", or a smaller --batch_size" if batch_size > 1 else ""
+  raise errors.InvalidInput(
+      f"--max_patches={max_patches}: a batch of {batch_size} at that budget needs "
+      f"{needed / 2**30:,.1f} GiB (its patches and one layer's attention over {max_patches} "
+      f"patches) and this device has {memory_bytes / 2**30:,.1f} GiB: pass a smaller budget "
+      f"(SigLIP 2 reads 256 to 1024 patches){smaller}")
 
 
 def top_classes(probabilities: np.ndarray, top_k: int) -> List[Prediction]:
@@ -222,19 +251,39 @@ def zero_shot_batches(image_paths: Sequence[str], flag_values) -> Tuple[
   return names, model.sigmoid, [model.scores(zimg, zcls)]
 
 
+def classifier_reading(checkpoint: str, path: str, flag_values) -> naflex_reading.Reading:
+  """How the classifier at `path` reads images: NaFlex at the budget its file records
+  unless --max_patches asks for another one or (0) for square images; --image_size, a
+  square size, is refused for a NaFlex file unless squares are asked for."""
+  reading = naflex_reading.of_file(path, flag_values.max_patches)
+  if reading.max_patches and flag_values.image_size:
+    raise cli.UsageError(
+        f"{checkpoint} is read as {reading.describe()}, and --image_size asks for square "
+        f"images: add --max_patches={naflex_reading.SQUARE} to read it so, or leave "
+        "--image_size out")
+  return reading
+
+
 def classifier_batches(image_paths: Sequence[str], flag_values) -> Tuple[
     Optional[List[str]], bool, Iterator[np.ndarray]]:
-  """(class names, multi-label?, probabilities batch by batch) of a classifier checkpoint."""
-  path = hub.resolve(flag_values.checkpoint)  # released and hf-hub: names: fetched first
+  """(class names, multi-label?, probabilities batch by batch) of a classifier checkpoint;
+  says on standard error which reading it uses (NaFlex at a budget, or square images)."""
+  checkpoint = flag_values.checkpoint
+  path = hub.resolve(checkpoint)  # released and hf-hub: names: fetched first
+  reading = classifier_reading(checkpoint, path, flag_values)
   module, params, image_size = hub.load_for_inference(
       path, flag_values.image_size, allow_nonfinite=flag_values.allow_nonfinite)
-  check_trained_head(params, flag_values.checkpoint)
+  if reading.max_patches:  # a family NaFlex does not run says so in one line
+    family_registry.for_module(module).refuse("naflex", checkpoint)
+  check_trained_head(params, checkpoint)
   names = class_names(module.num_classes, flag_values.labels, checkpoint_path=path)
   multi_label = stored_multi_label(path)
+  square = f"square images, {image_size[0]}x{image_size[1]} px"
+  print(f"{checkpoint}: {reading.describe(square)}", file=sys.stderr)
   return names, multi_label, score_batches(module, params, image_paths, image_size=image_size,
                                            batch_size=flag_values.batch_size,
                                            multi_label=multi_label,
-                                           max_patches=flag_values.max_patches)
+                                           max_patches=reading.max_patches)
 
 
 @cli.command
@@ -274,9 +323,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   flags.DEFINE(cli.ImageSizeParser(), "image_size", None,
                cli.image_size_help(npz.IMAGE_SIZE_HELP), flag_values=flag_values)
   flags.DEFINE_boolean("allow_nonfinite", False, npz.ALLOW_NONFINITE_HELP, **define)
-  flags.DEFINE_integer("max_patches", None, "MAP-pooled models: read each image at its own "
-                       "aspect ratio in at most this many patches, as NaFlex; default: "
-                       "resized to --image_size.", lower_bound=1, **define)
+  flags.DEFINE_integer("max_patches", None, naflex_reading.REQUEST_HELP, lower_bound=0,
+                       **define)
   flags.DEFINE_integer("batch_size", 32, "Images per forward pass.", lower_bound=1, **define)
   flags.DEFINE_integer("top_k", 5, "Classes shown per image.", lower_bound=1, **define)
   flags.DEFINE_string("labels", None, "Class names, one per line; default: ImageNet's for "

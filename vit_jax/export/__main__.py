@@ -46,7 +46,8 @@ def define_flags(flag_values=flags.FLAGS) -> None:
   flags.DEFINE_integer("max_patches", None, "NaFlex (a MAP-pooled ViT classifier, e.g. a "
                        "fine-tuned NaFlex image tower): the model takes patches, mask and grid "
                        "at this patch budget, as vit_jax.data.naflex_patches.patchify gives "
-                       "them (docs/serving.md).", **define)
+                       "them (docs/serving.md); default: the budget the checkpoint records (a "
+                       "NaFlex run's params.npz), else images; 0: images.", **define)
   flags.DEFINE_boolean("overwrite", False, "Replace an existing OUT that is no earlier "
                        "export (refused by default: nothing is clobbered).", **define)
   flags.mark_flag_as_required("to", flag_values=flag_values)

@@ -12,7 +12,7 @@ import time
 from typing import Callable, Optional, Union
 
 from vit_jax.base import no_clobber
-from vit_jax.checkpoints import npz
+from vit_jax.checkpoints import naflex_reading, npz
 from vit_jax.export import functions, metadata, output
 from vit_jax.export import source as source_lib
 from vit_jax.export.source import ExportError
@@ -72,17 +72,23 @@ def parse_batch(batch: Union[None, int, str]) -> Union[None, int, str]:
 
 
 def _options(to: str, fmt, batch, dtype: str, with_preprocessing: bool,
-             max_patches: Optional[int] = None) -> Options:
+             max_patches: Optional[int] = None, from_file: bool = False) -> Options:
+  """The options a format takes; max_patches (NaFlex) the budget asked for, or with
+  from_file the one the checkpoint records (then the refusal says how to export squares)."""
   if dtype not in DTYPES:
     raise ExportError(f"unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
   batch = parse_batch(batch)
   if batch is None:
     batch = getattr(fmt, "DEFAULT_BATCH", "dynamic")
   asked = {"with_preprocessing": with_preprocessing, f"dtype={dtype}": dtype != "float32",
-           "batch=dynamic": batch == "dynamic", "max_patches": max_patches is not None}
+           "batch=dynamic": batch == "dynamic", "max_patches": bool(max_patches)}
   for option, on in asked.items():
     if on and option in fmt.REFUSED:
-      raise ExportError(f"--to={to} does not support {option}: {fmt.REFUSED[option]}")
+      squares = (f" (the checkpoint records NaFlex at {max_patches} patches: "
+                 f"--max_patches={naflex_reading.SQUARE} exports it for square images)"
+                 if option == "max_patches" and from_file else "")
+      raise ExportError(f"--to={to} does not support {option}: {fmt.REFUSED[option]}"
+                        + squares)
   return Options(None if batch == "dynamic" else batch, dtype, with_preprocessing)
 
 
@@ -100,7 +106,9 @@ def export(checkpoint: str, out: str, *, to: str, image_size: Optional[npz.Image
   (compute dtype; stablehlo and saved_model) or float16 (tflite: float16 weights).
   with_preprocessing: saved_model only, its signature then takes encoded image bytes.
   max_patches: NaFlex (a MAP-pooled ViT classifier, each image at its aspect ratio): the inputs are
-  patches, mask and grid at this budget, as vit_jax.data.naflex_patches.patchify gives them.
+  patches, mask and grid at this budget, as vit_jax.data.naflex_patches.patchify gives them;
+  None: the budget the checkpoint records (a NaFlex run's params.npz), else images; 0
+  (naflex_reading.SQUARE): images, whatever the checkpoint records.
   Raises an errors.UserError (one line: ExportError, CheckpointError, ...) and leaves
   `out` as it was when anything fails.
   """
@@ -121,9 +129,10 @@ def export(checkpoint: str, out: str, *, to: str, image_size: Optional[npz.Image
   with no_clobber.sole_writer(out, output.KIND):  # a concurrent export into `out` fails here
     source = source_lib.load_source(checkpoint, image_size,
                                     "float32" if dtype == "float16" else dtype, max_patches)
+    if source.max_patches and max_patches is None:  # the file's budget: can the format?
+      _options(to, fmt, batch, dtype, with_preprocessing, source.max_patches, from_file=True)
     log(f"read {checkpoint}: {source.model_name}, {source.module.num_classes} classes, " +
-        (f"NaFlex, up to {max_patches} patches" if max_patches else
-         f"{source.image_size[0]}x{source.image_size[1]} px"))
+        source.reading.describe(f"{source.image_size[0]}x{source.image_size[1]} px"))
     with output.staged(out) as staging:
       files, signature = fmt.write(source, options, staging)
       inputs, reference = verification_batch(source, options)
@@ -144,10 +153,12 @@ def export(checkpoint: str, out: str, *, to: str, image_size: Optional[npz.Image
 
 
 def _check_naflex(max_patches, image_size, with_preprocessing: bool) -> None:
-  if max_patches is None:
+  try:
+    naflex_reading.check_request(max_patches)
+  except ValueError as e:
+    raise ExportError(str(e)) from None
+  if not max_patches:  # the checkpoint's reading: source.load_source checks it
     return
-  if not isinstance(max_patches, int) or isinstance(max_patches, bool) or max_patches < 1:
-    raise ExportError(f"max_patches must be a whole number >= 1, got {max_patches!r}")
   if image_size is not None:
     raise ExportError("--max_patches takes each image at its own size (NaFlex): leave "
                       "--image_size out")

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vit_jax.base import errors, storage
-from vit_jax.checkpoints import hub, npz
+from vit_jax.checkpoints import hub, naflex_reading, npz
 from vit_jax.families.vit import naflex_model as naflex_vit
 from vit_jax.families.vit import model as vit
 from vit_jax.models import family_registry
@@ -45,6 +45,12 @@ class Source:
   # NaFlex: the model takes patches, mask and grid at this patch budget (the
   # client patchifies: vit_jax.data.naflex_patches), not images.
   max_patches: Optional[int] = None
+  recorded_max_patches: Optional[int] = None  # the budget the checkpoint records
+
+  @property
+  def reading(self) -> naflex_reading.Reading:
+    """NaFlex at max_patches or images, and whether that is the checkpoint's own."""
+    return naflex_reading.Reading(self.max_patches, self.recorded_max_patches)
 
   @property
   def activation(self) -> str:
@@ -120,10 +126,16 @@ def load_source(checkpoint: str, image_size: Optional[npz.ImageSize], dtype: str
                 max_patches: Optional[int] = None) -> Source:
   """The checkpoint loaded as load_npz does, run at image_size (a side or (height, width),
   multiples of the stride; the model resizes its position embedding, see
-  hub.load_for_inference), or on NaFlex inputs of max_patches patches (MAP-pooled ViTs);
+  hub.load_for_inference), or on NaFlex inputs of max_patches patches (MAP-pooled ViTs;
+  None: the budget the checkpoint records, if any; naflex_reading.SQUARE: images);
   raises an errors.UserError (one line: CheckpointError, ExportError, ...) for what cannot
   be read or exported."""
   path = hub.resolve(checkpoint)  # a released or hf-hub: name is fetched first
+  reading = naflex_reading.of_file(path, max_patches)
+  if reading.max_patches and image_size is not None:
+    raise ExportError(f"{checkpoint} is read as {reading.describe()}, and --image_size asks "
+                      f"for square images: add --max_patches={naflex_reading.SQUARE} to "
+                      "export it so, or leave --image_size out")
   module, params, size = hub.load_for_inference(path, image_size)
   weight_bytes = sum(np.asarray(p).nbytes for p in jax.tree.leaves(params))
   if weight_bytes > MAX_WEIGHT_BYTES:
@@ -136,8 +148,9 @@ def load_source(checkpoint: str, image_size: Optional[npz.ImageSize], dtype: str
     native = size if image_size is None else npz.side_pair(
         npz.native_image_size(*npz.load_npz(path)))
   found = Source(checkpoint, path, module.clone(dtype=DTYPES[dtype]), params, size, dtype,
-                 native, multi_label, max_patches)
-  if max_patches:
+                 native, multi_label, reading.max_patches, reading.recorded)
+  if reading.max_patches:
+    family_registry.for_module(module).refuse("naflex", checkpoint)  # one line, not a traceback
     try:
       found.naflex_module  # pylint: disable=pointless-statement (a model NaFlex runs?)
     except errors.InvalidInput as e:
