@@ -424,10 +424,11 @@ def load_for_inference(checkpoint: str, image_size: Optional[npz.ImageSize] = No
   module, params = npz.load_npz(path, allow_nonfinite=allow_nonfinite)
   if not family_registry.geometry(module).resizes_in_forward:  # loading resizes: reload
     native = npz.side_pair(npz.native_image_size(module, params))
-    if image_size is not None and npz.side_pair(image_size) != native:
-      module, params = npz.load_npz(path, image_size=image_size, strict_image_size=True,
-                                    allow_nonfinite=allow_nonfinite)
-    return module, params, npz.side_pair(npz.native_image_size(module, params))
+    if image_size is None or npz.side_pair(image_size) == native:
+      return module, params, native
+    module, params = npz.load_npz(path, image_size=image_size, strict_image_size=True,
+                                  allow_nonfinite=allow_nonfinite)
+    return module, params, npz.side_pair(image_size)  # (native_image_size: squares only)
   if image_size is None:
     return module, params, npz.side_pair(npz.native_image_size(module, params))
   npz.check_image_size(module, image_size, strict=True)

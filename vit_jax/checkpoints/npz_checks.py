@@ -2,11 +2,12 @@
 (vit_jax.checkpoints.npz): the model's parameter shapes, an image size the model can run,
 finite weights."""
 
+import collections
 import functools
 import logging
 import math
 import re
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -14,7 +15,8 @@ import numpy as np
 from flax import traverse_util
 
 from vit_jax.base import errors
-from vit_jax.base.image_sizes import ImageSize, ImageSizeError, side_pair
+from vit_jax.base.image_sizes import (ImageSize, ImageSizeError, nearest_multiples,
+                                      side_pair, size_text)
 from vit_jax.models import family_registry
 
 
@@ -43,6 +45,15 @@ def _traced_shapes(module, size: Tuple[int, int]) -> Dict[str, tuple]:
 
 
 _cached_shapes = functools.lru_cache(maxsize=32)(_traced_shapes)
+
+
+def most_common_size(flat: Dict[str, np.ndarray], places: List[Tuple[str, int]]) -> int:
+  """The size most of the arrays at `places` (key, axis) have there (ties: the first): what
+  a loader reads a width off, so that an edited or damaged array is the one check_against
+  names, not the intact arrays that disagree with it."""
+  sizes = [flat[key].shape[axis] for key, axis in places
+           if key in flat and np.ndim(flat[key]) > max(axis, -axis - 1)]
+  return collections.Counter(sizes).most_common(1)[0][0]
 
 
 def _list(keys) -> str:
@@ -78,17 +89,18 @@ def check_against(flat: Dict[str, np.ndarray], shapes: Dict[str, tuple], path: s
 MAX_TOKENS = 128 * 128
 
 
-def _size_text(height: int, width: int) -> str:
-  return str(height) if height == width else f"{height}x{width}"
-
-
-def check_image_size(module, image_size: ImageSize, *,
-                     strict: bool = False) -> None:
+def check_image_size(module, image_size: ImageSize, *, strict: bool = False,
+                     grid_multiple: Optional[Tuple[int, int]] = None) -> None:
   """Raises ImageSizeError for sizes that give no token or more than MAX_TOKENS, and with
   strict=True for a side that is not a multiple of the model's stride (else that only
-  warns: the remainder is dropped, as fine-tuning H/14 at 384 px does by design)."""
+  warns, saying what the model does with the remainder: drops it, as fine-tuning H/14 at
+  384 px does by design, or pads it with zeros, as SAME-padded convolutions do).
+
+  grid_multiple: (rows, columns) the token grid must be whole multiples of, from the
+  family's loader when its weights are tied to the file's grid; the sizes offered instead
+  are then whole multiples of that grid's pixels."""
   height, width = side_pair(image_size)
-  stride, size = family_registry.stride(module), _size_text(height, width)
+  stride, size = family_registry.stride(module), size_text(height, width)
   grid = family_registry.token_grid(module, height), family_registry.token_grid(module, width)
   max_side = math.isqrt(MAX_TOKENS) * stride
   if min(height, width) < 1 or min(grid) < 1:
@@ -99,16 +111,38 @@ def check_image_size(module, image_size: ImageSize, *,
         f"image size {size} gives {grid[0]}x{grid[1]} = {grid[0] * grid[1]:,} tokens, over the "
         f"limit of {MAX_TOKENS:,} (attention memory grows with their square): use at most "
         f"{max_side} px")
-  ragged = [side for side in (height, width) if side % stride]
+  multiple = grid_multiple or (1, 1)
+  steps = (multiple[0] * stride, multiple[1] * stride)
+  instead = " or ".join(nearest_multiples(height, width, steps, max_side)) or (
+      f"a multiple of {size_text(*steps)}")
+  if grid[0] % multiple[0] or grid[1] % multiple[1]:
+    raise ImageSizeError(
+        f"image size {size} gives a {grid[0]}x{grid[1]} token grid, but the model's weights "
+        f"are tied to a {multiple[0]}x{multiple[1]} grid and take whole multiples of it only "
+        f"({size_text(*steps)} px, twice that, ...): use {instead}")
+  ragged = height % stride or width % stride
   if ragged and strict:
-    lower = ragged[0] // stride * stride
-    nearest = [str(s) for s in (lower, lower + stride) if 0 < s <= max_side]
     raise ImageSizeError(f"image size {size} is not a multiple of the model's stride "
-                         f"{stride} px: use {' or '.join(nearest)}")
+                         f"{stride} px: use {instead}")
   if ragged:
-    logging.warning("image size %s is not a multiple of the model's stride %d: the last "
-                    "%d x %d pixels fall outside every patch and are ignored",
-                    size, stride, height % stride, width % stride)
+    logging.warning("image size %s is not a multiple of the model's stride %d: %s", size,
+                    stride, _remainder(height, width, grid, stride))
+
+
+def _remainder(height: int, width: int, grid: Tuple[int, int], stride: int) -> str:
+  """What the tokens do with the pixels past the last whole stride, per the family's
+  token_grid: fewer tokens than the sides cover drop them, more pad them with zeros."""
+  cut = [max(0, side - tokens * stride) for side, tokens in zip((height, width), grid)]
+  pad = [max(0, tokens * stride - side) for side, tokens in zip((height, width), grid)]
+  said = []
+  if any(cut):
+    said.append(f"the last {cut[0]} x {cut[1]} pixels fall outside every patch and are "
+                "ignored")
+  if any(pad):
+    said.append(f"its {grid[0]} x {grid[1]} tokens cover {grid[0] * stride} x "
+                f"{grid[1] * stride} pixels: {pad[0]} x {pad[1]} of them are zero padding"
+                + ("" if any(cut) else " (nothing is ignored)"))
+  return "; ".join(said)
 
 
 def _nonfinite_counts(value: np.ndarray) -> str:

@@ -2,13 +2,16 @@
 layout written and read back bit for bit, the architecture read off the keys, a new head,
 other image sizes through the token-mixing resize, and one line for what cannot load."""
 
+import logging
+import re
+
 import jax
 import numpy as np
 import pytest
 
 from conftest import random_params
 from vit_jax import CheckpointError, create_model, load_npz, read_class_names, save_npz
-from vit_jax.checkpoints import npz
+from vit_jax.checkpoints import hub, npz
 from vit_jax.families.mixer import model as mixer
 from vit_jax.families.vit import npz_file as vit_npz_file
 
@@ -68,9 +71,8 @@ def test_higher_resolution_resizes_the_token_mixing(saved):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(image_size=24), r"4x4 patch grid and has no rule for 6x6"),
     (dict(model_name="Mixer-L_16"), r"not a Mixer-L_16: pass the right model_name"),
-    (dict(model_name="ViT-B_16"), r"not a ViT-B_16"),
+    (dict(model_name="ViT-B_16"), r"holds an MLP-Mixer, not a ViT \(ViT-B_16\)"),
     (dict(pre_logits=True), r"no pre_logits layer"),
     (dict(patch_size=8), r"patch size cannot be changed"),
 ])
@@ -78,6 +80,51 @@ def test_what_cannot_load_is_one_line(saved, kwargs, message):
   with pytest.raises(CheckpointError, match=message) as raised:
     load_npz(saved[2], **kwargs)
   assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("image_size, strict, grid, offered", [
+    (24, False, "6x6", ["16", "32"]),  # 6x6 patches: no whole multiple of the file's 4x4
+    (30, True, None, ["16", "32"]),  # 8x8 patches, but not a multiple of the stride (not 28)
+    ((16, 40), False, "4x10", ["16x32", "16x48"]),
+])
+def test_a_size_the_token_mixing_cannot_take_offers_sizes_that_load(saved, image_size, strict,
+                                                                    grid, offered):
+  """The sizes offered are whole multiples of the file's grid in pixels: each loads, at the
+  strictness predict and export load with (hub.load_for_inference)."""
+  with pytest.raises(npz.ImageSizeError) as raised:
+    load_npz(saved[2], image_size=image_size, strict_image_size=strict)
+  message = str(raised.value)
+  assert "\n" not in message and (grid is None or f"gives a {grid} token grid" in message)
+  assert re.search(r"use (.*)$", message).group(1).split(" or ") == offered
+  for size in offered:
+    side = tuple(map(int, size.split("x"))) if "x" in size else int(size)
+    assert hub.load_for_inference(saved[2], side)[2] == npz.side_pair(side)
+
+
+def test_a_ragged_size_warns_of_padding_not_of_ignored_pixels(saved, caplog):
+  """The stem pads SAME: 14 px give 4 patches whose last 2 px are zeros."""
+  with caplog.at_level(logging.WARNING):
+    module, _ = load_npz(saved[2], image_size=14)
+  assert module.tokens_mlp_dim == saved[0].tokens_mlp_dim  # the file's 4x4 grid
+  assert "4 x 4 tokens cover 16 x 16 pixels: 2 x 2 of them are zero padding" in caplog.text
+  assert "ignored" not in caplog.text.replace("nothing is ignored", "")
+
+
+def test_an_edited_array_is_the_one_named(saved, tmp_path):
+  """Widths are read off most arrays: an edited stem is named, not the first block's
+  intact LayerNorm that disagrees with it."""
+  with np.load(saved[2]) as archive:
+    arrays = dict(archive)
+  arrays["stem/kernel"] = np.zeros((4, 4, 3, 24), np.float32)
+  np.savez(tmp_path / "edited.npz", **arrays)
+  with pytest.raises(CheckpointError, match=re.escape(
+      "stem/kernel has shape (4, 4, 3, 24), the model expects (4, 4, 3, 16)")):
+    load_npz(str(tmp_path / "edited.npz"))
+  arrays["stem/kernel"] = np.zeros((4, 4, 3), np.float32)
+  np.savez(tmp_path / "edited.npz", **arrays)
+  with pytest.raises(CheckpointError, match=re.escape(
+      "stem/kernel has shape (4, 4, 3), expected a (patch, patch, 3, hidden) kernel")):
+    load_npz(str(tmp_path / "edited.npz"))
 
 
 def test_vit_only_readers_refuse_a_mixer_in_one_line(saved):

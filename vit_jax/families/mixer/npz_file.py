@@ -9,15 +9,14 @@ exists, and fails in one line where none does, before anything is built.
 
 import dataclasses
 import math
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 from flax import traverse_util
 
-from vit_jax.base import errors
 from vit_jax.checkpoints.npz_checks import (CheckpointError, ImageSize, check_against,
                                             check_finite, check_image_size, expected_shapes,
-                                            side_pair)
+                                            most_common_size, side_pair)
 from vit_jax.families.mixer import model as mixer
 from vit_jax.families.mixer import resize as mixer_resize
 from vit_jax.families.mixer import names
@@ -26,22 +25,45 @@ from vit_jax.models import family_registry
 
 STEM = "stem/kernel"
 TOKENS = "MixerBlock_0/token_mixing/Dense_0/kernel"
+CHANNELS = "MixerBlock_0/channel_mixing/Dense_0/kernel"
+
+
+def _block_places(blocks: int, mlp: str, keys: Tuple[Tuple[str, int], ...]
+                  ) -> List[Tuple[str, int]]:
+  return [(f"MixerBlock_{i}/{mlp}/{key}", axis) for i in range(blocks) for key, axis in keys]
 
 
 def infer(flat: Dict[str, np.ndarray], path: str
           ) -> Tuple[names.MixerArchitecture, Optional[int], int]:
-  """(architecture, head classes or None, the file's patch count) from the shapes."""
-  try:
-    stem, tokens = flat[STEM], flat[TOKENS]
-    channels = flat["MixerBlock_0/channel_mixing/Dense_0/kernel"]
-  except KeyError as e:
-    raise CheckpointError(f"{path} is not a usable Mixer checkpoint: key {e.args[0]} is "
-                          "missing (the file is damaged or was edited: save it again)") from None
+  """(architecture, head classes or None, the file's patch count) from the shapes: each
+  width is what most arrays carrying it say, so that an edited or damaged array is the one
+  check_against names, not the intact ones that disagree with it."""
+  for key in (STEM, TOKENS, CHANNELS):
+    if key not in flat:
+      raise CheckpointError(f"{path} is not a usable Mixer checkpoint: key {key} is missing "
+                            "(the file is damaged or was edited: save it again)")
+  stem = flat[STEM]
+  if stem.ndim != 4 or stem.shape[0] != stem.shape[1] or 0 in stem.shape:
+    raise CheckpointError(f"{path}: {STEM} has shape {stem.shape}, expected a (patch, patch, "
+                          "3, hidden) kernel (the file is damaged or was edited: save it again)")
   blocks = len({k.split("/")[0] for k in flat if k.startswith("MixerBlock_")})
+  norms = [(f"MixerBlock_{i}/LayerNorm_{j}/{key}", -1) for i in range(blocks)
+           for j in (0, 1) for key in ("scale", "bias")]
+  hidden = most_common_size(flat, [(STEM, -1), ("pre_head_layer_norm/scale", -1),
+                                   ("pre_head_layer_norm/bias", -1), ("head/kernel", 0)]
+                            + norms + _block_places(blocks, "channel_mixing", (
+                                ("Dense_0/kernel", 0), ("Dense_1/kernel", 1),
+                                ("Dense_1/bias", 0))))
+  # token_mixing: Dense_0 [patches, D_S], Dense_1 [D_S, patches]; channel_mixing likewise
+  mlp_widths = (("Dense_0/kernel", 1), ("Dense_0/bias", 0), ("Dense_1/kernel", 0))
+  tokens_mlp = most_common_size(flat, _block_places(blocks, "token_mixing", mlp_widths))
+  channels_mlp = most_common_size(flat, _block_places(blocks, "channel_mixing", mlp_widths))
+  patches = most_common_size(flat, _block_places(blocks, "token_mixing", (
+      ("Dense_0/kernel", 0), ("Dense_1/kernel", 1), ("Dense_1/bias", 0))))
   head = flat.get("head/kernel")
-  architecture = names.MixerArchitecture(stem.shape[0], stem.shape[-1], blocks,
-                                         tokens.shape[1], channels.shape[1])
-  return architecture, None if head is None else head.shape[-1], tokens.shape[0]
+  architecture = names.MixerArchitecture(stem.shape[0], hidden, blocks, tokens_mlp,
+                                         channels_mlp)
+  return architecture, None if head is None else head.shape[-1], patches
 
 
 def _check_name(architecture, model_name: Optional[str], overrides: dict, path: str) -> None:
@@ -51,12 +73,15 @@ def _check_name(architecture, model_name: Optional[str], overrides: dict, path: 
   if model_name is None:
     return
   named = family_registry.architecture(model_name)
-  if isinstance(named, names.MixerArchitecture):
-    named = dataclasses.replace(named, **{k: v for k, v in overrides.items()
-                                          if k in named.as_kwargs() and v is not None})
-  if not isinstance(named, names.MixerArchitecture) or (
-      dataclasses.replace(named, tokens_mlp_dim=1) != dataclasses.replace(
-          architecture, tokens_mlp_dim=1)) or architecture.tokens_mlp_dim % named.tokens_mlp_dim:
+  if not isinstance(named, names.MixerArchitecture):
+    raise CheckpointError(f"{path} holds an MLP-Mixer, not "
+                          f"{family_registry.for_model_name(model_name).a_title} "
+                          f"({model_name}): pass a Mixer's model_name, or none to infer it "
+                          "from the file")
+  named = dataclasses.replace(named, **{k: v for k, v in overrides.items()
+                                        if k in named.as_kwargs() and v is not None})
+  if (dataclasses.replace(named, tokens_mlp_dim=1) != dataclasses.replace(
+      architecture, tokens_mlp_dim=1)) or architecture.tokens_mlp_dim % named.tokens_mlp_dim:
     found = names.find_name(architecture) or "a Mixer of other sizes"
     raise CheckpointError(f"{path} holds {found}, not a "
                           f"{family_registry.canonical_name(model_name)}: pass "
@@ -109,13 +134,11 @@ def load(arrays: Dict[str, np.ndarray], path: str, *, image_size: Optional[Image
                           **{**architecture.as_kwargs(), **overrides})
   height, width = (old[0] * module.patch_size, old[1] * module.patch_size) \
       if image_size is None else side_pair(image_size)
-  check_image_size(module, (height, width), strict=strict_image_size)
+  # the token-mixing MLPs take whole multiples of the file's grid (mixer_resize)
+  check_image_size(module, (height, width), strict=strict_image_size, grid_multiple=old)
   new = (mixer.token_grid(module, height), mixer.token_grid(module, width))
   if new != old:
-    try:
-      factors = mixer_resize.resize_rule(old, new)
-    except errors.InvalidInput as e:
-      raise CheckpointError(f"{path}: {e}") from None
+    factors = mixer_resize.resize_rule(old, new)
     flat = mixer_resize.resize_token_mixing(flat, old, new)
     module = module.clone(tokens_mlp_dim=architecture.tokens_mlp_dim * factors[0] * factors[1])
   if not keep_head:

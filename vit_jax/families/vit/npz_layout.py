@@ -18,15 +18,15 @@ Keys whose rank or dtype fits no layout raise LayoutError naming the key and wha
 checkpoint holds there, so a damaged file never reaches numpy as an IndexError.
 """
 
-import collections
 import math
 import re
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 from flax import traverse_util
 
 from vit_jax.base import errors
+from vit_jax.checkpoints.npz_checks import most_common_size
 from vit_jax.families.vit import hybrid_stem
 from vit_jax.families.vit import names as vit_names
 from vit_jax.models import encoder_blocks
@@ -193,13 +193,13 @@ def infer_architecture(flat: Flat) -> Tuple[vit_names.Architecture, Optional[int
   _require(flat, f"{first_block}/MlpBlock_3/Dense_0/kernel", 2, "(hidden, mlp_dim) kernel")
   # Each size is what most arrays carrying it say: an edited or damaged array is then the
   # one check_against names, not the intact arrays that disagree with it.
-  hidden = _most_common(flat, [("embedding/kernel", -1), ("encoder_norm/scale", -1)] + [
+  hidden = most_common_size(flat, [("embedding/kernel", -1), ("encoder_norm/scale", -1)] + [
       (f"{BLOCK.format(i)}/LayerNorm_0/scale", -1) for i in range(num_layers)])
-  mlp_dim = _most_common(flat, [(f"{BLOCK.format(i)}/MlpBlock_3/{key}", axis)
-                                for i in range(num_layers) for key, axis in (
-                                    ("Dense_0/kernel", -1), ("Dense_0/bias", -1),
-                                    ("Dense_1/kernel", 0))])
-  num_heads = _most_common(flat, [
+  mlp_dim = most_common_size(flat, [(f"{BLOCK.format(i)}/MlpBlock_3/{key}", axis)
+                                    for i in range(num_layers) for key, axis in (
+                                        ("Dense_0/kernel", -1), ("Dense_0/bias", -1),
+                                        ("Dense_1/kernel", 0))])
+  num_heads = most_common_size(flat, [
       (f"{BLOCK.format(i)}/MultiHeadDotProductAttention_1/{name}/kernel", 1)
       for i in range(num_layers) for name in ("query", "key", "value")])
   if query.shape[0] != hidden or query.shape[1] * query.shape[2] != hidden:
@@ -243,13 +243,6 @@ def infer_architecture(flat: Flat) -> Tuple[vit_names.Architecture, Optional[int
   if known:  # keep the reference default dropout of the released model
     architecture = vit_names.RELEASED[known]
   return architecture, _features(flat, "head"), _features(flat, "pre_logits")
-
-
-def _most_common(flat: Flat, places: List[Tuple[str, int]]) -> int:
-  """The size most of the arrays at `places` (key, axis) have there (ties: the first)."""
-  sizes = [flat[key].shape[axis] for key, axis in places
-           if key in flat and np.ndim(flat[key]) > max(axis, -axis - 1)]
-  return collections.Counter(sizes).most_common(1)[0][0]
 
 
 def classifier(flat: Flat) -> str:
