@@ -49,7 +49,7 @@ from vit_jax.models import attention, encoder_blocks
 from vit_jax.families.vit import names as zoo
 from vit_jax.models import family_registry
 from vit_jax.planning import part_timing, step_timing
-from vit_jax.training import objectives, sharding
+from vit_jax.training import objectives, pretrained_file, sharding
 
 __doc__ += "\nmodels (--model):\n" + textwrap.fill(  # in --help: absl's wrap splits ViT-|L_16
     ", ".join(zoo.RELEASED), width=90, break_on_hyphens=False, initial_indent="  ",
@@ -176,7 +176,7 @@ def load_config(path: str, overrides: List[str]) -> ml_collections.ConfigDict:
   flag_values = flags.FlagValues()
   define_config_flag(flag_values, sys_argv=argv)
   cli.parse_flags(argv, flag_values)
-  return cli.load_config(flag_values)
+  return pretrained_file.with_budget(cli.load_config(flag_values))
 
 
 def command_line_config(flag_values: flags.FlagValues) -> Optional[ml_collections.ConfigDict]:
@@ -188,7 +188,7 @@ def command_line_config(flag_values: flags.FlagValues) -> Optional[ml_collection
     raise cli.UsageError(f"{' '.join(replaced)} cannot go with --config, which sets the "
                          "model, batch, size, dtype, mesh and fast paths: override them with "
                          "--config.KEY=VALUE")
-  return cli.load_config(flag_values)
+  return pretrained_file.with_budget(cli.load_config(flag_values))
 
 
 def parts_main(flag_values: flags.FlagValues, family) -> None:

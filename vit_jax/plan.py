@@ -337,6 +337,7 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   from vit_jax.training import objectives, pretrained_file, sharding, static_checks
   try:
     pretrained_file.check_offline(config)  # a missing local file; nothing is downloaded
+    config = pretrained_file.with_budget(config)  # a NaFlex pretrained file's budget; 0: squares
     if flag_values.json is not None:
       check_json_path(flag_values.json)
       no_clobber.claim_output_file(flag_values.json, KIND, flag_values.overwrite,

@@ -1,8 +1,8 @@
 """NaFlex end to end through the main job (config.pp.max_patches, configs/siglip2_b16_naflex.py):
 a tiny random-weight SigLIP 2 tower in big_vision's two-tower layout fine-tuned on the digits
 (tf.data) and on an image folder of mixed aspect ratios (Grain), each image at its own
-aspect ratio; its params.npz is a MAP-pooled ViT classifier that predict --max_patches
-reads as NaFlex again."""
+aspect ratio; its params.npz is a MAP-pooled ViT classifier that records its budget, so
+predict, and a run that starts from it, read it as NaFlex again."""
 
 import jax
 import numpy as np
@@ -13,6 +13,7 @@ from helpers import load_module, run_in_process
 from naflex_folder import write_mixed_aspect_folder
 from two_tower_helpers import random_params, tiny_siglip
 from vit_jax import load_npz, predict
+from vit_jax.checkpoints.npz import read_max_patches
 from vit_jax.families.two_tower import npz_file
 
 TINY = dict(patch_size=8, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=2)
@@ -64,7 +65,7 @@ def test_the_tower_fine_tunes_on_the_digits_and_keeps_its_table(digits_run, towe
   assert np.abs(flat["head/kernel"]).max() > 0  # trained from zero
 
 
-def test_predict_max_patches_reads_the_fine_tuned_classifier(digits_run, tmp_path):
+def test_predict_reads_the_fine_tuned_classifier_at_its_recorded_budget(digits_run, tmp_path):
   workdir, _ = digits_run
   from PIL import Image  # pylint: disable=import-outside-toplevel
   paths = []
@@ -72,19 +73,23 @@ def test_predict_max_patches_reads_the_fine_tuned_classifier(digits_run, tmp_pat
     paths.append(tmp_path / f"{name}.png")
     pixels = np.random.default_rng(len(paths)).integers(0, 255, (*shape, 3), np.uint8)
     Image.fromarray(pixels).save(paths[-1])
-  done = run_in_process(predict, f"--checkpoint={workdir / 'params.npz'}", "--max_patches=9",
-                        "--top_k=2", *paths)
+  assert read_max_patches(workdir / "params.npz") == 9  # the run's budget rides in the file
+  done = run_in_process(predict, f"--checkpoint={workdir / 'params.npz'}", "--top_k=2", *paths)
   assert done.returncode == 0, done.stderr
+  assert done.stderr.strip().splitlines()[-1].endswith(": NaFlex, 9 patches, from the file")
   assert len([line for line in done.stdout.splitlines() if line.startswith(" ")]) == 4
 
 
-def test_a_folder_of_mixed_aspect_ratios_trains_with_grain(tower, tmp_path):
-  """Tall, wide and square images in every batch, read by Grain in at most 16 patches."""
+def test_a_folder_of_mixed_aspect_ratios_trains_with_grain(digits_run, tmp_path):
+  """Tall, wide and square images in every batch, read by Grain; the run starts from the
+  digits run's params.npz with pp.max_patches left None, so at the 9 patches it records."""
   folder = write_mixed_aspect_folder(tmp_path / "images")
-  config = tiny_config(tower[0], str(folder), loader="grain", batch=6, batch_eval=12,
-                       total_steps=10, eval_every=5, checkpoint_every=10)
-  config.pp.max_patches = 16
+  config = tiny_config(str(digits_run[0] / "params.npz"), str(folder), loader="grain",
+                       batch=6, batch_eval=12, total_steps=10, eval_every=5,
+                       checkpoint_every=10)
+  config.pp.max_patches = None
   workdir, result = train(config, tmp_path / "run")
   assert result["eval/examples"] == 12 and np.isfinite(result["eval/loss"])
   assert result["eval/accuracy"] > 0.5  # three colour classes: chance is a third
   assert jax.tree.leaves(load_npz(str(workdir / "params.npz"))[1])
+  assert read_max_patches(workdir / "params.npz") == 9

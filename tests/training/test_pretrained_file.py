@@ -37,3 +37,41 @@ def test_a_missing_or_wrong_local_path_is_one_line(tmp_path):
     pretrained_file.check_offline(_config("nofamily/x"))
   with pytest.raises(ValueError, match="is no Hub repository name"):
     pretrained_file.check_offline(_config("hf-hub:a/b/c"))
+
+
+def _parsed(monkeypatch, *overrides):
+  """configs/naflex_demo.py with --config.KEY overrides parsed as the main job's command
+  line parses them (ml_collections' config flag, vit_jax.base.cli)."""
+  # pylint: disable=import-outside-toplevel
+  import sys
+  from absl import flags
+  from vit_jax import main
+  from vit_jax.base import cli
+  argv = ["vit_jax.main", "--config=configs/naflex_demo.py", "--workdir=unused", *overrides]
+  monkeypatch.setattr(sys, "argv", argv)
+  values = flags.FlagValues()
+  main.define_flags(values)
+  values(argv)
+  return cli.load_config(values)
+
+
+@pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")  # ml_collections'
+def test_a_naflex_pretrained_file_sets_the_budget_unless_asked_otherwise(monkeypatch, tmp_path):
+  """--config.pp.max_patches=None (typed as the refusals advise) leaves the budget to
+  config.pretrained: a NaFlex run's params.npz records it; 0 asks for square crops, N for
+  another budget; a file that records none (and no file) is read as square crops."""
+  # pylint: disable=import-outside-toplevel
+  from conftest import random_params, tiny_model
+  from vit_jax import save_npz
+  module = tiny_model(num_classes=3, classifier="map")
+  naflex, square = str(tmp_path / "naflex.npz"), str(tmp_path / "square.npz")
+  save_npz(random_params(module, 16), naflex, max_patches=12)
+  save_npz(random_params(module, 16), square)
+  budget = lambda *flags: pretrained_file.with_budget(_parsed(monkeypatch, *flags)).pp.max_patches
+  assert budget("--config.pp.max_patches=None") is None
+  assert budget("--config.pp.max_patches=None", f"--config.pretrained={naflex}") == 12
+  assert budget(f"--config.pretrained={naflex}", "--config.pp.max_patches=0") is None
+  assert budget(f"--config.pretrained={naflex}", "--config.pp.max_patches=30") == 30
+  assert budget(f"--config.pretrained={square}", "--config.pp.max_patches=None") is None
+  assert budget("--config.pp.max_patches=0") is None
+  assert budget() == 16  # the demo's own budget (its image folder's)

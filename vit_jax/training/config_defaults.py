@@ -145,8 +145,11 @@ def _add_data_keys(config: ml_collections.ConfigDict) -> None:
   config.pp.randaug = ml_collections.FieldReference(None, field_type=tuple)
   # NaFlex (docs/: "NaFlex in the main job"): each image resized at its own aspect
   # ratio to at most this many patches, padded to it; the model is a NaFlexViT (a MAP head
-  # and a learned position table required). None = the square pp.crop.
-  config.pp.max_patches = ml_collections.FieldReference(None, field_type=int)
+  # and a learned position table required). 0 = the square pp.crop; None = the budget
+  # config.pretrained records (a NaFlex run's params.npz), else the square pp.crop
+  # (training/pretrained_file.with_budget). Typed as object so that the command line
+  # takes --config.pp.max_patches=None as well as =256.
+  config.pp.max_patches = ml_collections.FieldReference(None, field_type=object)
 
 
 def _add_optimisation_keys(config: ml_collections.ConfigDict) -> None:

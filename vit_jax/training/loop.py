@@ -135,6 +135,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   """
   started = time.time()
   workdir = workdir_lib.resolve(workdir)  # file:// as a path; unsupported schemes refused
+  config = pretrained_file.with_budget(config)  # a NaFlex pretrained file's budget; 0: squares
   mesh = sharding.make_mesh(config.mesh)
   objective = objectives.get(config)  # the one objective of this run
   check_config(config, mesh, objective)

@@ -1,11 +1,14 @@
 """config.pretrained (and a contrastive pair's files) checked before anything slow: the main job fetches a released name not
 yet in checkpoints/ (an unreachable server fails before the data is read), and plan, which
 never loads weights, only checks that a local path is there (a released or hf-hub: name is
-fine offline: nothing is downloaded for a plan)."""
+fine offline: nothing is downloaded for a plan). A NaFlex run's params.npz given as
+config.pretrained also settles how the run reads images (with_budget)."""
 
 import os
+from typing import Optional
 
-from vit_jax.checkpoints import formats, hub, released
+from vit_jax.base.console import log
+from vit_jax.checkpoints import formats, hub, naflex_reading, released
 
 
 def _check_local(key: str, pretrained: str, path: str) -> None:
@@ -51,3 +54,37 @@ def check_offline(config) -> None:
       hub.parse_hub_name(str(value))
       continue
     _check_local(key, value, released.resolve(str(value), local_dir=None))
+
+
+def recorded_budget(config) -> Optional[int]:
+  """The NaFlex patch budget config.pretrained records (a NaFlex run's params.npz), read
+  without fetching anything: released and hf-hub: names are other trainers' files, which
+  record none."""
+  value = config.get("pretrained")
+  if value is None or hub.fetcher_of(str(value)) is not None or str(value).startswith(
+      hub.HUB_PREFIX):
+    return None
+  path = released.resolve(str(value), local_dir=None)
+  return None if released.is_bucket_url(path) else naflex_reading.recorded_budget(path)
+
+
+def with_budget(config):
+  """The config as the run reads its images, settled once before anything reads
+  pp.max_patches (the main job, plan, benchmark): N stays NaFlex at N; 0
+  (naflex_reading.SQUARE) asks for square crops and becomes None; None (the default)
+  becomes the budget config.pretrained records, so a NaFlex file fine-tunes as NaFlex
+  again, and stays None (square crops) for any other file."""
+  budget = (config.get("pp") or {}).get("max_patches")
+  if budget is not None and budget != naflex_reading.SQUARE or isinstance(budget, bool):
+    return config
+  recorded = None if budget == naflex_reading.SQUARE else recorded_budget(config)
+  if budget is None and recorded is None:
+    return config
+  config = config.copy_and_resolve_references()
+  with config.unlocked():
+    config.pp.max_patches = recorded
+  if recorded is not None:
+    log.info("config.pretrained=%s was trained as NaFlex at %d patches: read so "
+             "(--config.pp.max_patches=N for another budget, %d for square crops)",
+             config.pretrained, recorded, naflex_reading.SQUARE)
+  return config

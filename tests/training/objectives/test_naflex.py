@@ -138,9 +138,9 @@ def test_fine_tuning_controls_find_the_vits_parameter_names(setup):
     ({"model.posemb": "sincos2d"}, "posemb='learn'"),
     ({"model.representation_size": 16}, "pre_logits"),
     ({"pp.mixup_alpha": 0.2}, "set mixup_alpha=0"),
-    ({"pp.max_patches": 0}, "patch budget >= 1"),
+    ({"pp.max_patches": -1}, "patch budget >= 1"),
     ({"pp.crop": 2}, "raise pp.crop"),
-    ({"objective": "mpp"}, "pp.max_patches=None"),
+    ({"objective": "mpp"}, "not config.objective='mpp': pass --config.pp.max_patches=0 "),
     ({"model.flexi_patch_sizes": (4, 8)}, "not FlexiViT"),
     ({"model_name": "Mixer-S_16"}, "^config.model_name=Mixer-S_16 is an MLP-Mixer; NaFlex "),
 ])

@@ -72,8 +72,9 @@ def get(config: ml_collections.ConfigDict) -> Objective:
   if naflex.max_patches(config) is not None:
     if name != "classification" or flexi.patch_sizes(config):
       what = "FlexiViT" if flexi.patch_sizes(config) else f"config.objective={name!r}"
-      raise errors.InvalidInput(f"config.pp.max_patches (NaFlex) trains a plain classifier, "
-                                f"not {what}: set pp.max_patches=None")
+      raise errors.InvalidInput(f"config.pp.max_patches={naflex.max_patches(config)} (NaFlex) "
+                                f"trains a plain classifier, not {what}: pass "
+                                "--config.pp.max_patches=0 (square crops)")
     return naflex.NaFlexClassification()
   if flexi.patch_sizes(config):
     if name != "classification":

@@ -8,7 +8,11 @@ name for name.
 The position table keeps its own grid and is resized to each image's grid in the step: a
 pretrained file's (16 x 16 for the released NaFlex towers, the crop's for a fixed-size
 one), or for a model from scratch pp.crop / patch size per side (so params.npz loads as a
-ViT at pp.crop, and predict --max_patches reads it as NaFlex again).
+ViT at pp.crop too).
+
+params.npz records the budget (vit_jax.checkpoints.naflex_reading), so predict, export,
+fewshot and a run that starts from it (config.pretrained with pp.max_patches None:
+training/pretrained_file.with_budget) read it as NaFlex at that budget again.
 
 Keys read: pp.max_patches, pp.crop (from scratch), model.*, model_name, pretrained, and
 classification's.
@@ -59,7 +63,8 @@ class NaFlexClassification(classification.Classification):
     try:
       vit_naflex_model.from_vit(model_config.model_from_config(config, num_classes=1), 1)
     except errors.InvalidInput as e:
-      raise errors.InvalidInput(f"config.model: {e} (or pp.max_patches=None)") from None
+      raise errors.InvalidInput(f"config.model: {e} (or --config.pp.max_patches=0 for square "
+                                "crops)") from None
     except TypeError:
       pass  # an unknown config.model key: model_config.check_config names it
     if config.get("pretrained") is None:
