@@ -171,6 +171,30 @@ def test_command_runs_at_another_non_square_size(tmp_path, capsys):
   assert float(table[2].split()[1]) > 0.8
 
 
+def test_a_naflex_file_is_probed_at_its_recorded_budget(tmp_path, capsys, monkeypatch):
+  """A NaFlex run's params.npz (its budget recorded) is probed as NaFlex without being
+  asked: its NaFlexViT (the file's 4 x 4 table) on patches of each image; --max_patches=0
+  probes the square model. The table says which reading."""
+  # pylint: disable=import-outside-toplevel
+  from vit_jax.families.vit import naflex_model
+  npz.save_npz(random_params(tiny_model(num_classes=5, classifier="map"), 16),
+               tmp_path / "naflex.npz", max_patches=12)
+  write_folder(tmp_path / "images", per_class=2)
+  modules = []
+  feature_function = probes.feature_function
+  monkeypatch.setattr(probes, "feature_function",
+                      lambda module, *a: modules.append(module) or feature_function(module, *a))
+  args = (f"--checkpoint={tmp_path / 'naflex.npz'}", f"--dataset={tmp_path / 'images'}",
+          "--shots=1", "--seeds=1", "--batch_size=6")
+  run_command(*args)
+  assert capsys.readouterr().out.splitlines()[0].endswith("; NaFlex, 12 patches, from the file")
+  assert isinstance(modules[-1], naflex_model.NaFlexViT) and modules[-1].posemb_grid == 4
+  run_command(*args, "--max_patches=0")
+  assert capsys.readouterr().out.splitlines()[0].endswith(
+      "; square images, 16x16 px (asked for; the file records NaFlex at 12 patches)")
+  assert not isinstance(modules[-1], naflex_model.NaFlexViT)
+
+
 def test_command_errors_are_one_line(tmp_path, capsys):
   write_folder(tmp_path / "images", per_class=1)
   with pytest.raises(SystemExit) as exit_info:

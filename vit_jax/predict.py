@@ -251,26 +251,14 @@ def zero_shot_batches(image_paths: Sequence[str], flag_values) -> Tuple[
   return names, model.sigmoid, [model.scores(zimg, zcls)]
 
 
-def classifier_reading(checkpoint: str, path: str, flag_values) -> naflex_reading.Reading:
-  """How the classifier at `path` reads images: NaFlex at the budget its file records
-  unless --max_patches asks for another one or (0) for square images; --image_size, a
-  square size, is refused for a NaFlex file unless squares are asked for."""
-  reading = naflex_reading.of_file(path, flag_values.max_patches)
-  if reading.max_patches and flag_values.image_size:
-    raise cli.UsageError(
-        f"{checkpoint} is read as {reading.describe()}, and --image_size asks for square "
-        f"images: add --max_patches={naflex_reading.SQUARE} to read it so, or leave "
-        "--image_size out")
-  return reading
-
-
 def classifier_batches(image_paths: Sequence[str], flag_values) -> Tuple[
     Optional[List[str]], bool, Iterator[np.ndarray]]:
   """(class names, multi-label?, probabilities batch by batch) of a classifier checkpoint;
   says on standard error which reading it uses (NaFlex at a budget, or square images)."""
   checkpoint = flag_values.checkpoint
   path = hub.resolve(checkpoint)  # released and hf-hub: names: fetched first
-  reading = classifier_reading(checkpoint, path, flag_values)
+  reading = naflex_reading.of_file(path, flag_values.max_patches)
+  naflex_reading.check_square_size(checkpoint, reading, flag_values.image_size)
   module, params, image_size = hub.load_for_inference(
       path, flag_values.image_size, allow_nonfinite=flag_values.allow_nonfinite)
   if reading.max_patches:  # a family NaFlex does not run says so in one line

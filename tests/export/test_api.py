@@ -56,7 +56,7 @@ def test_a_file_trained_as_naflex_exports_as_naflex_unless_asked_for_images(tmp_
                      r"checkpoint records NaFlex at 12 patches: --max_patches=0 exports it "
                      r"for square images\)"):
     export.export(path, str(tmp_path / "onnx"), to="onnx")
-  with pytest.raises(ExportError, match=r"recorded\.npz is read as NaFlex, 12 patches, from "
+  with pytest.raises(ValueError, match=r"recorded\.npz is read as NaFlex, 12 patches, from "
                      r"the file, and --image_size asks for square images: add "
                      r"--max_patches=0 to export it so"):
     export.export(path, str(tmp_path / "sized"), to="stablehlo", image_size=32)

@@ -66,3 +66,13 @@ def of_file(path: str, requested: Optional[int], flag: str = "--max_patches") ->
   if requested == SQUARE:
     return Reading(None, recorded)
   return Reading(requested or recorded, recorded)
+
+
+def check_square_size(checkpoint: str, reading: Reading, image_size, action: str = "read"
+                      ) -> None:
+  """--image_size asks for square images: one line when the file is read as NaFlex
+  (action: what the tool does with it, 'read', 'export', ...)."""
+  if reading.max_patches and image_size is not None:
+    raise errors.InvalidInput(
+        f"{checkpoint} is read as {reading.describe()}, and --image_size asks for square "
+        f"images: add --max_patches={SQUARE} to {action} it so, or leave --image_size out")

@@ -132,10 +132,7 @@ def load_source(checkpoint: str, image_size: Optional[npz.ImageSize], dtype: str
   be read or exported."""
   path = hub.resolve(checkpoint)  # a released or hf-hub: name is fetched first
   reading = naflex_reading.of_file(path, max_patches)
-  if reading.max_patches and image_size is not None:
-    raise ExportError(f"{checkpoint} is read as {reading.describe()}, and --image_size asks "
-                      f"for square images: add --max_patches={naflex_reading.SQUARE} to "
-                      "export it so, or leave --image_size out")
+  naflex_reading.check_square_size(checkpoint, reading, image_size, "export")
   module, params, size = hub.load_for_inference(path, image_size)
   weight_bytes = sum(np.asarray(p).nbytes for p in jax.tree.leaves(params))
   if weight_bytes > MAX_WEIGHT_BYTES:
