@@ -156,6 +156,7 @@ class Dataset(datasets.Dataset):
     if self.workers:
       if not flags.FLAGS.is_parsed():  # grain's workers read its absl flags (library use)
         flags.FLAGS.mark_as_parsed()
+      grain_workers.quiet_resource_tracker()
       batches = batches.mp_prefetch(grain.MultiprocessingOptions(
           num_workers=self.workers, per_worker_buffer_size=_PREFETCH_BATCHES),
           worker_init_fn=grain_workers.start_in_worker)

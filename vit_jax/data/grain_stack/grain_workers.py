@@ -7,16 +7,40 @@ parent killed by SIGKILL (or the OOM killer) left them running, reparented, with
 multiprocessing's resource tracker and their semaphores and shared memory in /dev/shm.
 Each worker therefore watches its parent (the pipe multiprocessing keeps to it closes
 when the parent dies, however it dies) and exits with it; the resource tracker, whose
-last client is then gone, unlinks what they left. Workers also ignore SIGINT: Ctrl-C in a
-terminal reaches the whole process group, and the run itself stops them on its way out.
+last client is then gone, unlinks what they left, quietly (quiet_resource_tracker).
+Workers also ignore SIGINT: Ctrl-C in a terminal reaches the whole process group, and the
+run itself stops them on its way out.
 """
 
 import multiprocessing
 import os
 import signal
 import threading
+from multiprocessing import resource_tracker
 
 from grain._src.python.ipc import shared_memory_array  # pylint: disable=g-direct-tensorflow-import
+
+
+# The tracker's "There appear to be N leaked semaphore (shared_memory) objects to clean
+# up at shutdown": after a SIGKILL, what it then unlinks is the run's own, expected.
+_TRACKER_QUIET = "ignore:resource_tracker:UserWarning:multiprocessing.resource_tracker"
+
+
+def quiet_resource_tracker() -> None:
+  """Starts multiprocessing's resource tracker, unless one runs, without its warnings:
+  a SIGKILLed run's tracker still unlinks its semaphores and shared memory, but said
+  so in two lines that looked like a fault. Called before the workers start (they share
+  this process's tracker); the tracker reads its warning filters from PYTHONWARNINGS
+  when it starts, which is set for that moment only."""
+  saved = os.environ.get("PYTHONWARNINGS")
+  os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [saved, _TRACKER_QUIET]))
+  try:
+    resource_tracker.ensure_running()
+  finally:
+    if saved is None:
+      del os.environ["PYTHONWARNINGS"]
+    else:
+      os.environ["PYTHONWARNINGS"] = saved
 
 
 def start_in_worker(  # pylint: disable=unused-argument
