@@ -246,7 +246,8 @@ def test_predict_command_directory_and_malformed_checkpoints(images, tiny_checkp
 
 def test_predict_json_for_scripts_single_and_multi_label(images, tmp_path, monkeypatch):
   """--json: one record per image; a multi-label head (flag saved with its names) gets
-  every class's sigmoid score and the names at or over --threshold; no clobbering."""
+  every class's sigmoid score and the names at or over --threshold; a rerun replaces its
+  own file, no other is clobbered."""
   module = tiny_model(num_classes=7)
   params = random_params(module, 16)
   names = ["a", "b", "c", "d", "e", "f", "g"]
@@ -273,7 +274,12 @@ def test_predict_json_for_scripts_single_and_multi_label(images, tmp_path, monke
       if multi_label:
         np.testing.assert_allclose(record["scores"], expected, rtol=1e-4)
         assert record["labels"] == [names[i] for i in np.flatnonzero(expected >= 0.4)]
-  failed = predict_command(f"--checkpoint={checkpoint}", f"--json={out}", images["rgb"])
+  done = predict_command(f"--checkpoint={checkpoint}", f"--json={out}", "--top_k=3",
+                         "--threshold=0.4", "--batch_size=2", *paths)
+  assert done.returncode == 0, done.stderr  # a rerun replaces its own list of records
+  notes = tmp_path / "notes.json"
+  notes.write_text(json.dumps([{"path": "mine"}]))
+  failed = predict_command(f"--checkpoint={checkpoint}", f"--json={notes}", images["rgb"])
   assert "already exists and vit_jax.predict did not write it" in one_error_line(failed)
   monkeypatch.chdir(tmp_path)  # '-' is standard output, never a file named '-'
   done = predict_command(f"--checkpoint={checkpoint}", "--json=-", "--top_k=3",

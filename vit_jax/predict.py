@@ -279,7 +279,7 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   image_paths = image_files.image_arguments(argv)
   if flag_values.json:  # before the slow load: an existing file is not clobbered
     no_clobber.claim_output_file(flag_values.json, "predict", flag_values.overwrite,
-                                 stdout_ok=True)
+                                 stdout_ok=True, owns=no_clobber.records_with("path", "top_k"))
   if flag_values.max_patches and flag_values.image_size:
     raise cli.UsageError("--max_patches reads each image at its own size (NaFlex): leave "
                          "--image_size out")

@@ -73,3 +73,19 @@ def test_a_dash_is_standard_output_for_text_and_refused_for_binary_outputs(tmp_p
   with pytest.raises(ValueError, match="'-' would be standard output, where vit_jax.lora "
                      "cannot write its binary output: name a file"):
     no_clobber.claim_output_file("-", "lora")
+
+
+def test_a_list_of_records_is_its_writers_own_and_nothing_else(tmp_path):
+  """predict's and zeroshot's --json are lists (no room for a stamp): a rerun replaces its
+  own list of records; other JSON lists, objects and text are still refused."""
+  out = tmp_path / "out.json"
+  owns = no_clobber.records_with("path", "top_k")
+  out.write_text(json.dumps([{"path": "a.jpg", "top_k": [], "scores": [0.5]}], indent=1))
+  no_clobber.claim_output_file(str(out), "zeroshot", owns=owns)
+  with pytest.raises(no_clobber.OutputExistsError, match="vit_jax.zeroshot did not write it"):
+    no_clobber.claim_output_file(str(out), "zeroshot")  # without the shape: refused as before
+  for foreign in ("[1, 2]", "[]", '[{"path": "a.jpg"}]', '{"path": "a.jpg", "top_k": []}',
+                  "not json"):
+    out.write_text(foreign)
+    with pytest.raises(no_clobber.OutputExistsError, match="did not write it"):
+      no_clobber.claim_output_file(str(out), "zeroshot", owns=owns)

@@ -7,7 +7,8 @@ A writer creates a new folder, or writes into an empty one or one that holds its
 marker (MARKER, {"written_by": "vit_jax.<kind>"}) from an earlier run of the same command;
 anything else (a training workdir, someone's model folder, another command's output) is
 refused in one line unless the user passes --overwrite. A destination file is written if
-absent, or over a JSON file stamped with the same "written_by", else refused the same way.
+absent, or over a JSON file stamped with the same "written_by" (or, for a command whose JSON
+is a list of records, one of its shape), else refused the same way.
 A path below an existing file is refused in one line, not as [Errno 17]. One process at a
 time writes a local destination (sole_writer).
 """
@@ -19,7 +20,7 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from vit_jax.base import errors, storage
 
@@ -80,15 +81,32 @@ def written_by(kind: str) -> Dict[str, str]:
   return {"written_by": f"vit_jax.{kind}"}
 
 
+_UNREADABLE = object()
+STAMP_LIMIT = 1 << 20  # no stamp of ours is larger
+RECORDS_LIMIT = 1 << 28  # a list of records read to tell its shape
+
+
+def _json_of(path: str, limit: int):
+  """The JSON value of a file up to `limit` bytes; _UNREADABLE for anything else."""
+  try:
+    if not storage.isfile(path) or (not storage.is_url(path) and os.path.getsize(path) > limit):
+      return _UNREADABLE
+    return json.loads(storage.read_bytes(path))
+  except (OSError, ValueError):
+    return _UNREADABLE
+
+
 def _stamp_of(path: str) -> Optional[str]:
   """The "written_by" of a JSON file (a marker, a result file); None for anything else."""
-  try:
-    if not storage.isfile(path) or (not storage.is_url(path) and os.path.getsize(path) > 1 << 20):
-      return None  # no stamp of ours is that large
-    value = json.loads(storage.read_bytes(path))
-  except (OSError, ValueError):
-    return None
+  value = _json_of(path, STAMP_LIMIT)
   return value.get("written_by") if isinstance(value, dict) else None
+
+
+def records_with(*keys: str) -> Callable[[Any], bool]:
+  """The shape of a command's JSON list of records (which has no room for a stamp): a
+  non-empty list of objects, each holding these keys (claim_output_file's `owns`)."""
+  return lambda value: (isinstance(value, list) and bool(value) and all(
+      isinstance(item, dict) and set(keys) <= set(item) for item in value))
 
 
 def _check_parents(path: str) -> None:
@@ -143,11 +161,14 @@ def claim_output_dir(path: str, kind: str, overwrite: bool = False) -> str:
 
 
 def claim_output_file(path: str, kind: str, overwrite: bool = False, *,
-                      stdout_ok: bool = False) -> None:
+                      stdout_ok: bool = False,
+                      owns: Optional[Callable[[Any], bool]] = None) -> None:
   """Raises OutputExistsError unless the file `path` is absent, a JSON file stamped
-  written_by(kind) (write yours with that stamp), or `overwrite`. STDOUT ('-') is standard
-  output where the command writes text (stdout_ok, see write_text), else refused: a file
-  named '-' is never what was meant."""
+  written_by(kind) (write yours with that stamp), or `overwrite`. owns: for a command whose
+  JSON is a list of records (no room for a stamp), whether a JSON value has its shape
+  (records_with): such a file is its own too. STDOUT ('-') is standard output where the
+  command writes text (stdout_ok, see write_text), else refused: a file named '-' is never
+  what was meant."""
   path = os.fspath(path)
   if path == STDOUT:
     if stdout_ok:
@@ -157,9 +178,17 @@ def claim_output_file(path: str, kind: str, overwrite: bool = False, *,
   _check_parents(path)
   if storage.isdir(path):
     raise OutputExistsError(f"{path} is a folder, not a file: name the file to write")
-  if storage.exists(path) and not overwrite and _stamp_of(path) != written_by(kind)["written_by"]:
+  if storage.exists(path) and not overwrite and not _written_by(path, kind, owns):
     raise OutputExistsError(f"{path} already exists and vit_jax.{kind} did not write it: "
                             "name a new file, or pass --overwrite to replace it")
+
+
+def _written_by(path: str, kind: str, owns: Optional[Callable[[Any], bool]]) -> bool:
+  """Whether the file holds `kind`'s earlier output: its stamp, or the shape `owns` tells."""
+  if _stamp_of(path) == written_by(kind)["written_by"]:
+    return True
+  value = _UNREADABLE if owns is None else _json_of(path, RECORDS_LIMIT)
+  return value is not _UNREADABLE and owns(value)
 
 
 def write_text(path: str, text: str) -> None:
