@@ -186,9 +186,13 @@ def _locate(path: str) -> Tuple[str, Dict[str, Any]]:
 
 def read_folder(path: str) -> Tuple[Flat, Dict[str, Any]]:
   """(state dict as float32 numpy arrays, config.json) of a Hugging Face model folder (or a
-  weights file with a config.json beside it), whatever model it holds."""
+  weights file with a config.json beside it), whatever model it holds; a damaged weights
+  file is one FormatError line naming it."""
   weights, config = _locate(path)
-  return _read_weights(weights)[0], config
+  try:
+    return _read_weights(weights)[0], config
+  except FormatError as e:  # its callers read it as is: name the file that is damaged
+    raise FormatError(f"{weights} {e}") from None
 
 
 def read_foreign(path: str, *, notes: bool = True) -> Flat:

@@ -39,6 +39,13 @@ def load(checkpoint: str, *, image_size) -> family_contract.ExportedModel:
   """The two towers of a released name (fetched first), .npz or Hugging Face folder."""
   path = opening.local_checkpoint(checkpoint)
   model, params, info = npz_file.load_two_tower(path)  # the tokenizer is copied, not read
+  if info.max_patches and not image_size:
+    raise errors.InvalidInput(
+        f"{checkpoint} is a NaFlex model (read at its own aspect ratio in {info.max_patches} "
+        "patches, as its processor does), and a two-tower export takes square images only: "
+        "pass --image_size=SIDE to export it for SIDE x SIDE images anyway (its scores then "
+        "differ from NaFlex's), or score with python -m vit_jax.zeroshot, which reads it "
+        "as NaFlex")
   side = opening.image_size(info, image_size and image_sizes.side_pair(image_size)[0])
   variables = {"params": params}
   tokenizer = info.tokenizer and os.path.basename(info.tokenizer)

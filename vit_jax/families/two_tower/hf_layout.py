@@ -10,17 +10,43 @@ such a model on its native patch grid; other grids resize its position embedding
 antialiased bilinear filter that vit_jax does not implement (a one-line refusal).
 """
 
-from typing import Any, Callable, Dict, List, Tuple
+import json
+import os
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from vit_jax.base import errors
+from vit_jax.base import errors, storage
 from vit_jax.families.two_tower import text_tower
 from vit_jax.families.two_tower import model as two_tower
 from vit_jax.families.vit import model as vit
 
 Flat = Dict[str, np.ndarray]
 KINDS = ("siglip", "siglip2")  # config.json model_type
+NAFLEX_KIND = "siglip2"  # Siglip2Model: NaFlex, read at its processor's patch budget
+PROCESSOR_CONFIG = "preprocessor_config.json"
+DEFAULT_BUDGET = 256  # transformers' Siglip2ImageProcessor max_num_patches
+
+
+def naflex_budget(path: str, config: Dict[str, Any]) -> Optional[int]:
+  """The patch budget a Siglip2Model (NaFlex) folder is read at, as transformers reads it:
+  its processor's max_num_patches (preprocessor_config.json), else 256; None for a
+  fixed-resolution SiglipModel. path: the folder or its weights file."""
+  if config.get("model_type") != NAFLEX_KIND:
+    return None
+  folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+  file = os.path.join(folder, PROCESSOR_CONFIG)
+  if not os.path.isfile(file):
+    return DEFAULT_BUDGET
+  try:
+    budget = json.loads(storage.read_text(file)).get("max_num_patches", DEFAULT_BUDGET)
+  except (OSError, ValueError, AttributeError) as e:
+    raise errors.InvalidInput(f"{file} is no readable JSON object ({e}): fix it, or remove "
+                              f"it to read the model at {DEFAULT_BUDGET} patches") from None
+  if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
+    raise errors.InvalidInput(f"{file}: max_num_patches={budget!r} must be a whole number "
+                              ">= 1 (the NaFlex patch budget)")
+  return budget
 
 
 def _transforms(heads: int) -> Dict[str, Tuple[Callable, Callable]]:

@@ -44,6 +44,9 @@ class TwoTowerInfo:
   text_tower: str  # 'bert' or 'transformer'
   source: str  # 'npz' or 'hf'
   hf_config: Optional[Dict[str, Any]] = None
+  # The NaFlex patch budget it is read at unless asked otherwise (a SigLIP 2 NaFlex
+  # folder's processor's); None: images squashed to a square.
+  max_patches: Optional[int] = None
 
 
 def tokenizer_beside(path: str) -> Optional[str]:
@@ -119,20 +122,22 @@ def load_two_tower(path: str, *, bert_heads: Optional[int] = None
     raise FileNotFoundError(f"checkpoint not found: {path} (check the path, or fetch a "
                             "released one: python -m vit_jax.download --list)")
   model, flat, source, config = _read(path, bert_heads)
-  info = describe(model, flat, tokenizer_beside(path), source, config)
+  info = describe(model, flat, tokenizer_beside(path), source, config,
+                  two_tower_hf_layout.naflex_budget(path, config) if config else None)
   npz_checks.check_finite(flat, path)
   check_params(model, flat, path, info.text_length)
   return model, two_tower_npz_layout.unflatten(flat), info
 
 
 def describe(model: two_tower.TwoTower, flat: Mapping[str, Any], tokenizer: Optional[str],
-             source: str = "npz", hf_config: Optional[Dict[str, Any]] = None) -> TwoTowerInfo:
+             source: str = "npz", hf_config: Optional[Dict[str, Any]] = None,
+             max_patches: Optional[int] = None) -> TwoTowerInfo:
   """How to feed and read a model with these flat params: what load_two_tower tells of a
   file, and zeroshot's reading of a pair in training (zero_shot.for_params)."""
   is_bert = isinstance(model.txt, text_tower.BertTextEncoder)
   return TwoTowerInfo(model.family, LIT_TEXT_LENGTH if is_bert else model.txt.max_len,
                       _image_size(model, flat), tokenizer, "bert" if is_bert else "transformer",
-                      source, hf_config)
+                      source, hf_config, max_patches)
 
 
 def save_two_tower(params: Any, path: str) -> None:

@@ -37,12 +37,22 @@ class OpenedModel:
     """The side images are squashed to: requested, else the model's own, else 224."""
     return opening.image_size(self.info, requested)
 
+  def patch_budget(self, image_size: Optional[int] = None,
+                   max_patches: Optional[int] = None) -> Optional[int]:
+    """The NaFlex budget images are read at (None: squashed squares): max_patches where
+    given (0: squares), else squares where image_size is given, else the model's own
+    reading (a SigLIP 2 NaFlex folder: its processor's budget)."""
+    if max_patches is not None:
+      return max_patches or None
+    return None if image_size else self.info.max_patches
+
   def embed_images(self, paths: Sequence[str], *, image_size: Optional[int],
                    max_patches: Optional[int], batch_size: int) -> np.ndarray:
-    """Normalised image embeddings [images, D], in batches of one compiled shape."""
+    """Normalised image embeddings [images, D], in batches of one compiled shape, read as
+    patch_budget says."""
     return scoring.image_embedder(self.model, self.params, self.info.image_size,
-                                  self.image_side(image_size), max_patches,
-                                  batch_size)(paths)
+                                  self.image_side(image_size),
+                                  self.patch_budget(image_size, max_patches), batch_size)(paths)
 
   def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
     """Normalised text embeddings [texts, D]."""
