@@ -21,6 +21,7 @@ from vit_jax.families.two_tower import text_tower
 from vit_jax.families.two_tower import model as two_tower
 from vit_jax.families.two_tower import scoring
 from vit_jax.families.vit import model as vit
+from vit_jax.models import memory_fit
 from vit_jax.training.scores import retrieval
 
 CLASSES = ["china", "flower", "cat"]
@@ -46,6 +47,20 @@ def _embed(model, params, files):
   images = np.stack([np_preprocess.eval_resize(np.asarray(Image.open(p).convert("RGB")), 32)
                      for p in files])
   return jax.jit(lambda p, x: model.apply(p, x, method=model.embed_images))(params, images)
+
+
+@pytest.fixture(name="siglip2", scope="module")
+def fixture_siglip2(tmp_path_factory):
+  """(a tiny SigLIP 2 shaped .npz, its sentencepiece model)."""
+  sentencepiece = pytest.importorskip("sentencepiece")
+  folder = tmp_path_factory.mktemp("siglip2")
+  (folder / "corpus.txt").write_text("\n".join(["a photo of a cat", "a flower", "china"] * 30))
+  sentencepiece.SentencePieceTrainer.Train(
+      input=str(folder / "corpus.txt"), model_prefix=str(folder / "s"), vocab_size=18,
+      pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2)
+  model = two_tower_helpers.tiny_siglip(vocab_size=18)
+  npz_file.save_two_tower(two_tower_helpers.random_params(model, 8), str(folder / "m.npz"))
+  return str(folder / "m.npz"), str(folder / "s.model")
 
 
 @pytest.fixture(name="run")
@@ -145,6 +160,7 @@ def test_folder_accuracy_and_caption_retrieval(run, lit, photos, tmp_path):
   code, out, err = run(f"--checkpoint={path}", f"--captions={captions}", "--json=-")
   assert code == 0, err
   recall = json.loads(out)
+  assert recall.pop("written_by") == "vit_jax.zeroshot"  # its own to replace on a rerun
   ztxt = scoring.embed_texts(model, params["params"], tokenize(
       ["a photo of china", "china", "a photo of a flower"]))
   assert recall == retrieval.recall_at_k(_embed(model, params, photos), ztxt, [0, 0, 1])
@@ -171,22 +187,15 @@ def test_runs_without_tensorflow(lit, photos, tmp_path):
   assert len(json.loads((tmp_path / "out.json").read_text())) == 2
 
 
-def test_naflex_reading_with_max_patches(run, photos, tmp_path):
+def test_naflex_reading_with_max_patches(run, photos, siglip2, tmp_path):
   """--max_patches: each image at its own aspect ratio (the photos, 427 x 640: 3 x 5 of 8 px
   patches within 16), padded in one batch; a 32 x 32 image, its full 4 x 4 grid the table's
   own, scores as the fixed-size reading does."""
-  sentencepiece = pytest.importorskip("sentencepiece")
-  (tmp_path / "corpus.txt").write_text("\n".join(["a photo of a cat", "a flower", "china"] * 30))
-  sentencepiece.SentencePieceTrainer.Train(
-      input=str(tmp_path / "corpus.txt"), model_prefix=str(tmp_path / "s"), vocab_size=18,
-      pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2)
-  model = two_tower_helpers.tiny_siglip(vocab_size=18)
-  npz_file.save_two_tower(two_tower_helpers.random_params(model, 8),
-                          str(tmp_path / "siglip2.npz"))
+  path, tokenizer = siglip2
   square = str(tmp_path / "square.png")
   Image.fromarray(np.asarray(Image.open(photos[0]).convert("RGB").resize((32, 32)))).save(square)
-  common = [f"--checkpoint={tmp_path / 'siglip2.npz'}", "--classes=" + ",".join(CLASSES),
-            f"--tokenizer={tmp_path / 's.model'}", "--json=-", "--batch_size=4"]
+  common = [f"--checkpoint={path}", "--classes=" + ",".join(CLASSES),
+            f"--tokenizer={tokenizer}", "--json=-", "--batch_size=4"]
   code, out, err = run(*common, "--max_patches=16", square, *photos)
   assert code == 0, err
   naflex = json.loads(out)
@@ -197,3 +206,58 @@ def test_naflex_reading_with_max_patches(run, photos, tmp_path):
   assert len(naflex) == 3 and all(0 < s < 1 for r in naflex for s in r["scores"])
   with pytest.raises(app.UsageError, match="leave --image_size out"):
     run(*common, "--max_patches=16", "--image_size=32", square)
+
+
+def test_a_budget_past_memory_is_one_line_and_a_batch_holds_only_its_images(
+    run, photos, siglip2, monkeypatch):
+  """One image at --max_patches=N is one sequence of N patches (not --batch_size of them);
+  a budget whose one image cannot fit memory is refused before anything is allocated."""
+  path, tokenizer = siglip2
+  common = [f"--checkpoint={path}", "--classes=cat,flower", f"--tokenizer={tokenizer}",
+            "--templates=class_name_only"]
+  asked = []
+  fit = memory_fit.largest_batch
+  monkeypatch.setattr(memory_fit, "largest_batch", lambda compile_at, batch, bound, **kw: (
+      asked.append((batch, bound(1))), fit(compile_at, batch, bound, **kw))[1])
+  code, _, err = run(*common, "--max_patches=40", photos[0])
+  assert code == 0, err
+  assert asked == [(1, 2 * 40 * 40 * 4)]  # one image, 2 heads x 40 x 40 float32 scores
+  code, _, err = run(*common, "--max_patches=1000000000", photos[0])
+  assert code == 1 and "fewer patches (a smaller --max_patches" in err
+  assert len(err.strip().splitlines()) == 1 and "GiB free" in err
+
+
+def test_inputs_are_checked_before_the_model_loads(run, photos, tmp_path):
+  """Mistakes in the classes, the folder or the captions are told before the (slow) load:
+  here there is no checkpoint to load at all."""
+  captions = tmp_path / "captions.tsv"
+  captions.write_text(f"{photos[0]}\ta photo\n{photos[1]}\t  \n")
+  checkpoint = f"--checkpoint={tmp_path / 'absent.npz'}"
+  for args, message in (
+      (["--classes=c++,c#,c", photos[0]],
+       "--classes: 'c++', 'c#', 'c' all read 'c' after the canonical form"),
+      (["--classes=Cat,cat,CAT!", photos[0]], "'Cat', 'cat', 'CAT!' all read 'cat'"),
+      (["--classes=cat,!!!", photos[0]], "--classes: '!!!' read as nothing"),
+      ([f"--folder={tmp_path / 'nowhere'}"], "nowhere is no folder of class folders"),
+      ([f"--captions={captions}"], f"{captions}:2 has a blank caption")):
+    code, _, err = run(checkpoint, *args)
+    assert code == 1 and message in err and len(err.strip().splitlines()) == 1, err
+  code, _, err = run(checkpoint, "--classes=c++,c#", photos[0])
+  assert "--nocanonicalize" in err
+  code, _, err = run(checkpoint, "--classes=c++,c#", "--nocanonicalize", photos[0])
+  assert "absent.npz" in err  # kept apart as typed: on to the load
+
+
+def test_json_reruns_replace_their_own_file_only(run, lit, photos, tmp_path):
+  out = tmp_path / "out.json"
+  for args in ((photos[0],), (f"--folder={tmp_path / 'folder'}",)):
+    (tmp_path / "folder" / "china").mkdir(parents=True, exist_ok=True)
+    Image.open(photos[0]).save(tmp_path / "folder" / "china" / "a.png")
+    for _ in range(2):
+      code, _, err = run(f"--checkpoint={lit[0]}", "--classes=china", f"--json={out}",
+                         "--templates=class_name_only", *args)
+      assert code == 0, err
+  assert json.loads(out.read_text())["written_by"] == "vit_jax.zeroshot"
+  out.write_text(json.dumps([{"path": photos[0]}]))
+  code, _, err = run(f"--checkpoint={lit[0]}", "--classes=china", f"--json={out}", photos[0])
+  assert code == 1 and "vit_jax.zeroshot did not write it" in err

@@ -10,8 +10,10 @@ part, vit_jax.models.family_contract.ZeroShot):
 PATH is a released name (fetched first), a model file or a Hugging Face folder of such a
 family (its guide in docs/). Each class is embedded once per run: every template filled
 with its name, the text embeddings averaged and normalised. Images are squashed to the
-model's resolution (bilinear, [-1, 1]) and embedded in batches. Scores are read the way
-each model is meant to be read (a softmax over the classes, or a sigmoid per class).
+model's resolution (bilinear, [-1, 1]), or read at their own aspect ratio within a patch
+budget (NaFlex: --max_patches, and by default for a NaFlex model folder at its processor's
+budget), and embedded in batches no larger than the images there are. Scores are read the
+way each model is meant to be read (a softmax over the classes, or a sigmoid per class).
 """
 
 import json
@@ -30,6 +32,8 @@ from vit_jax.training.runs import step_files
 from vit_jax.training.scores import retrieval
 
 FLAGS = flags.FLAGS
+KIND = "zeroshot"
+OWN_RECORDS = no_clobber.records_with("path", "top_k", "scores")  # its --json of images
 
 
 def records(paths, names, scores, top_k: int):
@@ -45,7 +49,10 @@ def records(paths, names, scores, top_k: int):
 
 
 def _report(flag_values, result, summary: str) -> None:
+  """result (a list of records, or metrics stamped as this command's) to --json."""
   if flag_values.json:
+    if isinstance(result, dict):
+      result = {**no_clobber.written_by(KIND), **result}
     no_clobber.write_text(flag_values.json,
                           json.dumps(result, indent=1, ensure_ascii=False) + "\n")
     to_stdout = flag_values.json == no_clobber.STDOUT
@@ -74,33 +81,41 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   if [bool(paths), bool(flag_values.folder), bool(flag_values.captions)].count(True) != 1:
     raise cli.UsageError("give IMAGE files, or --folder=DIR, or --captions=FILE (one of them)")
   if flag_values.json:  # before the slow load: an existing file is not clobbered
-    no_clobber.claim_output_file(flag_values.json, "zeroshot", flag_values.overwrite,
-                                 stdout_ok=True)
+    no_clobber.claim_output_file(flag_values.json, KIND, flag_values.overwrite,
+                                 stdout_ok=True, owns=OWN_RECORDS)
+  if flag_values.max_patches and flag_values.image_size:
+    raise cli.UsageError("--max_patches reads each image at its own size (NaFlex): leave "
+                         "--image_size out (or pass --max_patches=0 for squares)")
   templates = prompt_templates.parse_templates(flag_values.templates)
   if paths and not flag_values.classes:
     raise cli.UsageError("--classes=cat,dog,... (or @FILE) names the classes to score")
   names = (prompt_templates.parse_class_names(flag_values.classes) if flag_values.classes
            else None)
-  model = open_model(flag_values.checkpoint, flag_values.tokenizer, flag_values.bert_heads)
-  if flag_values.max_patches and flag_values.image_size:
-    raise cli.UsageError("--max_patches reads each image at its own size (NaFlex): leave "
-                         "--image_size out")
-  embed = lambda image_paths: model.embed_images(
-      image_paths, image_size=flag_values.image_size, max_patches=flag_values.max_patches,
-      batch_size=flag_values.batch_size)
+  # The inputs are read before the slow load: a mistake in them is told at once.
   if flag_values.captions:
     images, captions, owner = image_files.read_captions(flag_values.captions)
-    metrics = image_text.caption_recall(model, embed(images), captions, owner,
-                                        flag_values.canonicalize)
-    if not flag_values.json:
-      print(" ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
-    return _report(flag_values, metrics, f"recall@k of {len(images)} images")
-  if flag_values.folder:
+  elif flag_values.folder:
     paths, labels, folder_classes = image_files.folder_images(flag_values.folder)
     if names is not None and len(names) != len(folder_classes):
       raise cli.UsageError(f"--classes has {len(names)} names for the folder's "
                            f"{len(folder_classes)} classes ({', '.join(folder_classes[:5])}...)")
     names = names or folder_classes
+  else:
+    paths = image_files.image_arguments(argv)
+  if names is not None:
+    prompt_templates.check_class_names(
+        names, flag_values.canonicalize, switch="--nocanonicalize",
+        what="--classes" if flag_values.classes else f"the class folders of {flag_values.folder}")
+  model = open_model(flag_values.checkpoint, flag_values.tokenizer, flag_values.bert_heads)
+  embed = lambda image_paths: model.embed_images(
+      image_paths, image_size=flag_values.image_size, max_patches=flag_values.max_patches,
+      batch_size=flag_values.batch_size)
+  if flag_values.captions:
+    metrics = image_text.caption_recall(model, embed(images), captions, owner,
+                                        flag_values.canonicalize)
+    if not flag_values.json:
+      print(" ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+    return _report(flag_values, metrics, f"recall@k of {len(images)} images")
   scores = image_text.class_scores(model, embed(paths), names, templates,
                                   flag_values.canonicalize)
   reading = model.reading.split(": ", 1)[1]
@@ -145,12 +160,15 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   flags.DEFINE_string("tokenizer", None, "The model's vocabulary (NAME.txt: BERT WordPiece; "
                       "NAME.model: sentencepiece; tokenizer.json); default: the file found "
                       "beside the checkpoint.", **define)
-  flags.DEFINE_integer("image_size", None, "Resize images to this side; default: the "
-                       "checkpoint's own resolution.", lower_bound=1, **define)
+  flags.DEFINE_integer("image_size", None, "Squash images to this side (a square, also for "
+                       "a NaFlex model); default: the checkpoint's own resolution.",
+                       lower_bound=1, **define)
   flags.DEFINE_integer("max_patches", None, "NaFlex: read each image at its own aspect ratio "
                        "in at most this many patches (256, 576, 1024), as the NaFlex models "
-                       "were trained; default: squashed to --image_size.",
-                       lower_bound=1, **define)
+                       "were trained; 0: squashed to a square (--image_size). Default: the "
+                       "model's own reading (a Hugging Face NaFlex folder: its processor's "
+                       "max_num_patches, 256 unless its preprocessor_config.json says; others "
+                       "squashed).", lower_bound=0, **define)
   flags.DEFINE_integer("batch_size", image_text.IMAGE_BATCH, "Images per forward pass.",
                        lower_bound=1, **define)
   flags.DEFINE_integer("top_k", 5, "Classes shown per image.", lower_bound=1, **define)

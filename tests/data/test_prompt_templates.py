@@ -3,6 +3,7 @@
 import pytest
 from absl import app
 
+from vit_jax.base import errors
 from vit_jax.data import prompt_templates
 
 
@@ -25,3 +26,18 @@ def test_class_names_from_a_list_or_a_file(tmp_path):
     prompt_templates.parse_class_names("cat,,dog")
   with pytest.raises(app.UsageError, match="exactly one"):
     prompt_templates.parse_templates("a {} and {}")
+
+
+def test_class_names_that_read_alike_or_as_nothing_are_one_line():
+  for names, match in ((["c++", "c#", "c"], "'c\\+\\+', 'c#', 'c' all read 'c' after the "
+                        "canonical form"), (["Cat", "dog", "CAT!"], "'Cat', 'CAT!' all read 'cat'"),
+                       (["cat", "!!!"], "'!!!' read as nothing")):
+    with pytest.raises(errors.InvalidInput, match=match) as e:
+      prompt_templates.check_class_names(names, True, switch="--nocanonicalize")
+    assert "--nocanonicalize" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(errors.InvalidInput, match=match):
+      prompt_templates.prompt_texts(names, ["{}"], True)
+  prompt_templates.check_class_names(["c++", "c#", "c", "!!!"], False)  # as typed: apart
+  with pytest.raises(errors.InvalidInput, match="'cat', 'cat' all read 'cat' and") as e:
+    prompt_templates.check_class_names(["cat", "cat"], False, switch="--nocanonicalize")
+  assert "--nocanonicalize" not in str(e.value)

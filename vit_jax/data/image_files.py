@@ -47,6 +47,12 @@ def load_image(path: str, image_size) -> np.ndarray:
   return _decoded(path, lambda image: np_preprocess.eval_resize(image, image_size))
 
 
+def read_pixels(path: str) -> np.ndarray:
+  """The decoded image, uint8 [H, W, 3] (what NaFlex's reading sizes a batch by before it
+  patchifies: vit_jax.data.naflex_patches.sequence_length)."""
+  return _decoded(path, lambda image: image)
+
+
 def load_naflex(path: str, patch: int, max_patches: int):
   """(patches, mask, grid) of the image at its own aspect ratio in at most max_patches
   patches (SigLIP 2's NaFlex reading: vit_jax.data.naflex_patches)."""
@@ -93,6 +99,9 @@ def read_captions(path: str) -> Tuple[List[str], List[str], List[int]]:
     if "\t" not in line:
       raise errors.InvalidInput(f"{path}:{number} is no 'IMAGE<TAB>CAPTION' line")
     image, caption = line.split("\t", 1)
+    if not caption.strip():
+      raise errors.InvalidInput(f"{path}:{number} has a blank caption: give each image's "
+                                "text after the tab, or drop the line")
     image = os.path.join(os.path.dirname(path), image)
     captions.append(caption.strip())
     owner.append(images.setdefault(image, len(images)))

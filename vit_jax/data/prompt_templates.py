@@ -11,7 +11,7 @@ import re
 import string
 from typing import List, Sequence
 
-from vit_jax.base import cli, storage
+from vit_jax.base import cli, errors, storage
 
 CLIP_PAPER = (
     'a bad photo of a {}.',
@@ -148,9 +148,33 @@ def parse_templates(value: str) -> List[str]:
   return templates
 
 
+def check_class_names(names: Sequence[str], canonicalize: bool, *, what: str = "class names",
+                      switch: str = "") -> None:
+  """One line for class names that would be scored as no class or as one another: names
+  that read as nothing, or alike, in the form the text tower sees them (canonical unless
+  canonicalize is off); what: where they were given, switch: how to turn the canonical
+  form off where the names' owner can."""
+  read = [canonicalize_text(n, ",") if canonicalize else n for n in names]
+  form = " after the canonical form (lower case, punctuation dropped)" if canonicalize else ""
+  keep = f", or keep them as typed with {switch}" if canonicalize and switch else ""
+  empty = [n for n, r in zip(names, read) if not r.strip()]
+  if empty:
+    raise errors.InvalidInput(f"{what}: {', '.join(map(repr, empty[:3]))} read as nothing"
+                              f"{form}: give names with letters or digits{keep}")
+  alike = {}
+  for name, text in zip(names, read):
+    alike.setdefault(text, []).append(name)
+  for text, group in alike.items():
+    if len(group) > 1:
+      raise errors.InvalidInput(f"{what}: {', '.join(map(repr, group))} all read {text!r}"
+                                f"{form} and would score identically: rename them{keep}")
+
+
 def prompt_texts(names: Sequence[str], templates: Sequence[str], canonicalize: bool):
   """(class names, templates) as the text tower sees them: big_vision's canonical form
-  (lower case, punctuation dropped) unless canonicalize is off."""
+  (lower case, punctuation dropped) unless canonicalize is off; names that read as nothing
+  or alike are refused (check_class_names)."""
+  check_class_names(names, canonicalize)
   if not canonicalize:
     return list(names), list(templates)
   return ([canonicalize_text(n, ",") for n in names],

@@ -109,6 +109,9 @@ class Evaluator:
       names, self.paths = self.split.info.class_names, None
       self._embed = image_text.embedding_function(module, mesh)
     self.class_names = self._names(settings.class_names, names, where)
+    prompt_templates.check_class_names(
+        self.class_names, self.canonicalize, switch=f"--{where}.canonicalize=False",
+        what=f"{where}.class_names" if settings.class_names else f"{settings.dataset}'s classes")
 
   @staticmethod
   def _names(given: Optional[Sequence[str]], found: Sequence[str], where: str) -> List[str]:
