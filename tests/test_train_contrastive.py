@@ -1,6 +1,7 @@
 """The main job training image-text pairs (configs/siglip_demo.py, configs/lit_demo.py, cut
 short): the run's params.npz is a pair load_two_tower and vit_jax.zeroshot read with the
-vocabulary kept beside it; a run preempted and resumed ends bit-identical to one that was
+vocabulary kept beside it, that convert writes as a SiglipModel folder transformers runs with
+the same logits and export writes as towers; a run preempted and resumed ends bit-identical to one that was
 not; LiT's locked image tower leaves the run bit-identical to the classifier it came from."""
 
 import json
@@ -10,7 +11,10 @@ import numpy as np
 import pytest
 
 from helpers import load_module, sigterm_at_step
-from vit_jax import create_model, load_two_tower, save_npz
+from torch_libraries import (  # noqa: F401  # pylint: disable=unused-import
+    declare_missing_torchvision_ops, fixture_torch)
+from vit_jax import create_model, export, load_two_tower, save_npz
+from vit_jax.checkpoints import format_conversion
 from vit_jax.data import device_batches
 from vit_jax.training import loop
 
@@ -83,3 +87,26 @@ def test_zeroshot_reads_the_checkpoint_of_a_step_as_that_step_s_file(run):
   np.testing.assert_array_equal(final.embed_texts(texts), step.embed_texts(texts))
   earlier = zeroshot.open_model(os.path.join(workdir, "checkpoints", "3"), None, None)
   assert not np.array_equal(earlier.params["t"], final.params["t"])
+
+
+def test_convert_and_export_take_the_run_s_pair(run, tmp_path, torch):
+  declare_missing_torchvision_ops(torch)
+  transformers = pytest.importorskip("transformers")
+  workdir, _ = run
+  model, params, _ = load_two_tower(os.path.join(workdir, "params.npz"))
+  rng = np.random.default_rng(0)
+  images = rng.uniform(-1, 1, (2, 16, 16, 3)).astype(np.float32)
+  tokens = rng.integers(0, model.txt.vocab_size, (3, 16)).astype(np.int32)
+  ours = np.asarray(model.apply({"params": params}, images, tokens)[2])
+  format_conversion.convert(os.path.join(workdir, "params.npz"), str(tmp_path / "hf"), to="hf")
+  assert (tmp_path / "hf" / "vocab.txt").read_text() == open(
+      os.path.join(workdir, "vocab.txt")).read()
+  hf_model = transformers.SiglipModel.from_pretrained(str(tmp_path / "hf")).eval()
+  with torch.no_grad():
+    theirs = hf_model(input_ids=torch.tensor(tokens, dtype=torch.long),
+                      pixel_values=torch.tensor(images.transpose(0, 3, 1, 2))).logits_per_image
+  np.testing.assert_allclose(theirs.numpy(), ours, rtol=1e-4, atol=1e-4)
+  result = export.export(os.path.join(workdir, "params.npz"), str(tmp_path / "out"),
+                         to="stablehlo", log=lambda _: None)
+  assert set(result.differences) == {"image_tower", "text_tower"}
+  assert max(result.differences.values()) <= 1e-5

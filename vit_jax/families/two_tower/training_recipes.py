@@ -85,10 +85,14 @@ def _demo_image_tower(config: ml_collections.ConfigDict) -> None:
 
 
 def siglip_demo(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """Both towers from scratch on the digits with the chunked sigmoid loss."""
+  """Both towers from scratch on the digits with the chunked sigmoid loss, shaped as SigLIP
+  is (a MAP-pooled image tower, a text tower with its head), so the result converts to a
+  transformers SiglipModel folder."""
   config = pair_config(config)
   _digits_pair(config)
   _demo_image_tower(config)
+  config.model.classifier = "map"
+  config.contrastive.out_dim = (None, 64)
   config.pretrained = None
   config.text.update(tower="transformer", width=64, depth=2, mlp_dim=128, num_heads=4)
   config.total_steps, config.warmup_steps = 1_500, 100
