@@ -359,6 +359,10 @@ class Family:
   # arrays' names without loading it: for families whose files load_npz does not read
   # whole (None: the arrays tell, see released_file.recognises)
   claims: Optional[Callable[[str], bool]] = None
+  # The family whose model load_npz gives of this family's files when it is another's (a
+  # pair's file gives its image tower, a ViT: 'vit'); None: its own. What a training
+  # config's model_name must be of for its config.pretrained (checkpoint_family.check_start).
+  loads_as: Optional[str] = None
   # tool -> the rest of the one line that refuses the family's models in that tool,
   # after '<subject> is a <title>' (so starting ': ' or '; '): why, and what to use
   # instead. Tools: 'visualize', 'vtab', 'naflex', ...

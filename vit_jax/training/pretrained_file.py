@@ -8,7 +8,7 @@ import os
 from typing import Optional
 
 from vit_jax.base.console import log
-from vit_jax.checkpoints import formats, hub, naflex_reading, released
+from vit_jax.checkpoints import checkpoint_family, formats, hub, naflex_reading, released
 
 
 def _check_local(key: str, pretrained: str, path: str) -> None:
@@ -38,9 +38,11 @@ def _named_files(config):
 def resolve(config) -> None:
   """Resolves the files the config starts from now (config.pretrained, a contrastive
   pair's), downloading a released or hf-hub: name not yet in checkpoints/ (loading it
-  later resolves to the same file)."""
+  later resolves to the same file), and refuses a config.pretrained of another family than
+  config.model_name's."""
   for key, value in _named_files(config):
     _check_local(key, value, hub.resolve(value))
+  checkpoint_family.check_start(config)
 
 
 def check_offline(config) -> None:

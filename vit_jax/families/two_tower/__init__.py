@@ -12,6 +12,6 @@ FAMILY = family_registry.register(family_contract.Family(
     name="two_tower", title="two-tower (LiT / SigLIP)", guide="docs/two_towers.md",
     words=r"(?i)two[ _-]?towers?|siglip|\blit\b",
     module_types=(TwoTower,), names=names, released_file=npz_file, converter=conversion,
-    layouts={"hf": hf_layout}, fetcher=names, claims=opening.claims,
+    layouts={"hf": hf_layout}, fetcher=names, claims=opening.claims, loads_as="vit",
     zero_shot=zero_shot, export_signature=export_signature, benchmark_parts=benchmark_parts,
     training=training_rules.RULES, pair_training=pair_training))
