@@ -244,7 +244,7 @@ class AddPositionEmbs(nn.Module):
                          jnp.float32)
       return x + posemb_lib.resize_posemb_per_image(table, grid, x.shape[1]).astype(x.dtype)
     if self.has_variable("params", "pos_embedding"):
-      shape = self.get_variable("params", "pos_embedding").shape
+      shape = nn.unbox(self.get_variable("params", "pos_embedding")).shape
     elif self.stored_grid is not None:
       shape = (1, has_cls + self.stored_grid[0] * self.stored_grid[1], x.shape[-1])
     else:
