@@ -99,3 +99,22 @@ def save_digits_pair(folder):
     target.mkdir(parents=True, exist_ok=True)
     Image.fromarray(pixels).save(target / f"{index:03d}.png")
   return model, params, path, str(folder / "digits")
+
+
+def save_siglip2_folder(folder, model, params):
+  """A SigLIP-shaped pair saved as a Hugging Face Siglip2Model (NaFlex) folder: config.json
+  (model_type siglip2, a Linear patch embedding, its table's patches) and model.safetensors,
+  without a preprocessor_config.json (read at 256 patches) -> the folder's path."""
+  import json  # pylint: disable=import-outside-toplevel
+  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
+  from vit_jax.families.two_tower import hf_layout  # pylint: disable=import-outside-toplevel
+  config = hf_layout.config_for(model, IMAGE_SIZE)
+  config["model_type"] = "siglip2"
+  del config["vision_config"]["image_size"]
+  config["vision_config"]["num_patches"] = (IMAGE_SIZE // model.img.patch_size) ** 2
+  folder.mkdir(parents=True)
+  (folder / "config.json").write_text(json.dumps(config))
+  params = params.get("params", params)
+  save_file(hf_layout.to_hf(traverse_util.flatten_dict(params, sep="/"), config),
+            str(folder / "model.safetensors"))
+  return str(folder)

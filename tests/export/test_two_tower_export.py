@@ -80,3 +80,14 @@ def test_what_cannot_work_is_refused_before_the_load(siglip, tmp_path, options, 
   with pytest.raises(ExportError, match=message):
     export.export(siglip[0], str(tmp_path / "out"), log=lambda _: None, **options)
   assert not (tmp_path / "out").exists()
+
+
+def test_a_naflex_folder_is_refused_unless_square_images_are_asked_for(siglip, tmp_path):
+  """A Siglip2Model folder is read as NaFlex (256 patches); a two-tower export takes square
+  images only, so it says so (and how to export squares) instead of exporting them."""
+  _, model, params = siglip
+  folder = two_tower_helpers.save_siglip2_folder(tmp_path / "hf2", model, params)
+  with pytest.raises(ValueError, match=(r"is a NaFlex model .* in 256 patches.* pass "
+                                        r"--image_size=SIDE")) as e:
+    export.export(folder, str(tmp_path / "out"), to="stablehlo", log=lambda _: None)
+  assert "\n" not in str(e.value) and not (tmp_path / "out").exists()

@@ -6,7 +6,7 @@ that a budget too large is a refusal, not a host swapped to a halt or a numpy tr
 
 import dataclasses
 import os
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Optional
 
 import jax
 

@@ -13,12 +13,11 @@ import pytest
 from flax import traverse_util
 
 from helpers import CONFIG_DIR, load_module, run_in_process, write_image
-from two_tower_helpers import random_params, tiny_siglip
+from two_tower_helpers import random_params, save_siglip2_folder, tiny_siglip
 from vit_jax import benchmark, fewshot, load_npz, plan, predict
 from vit_jax.checkpoints import npz
 from vit_jax.checkpoints import format_conversion
 from vit_jax.export import __main__ as export_command
-from vit_jax.families.two_tower import hf_layout
 from vit_jax.families.two_tower import npz_file
 from vit_jax.families.two_tower import recipes
 from vit_jax.training import lora_adapters, objectives, param_groups, sharding, static_checks
@@ -32,20 +31,12 @@ RUN = dict(total_steps=6, warmup_steps=2, batch=32, batch_eval=128, accum_steps=
 def fixture_towers(tmp_path_factory):
   """{'npz': big_vision .npz, 'hf': HF SiglipModel folder, 'hf2': HF Siglip2Model (NaFlex)
   folder, 'img': the tower's flat arrays}."""
-  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
   folder = tmp_path_factory.mktemp("towers")
   model = tiny_siglip()
   params = random_params(model, 8)
   npz_file.save_two_tower(params, folder / "tiny.npz")
   format_conversion.convert(str(folder / "tiny.npz"), str(folder / "hf"), to="hf")
-  config = hf_layout.config_for(model, 32)  # SigLIP 2: a Linear patch embedding, 16 patches
-  config["model_type"] = "siglip2"
-  del config["vision_config"]["image_size"]
-  config["vision_config"]["num_patches"] = 16
-  (folder / "hf2").mkdir()
-  (folder / "hf2" / "config.json").write_text(json.dumps(config))
-  save_file(hf_layout.to_hf(traverse_util.flatten_dict(params["params"], sep="/"), config),
-            str(folder / "hf2" / "model.safetensors"))
+  save_siglip2_folder(folder / "hf2", model, params)  # a Linear patch embedding, 16 patches
   img = traverse_util.flatten_dict(params["params"]["img"], sep="/")
   return {"npz": str(folder / "tiny.npz"), "hf": str(folder / "hf"),
           "hf2": str(folder / "hf2"), "img": img}
