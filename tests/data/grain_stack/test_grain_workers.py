@@ -1,15 +1,21 @@
 """Grain's worker processes: gone with their run when it is SIGKILLed, leaving nothing in
-/dev/shm (their count is checked in tests/data/test_worker_limit.py)."""
+/dev/shm (their count is checked in tests/data/test_worker_limit.py); their batches'
+shared memory unlinked on arrival through a private flag of Grain's, checked here."""
 
+import gc
+import importlib.metadata
 import os
 import signal
 import subprocess
 import sys
+from multiprocessing import shared_memory
 
+import numpy as np
 import pytest
 
 from conftest import REPO
 from helpers import subprocess_env, wait_for
+from vit_jax.data.grain_stack import grain_workers
 
 # A run's loader with a worker, a batch read (shared memory and semaphores in use),
 # then waiting to be killed or interrupted (Ctrl-C: the batches closed, as a run does).
@@ -104,3 +110,27 @@ def test_a_run_with_workers_leaves_no_process_and_nothing_in_dev_shm(tmp_path, h
     if run.poll() is None:
       run.kill()
       run.wait()
+
+
+def test_grains_private_unlink_flag_still_does_what_unlinked_relies_on(monkeypatch):
+  """grain_workers.unlinked unlinks an arriving array's shared memory at once and clears
+  Grain's private SharedMemoryArray._unlink_on_del, so that dropping the array only closes
+  it. A Grain that renames the flag or stops reading it on del fails here, by name."""
+  # pylint: disable-next=import-outside-toplevel
+  from grain._src.python.ipc.shared_memory_array import SharedMemoryArray
+  changed = (f"grain {importlib.metadata.version('grain')} changed SharedMemoryArray."
+             "_unlink_on_del, which vit_jax/data/grain_stack/grain_workers.unlinked relies on")
+  array = SharedMemoryArray((4,), np.float32)
+  array.unlink_on_del()  # as Grain marks each array that arrives from a worker
+  assert getattr(array, "_unlink_on_del", None) is True, changed
+  path = os.path.join("/dev/shm", array.shm.name.lstrip("/"))
+  assert grain_workers.unlinked({"image": {"patches": array}})["image"]["patches"] is array
+  assert not os.path.exists(path) and array._unlink_on_del is False, changed  # pylint: disable=protected-access
+  unlinks = []
+  monkeypatch.setattr(shared_memory.SharedMemory, "unlink", lambda shm: unlinks.append(shm))
+  del array
+  gc.collect()
+  pool = getattr(SharedMemoryArray, "_del_thread_pool", None)  # set once workers ran here
+  if pool is not None:
+    pool.apply(int)  # one thread: the del's close has run when this returns
+  assert not unlinks, f"{changed}: it unlinks again on del"

@@ -72,7 +72,9 @@ def unlinked(batch: dict) -> dict:
   until dropped). Grain unlinks it when the array is garbage-collected, in a thread pool
   that does not outlive the interpreter: every run with workers ended with the resource
   tracker's "leaked shared_memory" warning for the batches still held at exit. Nested
-  dicts (a NaFlex batch's image) are walked too."""
+  dicts (a NaFlex batch's image) are walked too. The flag is Grain's private one (no
+  public way to clear it): tests/data/grain_stack/test_grain_workers.py names the Grain
+  that changes it."""
   for array in _leaves(batch):
     if (isinstance(array, shared_memory_array.SharedMemoryArray) and
         array._unlink_on_del):  # pylint: disable=protected-access

@@ -8,7 +8,9 @@ and wait on a stalled transfer with no limit: an outage as the first checkpoint'
 objects appeared left a run silent for over 300 s. Here: 6 retries from 1 s to 16 s apart
 (about 50 s), a connection that takes over 20 s or a transfer that moves nothing for 30 s
 counts as a failed attempt. A transient error (a 503, a dropped connection) still gets
-its retries.
+its retries. orbax has no public way to give its handlers a tensorstore context, so the
+bound goes into its private base contexts; tests/training/runs/test_store_retries.py
+checks that a save still opens its arrays with it, naming the orbax that changed them.
 """
 
 import os
