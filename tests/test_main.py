@@ -15,7 +15,7 @@ import pytest
 import command_runner
 from conftest import REPO
 from helpers import (assert_params_close, demo_args, load_params, one_process_command,
-                     split_runs, subprocess_env)
+                     run_in_process, split_runs, subprocess_env)
 
 pytestmark = pytest.mark.long  # real-process runs: start first (conftest)
 
@@ -160,3 +160,23 @@ def test_a_file_as_workdir_is_one_line(runs):
       f"error: --workdir={workdir} is a file, not a directory: pass a directory path (it is "
       "created if missing)")
   assert workdir.read_text() == "data"
+
+
+def test_a_budget_that_does_not_fit_memory_is_one_line_naming_the_plan(tmp_path):
+  """A real out-of-memory at the first step through the command (a NaFlex budget whose
+  attention asks the CPU for 2^48 bytes: past a 47-bit address space, refused at allocation
+  however the OS overcommits): one line naming the sizes to lower and the plan command with
+  this run's flags. In process: ~3 s from a warm compile cache."""
+  from vit_jax import main  # pylint: disable=import-outside-toplevel
+  flags = ["--config=configs/naflex_demo.py", "--config.pp.max_patches=262144",
+           "--config.model.num_heads=256", "--config.model.hidden_size=256",
+           "--config.model.num_layers=1", "--config.batch=1", "--config.batch_eval=1",
+           "--config.total_steps=1", "--config.warmup_steps=0"]
+  done = run_in_process(main, *flags, f"--workdir={tmp_path / 'run'}")
+  assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+  [line] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+  assert line.startswith("error: the train step does not fit device memory with config.batch=1, "
+                         "config.pp.max_patches=262144 on ")
+  assert "(RESOURCE_EXHAUSTED: Out of memory allocating " in line
+  assert line.endswith("): pass a smaller --config.pp.max_patches or --config.batch; python -m "
+                       f"vit_jax.plan {' '.join(flags)} says what fits")

@@ -5,6 +5,7 @@ the same command resumes from the last checkpoint in the workdir.
 """
 
 import os
+import shlex
 
 from absl import flags
 from ml_collections import config_flags
@@ -68,8 +69,21 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
   if config.get("loader", "tf") == "tf":  # the Grain loader never imports TensorFlow
     cli.keep_tensorflow_off_accelerators()
   initialize_distributed(flag_values)
-  from vit_jax.training import loop
-  loop.train_and_evaluate(config, workdir)
+  from vit_jax.training import loop, state_and_step
+  try:
+    loop.train_and_evaluate(config, workdir)
+  except state_and_step.DoesNotFit as e:
+    raise state_and_step.DoesNotFit(e.what, plan_command(flag_values)) from e
+
+
+def plan_command(flag_values: flags.FlagValues = FLAGS) -> str:
+  """This run's --config and --config.KEY flags as the plan's command line (the plan takes
+  exactly vit_jax.main's)."""
+  overrides = config_flags.get_override_values(flag_values["config"])
+  text = lambda v: f"({','.join(map(str, v))})" if isinstance(v, (tuple, list)) else str(v)
+  return shlex.join(["python", "-m", "vit_jax.plan",
+                     f"--config={flag_values['config'].config_filename}",
+                     *(f"--config.{key}={text(value)}" for key, value in overrides.items())])
 
 
 if __name__ == "__main__":

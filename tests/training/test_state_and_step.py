@@ -5,7 +5,9 @@ import ast
 import pathlib
 
 import jax
+import jax.numpy as jnp
 import ml_collections
+import pytest
 from flax import traverse_util
 
 from conftest import REPO, tiny_model
@@ -93,3 +95,27 @@ def test_the_settings_are_parsed_in_one_place():
   plan's eval step (which must apply LoRA's module)."""
   assert callers_of("lora_adapters.settings") == ["training/state_and_step.py"]
   assert callers_of("lora_adapters.wrap") == ["training/state_and_step.py"]
+
+
+def test_out_of_device_memory_is_one_line_naming_the_batch_and_budget():
+  """XLA's real RESOURCE_EXHAUSTED, from allocating 2^48 bytes (past any machine's address
+  space, so it fails however the OS overcommits): one DoesNotFit line with the sizes."""
+  config = ml_collections.ConfigDict(dict(batch=8, accum_steps=2, pp=dict(max_patches=4096)))
+  with pytest.raises(state_and_step.DoesNotFit) as raised:
+    with state_and_step.within_device_memory(config):
+      jax.block_until_ready(jnp.ones((2**46,), jnp.float32))
+  message = str(raised.value)
+  devices = f"{jax.device_count()} {jax.devices()[0].device_kind} device(s)"
+  assert message.startswith("the train step does not fit device memory with config.batch=8 in 2 "
+                            f"micro-batches, config.pp.max_patches=4096 on {devices} "
+                            "(RESOURCE_EXHAUSTED: Out of memory allocating 281474976710656 bytes")
+  assert message.endswith("pass a smaller --config.pp.max_patches or --config.batch; "
+                          f"{state_and_step.PLAN_WITH_THE_RUNS_FLAGS} says what fits")
+  assert "\n" not in message
+
+
+def test_other_runtime_errors_pass_unchanged():
+  config = ml_collections.ConfigDict(dict(batch=8, pp=dict()))
+  with pytest.raises(jax.errors.JaxRuntimeError, match="INVALID_ARGUMENT"):
+    with state_and_step.within_device_memory(config):
+      raise jax.errors.JaxRuntimeError("INVALID_ARGUMENT: not a memory error")

@@ -289,12 +289,14 @@ def _train_loop(job: Job, run: state_and_step.Trainer, state, evaluators, writer
   try:
     for step in range(start_step + 1, total_steps + 1):
       batch = next(batches)
-      with jax.transfer_guard("disallow"):  # inputs must already be on the devices
-        end.state, step_metrics = run.step(end.state, batch, dropout_rng, schedule)
-        first_nonfinite = track_nonfinite(first_nonfinite, end.state.step, step_metrics)
+      with state_and_step.within_device_memory(config):
+        with jax.transfer_guard("disallow"):  # inputs must already be on the devices
+          end.state, step_metrics = run.step(end.state, batch, dropout_rng, schedule)
+          first_nonfinite = track_nonfinite(first_nonfinite, end.state.step, step_metrics)
+        if step == start_step + 1:  # compiled and run: memory it lacks is known here
+          jax.block_until_ready(end.state)
       done_step = step
       if step == start_step + 1:
-        jax.block_until_ready(end.state)
         end.progress.update(step)  # the rate clock starts after compilation
       is_checkpoint_step = step % config.checkpoint_every == 0 or step == total_steps
       is_progress_step = step % config.progress_every == 0 or step == total_steps

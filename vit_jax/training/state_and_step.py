@@ -5,13 +5,15 @@ shardings). What the step is made of (the LoRA settings, the schedule, the batch
 replicated shardings) is built once here and handed on in the Trainer, not rebuilt by its
 users."""
 
+import contextlib
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import jax
 import ml_collections
 import optax
 
+from vit_jax.base import errors
 from vit_jax.training import lora_adapters, objectives, optim, param_groups, sharding, update_step
 
 
@@ -85,3 +87,38 @@ def build(config: ml_collections.ConfigDict, module, mesh,
       from_params=lambda params: place(sharding.put(with_adapters(params),
                                                     state_shardings.params)),
       step=step, schedule=optim.schedule_numbers(config))
+
+
+# What a DoesNotFit names where the command line that ran is not known.
+PLAN_WITH_THE_RUNS_FLAGS = "python -m vit_jax.plan with this run's --config flags"
+
+
+class DoesNotFit(errors.InvalidInput):
+  """The train step ran out of device memory. what: the shortfall and its fix;
+  plan: the command that finds what fits (vit_jax.main names the run's own flags)."""
+
+  def __init__(self, what: str, plan: str = PLAN_WITH_THE_RUNS_FLAGS):
+    super().__init__(f"{what}; {plan} says what fits")
+    self.what = what
+
+
+@contextlib.contextmanager
+def within_device_memory(config: ml_collections.ConfigDict) -> Iterator[None]:
+  """XLA's RESOURCE_EXHAUSTED (at compilation, or allocating the step's buffers) as one
+  DoesNotFit line naming config.batch and the NaFlex budget, instead of a
+  traceback: a size the user chose, and the plan says which one fits."""
+  try:
+    yield
+  except jax.errors.JaxRuntimeError as e:
+    if "RESOURCE_EXHAUSTED" not in str(e):
+      raise
+    xla = " ".join(str(e).split())
+    budget = config.get("pp", {}).get("max_patches")
+    sizes = f"config.batch={config.batch}" + (
+        f" in {config.accum_steps} micro-batches" if config.get("accum_steps", 1) > 1 else "")
+    sizes += f", config.pp.max_patches={budget}" if budget else ""
+    devices = f"{jax.device_count()} {jax.devices()[0].device_kind} device(s)"
+    smaller = "--config.pp.max_patches or --config.batch" if budget else "--config.batch"
+    raise DoesNotFit(f"the train step does not fit device memory with {sizes} on {devices} "
+                     f"({xla[:200]}{'...' if len(xla) > 200 else ''}): pass a smaller "
+                     f"{smaller}") from e
