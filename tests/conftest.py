@@ -121,7 +121,10 @@ def pytest_configure(config):
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_xdist_auto_num_workers(config):  # pylint: disable=unused-argument
+def pytest_xdist_auto_num_workers(config):
+  ignored = worker_count.ignored_setting()
+  if ignored:
+    config.issue_config_time_warning(pytest.PytestConfigWarning(ignored), stacklevel=2)
   return worker_count.auto_workers()
 
 
