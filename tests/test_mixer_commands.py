@@ -39,9 +39,9 @@ def test_predict_at_its_size_and_at_twice_it(mixer_file):
     assert {line.split()[-1] for line in done.stdout.splitlines()[1:]} == {"a", "b", "c"}
   done = run_in_process(predict, f"--checkpoint={path}", "--image_size=24", image)
   assert done.returncode == 1 and done.stderr.strip().splitlines() == [
-      f"error: {path}: a Mixer's token-mixing MLP was trained on a 4x4 patch grid and has no "
-      "rule for 6x6: its weights are copied block-diagonally to grids that are whole "
-      "multiples of it (4x4, 8x8, 12x12, ...): pick an image size that gives one"]
+      f"error: {path}: image size 24 gives a 6x6 token grid, but the model's weights are tied "
+      "to a 4x4 grid and take whole multiples of it only (16 px, twice that, ...): use 16 or "
+      "32"]
 
 
 def test_visualize_and_convert_to_timm_refuse_a_tiny_mixer_in_one_line(mixer_file, tmp_path,

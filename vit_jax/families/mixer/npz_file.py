@@ -14,9 +14,9 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 from flax import traverse_util
 
-from vit_jax.checkpoints.npz_checks import (CheckpointError, ImageSize, check_against,
-                                            check_finite, check_image_size, expected_shapes,
-                                            most_common_size, side_pair)
+from vit_jax.checkpoints.npz_checks import (CheckpointError, ImageSize, ImageSizeError,
+                                            check_against, check_finite, check_image_size,
+                                            expected_shapes, most_common_size, side_pair)
 from vit_jax.families.mixer import model as mixer
 from vit_jax.families.mixer import resize as mixer_resize
 from vit_jax.families.mixer import names
@@ -134,8 +134,10 @@ def load(arrays: Dict[str, np.ndarray], path: str, *, image_size: Optional[Image
                           **{**architecture.as_kwargs(), **overrides})
   height, width = (old[0] * module.patch_size, old[1] * module.patch_size) \
       if image_size is None else side_pair(image_size)
-  # the token-mixing MLPs take whole multiples of the file's grid (mixer_resize)
-  check_image_size(module, (height, width), strict=strict_image_size, grid_multiple=old)
+  try:  # the token-mixing MLPs take whole multiples of the file's grid (mixer_resize)
+    check_image_size(module, (height, width), strict=strict_image_size, grid_multiple=old)
+  except ImageSizeError as e:  # the sizes that work are the file's
+    raise ImageSizeError(f"{path}: {e}") from None
   new = (mixer.token_grid(module, height), mixer.token_grid(module, width))
   if new != old:
     factors = mixer_resize.resize_rule(old, new)
