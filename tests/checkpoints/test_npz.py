@@ -296,10 +296,15 @@ def test_missing_and_extra_keys_are_listed(released_fixtures, tmp_path):
   assert "unexpected surprise/kernel" in one_line(e)
 
 
-def test_shape_mismatch_names_key_and_shapes(released_fixtures):
+def test_shape_mismatch_names_key_and_shapes(released_fixtures, tmp_path):
+  """One edited array of a file whose sizes are model_name's (a whole other model's sizes:
+  test_a_wrong_model_name_names_the_files_model_in_advice_that_can_be_typed)."""
+  arrays = dict(np.load(released_fixtures / "vit-ti16.npz"))
+  arrays["Transformer/encoder_norm/bias"] = np.zeros(384, np.float32)
+  np.savez(tmp_path / "edited.npz", **arrays)
   with pytest.raises(npz.CheckpointError) as e:
-    load_npz(released_fixtures / "vit-ti16.npz", model_name="ViT-S_16")
-  assert "has shape (192" in one_line(e) and "expects (384" in one_line(e)
+    load_npz(tmp_path / "edited.npz", model_name="ViT-Ti_16")
+  assert "has shape (384" in one_line(e) and "expects (192" in one_line(e)
 
 
 def test_unknown_model_name(released_fixtures):
@@ -398,3 +403,23 @@ def test_a_wrong_shape_is_blamed_on_the_array_that_has_it(released_fixtures, tmp
   with pytest.raises(npz.CheckpointError) as e:
     load_npz(tmp_path / "edited.npz")
   assert f": {key} has shape {shape}" in one_line(e)
+
+
+def test_a_wrong_model_name_names_the_files_model_in_advice_that_can_be_typed(
+    released_fixtures, tmp_path):
+  """The fix a wrong model_name gets is the file's own name (or sizes), not 'none', which a
+  run's --config.model_name cannot take."""
+  ti16 = released_fixtures / "vit-ti16.npz"
+  with pytest.raises(npz.CheckpointError) as raised:
+    load_npz(ti16, model_name="ViT-B_16")
+  assert str(raised.value) == (
+      f"{ti16} holds a ViT of hidden_size 192, mlp_dim 768, num_heads 3, num_layers 12, not "
+      "a ViT-B_16: pass model_name=ViT-Ti_16 (a run: --config.model_name=ViT-Ti_16), or load "
+      "it without a model_name (load_npz, convert) to infer it from the file")
+  assert load_npz(ti16, model_name="ViT-Ti_16")[0].hidden_size == 192  # the advice works
+  tiny = tmp_path / "tiny.npz"  # no released name: its sizes, as config.model overrides
+  save_npz(random_params(tiny_model(num_classes=3), 16), tiny)
+  with pytest.raises(npz.CheckpointError, match=(
+      r"not a ViT-Ti_16 with hidden_size=24: set them: --config.model.hidden_size=32 "
+      r"--config.model.mlp_dim=\d+ --config.model.num_heads=\d+ --config.model.num_layers=2")):
+    load_npz(tiny, model_name="ViT-Ti_16", hidden_size=24)

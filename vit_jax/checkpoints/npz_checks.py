@@ -69,7 +69,8 @@ def check_against(flat: Dict[str, np.ndarray], shapes: Dict[str, tuple], path: s
     hint = ("the file's arrays do not fit the architecture its shapes imply: it is damaged, "
             "edited or of an unsupported layout")
   else:
-    hint = f"is it a {model_name}? pass the right model_name, or none to infer it from the file"
+    hint = (f"is it a {model_name}? pass the right model_name, or load it without one "
+            "(load_npz, convert) to infer it from the file")
   missing, extra = set(shapes) - set(flat), set(flat) - set(shapes)
   if missing or extra:
     parts = ([f"missing {_list(missing)}"] if missing else []) + (

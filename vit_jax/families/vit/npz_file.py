@@ -183,6 +183,8 @@ def load(arrays: Dict[str, np.ndarray], path: str, *, image_size: Optional[Image
   flat, architecture = dict(checkpoint.flat), checkpoint.architecture
   file_classes, file_representation = checkpoint.num_classes, checkpoint.representation_size
 
+  if model_name is not None:
+    _check_named_sizes(flat, {**architecture.as_kwargs(), **model_overrides}, path, model_name)
   keep_head = num_classes is None or num_classes == file_classes
   _check_head_request(checkpoint, path, num_classes, pre_logits)
   keep_pre_logits = keep_head if pre_logits is None else pre_logits
@@ -210,6 +212,28 @@ def load(arrays: Dict[str, np.ndarray], path: str, *, image_size: Optional[Image
     check_image_size(module, image_size, strict=strict_image_size)
   return module, _params_at(flat, module, image_size, path, model_name,
                             new_head=not keep_head)
+
+
+_SIZES = ("hidden_size", "mlp_dim", "num_heads", "num_layers")
+
+
+def _check_named_sizes(flat: Dict[str, np.ndarray], built: Dict[str, Any], path: str,
+                       model_name: str) -> None:
+  """Refuses, in one line that names the file's own model, a model_name (with any size
+  overrides) whose sizes are not the file's, before any array is checked: the fix is
+  the file's name, or its sizes where it has no released name."""
+  held = npz_layout.infer_architecture(flat)[0]
+  if all(built[key] == getattr(held, key) for key in _SIZES):
+    return
+  name = names.find_name(dataclasses.replace(held, classifier="token", posemb="learn"))
+  sizes = ", ".join(f"{key} {getattr(held, key)}" for key in _SIZES)
+  fix = (f"pass model_name={name} (a run: --config.model_name={name})" if name else
+         "set them: " + " ".join(f"--config.model.{key}={getattr(held, key)}" for key in _SIZES))
+  overrides = ", ".join(f"{key}={built[key]}" for key in _SIZES
+                        if built[key] != getattr(names.architecture(model_name), key))
+  asked = model_name + (f" with {overrides}" if overrides else "")
+  raise CheckpointError(f"{path} holds a ViT of {sizes}, not a {asked}: {fix}, or load it "
+                        "without a model_name (load_npz, convert) to infer it from the file")
 
 
 def _check_head_request(checkpoint: Checkpoint, path: str, num_classes: Optional[int],
