@@ -73,6 +73,7 @@ def test_recall_is_zeroshots_on_the_saved_file(pair, captions, monkeypatch, tmp_
   zeroshot.main(values(["zeroshot", f"--checkpoint={pair[2]}", f"--captions={captions}",
                         f"--json={tmp_path / 'recall.json'}"]), values)
   saved = json.loads((tmp_path / "recall.json").read_text())
+  assert saved.pop("written_by") == "vit_jax.zeroshot"
   assert sorted(saved) == sorted(f"{way}/recall@{k}" for way in ("image_to_text",
                                                                  "text_to_image")
                                  for k in (1, 5, 10))
