@@ -47,7 +47,7 @@ def _config(model_name, pretrained):
 def test_a_pretrained_file_of_another_family_is_one_line_before_any_data(files, model_name,
                                                                          file, message):
   """The main job's check of its files (pretrained_file.resolve) refuses it, where loading
-  it failed on its first key (a TypeError for a ViT file under a Mixer config)."""
+  it failed after the data was opened, advising a model_name the config does not pass."""
   with pytest.raises(errors.InvalidInput) as raised:
     pretrained_file.resolve(_config(model_name, files[file]))
   assert str(raised.value) == f"config.pretrained={files[file]} {message}" + (
