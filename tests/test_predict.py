@@ -399,7 +399,8 @@ def test_a_budget_past_the_device_memory_is_one_line(images, naflex_file):
   assert one_error_line(failed).startswith(
       "error: --max_patches=1000000000: a batch of 2 at that budget needs ")
   assert failed.stderr.strip().endswith(
-      "pass a smaller budget (SigLIP 2 reads 256 to 1024 patches), or a smaller --batch_size")
+      "pass a smaller budget (released NaFlex models read 256 to 1024), or a smaller "
+      "--batch_size")
   module, _ = load_npz(naflex_file)
   predict.check_budget_fits(module, 256, 32, memory_bytes=2**30)  # 0.05 GiB: fits
   with pytest.raises(ValueError, match=r"--max_patches=4096: a batch of 32 at that budget "

@@ -104,7 +104,7 @@ def check_budget_fits(module, max_patches: int, batch_size: int,
       f"--max_patches={max_patches}: a batch of {batch_size} at that budget needs "
       f"{needed / 2**30:,.1f} GiB (its patches and one layer's attention over {max_patches} "
       f"patches) and this device has {memory_bytes / 2**30:,.1f} GiB: pass a smaller budget "
-      f"(SigLIP 2 reads 256 to 1024 patches){smaller}")
+      f"(released NaFlex models read 256 to 1024){smaller}")
 
 
 def top_classes(probabilities: np.ndarray, top_k: int) -> List[Prediction]:
