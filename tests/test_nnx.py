@@ -158,6 +158,9 @@ def test_mistakes_are_one_line():
     vit_nnx.save_npz(nnx.Linear(2, 3, rngs=nnx.Rngs(0)), "/tmp/never.npz")
   with pytest.raises(errors.InvalidInput, match=r"^rngs must be an int seed or an nnx.Rngs"):
     vit_nnx.from_linen(tiny_model(), {}, rngs="0")
+  with pytest.raises(errors.InvalidInput, match=r"^the rules place parameters on a mesh of "
+                     r"the axes data, fsdp, tensor, got batch: make it with "):
+    vit_nnx.shard(vit_nnx.from_linen(tiny_model(), {}), jax.make_mesh((1,), ("batch",)))
   with pytest.raises(errors.InvalidInput, match=r"^image_size=18 is not a multiple of the "
                      r"model's 4-pixel patches: use e.g. 16$"):
     vit_nnx.create_model("Ti_16", num_classes=3, image_size=18, **TINY)

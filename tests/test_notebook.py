@@ -39,6 +39,9 @@ def test_notebook_runs_offline(tmp_path, monkeypatch):
   assert [true for true, _ in classified] == [str(d) for d in range(10)]
   assert sum(true == predicted for true, predicted in classified) >= 6, printed
   assert "25-shot accuracy" in printed
+  # The same file as a Flax NNX module beside the Linen one (vit_jax.nnx).
+  nnx_line = re.search(r"same names and values: (\w+); largest logit difference (\S+)", printed)
+  assert nnx_line and nnx_line.group(1) == "True" and float(nnx_line.group(2)) < 1e-4, printed
   # The Mixer from scratch beside it (configs/mixer_demo.py's model, 100 steps).
   mixer = re.search(r"MlpMixer: test accuracy ([\d.]+) after 100 steps; (\d+) of 10", printed)
   assert mixer and float(mixer.group(1)) >= 0.85, printed  # 0.97 measured

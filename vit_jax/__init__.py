@@ -9,10 +9,13 @@ Public API:
   load_two_tower(path, *, bert_heads=None) -> (TwoTower, params, TwoTowerInfo): a LiT /
            big_vision SigLIP .npz or a Hugging Face SigLIP / SigLIP 2 folder (docs/two_towers.md)
   save_two_tower(params, path): TwoTower params as an .npz in big_vision's layout
+  nnx: the same models as Flax NNX modules (vit_jax.nnx.create_model, load_npz, ...;
+       imported on first use)
 Errors a user can fix are ValueErrors with one-line messages: CheckpointError (the file)
 and ImageSizeError (an image size the model cannot run at).
 """
 
+import importlib
 import os
 
 # TensorFlow (tf.data only) must not flood the console: C++ INFO logs and the oneDNN
@@ -33,3 +36,10 @@ from vit_jax.models.family_registry import create_model  # pylint: disable=wrong
 
 __all__ = ["CheckpointError", "ImageSizeError", "create_model", "load_npz", "load_two_tower",
            "read_class_names", "save_npz", "save_two_tower"]
+
+
+def __getattr__(name):
+  """vit_jax.nnx on first use, so that only Flax NNX users import it."""
+  if name == "nnx":
+    return importlib.import_module("vit_jax.nnx")
+  raise AttributeError(f"module 'vit_jax' has no attribute {name!r}")

@@ -19,6 +19,10 @@ def annotate(model: Any, mesh: Mesh) -> Any:
   Linen name on this mesh) and mesh; a tensor axis that does not divide the model's widths
   is one line (sharding.ShardingError). Returns the model."""
   module, _ = nnx_bridge.to_linen(model)
+  if set(mesh.axis_names) != set(sharding.AXES):
+    raise sharding.ShardingError(
+        f"the rules place parameters on a mesh of the axes {', '.join(sharding.AXES)}, got "
+        f"{', '.join(mesh.axis_names)}: make it with vit_jax.nnx.make_mesh({{'data': -1}})")
   sharding.check_model_tensor_parallel(module, mesh)
   sizes = dict(mesh.shape)
   for path, variable in nnx.iter_graph(model):
