@@ -1,6 +1,7 @@
 """Two-tower exports: the image and text towers as separate StableHLO and ONNX artefacts,
 each reloaded in its own runtime and compared with the Flax towers at another batch than
-the one verified at export; what cannot work refused in one line."""
+the one verified at export; a NaFlex folder's image tower on NaFlex inputs; what cannot
+work refused in one line."""
 
 import json
 
@@ -8,9 +9,12 @@ import jax
 import numpy as np
 import onnxruntime
 import pytest
+from PIL import Image
 
 import two_tower_helpers
 from vit_jax import export
+from vit_jax.data import naflex_patches
+from vit_jax.families.two_tower import export_signature, scoring
 from vit_jax.families.two_tower import npz_file as two_tower_load
 from vit_jax.export.source import ExportError
 
@@ -82,12 +86,33 @@ def test_what_cannot_work_is_refused_before_the_load(siglip, tmp_path, options, 
   assert not (tmp_path / "out").exists()
 
 
-def test_a_naflex_folder_is_refused_unless_square_images_are_asked_for(siglip, tmp_path):
-  """A Siglip2Model folder is read as NaFlex (256 patches); a two-tower export takes square
-  images only, so it says so (and how to export squares) instead of exporting them."""
+def test_a_naflex_folder_exports_its_image_tower_for_naflex_inputs(siglip, tmp_path):
+  """A Siglip2Model folder is read as NaFlex at its processor's budget (256 without a
+  preprocessor_config.json): its image tower takes patches, mask and grid and embeds as
+  zeroshot reads images; --image_size asks for square images; ONNX refuses in one line."""
   _, model, params = siglip
   folder = two_tower_helpers.save_siglip2_folder(tmp_path / "hf2", model, params)
-  with pytest.raises(ValueError, match=(r"is a NaFlex model .* in 256 patches.* pass "
-                                        r"--image_size=SIDE")) as e:
-    export.export(folder, str(tmp_path / "out"), to="stablehlo", log=lambda _: None)
-  assert "\n" not in str(e.value) and not (tmp_path / "out").exists()
+  export.export(folder, str(tmp_path / "out"), to="stablehlo", log=lambda _: None)
+  meta = json.loads((tmp_path / "out/metadata.json").read_text())
+  tower = meta["towers"]["image_tower"]
+  assert meta["max_patches"] == 256 and meta["image_size"] is None
+  assert tower["inputs"]["patches"]["shape"] == [None, 256, 192]
+  assert set(tower["inputs"]) == {"patches", "mask", "grid"} and "patchify" in str(tower)
+  paths = []
+  for shape in ((30, 70), (64, 24)):
+    paths.append(str(tmp_path / f"{shape[0]}.png"))
+    Image.fromarray(np.random.default_rng(shape[0]).integers(0, 256, (*shape, 3), np.uint8)
+                    ).save(paths[-1])
+  items = [naflex_patches.patchify(np.asarray(Image.open(p)), 8, 256) for p in paths]
+  inputs = {name: np.stack(part) for name, part in zip(("patches", "mask", "grid"),
+                                                      zip(*items))}
+  data = (tmp_path / "out" / tower["files"]["model"]).read_bytes()
+  ours = jax.export.deserialize(bytearray(data)).call(inputs)
+  truth = scoring.embed_naflex_files(model, params["params"], paths, 256, 4, 2)
+  assert _relative(ours, truth) <= 1e-5
+  square = export_signature.load(folder, image_size=32).functions[0]
+  assert square.named_inputs is None and square.input_shape == (32, 32, 3)
+  with pytest.raises(ExportError, match="--to=onnx cannot write .* image tower, which takes "
+                                        "patches, mask, grid") as e:
+    export.export(folder, str(tmp_path / "onnx"), to="onnx", log=lambda _: None)
+  assert "\n" not in str(e.value) and not (tmp_path / "onnx").exists()

@@ -66,6 +66,11 @@ def export(checkpoint: str, out: str, to: str, fmt,
   with no_clobber.sole_writer(out, output.KIND):
     model = signature.load(checkpoint, image_size=image_size)
     for function in model.functions:
+      if function.named_inputs and "max_patches" in fmt.REFUSED:  # NaFlex's inputs
+        raise source_lib.ExportError(
+            f"--to={to} cannot write {checkpoint}'s {function.name.replace('_', ' ')}, "
+            f"which takes {', '.join(function.named_inputs.specs)}: "
+            f"{fmt.REFUSED['max_patches']}")
       nbytes = sum(np.asarray(p).nbytes for p in jax.tree.leaves(function.weights))
       if nbytes > source_lib.MAX_WEIGHT_BYTES:
         raise source_lib.ExportError(
@@ -91,7 +96,9 @@ def _write_and_check(fmt, to: str, function: family_contract.ExportedFunction,
                      batch: Optional[int], compared: str, tolerance: float, staging: str):
   """(max relative difference, metadata.json entry) of one function written into
   staging/<name>/ and run in the format's runtime; one line above the tolerance."""
-  inputs = _verification_inputs(function, batch or VERIFY_BATCH)
+  rows = batch or VERIFY_BATCH
+  inputs = (function.named_inputs.draw(rows) if function.named_inputs
+            else _verification_inputs(function, rows))
   reference = np.asarray(jax.jit(function.fn)(inputs))
   folder = os.path.join(staging, function.name)
   os.makedirs(folder)
@@ -107,8 +114,8 @@ def _write_and_check(fmt, to: str, function: family_contract.ExportedFunction,
       function.input_shape[:2], False)} if function.input_name == "images" else {})
   return difference, {
       "files": {"model": f"{function.name}/{file}"},
-      "inputs": {function.input_name: {"shape": [batch, *function.input_shape],
-                                       "dtype": function.input_dtype}},
+      "inputs": {name: {"shape": [batch, *shape], "dtype": dtype}
+                 for name, (shape, dtype) in _specs(function).items()},
       "outputs": {function.output_name: {"shape": [batch, *reference.shape[1:]],
                                          "dtype": reference.dtype.name}},
       **preprocessing, **function.metadata,
@@ -117,11 +124,20 @@ def _write_and_check(fmt, to: str, function: family_contract.ExportedFunction,
                  "inputs": _inputs_note(function)}}
 
 
-def _input_struct(function: family_contract.ExportedFunction,
-                  batch: Optional[int]) -> jax.ShapeDtypeStruct:
-  """The traced input: a symbolic batch 'B' (None) or `batch` items."""
+def _specs(function: family_contract.ExportedFunction) -> Dict[str, tuple]:
+  """{input name: (item shape, dtype)}: its one input, or its named inputs."""
+  if function.named_inputs:
+    return dict(function.named_inputs.specs)
+  return {function.input_name: (function.input_shape, function.input_dtype)}
+
+
+def _input_struct(function: family_contract.ExportedFunction, batch: Optional[int]):
+  """The traced input (a dict of them for named inputs): a symbolic batch 'B' (None), shared
+  by all, or `batch` items."""
   size = jax.export.symbolic_shape("B") if batch is None else (batch,)
-  return jax.ShapeDtypeStruct((*size, *function.input_shape), function.input_dtype)
+  structs = {name: jax.ShapeDtypeStruct((*size, *shape), dtype)
+             for name, (shape, dtype) in _specs(function).items()}
+  return structs if function.named_inputs else structs[function.input_name]
 
 
 def _integers(function: family_contract.ExportedFunction) -> bool:
@@ -139,6 +155,8 @@ def _verification_inputs(function: family_contract.ExportedFunction,
 
 
 def _inputs_note(function: family_contract.ExportedFunction) -> str:
+  if function.named_inputs:
+    return function.named_inputs.note
   low, high = function.input_range
   kind = "random integers" if _integers(function) else "uniform noise"
   return f"{kind} in [{low:g}, {high:g}), seed {source_lib.VERIFY_SEED}"

@@ -245,9 +245,20 @@ class PairTraining(Protocol):
 
 
 @dataclasses.dataclass(frozen=True)
+class NamedInputs:
+  """The inputs of an exported function that takes several, as one dict (NaFlex's
+  patches, mask and grid): each one's item shape and dtype, the fixed batch the export is
+  checked on (rows -> {name: array}) and, for metadata.json, how that batch was made."""
+  specs: Mapping[str, Tuple[Tuple[int, ...], str]]  # name -> (item shape, dtype)
+  draw: Callable[[int], Dict[str, np.ndarray]]
+  note: str
+
+
+@dataclasses.dataclass(frozen=True)
 class ExportedFunction:
-  """One artefact of an export that is no single classifier: a function of one input, its
-  weights closed over, written in OUT/<name>/ and checked in the format's own runtime."""
+  """One artefact of an export that is no single classifier: a function of one input (or
+  of a dict of named_inputs), its weights closed over, written in OUT/<name>/ and checked
+  in the format's own runtime."""
   name: str  # its folder in OUT and its entry in metadata.json: 'image_tower'
   fn: Callable[[Any], Any]  # a batch of its input -> a batch of its output
   weights: Any  # the params fn closes over: one serialized graph holds at most 2 GiB
@@ -259,6 +270,8 @@ class ExportedFunction:
   input_range: Tuple[float, float]  # [low, high) of the values the check draws
   output_name: str  # 'embeddings'
   metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # its entry's own
+  # Set: fn takes a dict of these inputs instead (input_shape, _dtype, _range unused).
+  named_inputs: Optional[NamedInputs] = None
 
 
 @dataclasses.dataclass(frozen=True)
