@@ -19,6 +19,7 @@ from vit_jax import load_npz, predict, save_npz
 from vit_jax.checkpoints import released
 from vit_jax.data import image_files, text_tokens
 from vit_jax.families.two_tower import npz_file
+from vit_jax.families.vit import naflex_model
 from vit_jax.families.two_tower import scoring
 from vit_jax.training import lora_adapters
 
@@ -402,7 +403,7 @@ def test_a_budget_past_the_device_memory_is_one_line(images, naflex_file):
       "pass a smaller budget (released NaFlex models read 256 to 1024), or a smaller "
       "--batch_size")
   module, _ = load_npz(naflex_file)
-  predict.check_budget_fits(module, 256, 32, memory_bytes=2**30)  # 0.05 GiB: fits
+  naflex_model.check_budget_fits(module, 256, 32, memory_bytes=2**30)  # 0.05 GiB: fits
   with pytest.raises(ValueError, match=r"--max_patches=4096: a batch of 32 at that budget "
                      r"needs 4\.0 GiB .* this device has 2\.0 GiB"):  # 2 heads of 4096^2
-    predict.check_budget_fits(module, 4096, 32, memory_bytes=2 * 2**30)
+    naflex_model.check_budget_fits(module, 4096, 32, memory_bytes=2 * 2**30)

@@ -54,12 +54,13 @@ def score_batches(module: vit.VisionTransformer, params, image_paths: Sequence[s
   another the model resizes its position embedding (see hub.load_for_inference).
   max_patches (MAP-pooled models): NaFlex's reading instead, each image at its
   own aspect ratio in at most that many patches (vit_jax.families.vit.naflex_model); a
-  budget whose batch cannot fit the device is refused in one line (check_budget_fits).
+  budget whose batch cannot fit the device is refused in one line
+  (naflex_model.check_budget_fits).
   The last batch is padded, so every batch has one shape and the model compiles once.
   """
   batch_size = max(1, min(batch_size, len(image_paths)))
   if max_patches:
-    check_budget_fits(module, max_patches, batch_size)
+    vit_naflex_model.check_budget_fits(module, max_patches, batch_size)
     grid = npz.native_image_size(module, params) // module.patch_size
     naflex = vit_naflex_model.from_vit(module, grid)
     load = lambda path: image_files.load_naflex(path, module.patch_size, max_patches)
@@ -78,33 +79,6 @@ def score_batches(module: vit.VisionTransformer, params, image_paths: Sequence[s
     items += [items[-1]] * (batch_size - len(paths))
     inputs = [np.stack(part) for part in zip(*items)]
     yield np.asarray(jax.device_get(probabilities(params, *inputs)))[:len(paths)]
-
-
-def device_memory_bytes() -> int:
-  """The default device's memory: an accelerator's limit, or the host's for the CPU."""
-  stats = jax.local_devices()[0].memory_stats() or {}
-  if "bytes_limit" in stats:
-    return int(stats["bytes_limit"])
-  return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def check_budget_fits(module, max_patches: int, batch_size: int,
-                      memory_bytes: Optional[int] = None) -> None:
-  """Refuses, before any image is read, a NaFlex budget whose batch cannot fit the device
-  (memory_bytes, default device_memory_bytes()): its padded patches (float32
-  [B, N, P*P*3]) and one layer's attention scores (float32 [B, heads, N, N], quadratic in
-  the budget) alone need more. One line instead of an allocation traceback."""
-  memory_bytes = device_memory_bytes() if memory_bytes is None else memory_bytes
-  needed = 4 * batch_size * max_patches * (3 * module.patch_size**2
-                                           + module.num_heads * max_patches)
-  if needed <= memory_bytes:
-    return
-  smaller = ", or a smaller --batch_size" if batch_size > 1 else ""
-  raise errors.InvalidInput(
-      f"--max_patches={max_patches}: a batch of {batch_size} at that budget needs "
-      f"{needed / 2**30:,.1f} GiB (its patches and one layer's attention over {max_patches} "
-      f"patches) and this device has {memory_bytes / 2**30:,.1f} GiB: pass a smaller budget "
-      f"(released NaFlex models read 256 to 1024){smaller}")
 
 
 def top_classes(probabilities: np.ndarray, top_k: int) -> List[Prediction]:

@@ -60,3 +60,12 @@ def test_a_file_trained_as_naflex_exports_as_naflex_unless_asked_for_images(tmp_
                      r"the file, and --image_size asks for square images: add "
                      r"--max_patches=0 to export it so"):
     export.export(path, str(tmp_path / "sized"), to="stablehlo", image_size=32)
+
+
+def test_a_budget_past_the_device_memory_is_one_line(tmp_path):
+  with pytest.raises(ValueError, match=r"^--max_patches=1000000000: a batch of 2 at that "
+                     r"budget needs [\d,.]+ GiB .*pass a smaller budget \(released NaFlex models "
+                     r"read 256 to 1024\), or a smaller --batch$"):
+    export.export(naflex_checkpoint(tmp_path), str(tmp_path / "out"), to="stablehlo",
+                  max_patches=1_000_000_000, log=lambda _: None)
+  assert not (tmp_path / "out").exists()

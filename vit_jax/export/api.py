@@ -16,6 +16,7 @@ from vit_jax.checkpoints import naflex_reading, npz
 from vit_jax.export import functions, metadata, output
 from vit_jax.export import source as source_lib
 from vit_jax.export.source import ExportError
+from vit_jax.families.vit import naflex_model as naflex_vit
 
 FORMATS = ("stablehlo", "saved_model", "tflite", "onnx")
 _MODULES = {"stablehlo": "stablehlo", "saved_model": "saved_model", "tflite": "tflite",
@@ -131,6 +132,9 @@ def export(checkpoint: str, out: str, *, to: str, image_size: Optional[npz.Image
                                     "float32" if dtype == "float16" else dtype, max_patches)
     if source.max_patches and max_patches is None:  # the file's budget: can the format?
       _options(to, fmt, batch, dtype, with_preprocessing, source.max_patches, from_file=True)
+    if source.max_patches:  # the verification batch at the budget: within memory?
+      naflex_vit.check_budget_fits(source.module, source.max_patches,
+                                   options.batch or VERIFY_BATCH, batch_flag="--batch")
     log(f"read {checkpoint}: {source.model_name}, {source.module.num_classes} classes, " +
         source.reading.describe(f"{source.image_size[0]}x{source.image_size[1]} px"))
     with output.staged(out) as staging:
