@@ -193,6 +193,10 @@ def test_a_naflex_file_is_probed_at_its_recorded_budget(tmp_path, capsys, monkey
   assert capsys.readouterr().out.splitlines()[0].endswith(
       "; square images, 16x16 px (asked for; the file records NaFlex at 12 patches)")
   assert not isinstance(modules[-1], naflex_model.NaFlexViT)
+  with pytest.raises(SystemExit):
+    run_command(*args, "--max_patches=1000000000")
+  assert capsys.readouterr().err.startswith(
+      "error: --max_patches=1000000000: a batch of 6 at that budget needs ")
 
 
 def test_command_errors_are_one_line(tmp_path, capsys):

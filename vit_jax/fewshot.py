@@ -70,6 +70,7 @@ def run(flag_values) -> Dict[str, Any]:
     family_registry.for_module(module).refuse("naflex", checkpoint)
     grid = npz.native_image_size(module, params) // module.patch_size
     module = naflex_model.from_vit(module, grid)
+    naflex_model.check_budget_fits(module, reading.max_patches, flag_values.batch_size)
   dataset = probes.open_probe_dataset(data_config(
       flag_values.dataset, crop, flag_values.train_split, flag_values.eval_split,
       flag_values.tfds_data_dir, reading.max_patches,
