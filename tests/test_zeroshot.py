@@ -219,8 +219,9 @@ def test_a_budget_past_memory_is_one_line_and_a_batch_holds_only_its_images(
   fit = memory_fit.largest_batch
   monkeypatch.setattr(memory_fit, "largest_batch", lambda compile_at, batch, bound, **kw: (
       asked.append((batch, bound(1))), fit(compile_at, batch, bound, **kw))[1])
-  code, _, err = run(*common, "--max_patches=40", photos[0])
+  code, out, err = run(*common, "--max_patches=40", photos[0])
   assert code == 0, err
+  assert "images at their aspect ratio in 40 patches" in out
   assert asked == [(1, 2 * 40 * 40 * 4)]  # one image, 2 heads x 40 x 40 float32 scores
   code, _, err = run(*common, "--max_patches=1000000000", photos[0])
   assert code == 1 and "fewer patches (a smaller --max_patches" in err

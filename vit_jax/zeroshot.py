@@ -128,7 +128,11 @@ def main(argv, flag_values: flags.FlagValues = FLAGS):
     return _report(flag_values, metrics, "the zero-shot accuracy")
   result = records(paths, names, scores, min(flag_values.top_k, len(names)))
   if not flag_values.json:
-    print(f"zero-shot scores ({model.reading})")
+    budget = model.patch_budget(flag_values.image_size, flag_values.max_patches)
+    side = model.image_side(flag_values.image_size)
+    print(f"zero-shot scores ({model.reading}; images "
+          + (f"at their aspect ratio in {budget} patches)" if budget else
+             f"squashed to {side}x{side} px)"))
     for record in result:
       print(f"{record['path']}: " + ", ".join(f"{c['name']} {c['score']:.3f}"
                                               for c in record["top_k"]))

@@ -203,8 +203,10 @@ class ZeroShot(Protocol):
   def open_model(self, checkpoint: str, *, tokenizer: Optional[str] = None,
                  bert_heads: Optional[int] = None) -> Any:
     """A loaded model with `reading` and `sigmoid` (how scores are read), `image_side`,
-    `embed_images(paths, *, image_size, max_patches, batch_size)`, `embed_texts(texts)`,
-    `class_embeddings(names, templates)` and `scores(zimg, zcls)`."""
+    `patch_budget(image_size, max_patches)` (the NaFlex budget images are read at, None
+    for squares: max_patches where given, 0 squares; else the model's own reading),
+    `embed_images(paths, *, image_size, max_patches, batch_size)` (read so),
+    `embed_texts(texts)`, `class_embeddings(names, templates)` and `scores(zimg, zcls)`."""
 
 
 
