@@ -391,3 +391,14 @@ def test_a_run_workdir_given_as_a_model_folder_names_its_params_npz(tmp_path):
   with pytest.raises(ValueError, match="is a vit_jax run's workdir, not a model folder: pass "
                      f"{tmp_path / 'params.npz'}"):
     load_npz(tmp_path)
+
+
+def test_npz_to_npz_keeps_a_naflex_budget(tmp_path):
+  """convert --to=npz (another image size) writes the budget a NaFlex run's file records, so
+  every tool still reads the copy as NaFlex."""
+  # pylint: disable=import-outside-toplevel
+  from vit_jax.checkpoints.npz import read_max_patches
+  src = tmp_path / "naflex.npz"
+  save_npz(random_params(tiny_model(num_classes=3, classifier="map"), 16), src, max_patches=12)
+  format_conversion.convert(str(src), str(tmp_path / "out.npz"), to="npz", image_size=32)
+  assert read_max_patches(tmp_path / "out.npz") == 12

@@ -171,11 +171,12 @@ def convert(src: str, arrays: Dict[str, np.ndarray], dst: str, to: str, *,
   source = read_source(src, model_name, image_size, patch_size, arrays)
   lines = [f"read {src}: {source.summary()}"]
   class_names = _class_names(src, source)
-  if to == "npz":  # a multi-label head stays one (only our .npz files record it)
-    multi_label = (class_names is not None and not formats.is_foreign(src)
-                   and npz.read_multi_label(src))
+  if to == "npz":  # a multi-label head stays one, a NaFlex file NaFlex (only ours record it)
+    ours = not formats.is_foreign(src)
+    multi_label = class_names is not None and ours and npz.read_multi_label(src)
     npz.save_npz(traverse_util.unflatten_dict(source.checkpoint.flat, sep="/"), dst,
-                 class_names=class_names, multi_label=multi_label)
+                 class_names=class_names, multi_label=multi_label,
+                 max_patches=npz.read_max_patches(src) if ours else None)
     return lines + [f"wrote {dst} (released .npz layout)"]
   if not format_conversion.writes_one_file(dst, to):
     no_clobber.claim_output_dir(dst, format_conversion.KIND, overwrite)
