@@ -56,6 +56,10 @@ def test_a_file_trained_as_naflex_exports_as_naflex_unless_asked_for_images(tmp_
                      r"checkpoint records NaFlex at 12 patches: --max_patches=0 exports it "
                      r"for square images\)"):
     export.export(path, str(tmp_path / "onnx"), to="onnx")
+  with pytest.raises(ExportError, match=r"--with_preprocessing decodes to a square image, and "
+                     r".*recorded\.npz is read as NaFlex, 12 patches, from the file: add "
+                     r"--max_patches=0 to export it on square images"):
+    export.export(path, str(tmp_path / "bytes"), to="saved_model", with_preprocessing=True)
   with pytest.raises(ValueError, match=r"recorded\.npz is read as NaFlex, 12 patches, from "
                      r"the file, and --image_size asks for square images: add "
                      r"--max_patches=0 to export it so"):

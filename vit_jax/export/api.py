@@ -132,6 +132,10 @@ def export(checkpoint: str, out: str, *, to: str, image_size: Optional[npz.Image
                                     "float32" if dtype == "float16" else dtype, max_patches)
     if source.max_patches and max_patches is None:  # the file's budget: can the format?
       _options(to, fmt, batch, dtype, with_preprocessing, source.max_patches, from_file=True)
+      if with_preprocessing:
+        raise ExportError(f"--with_preprocessing decodes to a square image, and {checkpoint} "
+                          f"is read as {source.reading.describe()}: add "
+                          f"--max_patches={naflex_reading.SQUARE} to export it on square images")
     if source.max_patches:  # the verification batch at the budget: within memory?
       naflex_vit.check_budget_fits(source.module, source.max_patches,
                                    options.batch or VERIFY_BATCH, batch_flag="--batch")
