@@ -417,6 +417,10 @@ def test_a_wrong_model_name_names_the_files_model_in_advice_that_can_be_typed(
       "a ViT-B_16: pass model_name=ViT-Ti_16 (a run: --config.model_name=ViT-Ti_16), or load "
       "it without a model_name (load_npz, convert) to infer it from the file")
   assert load_npz(ti16, model_name="ViT-Ti_16")[0].hidden_size == 192  # the advice works
+  with pytest.raises(npz.CheckpointError, match=(
+      r"holds a ViT, not an MLP-Mixer \(Mixer-B_16\): pass model_name=ViT-Ti_16 \(a run: "
+      r"--config.model_name=ViT-Ti_16\), or load it without a model_name")):
+    load_npz(ti16, model_name="Mixer-B_16")
   tiny = tmp_path / "tiny.npz"  # no released name: its sizes, as config.model overrides
   save_npz(random_params(tiny_model(num_classes=3), 16), tiny)
   with pytest.raises(npz.CheckpointError, match=(

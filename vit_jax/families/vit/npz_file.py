@@ -114,8 +114,8 @@ def read_checkpoint(path: str, *, model_name: Optional[str] = None,
   if model_name is not None:
     named = family_registry.for_model_name(model_name)
     if named.names is not names:
-      raise CheckpointError(f"{path} holds a ViT, not {named.a_title} ({model_name}): pass "
-                            "the right model_name, or none to infer it from the file")
+      raise CheckpointError(f"{path} holds a ViT, not {named.a_title} ({model_name}): "
+                            f"{_name_fix(architecture)}{_INFER}")
     architecture = dataclasses.replace(names.architecture(model_name),
                                        classifier=architecture.classifier,
                                        posemb=architecture.posemb)
@@ -225,15 +225,23 @@ def _check_named_sizes(flat: Dict[str, np.ndarray], built: Dict[str, Any], path:
   held = npz_layout.infer_architecture(flat)[0]
   if all(built[key] == getattr(held, key) for key in _SIZES):
     return
-  name = names.find_name(dataclasses.replace(held, classifier="token", posemb="learn"))
   sizes = ", ".join(f"{key} {getattr(held, key)}" for key in _SIZES)
-  fix = (f"pass model_name={name} (a run: --config.model_name={name})" if name else
-         "set them: " + " ".join(f"--config.model.{key}={getattr(held, key)}" for key in _SIZES))
   overrides = ", ".join(f"{key}={built[key]}" for key in _SIZES
                         if built[key] != getattr(names.architecture(model_name), key))
   asked = model_name + (f" with {overrides}" if overrides else "")
-  raise CheckpointError(f"{path} holds a ViT of {sizes}, not a {asked}: {fix}, or load it "
-                        "without a model_name (load_npz, convert) to infer it from the file")
+  raise CheckpointError(f"{path} holds a ViT of {sizes}, not a {asked}: {_name_fix(held)}"
+                        f"{_INFER}")
+
+
+_INFER = ", or load it without a model_name (load_npz, convert) to infer it from the file"
+
+
+def _name_fix(held: names.Architecture) -> str:
+  """What to type for a file of these sizes: its released name, or the sizes themselves."""
+  name = names.find_name(dataclasses.replace(held, classifier="token", posemb="learn"))
+  if name:
+    return f"pass model_name={name} (a run: --config.model_name={name})"
+  return "set them: " + " ".join(f"--config.model.{key}={getattr(held, key)}" for key in _SIZES)
 
 
 def _check_head_request(checkpoint: Checkpoint, path: str, num_classes: Optional[int],
