@@ -75,3 +75,22 @@ def test_a_naflex_pretrained_file_sets_the_budget_unless_asked_otherwise(monkeyp
   assert budget(f"--config.pretrained={square}", "--config.pp.max_patches=None") is None
   assert budget("--config.pp.max_patches=0") is None
   assert budget() == 16  # the demo's own budget (its image folder's)
+
+
+def test_the_run_says_which_reading_it_took_from_the_file(tmp_path, caplog):
+  # pylint: disable=import-outside-toplevel
+  import logging
+  from conftest import random_params, tiny_model
+  from vit_jax import save_npz
+  from vit_jax.training import config_defaults
+  path = str(tmp_path / "naflex.npz")
+  save_npz(random_params(tiny_model(num_classes=3, classifier="map"), 16), path, max_patches=12)
+  config = config_defaults.get_config()
+  config.pretrained = path
+  with caplog.at_level(logging.INFO, logger="vit_jax"):
+    assert pretrained_file.with_budget(config).pp.max_patches == 12
+    config.pp.max_patches = 0
+    assert pretrained_file.with_budget(config).pp.max_patches is None
+  assert f"config.pretrained={path}: NaFlex, 12 patches, from the file" in caplog.text
+  assert (f"config.pretrained={path}: square crops (asked for; the file records NaFlex at 12 "
+          "patches)") in caplog.text

@@ -79,14 +79,16 @@ def with_budget(config):
   budget = (config.get("pp") or {}).get("max_patches")
   if budget is not None and budget != naflex_reading.SQUARE or isinstance(budget, bool):
     return config
-  recorded = None if budget == naflex_reading.SQUARE else recorded_budget(config)
+  recorded = recorded_budget(config)
   if budget is None and recorded is None:
     return config
+  reading = naflex_reading.Reading(None if budget == naflex_reading.SQUARE else recorded,
+                                   recorded)
   config = config.copy_and_resolve_references()
   with config.unlocked():
-    config.pp.max_patches = recorded
+    config.pp.max_patches = reading.max_patches
   if recorded is not None:
-    log.info("config.pretrained=%s was trained as NaFlex at %d patches: read so "
-             "(--config.pp.max_patches=N for another budget, %d for square crops)",
-             config.pretrained, recorded, naflex_reading.SQUARE)
+    log.info("config.pretrained=%s: %s (--config.pp.max_patches=N for another budget, %d "
+             "for square crops)", config.pretrained, reading.describe("square crops"),
+             naflex_reading.SQUARE)
   return config
