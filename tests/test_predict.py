@@ -306,7 +306,7 @@ def test_predict_command_runs_any_size_as_the_load_time_resize_does(images, tiny
   assert done.stdout == predict.format_prediction(images["rgb"], expected, None) + "\n"
   failed = predict_command(f"--checkpoint={path}", "--image_size=16x25", images["rgb"])
   assert one_error_line(failed) == ("error: image size 16x25 is not a multiple of the model's "
-                                    "stride 4 px: use 24 or 28")
+                                    "stride 4 px: use 16x24 or 16x28")
 
 
 def test_classes_score_a_two_tower_model_zero_shot(tmp_path, images):
