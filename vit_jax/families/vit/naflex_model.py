@@ -11,16 +11,15 @@ transformers' Siglip2ImageProcessor give: patches [B, N, P*P*C] flattened (row, 
 channel), a mask [B, N] of the real patches, and each image's grid (rows, columns) [B, 2].
 """
 
-import os
 from typing import Any, Mapping, Optional
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 
 from vit_jax.base import errors
 from vit_jax.families.vit import model as vit
 from vit_jax.models import encoder_blocks
+from vit_jax.models import memory_fit
 
 
 class NaFlexViT(nn.Module):
@@ -102,23 +101,16 @@ def from_vit(module: vit.VisionTransformer, grid: int) -> NaFlexViT:
                    module.head_bias_init, module.remat_policy, module.scan_layers, module.fp8)
 
 
-def device_memory_bytes() -> int:
-  """The default device's memory: an accelerator's limit, or the host's for the CPU."""
-  stats = jax.local_devices()[0].memory_stats() or {}
-  if "bytes_limit" in stats:
-    return int(stats["bytes_limit"])
-  return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
 def check_budget_fits(module, max_patches: int, batch_size: int, *,
                       memory_bytes: Optional[int] = None,
                       batch_flag: Optional[str] = "--batch_size") -> None:
   """Refuses, before any image is read, a NaFlex budget whose batch cannot fit the device
-  (memory_bytes, default device_memory_bytes()): its padded patches (float32
+  (memory_bytes, default what is free: models.memory_fit, as zero-shot's batches are
+  sized): its padded patches (float32
   [B, N, P*P*3]) and one layer's attention scores (float32 [B, heads, N, N], quadratic in
   the budget) alone need more. module: the ViT or NaFlexViT (its patch size and heads).
   One line instead of an allocation traceback; batch_flag: the tool's flag for the batch."""
-  memory_bytes = device_memory_bytes() if memory_bytes is None else memory_bytes
+  memory_bytes = memory_fit.available_bytes() if memory_bytes is None else memory_bytes
   needed = 4 * batch_size * max_patches * (3 * module.patch_size**2
                                            + module.num_heads * max_patches)
   if needed <= memory_bytes:
@@ -127,5 +119,5 @@ def check_budget_fits(module, max_patches: int, batch_size: int, *,
   raise errors.InvalidInput(
       f"--max_patches={max_patches}: a batch of {batch_size} at that budget needs "
       f"{needed / 2**30:,.1f} GiB (its patches and one layer's attention over {max_patches} "
-      f"patches) and this device has {memory_bytes / 2**30:,.1f} GiB: pass a smaller budget "
+      f"patches) and this device has {memory_bytes / 2**30:,.1f} GiB free: pass a smaller budget "
       f"(released NaFlex models read 256 to 1024){smaller}")
