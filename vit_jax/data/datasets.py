@@ -117,8 +117,9 @@ def _check_max_patches(pp) -> None:
   if budget is None:
     return
   if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
-    raise errors.InvalidInput(f"config.pp.max_patches={budget!r} must be None (square crops) "
-                              "or a patch budget >= 1, e.g. 256")
+    raise errors.InvalidInput(f"config.pp.max_patches={budget!r} must be a patch budget >= 1 "
+                              "(e.g. 256), 0 (square crops) or None (config.pretrained's "
+                              "budget, else square crops)")
   if pp.mixup_alpha:
     raise errors.InvalidInput(f"config.pp.mixup_alpha={pp.mixup_alpha} with NaFlex "
                               f"(config.pp.max_patches={budget}): images of other grids "

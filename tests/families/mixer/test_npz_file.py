@@ -71,8 +71,10 @@ def test_higher_resolution_resizes_the_token_mixing(saved):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(model_name="Mixer-L_16"), r"not a Mixer-L_16: pass the right model_name"),
-    (dict(model_name="ViT-B_16"), r"holds an MLP-Mixer, not a ViT \(ViT-B_16\)"),
+    (dict(model_name="Mixer-L_16"), r"not a Mixer-L_16: set them: --config.model.patch_size=4 "
+                                    r"--config.model.hidden_dim=\d+ .*, or load it without a "
+                                    r"model_name"),
+    (dict(model_name="ViT-B_16"), r"holds an MLP-Mixer, not a ViT \(ViT-B_16\): set them: "),
     (dict(pre_logits=True), r"no pre_logits layer"),
     (dict(patch_size=8), r"patch size cannot be changed"),
 ])

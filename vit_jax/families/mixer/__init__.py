@@ -19,6 +19,6 @@ FAMILY = family_registry.register(family_contract.Family(
                      "takes ViTs); python -m vit_jax.predict runs it",
         "vtab": "; vit_jax.vtab runs ViTs: fine-tune a Mixer on each task with python -m "
                 "vit_jax.main --config=configs/mixer_b16.py:vtab/TASK",
-        "naflex": "; NaFlex (config.pp.max_patches, --max_patches) runs ViTs only: set it "
-                  "to None or leave it out",
+        "naflex": "; NaFlex (config.pp.max_patches, --max_patches) runs ViTs only: leave "
+                  "it out or pass 0 (square images)",
     }))

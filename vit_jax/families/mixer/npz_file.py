@@ -76,16 +76,27 @@ def _check_name(architecture, model_name: Optional[str], overrides: dict, path: 
   if not isinstance(named, names.MixerArchitecture):
     raise CheckpointError(f"{path} holds an MLP-Mixer, not "
                           f"{family_registry.for_model_name(model_name).a_title} "
-                          f"({model_name}): pass a Mixer's model_name, or none to infer it "
-                          "from the file")
+                          f"({model_name}): {_name_fix(architecture)}{_INFER}")
   named = dataclasses.replace(named, **{k: v for k, v in overrides.items()
                                         if k in named.as_kwargs() and v is not None})
   if (dataclasses.replace(named, tokens_mlp_dim=1) != dataclasses.replace(
       architecture, tokens_mlp_dim=1)) or architecture.tokens_mlp_dim % named.tokens_mlp_dim:
     found = names.find_name(architecture) or "a Mixer of other sizes"
     raise CheckpointError(f"{path} holds {found}, not a "
-                          f"{family_registry.canonical_name(model_name)}: pass "
-                          "the right model_name, or none to infer it from the file")
+                          f"{family_registry.canonical_name(model_name)}: "
+                          f"{_name_fix(architecture)}{_INFER}")
+
+
+_INFER = ", or load it without a model_name (load_npz, convert) to infer it from the file"
+
+
+def _name_fix(held: names.MixerArchitecture) -> str:
+  """What to type for a file of these sizes: its released name, or the sizes themselves."""
+  name = names.find_name(held)
+  if name:
+    return f"pass model_name={name} (a run: --config.model_name={name})"
+  return "set them: " + " ".join(f"--config.model.{key}={value}"
+                                 for key, value in held.as_kwargs().items())
 
 
 def file_grid(tokens: int, image_size: Optional[ImageSize], patch: int, path: str

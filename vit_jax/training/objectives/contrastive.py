@@ -99,8 +99,9 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     raise errors.InvalidInput(f"config.pp.mixup_alpha={config.pp.mixup_alpha}: mixed images "
                               "have no caption of their own; set mixup_alpha=0")
   if config.pp.get("max_patches") is not None:
-    raise errors.InvalidInput("config.pp.max_patches (NaFlex) trains classifiers: set "
-                              "pp.max_patches=None for config.objective='contrastive'")
+    raise errors.InvalidInput("config.pp.max_patches (NaFlex) trains classifiers: pass "
+                              "--config.pp.max_patches=0 (square crops) for "
+                              "config.objective='contrastive'")
   pair_family().pair_training.check(config)
 
 
