@@ -1,6 +1,7 @@
 """python -m vit_jax.lora BASE ADAPTERS OUT [--overwrite] [--allow_other_base]
 
-Rebuilds a LoRA run's params.npz (merged weights, released layout, the head's class names)
+Rebuilds a LoRA run's params.npz (merged weights, released layout, the head's class names
+and NaFlex budget)
 from the base checkpoint it started from (a file or released name) and the run's
 adapters.npz, bit for bit (see vit_jax.training.lora_adapters.merge). adapters.npz records a sha256
 of the base arrays it was trained on: another base of the same shapes is refused unless
@@ -42,7 +43,8 @@ def main(argv, flag_values=FLAGS):
         "or --allow_other_base to merge onto this one anyway")
   merged = lora_adapters.merge(base_arrays, arrays)
   npz.save_npz(traverse_util.unflatten_dict(merged, sep="/"), out,
-               class_names=lora_adapters.class_names(arrays))
+               class_names=lora_adapters.class_names(arrays),
+               max_patches=lora_adapters.max_patches(arrays))
   print(f"wrote {out}: {base} with the adapters and head of {adapters}")
 
 

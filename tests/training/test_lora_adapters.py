@@ -165,7 +165,7 @@ def test_merge_takes_what_the_run_used_from_a_released_style_base():
                                        config.seed)
   trained = jax.tree.map(lambda x: x + 0.01, params)  # adapters and head moved
   merged, adapters = lora_adapters.export(params, trained, lora_adapters.settings(config),
-                                         class_names=list("abcde"))
+                                         class_names=list("abcde"), max_patches=9)
   base = {k: v for k, v in flat(params).items()
           if not k.endswith((lora_adapters.A, lora_adapters.B))}
   base.update({"head/kernel": np.ones((32, 7)), "head/bias": np.ones(7),
@@ -176,6 +176,7 @@ def test_merge_takes_what_the_run_used_from_a_released_style_base():
   for name, value in flat(merged).items():
     np.testing.assert_array_equal(rebuilt[name], value, err_msg=name)
   assert lora_adapters.class_names(adapters) == list("abcde")
+  assert lora_adapters.max_patches(adapters) == 9  # a NaFlex run's budget, for the merge
   assert lora_adapters.base_matches(base, adapters)  # its head and pre_logits are not the run's
   meta = json.loads(str(adapters[lora_adapters.SETTINGS]))
   assert lora_adapters.base_matches(base, {**adapters, lora_adapters.SETTINGS: np.array(json.dumps(

@@ -359,7 +359,8 @@ def _finish(job: Job, run: state_and_step.Trainer, end: LoopEnd, evaluators,
   class_names = job.dataset.info.class_names if job.objective.predicts_classes else None
   if run.lora:  # params.npz: merged weights; adapters.npz (first) beside it
     final_params, adapters = lora_adapters.export(sharding.to_host(end.state.params),
-                                                  final_params, run.lora, class_names)
+                                                  final_params, run.lora, class_names,
+                                                  naflex.max_patches(job.config))
     if job.is_main:
       lora_adapters.save_adapters(adapters, storage.join(job.workdir, lora_adapters.ADAPTERS))
   final_params = job.objective.export_params(final_params)

@@ -229,15 +229,16 @@ def with_adapters(params, lora: Optional[Settings], seed: int):
   return add_adapters(params, lora, jax.random.PRNGKey(seed)) if lora else params
 
 
-def export(raw_params, eval_params, lora: Settings,
-           class_names=None) -> Tuple[Any, Flat]:
+def export(raw_params, eval_params, lora: Settings, class_names=None,
+           max_patches: Optional[int] = None) -> Tuple[Any, Flat]:
   """(merged params, adapters.npz arrays) at the end of a run, from two host copies of the
   params: the frozen base from the raw params (unchanged since the start) and the trained
   leaves from the evaluated ones (the Polyak average, if kept). adapters.npz holds what the
   base file cannot give: the adapters, the trained head, what loading resized to the run's
   image size (the family's resized_on_load: a ViT's position embedding), which of the
   base's arrays the run used (not a dropped pre_logits, nor the base's head) and their
-  sha256 (merging onto another base is refused)."""
+  sha256 (merging onto another base is refused), and the head's class names and NaFlex
+  budget, as params.npz records them."""
   rules = param_rules.of_params(raw_params)
   released = lambda tree: traverse_util.flatten_dict(rules.to_block_layout(tree), sep="/")
   raw = {name: np.asarray(value) for name, value in released(raw_params).items()}
@@ -248,7 +249,8 @@ def export(raw_params, eval_params, lora: Settings,
   base = {name: value for name, value in raw.items() if name not in adapters}
   meta = dict(rank=lora.rank, alpha=lora.alpha, targets=targets_of(lora, rules),
               base=sorted(base), base_sha256=base_digest(base),
-              class_names=list(class_names) if class_names is not None else None)
+              class_names=list(class_names) if class_names is not None else None,
+              max_patches=max_patches)
   adapters[SETTINGS] = np.array(json.dumps(meta))
   return traverse_util.unflatten_dict(merge(base, adapters), sep="/"), adapters
 
@@ -311,6 +313,11 @@ def _settings_of(adapters: Flat) -> Dict[str, Any]:
 
 def class_names(adapters: Flat):
   return _settings_of(adapters)["class_names"]
+
+
+def max_patches(adapters: Flat) -> Optional[int]:
+  """The run's NaFlex budget (None: square images, or adapters written before it was kept)."""
+  return _settings_of(adapters).get("max_patches")
 
 
 def save_adapters(adapters: Flat, path: str) -> None:
