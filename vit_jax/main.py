@@ -54,8 +54,31 @@ def initialize_distributed(flag_values: flags.FlagValues = FLAGS) -> None:
     jax.distributed.initialize(**timeouts)
   else:
     return
+  if jax.default_backend() == "cpu":
+    _open_cpu_collectives()
   console.log.info("process %d of %d, %d local / %d global devices", jax.process_index(),
                    jax.process_count(), jax.local_device_count(), jax.device_count())
+
+
+def _open_cpu_collectives() -> None:
+  """Opens the CPU collectives' Gloo connections now, while the processes are in step
+  (initialize returns on all of them together). One opened at a collective's first call
+  gives up after a fixed 30 s (jax 0.10.x: "Gloo context initialization failed:
+  DEADLINE_EXCEEDED: GetKeyValue() timed out"), which ended a run whose processes reached
+  the workdir check or compiled their first step over 30 s apart; once open, a collective
+  waits for a late process. Opened: all devices together (the train and eval steps'
+  all-reduce) and each local device with its peers (broadcast_one_to_all,
+  process_allgather)."""
+  import jax
+  import numpy as np
+  from jax.experimental import multihost_utils
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec
+  multihost_utils.broadcast_one_to_all(np.int32(0))
+  mesh = Mesh(np.array(jax.devices()), ("all",))
+  ones = multihost_utils.host_local_array_to_global_array(
+      np.ones(jax.local_device_count(), np.int32), mesh, PartitionSpec("all"))
+  total = jax.jit(jax.numpy.sum, out_shardings=NamedSharding(mesh, PartitionSpec()))(ones)
+  total.block_until_ready()
 
 
 @cli.command
