@@ -125,7 +125,8 @@ def test_grains_private_unlink_flag_still_does_what_unlinked_relies_on(monkeypat
   assert getattr(array, "_unlink_on_del", None) is True, changed
   path = os.path.join("/dev/shm", array.shm.name.lstrip("/"))
   assert grain_workers.unlinked({"image": {"patches": array}})["image"]["patches"] is array
-  assert not os.path.exists(path) and array._unlink_on_del is False, changed  # pylint: disable=protected-access
+  # pylint: disable-next=protected-access
+  assert not os.path.exists(path) and array._unlink_on_del is False, changed
   unlinks = []
   monkeypatch.setattr(shared_memory.SharedMemory, "unlink", lambda shm: unlinks.append(shm))
   del array
