@@ -59,10 +59,11 @@ def demo_args(**overrides):
 
 
 # configs/siglip_demo.py's recipe on towers as small as compile in seconds (one block each,
-# 32 wide): what the plan and benchmark tests of an image-text pair run.
+# 32 wide, the text head as wide): what the plan and benchmark tests of an image-text pair run.
 TINY_PAIR = {"model.num_layers": 1, "model.hidden_size": 32, "model.mlp_dim": 64,
              "model.num_heads": 2, "text.width": 32, "text.depth": 1, "text.mlp_dim": 64,
-             "text.num_heads": 2, "text.length": 8, "batch": 64, "batch_eval": 64}
+             "text.num_heads": 2, "text.length": 8, "contrastive.out_dim": (None, 32),
+             "batch": 64, "batch_eval": 64}
 
 
 def pair_config(**overrides):

@@ -20,6 +20,7 @@ NOT_THROUGH_STORAGE = {
     "vit_jax/base/storage.py": "the storage layer itself",
     "vit_jax/base/platforms.py": "reads /sys (the PCI bus), a kernel interface, not a file of data",
     "vit_jax/training/runs/workdir.py": "reads /proc (a lock holder's start time), a kernel interface",
+    "vit_jax/models/memory_fit.py": "reads /proc/meminfo (the host's free memory), a kernel interface",
 }
 
 

@@ -25,8 +25,9 @@ def test_a_pair_is_counted_tower_by_tower_and_a_locked_tower_forward_only():
   image_tower = model_config.model_from_config(config, 0)
   assert parts["img"] == family_registry.geometry(image_tower).flops_per_image(
       image_tower, config.pp.crop)
-  # One block of 32 over 8 tokens: 2 x 8 x (4 x 32^2 + 2 x 32 x 64) + 4 x 8^2 x 32 FLOPs.
-  assert parts["txt"] == 2 * 8 * (4 * 32**2 + 2 * 32 * 64) + 4 * 8**2 * 32
+  # One block of 32 over 8 tokens: 2 x 8 x (4 x 32^2 + 2 x 32 x 64) + 4 x 8^2 x 32 FLOPs,
+  # and its 32 x 32 head on the pooled token: 2 x 32^2.
+  assert parts["txt"] == 2 * 8 * (4 * 32**2 + 2 * 32 * 64) + 4 * 8**2 * 32 + 2 * 32**2
   assert model_flops.example(module) == model_flops.PAIR
   assert model_flops.forward(module, config) == parts["img"] + parts["txt"]
   assert model_flops.train(module, config, params) == 3 * (parts["img"] + parts["txt"])
