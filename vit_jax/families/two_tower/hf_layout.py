@@ -171,7 +171,13 @@ def from_hf(state: Flat, config: Dict[str, Any]) -> Flat:
 
 
 def to_hf(flat: Flat, config: Dict[str, Any]) -> Flat:
-  """Our flat TwoTower params -> an HF state dict for `config` (the inverse of from_hf)."""
+  """Our flat TwoTower params -> an HF state dict for `config` (the inverse of from_hf). A
+  text tower without a head (a pair trained with its own features) is written with an
+  identity one: SiglipModel's text model always projects, and so computes the same."""
+  if "txt/head/kernel" not in flat:
+    width = config["text_config"]["hidden_size"]
+    flat = {**flat, "txt/head/kernel": np.eye(width, dtype=np.float32),
+            "txt/head/bias": np.zeros(width, np.float32)}
   vision_heads = config["vision_config"]["num_attention_heads"]
   text_heads = config["text_config"]["num_attention_heads"]
   state = {}
