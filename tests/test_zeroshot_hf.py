@@ -7,9 +7,9 @@ import json
 
 import numpy as np
 import pytest
-from absl import flags
 from PIL import Image
 
+from helpers import run_in_process
 from torch_libraries import (  # noqa: F401  # pylint: disable=unused-import
     declare_missing_torchvision_ops, fixture_torch)
 from vit_jax import zeroshot
@@ -49,21 +49,8 @@ def fixture_folder(transformers, torch, tmp_path):
   return tmp_path / "hf", model
 
 
-def _run(monkeypatch, capsys, *argv):
-  values = flags.FlagValues()
-  zeroshot.define_flags(values)
-  monkeypatch.setattr(zeroshot, "FLAGS", values)
-  try:
-    zeroshot.main(values(["zeroshot", *argv]), values)
-    code = 0
-  except SystemExit as e:
-    code = e.code
-  out, err = capsys.readouterr()
-  return code, out, err
-
-
 def test_a_siglip2_folder_scores_as_transformers_reads_it(folder, transformers, torch,
-                                                          tmp_path, monkeypatch, capsys):
+                                                          tmp_path):
   path, model = folder
   rng = np.random.default_rng(3)
   pixels = [rng.integers(0, 256, shape, np.uint8) for shape in ((37, 101, 3), (90, 40, 3))]
@@ -71,10 +58,10 @@ def test_a_siglip2_folder_scores_as_transformers_reads_it(folder, transformers, 
   for i, image in enumerate(pixels):
     files.append(str(tmp_path / f"{i}.png"))
     Image.fromarray(image).save(files[-1])
-  code, out, err = _run(monkeypatch, capsys, f"--checkpoint={path}", "--json=-",
+  done = run_in_process(zeroshot, f"--checkpoint={path}", "--json=-",
                         "--classes=" + ",".join(CLASSES), "--templates=class_name_only", *files)
-  assert code == 0, err
-  ours = np.array([record["scores"] for record in json.loads(out)])
+  assert done.returncode == 0, done.stderr
+  ours = np.array([record["scores"] for record in json.loads(done.stdout)])
   processor = pytest.importorskip(
       "transformers.models.siglip2.image_processing_pil_siglip2").Siglip2ImageProcessorPil(
           patch_size=PATCH, max_num_patches=hf_layout.DEFAULT_BUDGET)
@@ -89,8 +76,7 @@ def test_a_siglip2_folder_scores_as_transformers_reads_it(folder, transformers, 
   np.testing.assert_allclose(ours, torch.sigmoid(logits).numpy(), rtol=1e-4, atol=1e-5)
 
 
-def test_the_budget_is_the_processors_and_a_damaged_file_is_named(folder, monkeypatch,
-                                                                  capsys):
+def test_the_budget_is_the_processors_and_a_damaged_file_is_named(folder):
   path, _ = folder
   config = json.loads((path / "config.json").read_text())
   assert hf_layout.naflex_budget(str(path), config) == hf_layout.DEFAULT_BUDGET
@@ -102,9 +88,9 @@ def test_the_budget_is_the_processors_and_a_damaged_file_is_named(folder, monkey
     hf_layout.naflex_budget(str(path), config)
   weights = path / "model.safetensors"
   weights.write_bytes(weights.read_bytes()[:1000])
-  code, _, err = _run(monkeypatch, capsys, f"--checkpoint={path}", "--classes=cat", "x.png")
-  assert code != 0  # x.png is missing: told before the load
-  code, _, err = _run(monkeypatch, capsys, f"--checkpoint={path}", "--classes=cat",
-                      str(path / "config.json"))
-  assert code == 1 and f"{weights} is not a readable .safetensors file" in err
-  assert len(err.strip().splitlines()) == 1
+  assert run_in_process(zeroshot, f"--checkpoint={path}", "--classes=cat",
+                        "x.png").returncode != 0  # x.png is missing: told before the load
+  done = run_in_process(zeroshot, f"--checkpoint={path}", "--classes=cat",
+                        str(path / "config.json"))
+  assert done.returncode == 1 and f"{weights} is not a readable .safetensors file" in done.stderr
+  assert len(done.stderr.strip().splitlines()) == 1
