@@ -132,10 +132,14 @@ def check_pp(pp) -> None:
     raise errors.InvalidInput(
         f"unknown config.pp.preset={pp.preset!r}; choose one of "
         f"{', '.join(presets.PRESETS)}")
+  if pp.resize is not None and (not isinstance(pp.resize, int) or isinstance(pp.resize, bool)
+                                or pp.resize < 1):
+    raise errors.InvalidInput(f"config.pp.resize={pp.resize!r} must be a side in pixels "
+                              "(e.g. 448) or None (the HyperRule's for pp.crop)")
   if pp.preset != "bit" and pp.resize is not None:
     raise errors.InvalidInput(
-        f"config.pp.resize={pp.resize} applies to the bit preset only; set it "
-        f"to None for pp.preset={pp.preset!r}")
+        f"config.pp.resize={pp.resize} applies to the bit preset only: pass "
+        f"--config.pp.resize=None for pp.preset={pp.preset!r}")
   if pp.preset == "bit":
     presets.bit_resize(pp.crop, pp.resize)
   if not 0 <= pp.mixup_alpha < math.inf:  # nan and inf mixed the batch into NaN

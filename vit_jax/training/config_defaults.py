@@ -138,7 +138,8 @@ def _add_data_keys(config: ml_collections.ConfigDict) -> None:
   config.pp = ml_collections.ConfigDict()
   config.pp.preset = "inception"  # inception (reference fine-tuning) | bit (HyperRule)
   config.pp.crop = 384
-  config.pp.resize = ml_collections.FieldReference(None, field_type=int)  # bit only
+  # bit only; typed as object so that the command line takes --config.pp.resize=None too
+  config.pp.resize = ml_collections.FieldReference(None, field_type=object)
   config.pp.flip = True
   config.pp.mixup_alpha = 0.0
   # (num_layers, magnitude): big_vision's RandAugment on train crops, e.g. (2, 15); None = off.
