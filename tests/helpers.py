@@ -102,6 +102,22 @@ def subprocess_env(devices=None, **extra):
   return env
 
 
+def parsed_config(monkeypatch, config_file: str, *overrides):
+  """configs/CONFIG_FILE with --config.KEY overrides parsed as the main job's command line
+  parses them (ml_collections' config flag, vit_jax.base.cli), from the repository root."""
+  from absl import flags  # pylint: disable=import-outside-toplevel
+
+  from vit_jax import main  # pylint: disable=import-outside-toplevel
+  from vit_jax.base import cli  # pylint: disable=import-outside-toplevel
+  argv = ["vit_jax.main", f"--config={CONFIG_DIR / config_file}", "--workdir=unused",
+          *overrides]
+  monkeypatch.setattr(sys, "argv", argv)
+  values = flags.FlagValues()
+  main.define_flags(values)
+  values(argv)
+  return cli.load_config(values)
+
+
 def exit_code_in_process(command, *args) -> int:
   """`python -m <command> ARGS` in this process (`command`: the module with main and
   define_flags), parsed and ended by vit_jax.base.cli as cli.run does: a usage mistake exits 2, a

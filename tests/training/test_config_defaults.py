@@ -2,23 +2,14 @@
 the main job's command line (ml_collections' config flag parses an int field's 'None' as a
 bad int), and what they then hold is checked where it is used (data.datasets.check_pp)."""
 
-import sys
-
 import pytest
-from absl import flags
 
-from vit_jax import main
-from vit_jax.base import cli
+import helpers
 from vit_jax.data import datasets
 
 
 def parsed(monkeypatch, *overrides):
-  argv = ["vit_jax.main", "--config=configs/demo.py", "--workdir=unused", *overrides]
-  monkeypatch.setattr(sys, "argv", argv)
-  values = flags.FlagValues()
-  main.define_flags(values)
-  values(argv)
-  return cli.load_config(values)
+  return helpers.parsed_config(monkeypatch, "demo.py", *overrides)
 
 
 def test_pp_resize_takes_none_and_sides_as_typed(monkeypatch):

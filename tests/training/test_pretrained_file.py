@@ -4,6 +4,8 @@ names without fetching them, and names a missing local path in one line."""
 import ml_collections
 import pytest
 
+import helpers
+
 from vit_jax.checkpoints import hub, transfer
 from vit_jax.training import pretrained_file
 
@@ -39,22 +41,6 @@ def test_a_missing_or_wrong_local_path_is_one_line(tmp_path):
     pretrained_file.check_offline(_config("hf-hub:a/b/c"))
 
 
-def _parsed(monkeypatch, *overrides):
-  """configs/naflex_demo.py with --config.KEY overrides parsed as the main job's command
-  line parses them (ml_collections' config flag, vit_jax.base.cli)."""
-  # pylint: disable=import-outside-toplevel
-  import sys
-  from absl import flags
-  from vit_jax import main
-  from vit_jax.base import cli
-  argv = ["vit_jax.main", "--config=configs/naflex_demo.py", "--workdir=unused", *overrides]
-  monkeypatch.setattr(sys, "argv", argv)
-  values = flags.FlagValues()
-  main.define_flags(values)
-  values(argv)
-  return cli.load_config(values)
-
-
 @pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")  # ml_collections'
 def test_a_naflex_pretrained_file_sets_the_budget_unless_asked_otherwise(monkeypatch, tmp_path):
   """--config.pp.max_patches=None (typed as the refusals advise) leaves the budget to
@@ -67,7 +53,8 @@ def test_a_naflex_pretrained_file_sets_the_budget_unless_asked_otherwise(monkeyp
   naflex, square = str(tmp_path / "naflex.npz"), str(tmp_path / "square.npz")
   save_npz(random_params(module, 16), naflex, max_patches=12)
   save_npz(random_params(module, 16), square)
-  budget = lambda *flags: pretrained_file.with_budget(_parsed(monkeypatch, *flags)).pp.max_patches
+  budget = lambda *flags: pretrained_file.with_budget(helpers.parsed_config(
+      monkeypatch, "naflex_demo.py", *flags)).pp.max_patches
   assert budget("--config.pp.max_patches=None") is None
   assert budget("--config.pp.max_patches=None", f"--config.pretrained={naflex}") == 12
   assert budget(f"--config.pretrained={naflex}", "--config.pp.max_patches=0") is None
